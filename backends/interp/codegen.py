@@ -1,0 +1,217 @@
+"""Compiling one IR region into a Python function that calls pre-resolved kernels.
+
+    %s = Add(%a, %b) : i64        ->   v3 = k0(v1, v2)
+    for(%n) { ^(%i): ... }        ->   for v5 in _ar(rt.trip(v4)): ...
+    %x = load @"x" : i64          ->   v6 = b0.v; if v6 is None: rt.unset(b0)
+
+This is how the interpreter keeps dispatch cheap: kernels are looked up once, values
+live in Python locals, blobs are cells bound when the region is bound to a
+workspace. The generated source is registered with ``linecache`` so tracebacks
+show it, and every line maps back to its op (and so to the user's line).
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+import weakref
+
+import numpy as np
+
+from dslc.ir import Operation, Region
+from dslc.ir.diagnostics import ExecutionError
+
+from .kernels import KERNELS, Constant
+
+SOURCES: "weakref.WeakValueDictionary[str, RegionCode]" = weakref.WeakValueDictionary()
+_ids = itertools.count()
+PLAN_OPS = ("parallel", "scope", "reporting")
+
+
+class RegionCode:
+    """A compiled region: its function, the blobs it binds, its per-instance op makers."""
+
+    __slots__ = ("fn", "names", "eager", "makers", "filename", "line_ops", "source", "__weakref__")
+
+    def bind(self, ws, inst) -> "Bound":
+        """Resolve the region's blobs in ``ws`` (creating missing ones) and build op state."""
+        cells = [ws.cell(n) for n in self.names]
+        for n in self.eager:
+            ws.cell(n)
+        return Bound(self, cells, [make(inst) for make in self.makers])
+
+
+class Bound:
+    __slots__ = ("code", "cells", "states")
+
+    def __init__(self, code, cells, states):
+        self.code, self.cells, self.states = code, cells, states
+
+
+class ChildPlan:
+    """A nested plan op (parallel, scope, reporting) and its compiled regions."""
+
+    __slots__ = ("op", "codes")
+
+    def __init__(self, op, codes):
+        self.op, self.codes = op, codes
+
+
+def compile_region(region: Region, cfg) -> RegionCode:
+    e = _Emitter(cfg)
+    e.region(region, 2, [], None)
+    return e.finish()
+
+
+class _Emitter:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.body: list[tuple[str, Operation | None]] = []
+        self.env: dict[str, object] = {}
+        self.blobs: dict[str, str] = {}
+        self.makers: list = []
+        self.eager: list[str] = []
+        self.vars: dict = {}
+        self.n = 0
+
+    # --- names
+    def var(self, v) -> str:
+        name = self.vars.get(v)
+        if name is None:
+            self.n += 1
+            hint = "".join(c if c.isalnum() else "_" for c in (v.hint or ""))[:24]
+            name = self.vars[v] = f"v{self.n}_{hint}" if hint else f"v{self.n}"
+        return name
+
+    def bind(self, prefix: str, obj) -> str:
+        name = f"{prefix}{len(self.env)}"
+        self.env[name] = obj
+        return name
+
+    def cell(self, blob: str) -> str:
+        c = self.blobs.get(blob)
+        if c is None:
+            c = self.blobs[blob] = f"b{len(self.blobs)}"
+        return c
+
+    def emit(self, indent: int, text: str, op=None) -> None:
+        self.body.append(("    " * indent + text, op))
+
+    # --- regions and ops
+    def region(self, r: Region, indent: int, targets: list[str], loop_targets) -> None:
+        start = len(self.body)
+        for op in r.ops:
+            if op.name == "yield":
+                self.assign(indent, targets, [self.var(v) for v in op.operands], op)
+            else:
+                self.op(op, indent, loop_targets)
+        if len(self.body) == start:
+            self.emit(indent, "pass")
+
+    def assign(self, indent, targets, values, op) -> None:
+        pairs = [(t, v) for t, v in zip(targets, values) if t != v]
+        if pairs:
+            self.emit(indent, ", ".join(t for t, _ in pairs) + " = " + ", ".join(v for _, v in pairs), op)
+
+    def op(self, op: Operation, indent: int, loop_targets) -> None:
+        special = getattr(self, "op_" + op.name, None)
+        if special is not None:
+            return special(op, indent, loop_targets)
+        if op.name in PLAN_OPS:
+            return self.plan(op, indent)
+        entry = KERNELS.get(op.name)
+        if entry is None:
+            raise ExecutionError(f"the interp backend has no kernel for {op.name}", op.loc)
+        factory, per_instance = entry
+        if per_instance:
+            self.makers.append(factory(op, self.cfg))
+            callee = f"s{len(self.makers) - 1}"
+        else:
+            k = factory(op, self.cfg)
+            if isinstance(k, Constant):
+                self.emit(indent, f"{self.var(op.result)} = {self.bind('c', k.value)}", op)
+                return
+            callee = self.bind("k", k)
+        call = f"{callee}({', '.join(self.var(v) for v in op.operands)})"
+        outs = [self.var(r) for r in op.results]
+        self.emit(indent, (", ".join(outs) + " = " if outs else "") + call, op)
+
+    def op_load(self, op, indent, _):
+        v, c = self.var(op.result), self.cell(op.attrs["blob"])
+        self.emit(indent, f"{v} = {c}.v", op)
+        self.emit(indent, f"if {v} is None: rt.unset({c})", op)
+
+    def op_flag(self, op, indent, _):
+        c = self.cell(op.attrs["blob"])
+        self.emit(indent, f"{self.var(op.result)} = {c}.v is not None and bool({c}.v)", op)
+
+    def op_store(self, op, indent, _):
+        self.emit(indent, f"{self.cell(op.attrs['blob'])}.v = {self.var(op.operands[0])}", op)
+
+    def op_break_if(self, op, indent, loop_targets):
+        self.emit(indent, f"if {self.var(op.operands[0])}:", op)
+        self.assign(indent + 1, loop_targets, [self.var(v) for v in op.operands[1:]], op)
+        self.emit(indent + 1, "break", op)
+
+    def op_for(self, op, indent, _):
+        body = op.regions[0]
+        carried = [self.var(a) for a in body.args[1:]]
+        self.assign(indent, carried, [self.var(v) for v in op.operands[1:]], op)
+        n = self.var(op.operands[0])
+        self.emit(indent, f"for {self.var(body.args[0])} in rt.arange(rt.trip({n})):", op)
+        self.loop_body(op, body, indent, carried)
+
+    def op_loop(self, op, indent, _):
+        body = op.regions[0]
+        carried = [self.var(a) for a in body.args]
+        self.assign(indent, carried, [self.var(v) for v in op.operands], op)
+        self.emit(indent, "while True:", op)
+        self.loop_body(op, body, indent, carried)
+
+    def loop_body(self, op, body, indent, carried):
+        self.emit(indent + 1, "if _cx.flag: rt.cancelled()", op)
+        self.region(body, indent + 1, carried, carried)
+        self.assign(indent, [self.var(r) for r in op.results], carried, op)
+
+    def op_if(self, op, indent, loop_targets):
+        outs = [self.var(r) for r in op.results]
+        then, other = op.regions
+        self.emit(indent, f"if {self.var(op.operands[0])}:", op)
+        self.region(then, indent + 1, outs, loop_targets)
+        if other.ops or outs:
+            self.emit(indent, "else:", op)
+            self.region(other, indent + 1, outs, loop_targets)
+
+    def plan(self, op, indent):
+        codes = [compile_region(r, self.cfg) for r in op.regions]
+        if op.name != "scope":
+            for c in codes:
+                self.eager += c.names + c.eager
+        self.emit(indent, f"rt.plan({self.bind('p', ChildPlan(op, codes))}, ws)", op)
+
+    # --- the function
+    def finish(self) -> RegionCode:
+        head = ["def _make(_E):"]
+        head += [f"    {k} = _E[{k!r}]" for k in self.env]
+        head.append("    def run(_cells, _states, rt, ws):")
+        if self.blobs:
+            head.append(f"        ({', '.join(self.blobs.values())},) = _cells")
+        if self.makers:
+            head.append(f"        ({', '.join(f's{i}' for i in range(len(self.makers)))},) = _states")
+        head.append("        _cx = rt.cancel")
+        lines = head + [text for text, _ in self.body] + ["    return run", ""]
+        source = "\n".join(lines)
+        filename = f"<dslc-region-{next(_ids)}>"
+        ns = {"np": np}
+        exec(compile(source, filename, "exec"), ns)
+        code = RegionCode()
+        code.fn = ns["_make"](self.env)
+        code.names = list(self.blobs)
+        code.eager = self.eager
+        code.makers = self.makers
+        code.filename = filename
+        code.source = source
+        code.line_ops = {len(head) + i + 1: op for i, (_, op) in enumerate(self.body) if op is not None}
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        SOURCES[filename] = code
+        weakref.finalize(code, linecache.cache.pop, filename, None)
+        return code

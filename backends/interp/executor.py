@@ -1,0 +1,273 @@
+"""Running a module's plan: groups, tasks, instances, concurrent regions, reporters.
+
+Task order: task init (once) -> N instances, each on its own thread and workspace
+when N > 1 (instance init -> body -> instance exit) -> task exit (once). The tasks
+of a group run concurrently. A failure anywhere cancels its siblings: their loops
+stop at the next iteration, and the first real error is raised with the task name
+and the failing op's line.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from dslc.backends.runtime.workspace import Workspace
+from dslc.ir import Module
+from dslc.ir.diagnostics import DSLError, ExecutionError
+
+from .codegen import SOURCES, ChildPlan, compile_region
+from .kernels import PythonOpError
+
+
+class Cancelled(Exception):
+    """A sibling failed (or the run was stopped); this thread stops too."""
+
+
+class UnsetBlob(Exception):
+    def __init__(self, name):
+        super().__init__(name)
+        self.name = name
+
+
+class CancelToken:
+    """Shared by siblings; cancelling a token cancels the tokens made from it."""
+
+    __slots__ = ("flag", "children", "lock", "waiters")
+
+    def __init__(self):
+        self.flag = False
+        self.children: list[CancelToken] = []
+        self.lock = threading.Lock()
+        self.waiters: list = []
+
+    def child(self) -> "CancelToken":
+        t = CancelToken()
+        with self.lock:
+            self.children.append(t)
+        if self.flag:
+            t.cancel()
+        return t
+
+    def cancel(self) -> None:
+        self.flag = True
+        with self.lock:
+            children, waiters = list(self.children), list(self.waiters)
+        for w in waiters:
+            w()
+        for c in children:
+            c.cancel()
+
+
+class Instance:
+    """What per-instance op makers see: the workspace they are bound in, and the task."""
+
+    __slots__ = ("ws", "task", "cfg")
+
+    def __init__(self, ws, task, cfg):
+        self.ws, self.task, self.cfg = ws, task, cfg
+
+
+class Run:
+    """The ``rt`` of generated code: one per thread of a run."""
+
+    __slots__ = ("cancel", "executor", "task")
+
+    def __init__(self, cancel, executor, task):
+        self.cancel, self.executor, self.task = cancel, executor, task
+
+    def unset(self, cell):
+        raise UnsetBlob(cell.name)
+
+    @staticmethod
+    def trip(v) -> int:
+        n = int(v)
+        if n < 0:
+            raise ExecutionError(f"the loop count is negative ({n})",
+                                 hint="a loop cannot run a negative number of times")
+        return n
+
+    @staticmethod
+    def arange(n):
+        return np.arange(n, dtype=np.int64) if n <= 1 << 20 else map(np.int64, range(n))
+
+    def cancelled(self):
+        raise Cancelled()
+
+    def plan(self, child: ChildPlan, ws) -> None:
+        self.executor.run_child(child, ws, self)
+
+
+class _Task:
+    """A task op with its five phase regions compiled."""
+
+    def __init__(self, op, compile_fn):
+        self.op = op
+        self.name = op.attrs["name"]
+        self.instances = max(1, int(op.attrs["instances"] or 1))
+        self.global_ws = op.attrs["workspace"] == "global"
+        self.init, ii, body, ie, self.exit = (compile_fn(r) for r in op.regions)
+        self.instance_parts = (ii, body, ie)
+
+
+class Executor:
+    """A compiled module, ready to run on a workspace (any number of times)."""
+
+    def __init__(self, module: Module, cfg, compile_fn=None):
+        self.cfg = cfg
+        compile_fn = compile_fn or (lambda r: compile_region(r, cfg))
+        self.groups = []
+        for g in module.body.ops:
+            init, body, exit_ = g.regions
+            tasks, reporters = [], None
+            for op in body.ops:
+                if op.name == "reporting":
+                    reporters = (op.attrs["intervals_ms"], [compile_fn(r) for r in op.regions[1:]])
+                    tasks += [_Task(t, compile_fn) for t in op.regions[0].ops]
+                else:
+                    tasks.append(_Task(op, compile_fn))
+            self.groups.append((compile_fn(init), tasks, reporters, compile_fn(exit_)))
+
+    # --- entry
+    def run(self, root: Workspace) -> None:
+        token = CancelToken()
+        for init, tasks, reporters, exit_ in self.groups:
+            rt = Run(token, self, None)
+            inst = Instance(root, None, self.cfg)
+            self.call(init.bind(root, inst), rt, root)
+
+            def run_tasks(tok, tasks=tasks):
+                self.concurrently([lambda t, task=task: self.run_task(task, root, t) for task in tasks], tok)
+
+            if reporters:
+                self.with_reporters(run_tasks, reporters[0], [c.bind(root, inst) for c in reporters[1]],
+                                    rt, root)
+            else:
+                run_tasks(token)
+            self.call(exit_.bind(root, inst), rt, root)
+
+    def run_task(self, task: _Task, root: Workspace, token: CancelToken) -> None:
+        ws = root if task.global_ws else Workspace(root)
+        inst = Instance(ws, task.name, self.cfg)
+        rt = Run(token, self, task.name)
+        init, exit_ = task.init.bind(ws, inst), task.exit.bind(ws, inst)
+        if task.instances == 1:
+            parts = [c.bind(ws, inst) for c in task.instance_parts]
+            self.call(init, rt, ws)
+            for p in parts:
+                self.call(p, rt, ws)
+        else:
+            self.call(init, rt, ws)
+
+            def one(tok):
+                iws = Workspace(ws)
+                iinst = Instance(iws, task.name, self.cfg)
+                parts = [c.bind(iws, iinst) for c in task.instance_parts]
+                irt = Run(tok, self, task.name)
+                for p in parts:
+                    self.call(p, irt, iws)
+
+            self.concurrently([one] * task.instances, token)
+        self.call(exit_, rt, ws)
+
+    # --- nested plan ops
+    def run_child(self, child: ChildPlan, ws: Workspace, rt: Run) -> None:
+        op = child.op
+        inst = Instance(ws, rt.task, self.cfg)
+        if op.name == "scope":
+            cws = Workspace(ws)
+            self.call(child.codes[0].bind(cws, Instance(cws, rt.task, self.cfg)), rt, cws)
+        elif op.name == "parallel":
+            bound = [c.bind(ws, inst) for c in child.codes]
+            n = max(1, int(op.attrs["instances"]))
+            fns = [lambda tok, b=b: self.call(b, Run(tok, self, rt.task), ws) for b in bound for _ in range(n)]
+            self.concurrently(fns, rt.cancel)
+        elif op.name == "reporting":
+            body = child.codes[0].bind(ws, inst)
+            reps = [c.bind(ws, inst) for c in child.codes[1:]]
+            self.with_reporters(lambda tok: self.call(body, Run(tok, self, rt.task), ws),
+                                op.attrs["intervals_ms"], reps, rt, ws)
+        else:
+            raise ExecutionError(f"the interp backend cannot run {op.name} here", op.loc)
+
+    def with_reporters(self, body, intervals, reporters, rt: Run, ws) -> None:
+        """Run ``body``; each reporter runs every interval meanwhile, and once at the end."""
+        done = threading.Event()
+        errors: list = []
+
+        def report(b, ms):
+            try:
+                while not done.wait(ms / 1000.0):
+                    self.call(b, Run(rt.cancel, self, rt.task), ws)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=report, args=(b, ms), daemon=True)
+                   for b, ms in zip(reporters, intervals)]
+        for t in threads:
+            t.start()
+        try:
+            body(rt.cancel)
+        finally:
+            done.set()
+            for t in threads:
+                t.join()
+        if errors:
+            raise errors[0]
+        for b in reporters:
+            self.call(b, rt, ws)
+
+    # --- threads and errors
+    def concurrently(self, fns, token: CancelToken) -> None:
+        """Run each ``fn(token)`` on its own thread; the first failure cancels the rest."""
+        if len(fns) == 1:
+            return fns[0](token)
+        tok = token.child()
+        errors: list = []
+
+        def guarded(fn):
+            try:
+                fn(tok)
+            except BaseException as e:
+                errors.append(e)
+                tok.cancel()
+
+        threads = [threading.Thread(target=guarded, args=(fn,), daemon=True) for fn in fns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        real = [e for e in errors if not isinstance(e, Cancelled)]
+        if real:
+            raise real[0]
+        if errors:
+            raise errors[0]
+
+    def call(self, bound, rt: Run, ws) -> None:
+        try:
+            bound.code.fn(bound.cells, bound.states, rt, ws)
+        except (Cancelled, ExecutionError):
+            raise
+        except Exception as e:
+            raise located(e, rt.task) from e
+
+
+def located(e: Exception, task: str | None) -> ExecutionError:
+    """An ExecutionError for ``e`` at the op whose generated line raised it."""
+    op = None
+    tb = e.__traceback__
+    while tb is not None:
+        code = SOURCES.get(tb.tb_frame.f_code.co_filename)
+        if code is not None:
+            op = code.line_ops.get(tb.tb_lineno, op)
+        tb = tb.tb_next
+    loc = op.loc if op is not None else None
+    if isinstance(e, UnsetBlob):
+        return ExecutionError(f"blob {e.name!r} is read before anything wrote it", loc,
+                              "check that an earlier op or task writes it", task=task)
+    if isinstance(e, DSLError):
+        return ExecutionError(e.message, e.loc or loc, e.hint, task=task)
+    if isinstance(e, PythonOpError):
+        return ExecutionError(str(e), loc, task=task)
+    what = op.name if op is not None else "the job"
+    return ExecutionError(f"{what} failed: {type(e).__name__}: {e}", loc, task=task)

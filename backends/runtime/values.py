@@ -1,0 +1,21 @@
+"""IR types of runtime values (the session tells the lowering what a workspace holds)."""
+from __future__ import annotations
+
+import numpy as np
+
+from dslc.ir.types import ANY, COUNTER, TIMER, TensorType, Type, dtype_of_numpy
+
+from .resources import Counter, Timer
+
+
+def type_of_value(v) -> Type:
+    if isinstance(v, (np.ndarray, np.generic)):
+        try:
+            return TensorType(dtype_of_numpy(v.dtype), tuple(np.shape(v)))
+        except ValueError:
+            return ANY
+    if isinstance(v, Counter):
+        return COUNTER
+    if isinstance(v, Timer):
+        return TIMER
+    return ANY

@@ -1,0 +1,99 @@
+"""Workspaces: named blob cells resolved through a chain of parents, as in Caffe2.
+
+Binding a region to a workspace resolves each blob name once: an existing cell
+anywhere up the chain is shared, otherwise a new one is made locally. A cell whose
+value is None was created but never written.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+
+class Cell:
+    """One blob: a name and its current value (None until something writes it)."""
+
+    __slots__ = ("v", "name")
+
+    def __init__(self, name: str, v=None):
+        self.name = name
+        self.v = v
+
+    def __repr__(self):
+        return f"Cell({self.name!r})"
+
+
+class Workspace:
+    """Blobs by name, with an optional parent whose blobs are visible here."""
+
+    def __init__(self, parent: "Workspace | None" = None):
+        self.parent = parent
+        self.blobs: dict[str, Cell] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, name: str) -> Cell | None:
+        ws = self
+        while ws is not None:
+            c = ws.blobs.get(name)
+            if c is not None:
+                return c
+            ws = ws.parent
+        return None
+
+    def cell(self, name: str) -> Cell:
+        """The cell ``name`` resolves to, created here if no workspace up the chain has it."""
+        c = self.lookup(name)
+        if c is None:
+            with self._lock:
+                c = self.blobs.get(name)
+                if c is None:
+                    c = self.blobs[name] = Cell(name)
+        return c
+
+    def create_blob(self, name: str) -> Cell:
+        """A cell in this workspace itself (LocalSession pre-creates task outputs this way)."""
+        with self._lock:
+            c = self.blobs.get(name)
+            if c is None:
+                c = self.blobs[name] = Cell(name)
+        return c
+
+    def has_blob(self, name: str) -> bool:
+        return self.lookup(name) is not None
+
+    def names(self, include_shared: bool = True) -> list[str]:
+        """Sorted blob names here, then (optionally) those of the parents."""
+        out = sorted(self.blobs)
+        if include_shared and self.parent is not None:
+            seen = set(out)
+            out += [n for n in self.parent.names(True) if n not in seen]
+        return out
+
+    def feed(self, name: str, value) -> None:
+        self.cell(name).v = to_value(value)
+
+    def fetch(self, name: str):
+        c = self.lookup(name)
+        if c is None:
+            raise KeyError(f"no blob named {name!r} in the workspace")
+        return c.v
+
+    def reset(self) -> None:
+        self.blobs.clear()
+
+
+def to_value(x):
+    """The runtime form of a tensor: numpy scalars for rank 0, arrays otherwise."""
+    if isinstance(x, np.ndarray):
+        return x[()] if x.ndim == 0 else x
+    if isinstance(x, (np.generic,)) or x is None:
+        return x
+    if isinstance(x, (bool, int, float, str, list, tuple)):
+        arr = np.array(x)
+        if arr.dtype.kind == "U":
+            arr = arr.astype(object)
+        elif arr.dtype == np.float64 and not isinstance(x, float):
+            pass
+        return arr[()] if arr.ndim == 0 else arr
+    return x

@@ -1,0 +1,671 @@
+"""Nets, blob references and execution steps: Caffe2's ``core`` module, as records.
+
+Nothing runs here. A Net is a list of op records (type, input and output blob
+names, arguments, the user's file:line); steps are trees of nets and steps.
+Names follow Caffe2's rules so that programs and tests that spell blob names
+keep working (see docs/differences.md for where dslc departs from them).
+"""
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dslc import names
+from dslc.ir.diagnostics import Location, TraceError, UnknownOperatorError
+from dslc.ir.opdef import OPS
+from dslc.ir import pyrefs
+from dslc.tracing import user_location
+
+# Caffe2 spellings that the lowering turns into declared ops.
+FILL_ALIASES = {
+    "GivenTensorFill": np.float32, "GivenTensorDoubleFill": np.float64,
+    "GivenTensorIntFill": np.int32, "GivenTensorInt64Fill": np.int64,
+    "GivenTensorBoolFill": np.bool_, "GivenTensorStringFill": np.object_,
+}
+ALIASES = frozenset(FILL_ALIASES)
+SPECIAL_ARGS = ("name", "engine", "device_option", "control_input")
+
+
+class DataType:
+    """Caffe2's tensor type codes (``core.DataType.FLOAT`` ...)."""
+
+    UNDEFINED = 0
+    FLOAT = 1
+    INT32 = 2
+    BYTE = 3
+    STRING = 4
+    BOOL = 5
+    UINT8 = 6
+    INT8 = 7
+    UINT16 = 8
+    INT16 = 9
+    INT64 = 10
+    FLOAT16 = 12
+    DOUBLE = 13
+
+
+# ----------------------------------------------------------------------------- names
+
+_scope = threading.local()
+
+
+def CurrentNameScope() -> str:
+    return getattr(_scope, "prefix", "")
+
+
+class NameScope:
+    """``with core.NameScope('x'):`` prefixes plain-string blob names with ``x/``."""
+
+    def __init__(self, prefix: str, reset: bool = False):
+        self.prefix = prefix
+        self.reset = reset
+
+    def __enter__(self):
+        self.saved = CurrentNameScope()
+        base = "" if self.reset else self.saved
+        _scope.prefix = base + (str(self.prefix) + "/" if self.prefix else "")
+        return self
+
+    def __exit__(self, *exc):
+        _scope.prefix = self.saved
+        return False
+
+
+def ScopedName(name: str) -> str:
+    return CurrentNameScope() + name
+
+
+def ScopedBlobReference(name, net=None) -> "BlobReference":
+    return BlobReference(ScopedName(str(name)), net)
+
+
+class BlobReference:
+    """A blob's name, plus the net that made it (for ``ref.Op(...)`` chaining).
+
+    Compares and hashes like its name. The only arithmetic is string concatenation.
+    """
+
+    __slots__ = ("_name", "_from_net")
+
+    def __init__(self, name, net=None):
+        self._name = str(name)
+        self._from_net = net
+
+    def __str__(self):
+        return self._name
+
+    def __repr__(self):
+        return f'BlobReference("{self._name}")'
+
+    def __hash__(self):
+        return hash(self._name)
+
+    def __eq__(self, other):
+        if isinstance(other, (BlobReference, str)):
+            return self._name == str(other)
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __add__(self, other):
+        if not isinstance(other, (str, BlobReference)):
+            raise TraceError(f"a BlobReference can only be joined with a string, not {type(other).__name__}",
+                             user_location(), "all math on blobs is explicit: use ops.Add, ops.Mul ...")
+        return BlobReference(self._name + str(other), self._from_net)
+
+    def __radd__(self, other):
+        if not isinstance(other, str):
+            raise TraceError(f"a BlobReference can only be joined with a string, not {type(other).__name__}",
+                             user_location(), "all math on blobs is explicit: use ops.Add, ops.Mul ...")
+        return BlobReference(other + self._name, self._from_net)
+
+    def Net(self):
+        return self._from_net
+
+    def GetNameScope(self):
+        return self._name[: self._name.rfind("/") + 1]
+
+    def __getattr__(self, op_type):
+        if op_type.startswith("__"):
+            raise AttributeError(op_type)
+        if self._from_net is None:
+            raise TraceError(f"blob {self._name!r} has no net to record {op_type} into",
+                             user_location(), "call the op on a net instead: net.Op([blob, ...])")
+        recorder = getattr(self._from_net, op_type)
+
+        def chained(inputs=None, *args, **kwargs):
+            more = [] if inputs is None else (list(inputs) if isinstance(inputs, (list, tuple)) else [inputs])
+            return recorder([self] + more, *args, **kwargs)
+
+        return chained
+
+
+# ----------------------------------------------------------------------------- nets
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """One recorded operator call."""
+
+    type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    args: dict
+    loc: Location
+    extra: dict = field(default_factory=dict)  # name, engine, device_option: kept, unused
+
+
+def _as_names(blobs, what: str, loc) -> list:
+    if blobs is None:
+        return []
+    if isinstance(blobs, (str, BlobReference)):
+        blobs = [blobs]
+    if not isinstance(blobs, (list, tuple)):
+        raise TraceError(f"{what} must be blob names or BlobReferences, got {type(blobs).__name__}",
+                         loc, "pass a BlobReference, a string, or a list of them")
+    out = []
+    for b in blobs:
+        if isinstance(b, BlobReference):
+            out.append(b)
+        elif isinstance(b, str):
+            out.append(ScopedBlobReference(b))
+        else:
+            raise TraceError(f"{what} must be blob names or BlobReferences, got {type(b).__name__}",
+                             loc, "make a constant with ops.Const(value) and pass its blob")
+    return out
+
+
+class Net:
+    """A recorded network: ops in order, plus the names it produces and reads."""
+
+    def __init__(self, name_or_proto=None, inplace=False):
+        if isinstance(name_or_proto, Net):
+            src, requested = name_or_proto, name_or_proto._name
+        else:
+            src, requested = None, name_or_proto
+        self._name = names.unique_net_name(_builder_prefix(), requested)
+        self._ops: list[OpRecord] = []
+        self._produced: set[str] = set()
+        self._external_inputs: list[str] = []
+        self._external_outputs: list[str] = []
+        self._registered: set[str] = set()
+        self._attributes: dict[str, list] = defaultdict(list)
+        self._input_record = None
+        self._output_record = None
+        self._next_blob = 0
+        if src is not None:
+            self.AppendNet(src)
+
+    # --- identity
+    def Name(self) -> str:
+        return self._name
+
+    def Proto(self):
+        return self
+
+    def __repr__(self):
+        return f"Net({self._name!r}, {len(self._ops)} ops)"
+
+    # --- names
+    def BlobIsDefined(self, blob) -> bool:
+        name = str(blob)
+        return name in self._produced or name in self._external_inputs
+
+    def NextName(self, prefix=None, output_id=None) -> str:
+        if not prefix:
+            self._next_blob += 1
+            while self.BlobIsDefined(f"{self._name}_blob_{self._next_blob}"):
+                self._next_blob += 1
+            return f"{self._name}_blob_{self._next_blob}"
+        base = f"{self._name}/{prefix}"
+        suffix = "" if output_id is None else f":{output_id}"
+        candidate, index = base + suffix, 2
+        while self.BlobIsDefined(ScopedName(candidate)):
+            candidate = f"{base}_{index}{suffix}"
+            index += 1
+        return candidate
+
+    def _reserve(self, prefix, output_id=None) -> str:
+        """Take an auto name as if an op produced it (keeps later auto names in step with Caffe2)."""
+        name = ScopedName(self.NextName(prefix, output_id))
+        self._produced.add(name)
+        return name
+
+    def NextBlob(self, prefix) -> BlobReference:
+        return BlobReference(self._next_registered(str(prefix)), self)
+
+    def NextScopedBlob(self, prefix) -> BlobReference:
+        return BlobReference(self._next_registered(ScopedName(str(prefix))), self)
+
+    def _next_registered(self, name: str) -> str:
+        candidate, k = name, 0
+        while candidate in self._registered or self.BlobIsDefined(candidate):
+            candidate = f"{name}_auto_{k}"
+            k += 1
+        self._registered.add(candidate)
+        return candidate
+
+    def AddExternalInput(self, *inputs):
+        refs = []
+        for b in inputs:
+            for ref in (b if isinstance(b, (list, tuple)) else [b]):
+                ref = ref if isinstance(ref, BlobReference) else BlobReference(str(ref), self)
+                if str(ref) not in self._external_inputs:
+                    self._external_inputs.append(str(ref))
+                refs.append(BlobReference(str(ref), self))
+        return refs[0] if len(refs) == 1 else refs
+
+    AddExternalInputs = AddExternalInput
+
+    def AddExternalOutput(self, *outputs):
+        for b in outputs:
+            for ref in (b if isinstance(b, (list, tuple)) else [b]):
+                if str(ref) not in self._external_outputs:
+                    self._external_outputs.append(str(ref))
+
+    AddExternalOutputs = AddExternalOutput
+
+    def external_inputs(self):
+        return [BlobReference(n, self) for n in self._external_inputs]
+
+    def external_outputs(self):
+        return [BlobReference(n, self) for n in self._external_outputs]
+
+    def UsedBlobNames(self) -> set[str]:
+        used = set(self._external_inputs) | set(self._external_outputs)
+        for op in self._ops:
+            used.update(op.inputs)
+            used.update(op.outputs)
+        return used
+
+    # --- attributes (setup blocks, report steps)
+    def add_attribute(self, key, obj):
+        self._attributes[key].append(obj)
+
+    def get_attributes(self, key):
+        return self._attributes.get(key, [])
+
+    # --- records (schema)
+    def set_input_record(self, record):
+        self._input_record = record
+        return record
+
+    def set_output_record(self, record):
+        self._output_record = record
+        return record
+
+    def input_record(self):
+        return self._input_record
+
+    def output_record(self):
+        return self._output_record
+
+    # --- recording
+    def __getattr__(self, op_type):
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+        if op_type not in OPS and op_type not in ALIASES or op_type in _IR_ONLY:
+            known = [d.name for d in OPS if d.name not in _IR_ONLY] + list(ALIASES)
+            close = [n for n in OPS.suggest(op_type, ALIASES) if n not in _IR_ONLY]
+            raise UnknownOperatorError(
+                f"unknown operator {op_type!r}", user_location(),
+                f"did you mean {' or '.join(repr(c) for c in close)}?" if close
+                else f"see docs/ir.md for the {len(known)} declared operators")
+
+        def recorder(inputs=None, outputs=None, **kwargs):
+            return self._record(op_type, inputs, outputs, kwargs, user_location())
+
+        return recorder
+
+    def _record(self, op_type, inputs, outputs, args, loc):
+        ins = _as_names(inputs, f"{op_type} inputs", loc)
+        for b in ins:
+            if str(b) not in self._produced and str(b) not in self._external_inputs:
+                self._external_inputs.append(str(b))
+        if outputs is None:
+            opdef = OPS.get(op_type)
+            outs = [] if opdef is not None and opdef.results[1] == 0 else \
+                [ScopedName(self.NextName(op_type))]
+        elif isinstance(outputs, int) and not isinstance(outputs, bool):
+            outs = [ScopedName(self.NextName(op_type, i)) for i in range(outputs)]
+        else:
+            outs = [str(b) for b in _as_names(outputs, f"{op_type} outputs", loc)]
+        extra = {k: args.pop(k) for k in SPECIAL_ARGS if k in args}
+        self._ops.append(OpRecord(op_type, tuple(str(b) for b in ins), tuple(outs), args, loc, extra))
+        self._produced.update(outs)
+        refs = [BlobReference(n, self) for n in outs]
+        if not refs:
+            return None
+        return refs[0] if len(refs) == 1 else tuple(refs)
+
+    def Const(self, array, blob_out=None, dtype=None):
+        """Record a constant: a Python bool is a bool scalar, an int int64, a float float32."""
+        loc = user_location()
+        if isinstance(array, bool):
+            return self._record("ConstantFill", [], blob_out or 1,
+                                {"dtype": DataType.BOOL, "value": array}, loc)
+        try:
+            arr = np.array(array, dtype=dtype)
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"Const cannot make a tensor of {array!r}: {e}", loc) from None
+        kind = arr.dtype.kind
+        if kind in "USO":
+            op, arr = "GivenTensorStringFill", arr.astype(object)
+        elif arr.dtype == np.int32:
+            op = "GivenTensorIntFill"
+        elif kind in "iu":
+            op, arr = "GivenTensorInt64Fill", arr.astype(np.int64)
+        elif kind == "b":
+            op = "GivenTensorBoolFill"
+        else:
+            op, arr = "GivenTensorFill", arr.astype(np.float32)
+        return self._record(op, [], blob_out or 1,
+                            {"shape": list(arr.shape), "values": arr.reshape(-1)}, loc)
+
+    def Python(self, f, grad_f=None, python_func_type=None, pass_workspace=False, grad_output_indices=None,
+               grad_input_indices=None):
+        """``net.Python(f)(inputs, outputs)``: call ``f(inputs, outputs)`` at run time.
+
+        ``f`` may be a ``(builder, args, kwargs)`` tuple: the builder then runs once per
+        instance of the op to make the function.
+        """
+        loc = user_location()
+        if isinstance(f, tuple):
+            if len(f) != 3 or not callable(f[0]):
+                raise TraceError("a Python op builder must be a (builder, args, kwargs) tuple", loc)
+            name = getattr(f[0], "__qualname__", "builder")
+        elif callable(f):
+            name = getattr(f, "__qualname__", type(f).__name__)
+        else:
+            raise TraceError(f"ops.Python needs a function, got {type(f).__name__}", loc)
+        ref = pyrefs.register(f, name)
+
+        def record(inputs=None, outputs=None, **kwargs):
+            return self._record("Python", inputs, outputs if outputs is not None else [],
+                                {"func": ref, "name": name, "pass_workspace": int(bool(pass_workspace)),
+                                 **kwargs}, user_location())
+
+        return record
+
+    def LogInfo(self, *msgs):
+        for m in msgs:
+            blob = m if isinstance(m, BlobReference) else self.Const(str(m), self.NextName("log"))
+            self.Print(blob, [])
+
+    # --- composition
+    def AppendNet(self, other: "Net") -> "Net":
+        for op in other._ops:
+            for b in op.inputs:
+                if b not in self._produced and b not in self._external_inputs:
+                    self._external_inputs.append(b)
+            self._ops.append(op)
+            self._produced.update(op.outputs)
+        self.AddExternalOutput(*other._external_outputs)
+        return self
+
+    def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True, update_external_list=False):
+        """A copy of this net named ``name`` with blob names mapped through ``blob_remap``."""
+        remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
+        new = Net(name)
+        for i, op in enumerate(self._ops):
+            if op_id_mask is not None and i not in op_id_mask:
+                continue
+            new._ops.append(OpRecord(op.type, tuple(remap.get(b, b) for b in op.inputs),
+                                     tuple(remap.get(b, b) for b in op.outputs), dict(op.args),
+                                     op.loc, dict(op.extra)))
+            new._produced.update(remap.get(b, b) for b in op.outputs)
+        new._external_inputs = [remap.get(b, b) for b in self._external_inputs]
+        new._external_outputs = [remap.get(b, b) for b in self._external_outputs]
+        for key, objs in self._attributes.items():
+            new._attributes[key] = list(objs)
+        if keep_schema:
+            new._input_record, new._output_record = self._input_record, self._output_record
+        return new
+
+    def ops(self) -> list[OpRecord]:
+        return list(self._ops)
+
+
+_IR_ONLY = frozenset(d.name for d in OPS if d.name[0].islower() or d.name == "Const")
+
+
+def _builder_prefix() -> str:
+    from dslc.net_builder import NetBuilder  # the builder module needs Net; resolve at call time
+    nb = NetBuilder.current(required=False)
+    return nb.name if nb is not None and nb.name else ""
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+class ExecutionStep:
+    """A step of an execution plan: nets run in order, or substeps (maybe concurrent).
+
+    ``_items`` holds Nets, ExecutionSteps, and recorded NetBuilder blocks (loops,
+    conditionals, stop checks), in program order.
+    """
+
+    def __init__(self, name, nets=None, num_iter=None):
+        self._name = name or names.unique_step_name()
+        self._items: list = []
+        self._kind = None  # "nets" or "substeps"
+        self._num_iter = None
+        self._should_stop_blob = None
+        self._only_once = None
+        self._concurrent_substeps = None
+        self._create_workspace = False
+        self._num_concurrent_instances = None
+        self._run_every_ms = None
+        self._report_net = None
+        self._report_interval = None
+        self._used = False
+        self._loc = user_location()
+        if nets is not None:
+            for n in (nets if isinstance(nets, (list, tuple)) else [nets]):
+                self.AddNet(n)
+        if num_iter is not None:
+            self.SetIter(num_iter)
+
+    def Name(self) -> str:
+        return self._name
+
+    def __repr__(self):
+        return f"ExecutionStep({self._name!r})"
+
+    def _check_mutable(self):
+        if self._used:
+            raise TraceError(f"step {self._name!r} cannot change after it was added to a plan or step",
+                             user_location())
+
+    def SetIter(self, num_iter):
+        self._check_mutable()
+        self._num_iter = int(num_iter)
+
+    def SetShouldStopBlob(self, blob):
+        self._check_mutable()
+        self._should_stop_blob = str(blob)
+
+    def SetOnlyOnce(self, only_once):
+        self._check_mutable()
+        self._only_once = bool(only_once)
+
+    def SetConcurrentSubsteps(self, concurrent):
+        self._check_mutable()
+        self._concurrent_substeps = bool(concurrent)
+
+    def SetCreateWorkspace(self, create):
+        self._check_mutable()
+        self._create_workspace = bool(create)
+
+    def SetNumConcurrentInstances(self, n):
+        self._check_mutable()
+        self._num_concurrent_instances = int(n)
+
+    def RunEveryMillis(self, interval):
+        self._run_every_ms = int(interval)
+
+    def SetReportNet(self, report_net, report_interval):
+        self._check_mutable()
+        self._report_net = report_net
+        self._report_interval = report_interval
+
+    def AddNet(self, net):
+        self._check_mutable()
+        if self._kind == "substeps":
+            raise TraceError(f"step {self._name!r} has substeps; it cannot also have nets", user_location())
+        if not isinstance(net, Net):
+            raise TraceError(f"AddNet needs a Net, got {type(net).__name__}", user_location())
+        self._kind = "nets"
+        self._items.append(net)
+        return self
+
+    def AddSubstep(self, substep):
+        self._check_mutable()
+        if self._kind == "nets":
+            raise TraceError(f"step {self._name!r} has nets; it cannot also have substeps", user_location())
+        if isinstance(substep, ExecutionStep):
+            if substep.is_empty():
+                return self  # Caffe2 drops empty substeps silently
+            substep._used = True
+        self._kind = "substeps"
+        self._items.append(substep)
+        return self
+
+    def _add_item(self, item):
+        """Append a recorded builder block (loop, conditional, stop check)."""
+        self._kind = self._kind or "substeps"
+        self._items.append(item)
+
+    def is_empty(self) -> bool:
+        return not self._items
+
+    def HasNets(self):
+        return self._kind == "nets"
+
+    def HasSubsteps(self):
+        return self._kind == "substeps"
+
+    def Nets(self):
+        return [i for i in self._items if isinstance(i, Net)]
+
+    def Substeps(self):
+        return [i for i in self._items if not isinstance(i, Net)]
+
+    def Proto(self):
+        return self
+
+    def get_all_attributes(self, key):
+        return [obj for net in iter_nets(self) for obj in net.get_attributes(key)]
+
+
+def iter_nets(item):
+    """Every Net reachable from a step, builder block or net, in program order."""
+    if isinstance(item, Net):
+        yield item
+        return
+    for child in getattr(item, "_items", None) or getattr(item, "_children", None) or ():
+        yield from iter_nets(child)
+    for extra in getattr(item, "_extra_regions", lambda: ())():
+        yield from iter_nets(extra)
+
+
+def execution_step(default_name, steps_or_nets, num_iter=None, report_net=None, report_interval=None,
+                   concurrent_substeps=None, should_stop_blob=None, only_once=None,
+                   num_concurrent_instances=None, create_workspace=False, run_every_ms=None):
+    """Make a step: a Net or list of Nets becomes a net step, anything else substeps."""
+    loc = user_location()
+    if num_iter is not None and should_stop_blob is not None:
+        raise TraceError("execution_step takes num_iter or should_stop_blob, not both", loc)
+    step = ExecutionStep(default_name)
+    if should_stop_blob is not None:
+        step.SetShouldStopBlob(should_stop_blob)
+    elif num_iter is not None:
+        step.SetIter(num_iter)
+    if only_once is not None:
+        step.SetOnlyOnce(only_once)
+    if concurrent_substeps is not None:
+        step.SetConcurrentSubsteps(concurrent_substeps)
+    if num_concurrent_instances is not None:
+        step.SetNumConcurrentInstances(num_concurrent_instances)
+    if create_workspace:
+        step.SetCreateWorkspace(True)
+    if report_net is not None:
+        step.SetReportNet(report_net, report_interval)
+    if run_every_ms:
+        step.RunEveryMillis(run_every_ms)
+    if isinstance(steps_or_nets, ExecutionStep):
+        step.AddSubstep(steps_or_nets)
+    elif isinstance(steps_or_nets, Net):
+        step.AddNet(steps_or_nets)
+    elif isinstance(steps_or_nets, (list, tuple)):
+        if steps_or_nets and all(isinstance(x, Net) for x in steps_or_nets):
+            for n in steps_or_nets:
+                step.AddNet(n)
+        else:
+            for x in steps_or_nets:
+                step.AddSubstep(to_execution_step(x))
+    elif steps_or_nets is not None:
+        step.AddSubstep(to_execution_step(steps_or_nets))
+    return step
+
+
+def scoped_execution_step(name, *args, **kwargs):
+    return execution_step(ScopedName(name) if name else name, *args, **kwargs)
+
+
+def to_execution_step(step_or_nets, default_name=None):
+    """A step from a step (as is), a NetBuilder (its recorded children), a Net or a list."""
+    from dslc.net_builder import NetBuilder
+
+    if isinstance(step_or_nets, ExecutionStep):
+        return step_or_nets
+    if isinstance(step_or_nets, NetBuilder):
+        return step_or_nets.as_step(default_name)
+    if getattr(step_or_nets, "_is_block", False):
+        step = ExecutionStep(default_name)
+        step._add_item(step_or_nets)
+        return step
+    name = default_name or getattr(step_or_nets, "name", None)
+    if isinstance(name, str) or name is None:
+        return execution_step(name, step_or_nets)
+    return execution_step(default_name, step_or_nets)
+
+
+class Plan:
+    """An ordered list of top-level steps (what ``workspace.RunPlan`` runs)."""
+
+    def __init__(self, name_or_step):
+        if isinstance(name_or_step, ExecutionStep):
+            self._name, self._steps = name_or_step.Name(), [name_or_step]
+        else:
+            self._name, self._steps = str(name_or_step), []
+
+    def Name(self):
+        return self._name
+
+    def AddStep(self, step):
+        step = to_execution_step(step)
+        if not step.is_empty():
+            step._used = True
+            self._steps.append(step)
+
+    def Steps(self):
+        return list(self._steps)
+
+    def Nets(self):
+        seen = {}
+        for s in self._steps:
+            for n in iter_nets(s):
+                seen.setdefault(n.Name(), n)
+        return list(seen.values())
+
+    def AddNets(self, nets):
+        pass  # nets are found through the steps
+
+    def Proto(self):
+        return self

@@ -1,0 +1,134 @@
+"""Lowering state of one IR region: the SSA value each blob name holds right now.
+
+A read of a blob not yet defined in the region becomes a ``load``; writes stay SSA
+values until ``flush`` stores the last one. The workspace is brought up to date
+before every nested region, stop check and synchronising effect (counters,
+Python ops), so concurrent steps and tasks see what Caffe2 would show them.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from dslc.ir import Builder, Region, Symbol
+from dslc.ir.diagnostics import TraceError
+from dslc.ir.opdef import OPS
+
+_AUTO = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")
+
+
+def hint(name: str) -> str | None:
+    """A readable SSA name for a blob: its last path part, unless it was auto-generated."""
+    base = name.rsplit("/", 1)[-1]
+    if not base or _AUTO.match(base) or base.startswith("stop_blob"):
+        return None
+    return base
+
+
+class Scope:
+    """Name resolution inside an IfNet/WhileNet branch: new blobs stay local to it."""
+
+    def __init__(self, outer: frozenset, tag: str, parent: "Scope | None"):
+        self.outer, self.tag, self.parent = outer, tag, parent
+        self.local: set[str] = set()
+
+    def resolve(self, name: str, write: bool, loc) -> str:
+        if name in self.local:
+            return f"{name}@{self.tag}"
+        if name in self.outer:
+            return self.parent.resolve(name, write, loc) if self.parent else name
+        if not write:
+            raise TraceError(f"blob {name!r} is read in this IfNet/WhileNet branch before it is written there, "
+                             "and it is not defined outside", loc,
+                             "define it before the IfNet/WhileNet block")
+        self.local.add(name)
+        return f"{name}@{self.tag}"
+
+
+class Block:
+    """One region being filled by the lowering."""
+
+    def __init__(self, ctx, region: Region, iters=None, scope: Scope | None = None, env=None):
+        self.ctx = ctx
+        self.region = region
+        self.b = Builder(region)
+        self.iters = dict(iters or {})
+        self.scope = scope
+        self.env = dict(env or {})
+        self.dirty: dict[str, object] = {}
+
+    def child(self, region: Region, inherit: bool, iters=None, scope="same") -> "Block":
+        """A block for a nested region; ``inherit`` forwards this block's (clean) values."""
+        return Block(self.ctx, region, self.iters if iters is None else iters,
+                     self.scope if scope == "same" else scope, self.env if inherit else None)
+
+    def key(self, name: str, write: bool, loc) -> str:
+        return self.scope.resolve(name, write, loc) if self.scope else name
+
+    def read(self, name: str, loc):
+        if name in self.iters:
+            return self.iters[name]
+        key = self.key(name, False, loc)
+        v = self.env.get(key)
+        if v is None:
+            if key in self.ctx.iter_names:
+                raise TraceError(f"loop.iter() of the loop at {self.ctx.iter_names[key]} is used outside "
+                                 "that loop", loc, "use it only inside its `with ops.loop(...)` block")
+            v = self.b.value("load", attrs={"blob": Symbol(key)}, result_types=[self.ctx.blob_type(key)],
+                             loc=loc, hints=[hint(key)])
+            self.ctx.loads.append((key, v, loc))
+            self.env[key] = v
+        return v
+
+    def read_flag(self, name: str, loc):
+        """A stop flag: its current value if this block wrote it, else the ``flag`` op."""
+        key = self.key(name, False, loc)
+        if key in self.env:
+            return self.env[key]
+        return self.b.value("flag", attrs={"blob": Symbol(key)}, loc=loc)
+
+    def write(self, name: str, value, loc) -> None:
+        key = self.key(name, True, loc)
+        if value.hint is None:
+            value.hint = hint(key)
+        self.env[key] = value
+        self.dirty[key] = loc
+
+    def flush(self) -> None:
+        for key, loc in self.dirty.items():
+            v = self.env[key]
+            self.b.create("store", [v], {"blob": Symbol(key)}, loc=loc)
+            self.ctx.note_store(key, v.type)
+        self.dirty.clear()
+
+    def forget(self, op=None) -> None:
+        """Drop forwarded values (of the blobs ``op`` writes, or all): later reads load again."""
+        if op is None:
+            self.env = {k: v for k, v in self.env.items() if k in self.dirty}
+            return
+        written = {o.attrs["blob"] for o in op.walk() if o.name == "store"}
+        if op.name in ("parallel", "scope", "reporting") or any(o.name == "Python" for o in op.walk()):
+            written = set(self.env)
+        for k in written:
+            if k not in self.dirty:
+                self.env.pop(k, None)
+
+    def const(self, value, loc):
+        arr = np.asarray(value)
+        arr.setflags(write=False)
+        return self.b.value("Const", attrs={"value": arr}, loc=loc)
+
+    def create(self, name, operands, attrs=None, loc=None, **kw):
+        return self.b.create(name, operands, attrs, loc=loc, **kw)
+
+
+SYNC_RESOURCES = frozenset({"counter", "python", "workspace", "queue", "db", "mutex", "cursor"})
+
+
+def is_sync(opdef) -> bool:
+    """Ops other threads may synchronise through: the workspace must be current around them."""
+    return any(e.resource in SYNC_RESOURCES for e in opdef.effects)
+
+
+__all__ = ["Block", "Scope", "hint", "is_sync", "OPS"]

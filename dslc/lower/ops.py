@@ -1,0 +1,71 @@
+"""Lowering one recorded op: Caffe2 spellings to declared ops, blob names to SSA values."""
+from __future__ import annotations
+
+import numpy as np
+
+from dslc.core import FILL_ALIASES, OpRecord
+from dslc.ir.diagnostics import DSLError, VerifyError
+from dslc.ir.opdef import OPS
+from dslc.ir.types import NUMPY_DTYPES
+
+from .blocks import Block, is_sync
+
+
+def lower_op(blk: Block, rec: OpRecord) -> None:
+    """Append the IR for ``rec`` to ``blk``: reads, the op, then its outputs as writes."""
+    try:
+        if rec.type in FILL_ALIASES:
+            return _write(blk, rec, [blk.const(_given_fill(rec), rec.loc)])
+        if rec.type == "ConstantFill" and not rec.inputs:
+            return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
+        opdef = OPS[rec.type]
+        inputs = [blk.read(n, rec.loc) for n in rec.inputs]
+        attrs = dict(rec.args)
+        if rec.type == "Print" and rec.inputs:
+            attrs.setdefault("blob", rec.inputs[0])
+        sync = is_sync(opdef)
+        if sync:
+            blk.flush()
+            if rec.type == "Python" and rec.args.get("pass_workspace"):
+                blk.forget()
+        op = blk.create(rec.type, inputs, attrs, loc=rec.loc, n_results=len(rec.outputs))
+        if sync:
+            blk.forget()
+        if rec.type == "Python" and rec.args.get("pass_workspace"):
+            blk.ctx.opaque_writes = True
+        _write(blk, rec, op.results)
+    except DSLError as e:
+        if e.loc is None:
+            e.loc = rec.loc
+        raise
+
+
+def _write(blk: Block, rec: OpRecord, values) -> None:
+    for name, v in zip(rec.outputs, values):
+        blk.write(name, v, rec.loc)
+
+
+def _given_fill(rec: OpRecord) -> np.ndarray:
+    args = dict(rec.args)
+    values = args.pop("values", [])
+    shape = args.pop("shape", None)
+    for k in args:
+        if k not in ("dtype", "input_as_shape", "extra_shape"):
+            raise VerifyError(f"{rec.type} has no argument {k!r}", rec.loc)
+    arr = np.asarray(values, dtype=FILL_ALIASES[rec.type])
+    try:
+        return arr.reshape(shape if shape is not None else arr.shape)
+    except ValueError:
+        raise VerifyError(f"{rec.type}: {arr.size} values do not fill shape {list(shape)}", rec.loc) from None
+
+
+def _constant_fill(rec: OpRecord) -> np.ndarray:
+    opdef = OPS["ConstantFill"]
+    attrs = opdef.full_attrs(rec.args)
+    (t,) = opdef.infer([], attrs, 1)
+    value = attrs["value"]
+    dtype = NUMPY_DTYPES[t.dtype]
+    try:
+        return np.full(t.shape, value, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise VerifyError(f"ConstantFill cannot fill {t} with {value!r}: {e}", rec.loc) from None

@@ -1,0 +1,146 @@
+"""Lowering a task group into a module: group -> tasks -> phases -> structured ops.
+
+Blob types are found by a small fixpoint: a load's type is the join of every type
+stored to that blob anywhere in the module (and of the value already in the
+workspace); the module is lowered again until the loads agree.
+"""
+from __future__ import annotations
+
+from dslc.ir import Module, Region, Symbol, make_op, verify
+from dslc.ir.diagnostics import UNKNOWN_LOC, TraceError, VerifyError
+from dslc.ir.types import ANY, join
+from dslc.task import Task, TaskGroup, get_setup_nets
+
+from .blocks import Block
+from .steps import lower_seq, lower_step, lower_step_parts
+
+MAX_ROUNDS = 6
+
+
+class LowerContext:
+    """What the lowering of one module shares: blob types, loop indices, If chains."""
+
+    def __init__(self, assumed: dict):
+        self.assumed = assumed          # blob -> type to give its loads
+        self.stored: dict = {}          # blob -> join of the types stored to it so far
+        self.loads: list = []           # (blob, load result, loc)
+        self.iter_names: dict = {}      # loop index blob -> the loop's location
+        self.if_ran: dict = {}          # If chain -> SSA value "an earlier branch ran"
+        self.opaque_writes = False      # a Python op with the workspace may write any blob
+        self._tags = 0
+
+    def blob_type(self, name: str):
+        t = self.assumed.get(name)
+        if t is None:
+            t = self.stored.get(name, ANY)
+        return t
+
+    def note_store(self, name: str, t) -> None:
+        old = self.stored.get(name)
+        self.stored[name] = t if old is None else join(old, t)
+
+    def fresh_tag(self, kind: str) -> str:
+        self._tags += 1
+        return f"{kind}{self._tags}"
+
+
+def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None) -> Module:
+    """The verified module for one run of ``group``.
+
+    ``existing`` maps blobs already in the session's workspace to their types.
+    """
+    existing = dict(existing or {})
+    assumed = dict(existing)
+    tasks = group.tasks()
+    setup = _group_setup(group, tasks)
+    for _ in range(MAX_ROUNDS):
+        ctx = LowerContext(assumed)
+        module = _lower(ctx, group, tasks, setup, source)
+        final = dict(existing)
+        for name, t in ctx.stored.items():
+            final[name] = join(final[name], t) if name in final else t
+        if all(v.type == final.get(name, v.type) for name, v, _ in ctx.loads):
+            break
+        assumed = final
+    _check_reads(ctx, final)
+    verify(module)
+    return module
+
+
+def _group_setup(group: TaskGroup, tasks):
+    """The node-level init/exit nets, collected once per group (setup objects are used once)."""
+    if getattr(group, "_dslc_setup", None) is None:
+        steps = [t.get_step() for t in tasks] + [s for _, s in group.report_steps()]
+        group._dslc_setup = get_setup_nets(TaskGroup.LOCAL_SETUP, steps, group)
+    return group._dslc_setup
+
+
+def _check_reads(ctx: LowerContext, final: dict) -> None:
+    if ctx.opaque_writes:
+        return
+    for name, _, loc in ctx.loads:
+        if name not in final:
+            raise VerifyError(f"blob {name!r} is read here, but nothing writes it", loc,
+                              "write it earlier in the job, or feed it into the workspace before running")
+
+
+def _lower(ctx: LowerContext, group: TaskGroup, tasks, setup, source: str) -> Module:
+    module = make_op("module", attrs={"source": source}, regions=[Region()])
+    init, exit_ = setup
+    node = tasks[0].node if tasks else "local"
+    g = make_op("group", attrs={"node": node}, regions=[Region(), Region(), Region()])
+    module.regions[0].append(g)
+    for region, items in ((g.regions[0], init), (g.regions[2], exit_)):
+        blk = Block(ctx, region)
+        lower_seq(blk, items, in_loop=False)
+        blk.flush()
+    body = g.regions[1]
+    reporters = group.report_steps()
+    if reporters:
+        regions = [Region()] + [Region() for _ in reporters]
+        rep = make_op("reporting", attrs={"intervals_ms": [int(s._run_every_ms) for _, s in reporters]},
+                      regions=regions)
+        body.append(rep)
+        for region, (_, step) in zip(regions[1:], reporters):
+            blk = Block(ctx, region)
+            lower_step_parts(blk, step, step._items)
+            blk.flush()
+        body = regions[0]
+    for task in tasks:
+        body.append(lower_task(ctx, task))
+    return Module(module)
+
+
+def lower_task(ctx: LowerContext, task: Task):
+    step = task.get_step()
+    p = step.phases
+    attrs = {"name": task.name, "instances": step.num_instances,
+             "workspace": task.workspace_type() or "private", "node": task.node,
+             "outputs": [Symbol(n) for n in task.output_names()]}
+    op = make_op("task", attrs=attrs, regions=[Region() for _ in range(5)], loc=task._loc or UNKNOWN_LOC)
+    body_items = [] if p.body is None else [p.body]
+    for region, items in zip(op.regions, (p.init, p.instance_init, body_items, p.instance_exit, p.exit)):
+        blk = Block(ctx, region)
+        try:
+            if items is body_items and p.reporters:
+                _lower_with_reporters(blk, p.body, p.reporters)
+            else:
+                lower_seq(blk, items, in_loop=False)
+        except TraceError as e:
+            if e.loc is None:
+                e.loc = task._loc
+            raise
+        blk.flush()
+    return op
+
+
+def _lower_with_reporters(blk: Block, body, reporters) -> None:
+    from dslc.core import ExecutionStep
+
+    wrapper = ExecutionStep(f"{body.Name()}:body")
+    wrapper._loc = body._loc
+    for r in reporters:
+        wrapper._items.append(r)
+    wrapper._items.append(body)
+    wrapper._kind = "substeps"
+    lower_step(blk, wrapper)

@@ -1,0 +1,304 @@
+"""Lowering steps and builder blocks into structured control flow.
+
+    ops.loop(n)             -> for(%n) { ^(%i): ... }
+    ops.loop() + stop_if    -> loop { ...; break_if(%c); ... }
+    If / Elif / Else        -> if(%c) then {...}; if(%ran or not %c2) else {...}; ...
+    stop_if in a one-shot block (If branch, guard, task body) -> the rest of the block
+                               goes into `if(%c) else {...}`
+    execution_step(should_stop_blob=b) -> loop { item; break_if(flag @b); ... }
+    concurrent substeps     -> parallel {...} {...}
+"""
+from __future__ import annotations
+
+from dslc.core import ExecutionStep, Net
+from dslc.ir import Region, Symbol
+from dslc.ir.diagnostics import TraceError
+from dslc.ir.types import I64
+from dslc.net_builder import NetBuilder, StopIf
+
+from .blocks import Block, Scope
+from .ops import lower_op
+from .records import names_read, names_written
+
+
+class _WriteConst:
+    """An internal item: set a blob to a constant (a stop guard's closing 'not stopped')."""
+
+    def __init__(self, name, value, loc):
+        self.name, self.value, self.loc = name, value, loc
+
+
+class _StopCheck:
+    """An internal item: the stop-blob check Caffe2 makes after each net or substep."""
+
+    def __init__(self, blob, loc):
+        self.blob, self.loc = blob, loc
+
+
+def lower_seq(blk: Block, items, in_loop: bool) -> None:
+    """Lower items in order; a stop check breaks the loop, or skips the rest of a block."""
+    for i, item in enumerate(items):
+        if isinstance(item, (StopIf, _StopCheck)):
+            if isinstance(item, StopIf):
+                cond = blk.read(item.cond, item.loc)
+            else:
+                cond = blk.read_flag(item.blob, item.loc)
+            blk.flush()
+            if in_loop:
+                blk.create("break_if", [cond], loc=item.loc)
+                continue
+            op, _, rest = _if(blk, cond, item.loc)
+            lower_seq(rest, items[i + 1:], False)
+            rest.flush()
+            blk.forget(op)
+            return
+        lower_item(blk, item)
+
+
+def lower_item(blk: Block, item) -> None:
+    if isinstance(item, Net):
+        for rec in item._ops:
+            lower_op(blk, rec)
+    elif isinstance(item, ExecutionStep):
+        lower_step(blk, item)
+    elif isinstance(item, _Parallel):
+        lower_parallel(blk, item)
+    elif isinstance(item, _WriteConst):
+        blk.write(item.name, blk.const(item.value, item.loc), item.loc)
+    elif isinstance(item, NetBuilder):
+        _BLOCKS[item.kind](blk, item)
+    else:
+        raise TraceError(f"cannot run a {type(item).__name__} as part of a step")
+
+
+def _if(blk: Block, cond, loc):
+    """An ``if`` op on ``cond``, and the blocks of its then and else regions."""
+    blk.flush()
+    op = blk.create("if", [cond], loc=loc, result_types=[], regions=[Region(), Region()])
+    return op, blk.child(op.regions[0], inherit=True), blk.child(op.regions[1], inherit=True)
+
+
+def _finish(*blocks: Block) -> None:
+    for b in blocks:
+        b.flush()
+
+
+# ----------------------------------------------------------------------------- builder blocks
+
+
+def lower_block(blk: Block, nb: NetBuilder) -> None:
+    """A plain builder: its children in order, run once."""
+    lower_seq(blk, nb._children, in_loop=False)
+
+
+def lower_loop(blk: Block, loop) -> None:
+    loc = loop._loc
+    blk.flush()
+    body_items = loop._children
+    if loop.count is None:
+        op = blk.create("loop", [], loc=loc, regions=[Region()])
+        body = blk.child(op.regions[0], inherit=False)
+        lower_seq(body, body_items, in_loop=True)
+        _finish(body)
+        body.create("yield", [], loc=loc)
+    elif isinstance(loop.count, int) or str(loop.count) not in names_written(body_items):
+        count = blk.const(loop.count, loc) if isinstance(loop.count, int) else blk.read(str(loop.count), loc)
+        op = blk.create("for", [count], loc=loc, regions=[Region()])
+        i = op.regions[0].add_arg(I64, "i")
+        body = blk.child(op.regions[0], inherit=False, iters={**blk.iters, str(loop._iter): i})
+        blk.ctx.iter_names[str(loop._iter)] = loc
+        lower_seq(body, body_items, in_loop=True)
+        _finish(body)
+        body.create("yield", [], loc=loc)
+    else:
+        op = _lower_recounted_loop(blk, loop)
+    blk.forget(op)
+
+
+def _lower_recounted_loop(blk: Block, loop) -> None:
+    """A loop whose count blob changes inside it: re-read the count at every iteration."""
+    loc = loop._loc
+    zero = blk.const(0, loc)
+    op = blk.create("loop", [zero], loc=loc, regions=[Region()])
+    i = op.regions[0].add_arg(I64, "i")
+    body = blk.child(op.regions[0], inherit=False, iters={**blk.iters, str(loop._iter): i})
+    blk.ctx.iter_names[str(loop._iter)] = loc
+    n = body.read(str(loop.count), loc)
+    done = body.b.value("GE", [i, n], loc=loc)
+    body.create("break_if", [done, i], loc=loc)
+    lower_seq(body, loop._children, in_loop=True)
+    _finish(body)
+    one = body.const(1, loc)
+    body.create("yield", [body.b.value("Add", [i, one], loc=loc)], loc=loc)
+    op.results[0].hint = "n"
+    return op
+
+
+def lower_if(blk: Block, item) -> None:
+    """One branch of an If chain; ``ran`` (did an earlier branch run?) is an SSA value."""
+    loc, chain, ran = item._loc, item.chain, blk.ctx.if_ran.get(id(item.chain))
+    if item.branch == "if":
+        cond = blk.read(item.cond, loc)
+        op, region, _ = _if(blk, cond, loc)
+        ran = cond
+    elif ran is None:
+        raise TraceError(f"{item.branch.title()} without its If", loc)
+    elif item.branch == "elif":
+        cond = blk.read(item.cond, loc)
+        skip = blk.b.value("Or", [ran, blk.b.value("Not", [cond], loc=loc)], loc=loc)
+        op, _, region = _if(blk, skip, loc)
+        ran = blk.b.value("Or", [ran, cond], loc=loc)
+    else:
+        op, _, region = _if(blk, ran, loc)
+    blk.ctx.if_ran[id(chain)] = ran
+    lower_seq(region, item._children, in_loop=False)
+    _finish(region)
+    blk.forget(op)
+
+
+def lower_guard(blk: Block, guard) -> None:
+    """``stop_guard``: has_stopped is True until the body reaches its end."""
+    flag = str(guard._stopped)
+    blk.write(flag, blk.const(True, guard._loc), guard._loc)
+    lower_seq(blk, list(guard._children) + [_WriteConst(flag, False, guard._loc)], in_loop=False)
+
+
+def lower_ifnet(blk: Block, item) -> None:
+    loc = item._loc
+    cond = blk.read(item.cond, loc)
+    op, then, other = _if(blk, cond, loc)
+    for region, branch in ((then, item), (other, item.else_branch)):
+        if branch is None:
+            continue
+        region.scope = Scope(branch.outer_scope, blk.ctx.fresh_tag("if"), blk.scope)
+        lower_seq(region, branch._children, in_loop=False)
+        _finish(region)
+    blk.forget(op)
+
+
+def lower_whilenet(blk: Block, item) -> None:
+    loc = item._loc
+    blk.flush()
+    op = blk.create("loop", [], loc=loc, regions=[Region()])
+    body = blk.child(op.regions[0], inherit=False)
+    body.scope = Scope(item.condition.outer_scope, blk.ctx.fresh_tag("cond"), blk.scope)
+    lower_seq(body, item.condition._children, in_loop=False)
+    cond = body.read(item.condition.cond, loc)
+    body.flush()
+    body.create("break_if", [body.b.value("Not", [cond], loc=loc)], loc=loc)
+    body.scope = Scope(item.outer_scope, blk.ctx.fresh_tag("while"), blk.scope)
+    lower_seq(body, item._children, in_loop=False)
+    _finish(body)
+    body.create("yield", [], loc=loc)
+    blk.forget(op)
+
+
+_BLOCKS = {"block": lower_block, "loop": lower_loop, "if": lower_if, "guard": lower_guard,
+           "ifnet": lower_ifnet, "whilenet": lower_whilenet}
+
+
+# ----------------------------------------------------------------------------- execution steps
+#
+# A step's flags nest like this (outermost first), as in Caffe2's executor:
+#   reporters (run_every_ms substeps)  -> reporting {body} {reporter}...
+#   create_workspace                   -> scope {...}   (one workspace per execution)
+#   num_iter / should_stop_blob        -> for / loop, stop checked after each item
+#   concurrency                        -> parallel {item} {item}...  (joined each iteration)
+
+
+def lower_step(blk: Block, step: ExecutionStep) -> None:
+    """A raw execution step (or a NetBuilder turned into one)."""
+    items = [i for i in step._items if not _is_reporter(i)]
+    reporters = [i for i in step._items if _is_reporter(i)]
+    if step._report_net is not None:
+        rs = ExecutionStep(f"{step.Name()}:report", step._report_net)
+        rs.RunEveryMillis(int((step._report_interval or 1) * 1000))
+        reporters.append(rs)
+    if not reporters:
+        return lower_step_parts(blk, step, items)
+    regions = [_isolated(blk, [step], lambda b: lower_step_parts(b, step, items))]
+    regions += [_isolated(blk, [r], lambda b, r=r: lower_step_parts(b, r, r._items)) for r in reporters]
+    op = blk.create("reporting", [], {"intervals_ms": [int(r._run_every_ms) for r in reporters]},
+                    loc=step._loc, regions=regions)
+    blk.forget(op)
+
+
+def _is_reporter(item) -> bool:
+    return isinstance(item, ExecutionStep) and bool(item._run_every_ms)
+
+
+def lower_step_parts(blk: Block, step: ExecutionStep, items) -> None:
+    """``step`` run with ``items`` as its body (its reporters already split off)."""
+    if not step._create_workspace:
+        return _iterated(blk, step, items)
+    region = _isolated(blk, [step], lambda b: _iterated(b, step, items))
+    blk.forget(blk.create("scope", [], loc=step._loc, regions=[region]))
+
+
+class _Parallel:
+    """An internal item: a step's items run concurrently, ``instances`` times each."""
+
+    def __init__(self, step, items, instances):
+        self.step, self.items, self.instances = step, items, instances
+
+
+def _iterated(blk: Block, step: ExecutionStep, items) -> None:
+    loc, stop = step._loc, step._should_stop_blob
+    n = step._num_concurrent_instances or 1
+    if n > 1 or (step._concurrent_substeps and len(items) > 1):
+        items = [_Parallel(step, items, n)]
+    if stop is not None:
+        checked = [x for it in items for x in (it, _StopCheck(stop, loc))]
+        if step._only_once:
+            return lower_seq(blk, checked, in_loop=False)
+        return _loop(blk, checked, loc)
+    if step._num_iter not in (None, 1):
+        if step._num_iter < 0:
+            raise TraceError(f"step {step.Name()!r} has a negative num_iter ({step._num_iter})", loc)
+        return _counted(blk, step._num_iter, items, loc)
+    lower_seq(blk, items, in_loop=False)
+
+
+def _loop(blk: Block, items, loc) -> None:
+    blk.flush()
+    op = blk.create("loop", [], loc=loc, regions=[Region()])
+    body = blk.child(op.regions[0], inherit=False)
+    lower_seq(body, items, in_loop=True)
+    _finish(body)
+    body.create("yield", [], loc=loc)
+    blk.forget(op)
+
+
+def _counted(blk: Block, n: int, items, loc) -> None:
+    blk.flush()
+    op = blk.create("for", [blk.const(n, loc)], loc=loc, regions=[Region()])
+    op.regions[0].add_arg(I64, "i")
+    body = blk.child(op.regions[0], inherit=False)
+    lower_seq(body, items, in_loop=True)
+    _finish(body)
+    body.create("yield", [], loc=loc)
+    blk.forget(op)
+
+
+def lower_parallel(blk: Block, par: _Parallel) -> None:
+    parts = [[it] for it in par.items] if par.step.HasSubsteps() else [par.items]
+    regions = [_isolated(blk, part, lambda b, part=part: lower_seq(b, part, in_loop=False))
+               for part in parts]
+    blk.forget(blk.create("parallel", [], {"instances": par.instances}, loc=par.step._loc,
+                          regions=regions))
+
+
+def _isolated(blk: Block, items, fill) -> Region:
+    """A region that runs on its own thread or workspace: it sees blobs, not outer SSA values."""
+    needed = names_read(items)
+    loc = getattr(items[0], "_loc", None) if items else None
+    for name, v in blk.iters.items():
+        if name in needed:  # a loop index read inside: pass it through its blob
+            blk.create("store", [v], {"blob": Symbol(name)}, loc=loc)
+            blk.ctx.note_store(name, v.type)
+    blk.flush()
+    region = Region()
+    inner = Block(blk.ctx, region, scope=blk.scope)
+    fill(inner)
+    inner.flush()
+    return region

@@ -1,0 +1,38 @@
+"""Process-wide name registries, as in Caffe2: net names and unnamed step names.
+
+Net names are made unique against every net created so far (``x``, ``x_1``, ``x_2``);
+programs and tests that spell auto-generated blob names depend on this.
+``reset()`` gives a fresh start (each job file and each test begins with one).
+"""
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_net_names: set[str] = set()
+_step_count = [0]
+
+
+def unique_net_name(prefix: str, requested) -> str:
+    base = "/".join(x for x in (prefix, None if requested is None else str(requested)) if x) or "net"
+    with _lock:
+        name, k = base, 1
+        while name in _net_names:
+            name = f"{base}_{k}"
+            k += 1
+        _net_names.add(name)
+    return name
+
+
+def unique_step_name() -> str:
+    with _lock:
+        k = _step_count[0]
+        _step_count[0] += 1
+    return "step" if k == 0 else f"step_{k}"
+
+
+def reset() -> None:
+    """Forget every name handed out (a new process, as far as naming goes)."""
+    with _lock:
+        _net_names.clear()
+        _step_count[0] = 0

@@ -1,0 +1,570 @@
+"""``ops`` and ``NetBuilder``: record nets, loops, conditionals and phases as what they are.
+
+A builder's children are Nets, ExecutionSteps, nested blocks (``_Loop``,
+``_RunIf``, ``_StopGuard``, ``_RunIfNet``, ``_RunWhileNet``) and ``StopIf`` markers,
+in program order. The lowering turns each kind into structured IR; nothing here
+is pre-lowered into stop-blob tricks. Blob and net names are still taken the way
+Caffe2 takes them, so auto-generated names match.
+"""
+from __future__ import annotations
+
+from dslc import core, names
+from dslc.context import Managed
+from dslc.core import BlobReference, ExecutionStep, Net
+from dslc.ir.diagnostics import TraceError
+from dslc.tracing import user_location
+
+
+class NoBuilderError(TraceError, AttributeError):
+    """``ops.X`` used where no NetBuilder (or Task) is open."""
+
+
+class StopIf:
+    """A stop check recorded in a builder body: leave the block (or loop) if ``cond``."""
+
+    __slots__ = ("cond", "loc", "stop_blob")
+
+    def __init__(self, cond, loc, stop_blob):
+        self.cond, self.loc, self.stop_blob = str(cond), loc, stop_blob
+
+    def __repr__(self):
+        return f"StopIf({self.cond})"
+
+
+class NetBuilder(Managed):
+    """Records ops into nets inside a ``with`` block; nested blocks become children."""
+
+    kind = "block"
+
+    def __init__(self, name=None, initial_scope=None, _stop_blob_required=False, _stop_blob=None,
+                 _fullname=None, _use_control_ops=False):
+        parent = NetBuilder.current(required=False)
+        if _fullname and name:
+            raise TraceError("NetBuilder takes name or _fullname, not both", user_location())
+        self.name = _fullname or "/".join(n for n in (parent.name if parent else None, name) if n)
+        self._loc = user_location()
+        self._frozen = False
+        self._current_net = None
+        self._children: list = []
+        self._stop_blob = _stop_blob
+        self._stop_blob_required = _stop_blob_required
+        self._use_control_ops = _use_control_ops
+        if parent is not None:
+            parent._update_lexical_scope()
+        self._init_lexical_scope = set(parent._lexical_scope) if parent is not None else set()
+        if initial_scope:
+            self._init_lexical_scope |= {str(b) for b in initial_scope}
+        self._lexical_scope = set(self._init_lexical_scope)
+
+    def __str__(self):
+        return self.name or "Un-named NetBuilder"
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name!r}, {len(self._children)} children)"
+
+    # --- recording
+    def _assert_mutable(self):
+        if self._frozen:
+            raise TraceError(f"builder {self} is closed; ops can no longer be added to it",
+                             user_location(), "record ops inside its `with` block")
+
+    def current_net(self, name=None) -> Net:
+        self._assert_mutable()
+        if self._current_net is None or name is not None:
+            self.add(Net(name))
+        return self._current_net
+
+    def add(self, child):
+        self._assert_mutable()
+        if self._use_control_ops and not (isinstance(child, Net) or
+                                          (isinstance(child, NetBuilder) and child._use_control_ops)):
+            raise TraceError(f"{type(child).__name__} cannot be used inside ops.IfNet/ops.WhileNet",
+                             user_location(), "only ops and nested IfNet/WhileNet blocks are allowed there")
+        self._children.append(child)
+        self._current_net = child if isinstance(child, Net) else None
+        return child
+
+    def stop_if(self, blob, loc=None):
+        loc = loc or user_location()
+        if self._use_control_ops:
+            raise TraceError("ops.stop()/ops.stop_if() cannot be used inside ops.IfNet/ops.WhileNet", loc)
+        if not isinstance(blob, (BlobReference, str)):
+            raise TraceError(f"ops.stop_if needs a bool blob, got {type(blob).__name__}", loc,
+                             "compute the condition with an op, e.g. ops.GE([x, ops.Const(5)])")
+        if self._stop_blob is None:
+            net = self.current_net()
+            self._stop_blob = BlobReference(net._reserve("stop_blob"), net)
+            if self._children and self._children[0] is not net:
+                names.unique_net_name(self.name, "stop_blob_init")
+        self._children.append(StopIf(blob, loc, str(self._stop_blob)))
+        self._current_net = None
+
+    def _update_lexical_scope(self):
+        scope = set(self._init_lexical_scope)
+        for child in self._children:
+            if isinstance(child, Net):
+                scope |= child.UsedBlobNames()
+            elif isinstance(child, NetBuilder) and child._use_control_ops:
+                scope |= child._lexical_scope
+        self._lexical_scope = scope
+
+    # --- closing
+    def freeze(self):
+        self._frozen = True
+        for child in self._children:
+            if isinstance(child, NetBuilder):
+                child.freeze()
+
+    def get(self):
+        self.freeze()
+        return self._children
+
+    def has_stop(self) -> bool:
+        return any(isinstance(c, StopIf) for c in self._children)
+
+    def _on_exit(self):
+        """Checks and bookkeeping when the block closes normally."""
+        if self._stop_blob_required and not self.has_stop():
+            raise TraceError("ops.loop() without a count never ends", self._loc,
+                             "call ops.stop() or ops.stop_if(cond) inside it, or give it a count")
+
+    def __exit__(self, etype, *args):
+        try:
+            if etype is None:
+                self._on_exit()
+        finally:
+            super().__exit__(etype, *args)
+            self.freeze()
+        return False
+
+    def as_step(self, default_name=None) -> ExecutionStep:
+        """This builder as a step (``core.to_execution_step``)."""
+        self.freeze()
+        step = ExecutionStep(self.name or default_name)
+        step._loc = self._loc
+        if self.kind != "block":
+            step._add_item(self)
+        elif self._children and all(isinstance(c, Net) for c in self._children):
+            for c in self._children:
+                step.AddNet(c)
+        else:
+            for c in self._children:
+                if not (isinstance(c, ExecutionStep) and c.is_empty()):
+                    step._add_item(c)
+        return step
+
+
+class _RunOnce(NetBuilder):
+    """A block that runs at most once; a stop inside it skips the rest of the block."""
+
+    def _on_exit(self):
+        super()._on_exit()
+        if self._stop_blob is not None:
+            self.current_net()._reserve("ConstantFill", 0)  # Caffe2's closing ops.stop()
+
+
+class _Loop(NetBuilder):
+    """``ops.loop(n)``: n times (an int, or an int blob read at every iteration), or until stopped."""
+
+    kind = "loop"
+
+    def __init__(self, iters=None, name=None):
+        loc = user_location()
+        if isinstance(iters, bool) or not (iters is None or isinstance(iters, (int, BlobReference))):
+            raise TraceError(f"ops.loop needs an int or an int blob, got {type(iters).__name__}", loc)
+        if isinstance(iters, int) and iters < 0:
+            raise TraceError(f"ops.loop count must be >= 0, got {iters}", loc,
+                             "a loop cannot run a negative number of times")
+        parent = NetBuilder.current()
+        super().__init__(name, _stop_blob_required=iters is None)
+        self._loc = loc
+        self._count = iters
+        self._iter = None
+        if iters is not None:
+            net = parent.current_net()
+            net._reserve("GivenTensorInt64Fill", 0)  # the increment
+            self._iter = BlobReference(net._reserve("GivenTensorInt64Fill", 0), net)
+            if not isinstance(iters, BlobReference):
+                net._reserve("GivenTensorInt64Fill", 0)
+
+    def iter(self) -> BlobReference:
+        """The iteration counter (0, 1, ... n-1) as a blob usable inside the loop."""
+        if self._count is None:
+            raise TraceError("loop.iter() needs a loop with a count", user_location(),
+                             "give the loop a count: ops.loop(n)")
+        return self._iter
+
+    def __enter__(self):
+        super().__enter__()
+        if self._count is not None:
+            net = self.current_net()
+            net._reserve("GE")
+            self._stop_blob = BlobReference(net._reserve("stop_blob"), net)
+            self._current_net = None
+        return self
+
+    def _on_exit(self):
+        super()._on_exit()
+        if self._count is not None:
+            self.current_net()
+
+    @property
+    def count(self):
+        return self._count
+
+
+class _IfChain:
+    """What the branches of one If/Elif/Else chain share."""
+
+    __slots__ = ("parent", "has_else")
+
+    def __init__(self, parent):
+        self.parent = parent
+        self.has_else = False
+
+
+class _RunIf(_RunOnce):
+    """One branch of ``ops.If(c)`` / ``.Elif(c)`` / ``.Else()``: the first true branch runs."""
+
+    kind = "if"
+
+    def __init__(self, cond=None, name=None, _chain=None, _branch="if"):
+        loc = user_location()
+        if _branch != "else" and not isinstance(cond, (BlobReference, str)):
+            raise TraceError(f"ops.{'If' if _branch == 'if' else 'Elif'} needs a bool blob, "
+                             f"got {type(cond).__name__}", loc,
+                             "compute the condition with an op, e.g. ops.GE([x, ops.Const(5)])")
+        parent = NetBuilder.current()
+        super().__init__(name)
+        self._loc = loc
+        self.cond = None if cond is None else str(cond)
+        self.branch = _branch
+        self.chain = _chain or _IfChain(parent)
+        net = parent.current_net()
+        if _branch == "if":
+            net._reserve("Not")
+            net._reserve("ConstantFill", 0)  # Caffe2's already_ran flag
+        elif _branch == "elif":
+            net._reserve("Not")
+            net._reserve("Or")
+
+    def __enter__(self):
+        super().__enter__()
+        net = self.current_net()
+        self._stop_blob = BlobReference(net._reserve("stop_blob"), net)
+        self._current_net = None
+        self.current_net()  # Caffe2 marks the chain as taken in the branch's second net
+        return self
+
+    def _next(self, branch, cond, name):
+        loc = user_location()
+        what = "Elif" if branch == "elif" else "Else"
+        if self.branch == "else" or self.chain.has_else:
+            raise TraceError(f"{what} cannot follow Else", loc,
+                             "an If chain ends at its Else; start a new ops.If(...) instead")
+        if NetBuilder.current(required=False) is not self.chain.parent:
+            raise TraceError(f"{what} must be in the same block as its If", loc)
+        if not self._frozen:
+            raise TraceError(f"{what} must come after the If block closed", loc)
+        nxt = _RunIf(cond, name=name or self.name, _chain=self.chain, _branch=branch)
+        if branch == "else":
+            self.chain.has_else = True
+        return self.chain.parent.add(nxt)
+
+    def Elif(self, cond, name=None):
+        return self._next("elif", cond, name)
+
+    def Else(self, name=None):
+        return self._next("else", None, name)
+
+
+class _StopGuard(_RunOnce):
+    """``ops.stop_guard()``: ``has_stopped()`` tells whether a stop ended the block early."""
+
+    kind = "guard"
+
+    def __init__(self, has_stopped_blob=None, name=None):
+        super().__init__(name)
+        self._stopped = has_stopped_blob
+        self._ran = False
+
+    def __enter__(self):
+        super().__enter__()
+        if self._stopped is None:
+            net = self.current_net()
+            self._stopped = BlobReference(net._reserve("ConstantFill", 0), net)
+        self._stopped = BlobReference(str(self._stopped), None)
+        return self
+
+    def _on_exit(self):
+        self._ran = True
+        self.current_net()
+        super()._on_exit()
+
+    def has_stopped(self) -> BlobReference:
+        if not self._ran:
+            raise TraceError("has_stopped() is known only after the stop_guard block closed", user_location())
+        return self._stopped
+
+
+class _SetupBuilder(NetBuilder):
+    """A ``task_init``/``task_exit``/... block: collected by the enclosing Task or TaskGroup."""
+
+    INIT = "init"
+    EXIT = "exit"
+    kind = "block"
+
+    def __init__(self, type, name=None):
+        super().__init__(name)
+        self.type = type
+
+    def setup(self, net):
+        if self.type == _SetupBuilder.INIT:
+            return core.to_execution_step(self)
+
+    def exit(self, net):
+        if self.type == _SetupBuilder.EXIT:
+            return core.to_execution_step(self)
+
+
+class _ReporterBuilder(NetBuilder):
+    """``ops.task_reporter``/``ops.local_reporter``: a block run every ``interval_ms`` beside the body."""
+
+    def __init__(self, interval_ms, net=None, name=None):
+        super().__init__(name)
+        self._net = net
+        self.interval_ms = interval_ms
+
+    def __exit__(self, etype, *args):
+        super().__exit__(etype, *args)
+        if etype is None:
+            from dslc.task import Task, TaskGroup
+            step = core.to_execution_step(self)
+            step.RunEveryMillis(self.interval_ms)
+            if self._net is not None:
+                self._net.add_attribute(Task.REPORT_STEP, step)
+            else:
+                TaskGroup.current().report_step(step, interval_ms=self.interval_ms)
+        return False
+
+
+# ----------------------------------------------------------------------------- control-op builders
+
+
+class _ControlBuilder(NetBuilder):
+    """Base of IfNet/WhileNet blocks: a branch's new blobs stay local to it."""
+
+    def __init__(self, name=None):
+        super().__init__(name, _use_control_ops=True)
+        self.outer_scope = frozenset(self._init_lexical_scope)
+
+    def _on_exit(self):
+        self._update_lexical_scope()
+
+
+class _RunIfNet(_ControlBuilder):
+    """``ops.IfNet(cond)``: then-branch here, ``ops.Else()`` right after adds the else branch."""
+
+    kind = "ifnet"
+
+    def __init__(self, cond, name=None):
+        if not isinstance(cond, (BlobReference, str)):
+            raise TraceError(f"ops.IfNet needs a bool blob, got {type(cond).__name__}", user_location())
+        super().__init__(name)
+        self.cond = str(cond)
+        self.else_branch = None
+
+    def _extra_regions(self):
+        return [self.else_branch] if self.else_branch is not None else []
+
+
+class _RunElseNet(_ControlBuilder):
+    kind = "elsenet"
+
+    def __init__(self, name=None):
+        parent = NetBuilder.current()
+        last = parent._children[-1] if parent._children else None
+        if not isinstance(last, _RunIfNet) or last.else_branch is not None:
+            raise TraceError("ops.Else() must directly follow an ops.IfNet block", user_location(),
+                             "for ops.If chains use c.Else() on the object ops.If returned")
+        super().__init__(name)
+        self.outer_scope = last.outer_scope
+        self._if = last
+
+    def __exit__(self, etype, *args):
+        super().__exit__(etype, *args)
+        if etype is None:
+            self._if.else_branch = self
+        return False
+
+
+class _RunWhileNet(_ControlBuilder):
+    """``ops.WhileNet()``: an ``ops.Condition()`` block first, then the body."""
+
+    kind = "whilenet"
+
+    def __init__(self, name=None):
+        super().__init__(name)
+        self.condition = None
+
+    def _on_exit(self):
+        if self.condition is None:
+            raise TraceError("ops.WhileNet() needs an ops.Condition() block", self._loc)
+        super()._on_exit()
+
+    def _extra_regions(self):
+        return [self.condition] if self.condition is not None else []
+
+
+class _RunWhileCondition(_ControlBuilder):
+    kind = "condition"
+
+    def __init__(self, name=None):
+        parent = NetBuilder.current()
+        if not isinstance(parent, _RunWhileNet):
+            raise TraceError("ops.Condition() must be directly inside ops.WhileNet()", user_location())
+        if parent.condition is not None or parent._children:
+            raise TraceError("ops.Condition() must come first in ops.WhileNet(), and only once", user_location())
+        super().__init__(name)
+        self._while = parent
+
+    def __exit__(self, etype, *args):
+        super().__exit__(etype, *args)
+        if etype is None:
+            ops_ = [op for n in self._children if isinstance(n, Net) for op in n._ops]
+            if not ops_ or len(ops_[-1].outputs) != 1:
+                raise TraceError("the last op of ops.Condition() must have exactly one output (the condition)",
+                                 self._loc)
+            self.cond = ops_[-1].outputs[0]
+            self._while.condition = self
+            self._while._children.clear()
+            self._while._current_net = None
+        return False
+
+
+# ----------------------------------------------------------------------------- ops
+
+
+class Operations:
+    """``ops``: record into the current NetBuilder (``ops.Add(...)``, ``ops.loop(...)``...)."""
+
+    def net(self, net=None, name=None):
+        """Add ``net`` (a Net or step) as the next child; or return the current net."""
+        if net is not None and name is not None:
+            raise TraceError("ops.net takes a net or a name, not both", user_location())
+        builder = _builder()
+        if net is not None:
+            if not isinstance(net, (Net, ExecutionStep)):
+                raise TraceError(f"ops.net needs a Net or an ExecutionStep, got {type(net).__name__}",
+                                 user_location())
+            if isinstance(net, ExecutionStep):
+                if builder._use_control_ops:
+                    raise TraceError("steps cannot be added inside ops.IfNet/ops.WhileNet", user_location())
+                net._used = True
+            builder.add(net)
+            return net
+        return builder.current_net(name)
+
+    def __getattr__(self, op_type):
+        if op_type.startswith("__"):
+            raise AttributeError(op_type)
+        return getattr(_builder().current_net(), op_type)
+
+    def stop(self):
+        """Leave the innermost block (break out of a loop, skip the rest of an If branch)."""
+        self.stop_if(self.Const(True))
+
+    def stop_if(self, blob):
+        _builder().stop_if(blob, user_location())
+
+    def loop(self, iters=None, name=None):
+        """``with ops.loop(n) as loop:`` runs n times (``loop.iter()`` is 0..n-1); no n: until stopped."""
+        builder = _ordinary_builder("ops.loop")
+        return builder.add(_Loop(iters, name=name))
+
+    def stop_guard(self, has_stopped_blob=None, name=None):
+        builder = _ordinary_builder("ops.stop_guard")
+        return builder.add(_StopGuard(has_stopped_blob=has_stopped_blob, name=name))
+
+    def If(self, cond, name=None):
+        """``with ops.If(c) as c:`` ... ``with c.Elif(c2) as c:`` ... ``with c.Else():``."""
+        builder = _ordinary_builder("ops.If")
+        return builder.add(_RunIf(cond, name=name))
+
+    def IfNet(self, cond, name=None):
+        return _builder().add(_RunIfNet(cond, name=name))
+
+    def Else(self, name=None):
+        return _RunElseNet(name=name)
+
+    def WhileNet(self, name=None):
+        return _builder().add(_RunWhileNet(name=name))
+
+    def Condition(self, name=None):
+        return _RunWhileCondition(name=name)
+
+    def _setup(self, key, kind, what):
+        from dslc.task import Task
+        if key != "local_setup" and Task.current(required=False) is None:
+            raise TraceError(f"ops.{what}() is only valid inside a Task", user_location(),
+                             f"open it inside `with Task():` (a {what} block outside a task would never run)")
+        setup = _SetupBuilder(kind)
+        setup._loc = user_location(2)
+        _builder().current_net().add_attribute(key, setup)
+        return setup
+
+    def task_init(self):
+        """Ops in this block run once per task run, before the body (and its instances)."""
+        return self._setup("task_setup", _SetupBuilder.INIT, "task_init")
+
+    def task_exit(self):
+        """Ops in this block run once per task run, after the body."""
+        return self._setup("task_setup", _SetupBuilder.EXIT, "task_exit")
+
+    def task_instance_init(self):
+        """Ops in this block run in each instance, before the body; their blobs are per instance."""
+        return self._setup("task_instance_setup", _SetupBuilder.INIT, "task_instance_init")
+
+    def task_instance_exit(self):
+        """Ops in this block run in each instance, after the body."""
+        return self._setup("task_instance_setup", _SetupBuilder.EXIT, "task_instance_exit")
+
+    def local_init(self):
+        """Ops in this block run once per node, before the task group's tasks."""
+        return self._setup("local_setup", _SetupBuilder.INIT, "local_init")
+
+    def local_exit(self):
+        return self._setup("local_setup", _SetupBuilder.EXIT, "local_exit")
+
+    def task_reporter(self, interval_ms=1000, name=None):
+        """A block run every ``interval_ms`` while the task body runs, and once after it."""
+        return _ReporterBuilder(interval_ms, net=self.net(), name=name)
+
+    def local_reporter(self, interval_ms=1000, name=None):
+        """A block run every ``interval_ms`` on the node while the task group runs."""
+        return _ReporterBuilder(interval_ms, name=name)
+
+    def task_group(self):
+        raise TraceError("ops.task_group() is not supported", user_location(),
+                         "create a TaskGroup() outside the builder and add Tasks to it")
+
+
+def _builder() -> NetBuilder:
+    nb = NetBuilder.current(required=False)
+    if nb is None:
+        raise NoBuilderError("no active NetBuilder: ops can only be recorded inside a Task or NetBuilder",
+                             user_location(2), "wrap the code in `with Task():` or `with NetBuilder():`")
+    return nb
+
+
+def _ordinary_builder(what: str) -> NetBuilder:
+    nb = _builder()
+    if nb._use_control_ops:
+        raise TraceError(f"{what} cannot be used inside ops.IfNet/ops.WhileNet", user_location(2),
+                         "use ops.IfNet / ops.WhileNet there")
+    return nb
+
+
+ops = Operations()
+
+__all__ = ["NetBuilder", "ops", "StopIf"]

@@ -1,0 +1,427 @@
+"""Tasks, task groups, nodes and task outputs (Caffe2's ``task`` module).
+
+A Task is a step plus its phases: task init/exit (once per run) and instance
+init/exit (around each of ``num_instances`` concurrent copies of the body). The
+phases are collected from ``ops.task_init()``-style blocks wherever they were
+opened in the task's body, as Caffe2 does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dslc import core
+from dslc.context import DefaultManaged, Managed
+from dslc.core import BlobReference, ExecutionStep, Net
+from dslc.ir.diagnostics import TraceError
+from dslc.net_builder import NetBuilder
+from dslc.tracing import user_location
+
+
+class WorkspaceType:
+    """PRIVATE: the task runs in a fresh child workspace; GLOBAL: in the node's workspace."""
+
+    PRIVATE = "private"
+    GLOBAL = "global"
+
+
+class Cluster(DefaultManaged):
+    """The nodes used so far, in first-use order, with their keyword arguments."""
+
+    def __init__(self):
+        self._nodes = []
+        self._node_kwargs = {}
+
+    def add_node(self, node):
+        if str(node) not in self._nodes:
+            self._nodes.append(str(node))
+        self._node_kwargs[str(node)] = dict(self._node_kwargs.get(str(node), {}), **node.kwargs())
+
+    def nodes(self):
+        return self._nodes
+
+    def node_kwargs(self):
+        return self._node_kwargs
+
+    def __repr__(self):
+        return f"Cluster(nodes={self._nodes}, node_kwargs={self._node_kwargs})"
+
+
+class Node(DefaultManaged):
+    """A place tasks run: only its name matters (LocalSession runs every node locally)."""
+
+    def __init__(self, node="local", **kwargs):
+        self._name = str(node)
+        self._kwargs = kwargs
+        Cluster.current().add_node(self)
+
+    def __str__(self):
+        return self._name
+
+    def __repr__(self):
+        return f"Node(name={self._name}, kwargs={self._kwargs})"
+
+    def kwargs(self):
+        return self._kwargs
+
+
+class SetupNets:
+    """A generic setup object: ``init_nets`` run before, ``exit_nets`` after."""
+
+    def __init__(self, init_nets=None, exit_nets=None):
+        self.init_nets = init_nets
+        self.exit_nets = exit_nets
+
+    def setup(self, init_net):
+        return self.init_nets
+
+    def exit(self, exit_net):
+        return self.exit_nets
+
+    def __repr__(self):
+        return f"SetupNets(init_nets={self.init_nets}, exit_nets={self.exit_nets})"
+
+
+def get_setup_nets(key, steps_or_nets, target):
+    """The init and exit nets/steps of the setup objects attached under ``key`` (each used once)."""
+    init_net, exit_net = core.Net(key + "/init"), core.Net(key + "/exit")
+    init_nets, exit_nets = [], []
+    objs = []
+    for s in steps_or_nets:
+        if hasattr(s, "get_all_attributes"):
+            objs += s.get_all_attributes(key)
+        elif hasattr(s, "get_attributes"):
+            objs += s.get_attributes(key)
+    for obj in objs:
+        if getattr(obj, "_setup_used", False):
+            continue
+        if getattr(obj, "_setup_target", target) is not target:
+            continue
+        for method, out, net in (("setup", init_nets, init_net), ("exit", exit_nets, exit_net)):
+            if hasattr(obj, method):
+                got = getattr(obj, method)(net)
+                if isinstance(got, (list, tuple)):
+                    out += got
+                elif isinstance(got, (Net, ExecutionStep)):
+                    out.append(got)
+                elif got is not None:
+                    raise TraceError(f"a setup object returned {type(got).__name__}; "
+                                     "expected a Net, a step or a list of them")
+                obj._setup_used = True
+    if init_net._ops:
+        init_nets.insert(0, init_net)
+    if exit_net._ops:
+        exit_nets.insert(0, exit_net)
+    return init_nets, exit_nets
+
+
+class TaskGroup(Managed):
+    """Tasks that run concurrently; PRIVATE by default when you make the group yourself."""
+
+    LOCAL_SETUP = "local_setup"
+
+    def __init__(self, workspace_type=None):
+        self._workspace_type = workspace_type
+        self._tasks: list[Task] = []
+        self._tasks_to_add: list[Task] = []
+        self._already_used = False
+        self._report_steps: list = []
+        self._report_nets: dict = {}
+        self._remote_nets: list = []
+
+    def add(self, task):
+        if self._already_used:
+            raise TraceError("tasks cannot be added to a TaskGroup after it ran", user_location())
+        wt = task._workspace_type
+        if self._workspace_type is not None and wt is not None and wt != self._workspace_type:
+            raise TraceError(f"a {wt} task cannot join a {self._workspace_type} TaskGroup", user_location(),
+                             "give every task of a group the same workspace_type")
+        if wt is None:
+            task._workspace_type = self._workspace_type or WorkspaceType.PRIVATE
+        if self._workspace_type is None:
+            self._workspace_type = task._workspace_type
+        task._notify_used()
+        self._tasks.append(task)
+
+    def tasks(self):
+        for t in self._tasks_to_add:
+            self.add(t)
+        self._tasks_to_add = []
+        self._already_used = True
+        return self._tasks
+
+    def num_registered_tasks(self):
+        return len(self._tasks_to_add) + len(self._tasks)
+
+    def used_nodes(self):
+        used = []
+        for t in self._tasks + self._tasks_to_add:
+            if t.node not in used:
+                used.append(t.node)
+        return used
+
+    def report_step(self, step=None, node=None, interval_ms=1000):
+        step = core.to_execution_step(step)
+        step.RunEveryMillis(interval_ms)
+        self._report_steps.append((str(node or Node.current()), step))
+
+    def report_net(self, net=None, node=None, report_interval=5):
+        node = str(node or Node.current())
+        if node not in self._report_nets:
+            self._report_nets[node] = (net or core.Net(f"{node}/reporter"), report_interval)
+        elif net is not None:
+            raise TraceError(f"node {node} already has a report net", user_location())
+        return self._report_nets[node][0]
+
+    def report_steps(self):
+        steps = list(self._report_steps)
+        for node, (net, interval) in self._report_nets.items():
+            s = core.execution_step(f"{node}:report", net)
+            s.RunEveryMillis(int(interval * 1000))
+            steps.append((node, s))
+        return steps
+
+    def workspace_type(self):
+        return self._workspace_type
+
+    def add_remote_net(self, net):
+        self._remote_nets.append(net)
+
+    def remote_nets(self):
+        return self._remote_nets
+
+    def __repr__(self):
+        return (f"TaskGroup(tasks={self._tasks + self._tasks_to_add}, "
+                f"workspace_type={self._workspace_type}, remote_nets={self._remote_nets})")
+
+
+class TaskOutput:
+    """A blob (or list, or record) a task exports; ``fetch()`` after the run gives its value."""
+
+    def __init__(self, names):
+        self._schema = None
+        if hasattr(names, "field_blobs"):
+            self._schema = names
+            names = names.field_blobs()
+        self._is_scalar = not isinstance(names, (list, tuple))
+        self.names = [names] if self._is_scalar else list(names)
+        self._values = None
+        self._fetch_func = None
+
+    def set(self, values, _fetch_func=None):
+        if len(values) != len(self.names):
+            raise TraceError(f"TaskOutput got {len(values)} values for {len(self.names)} names")
+        self._values = values
+        self._fetch_func = _fetch_func
+
+    def _shape(self, vals):
+        if self._schema is not None:
+            from dslc.schema import from_blob_list
+            return from_blob_list(self._schema, vals)
+        return vals[0] if self._is_scalar else vals
+
+    def get(self):
+        if self._values is None:
+            raise TraceError("this output has no value yet", user_location(), "run its task first")
+        return self._shape(self._values)
+
+    def fetch(self):
+        if self._fetch_func is None:
+            raise TraceError("this output cannot be fetched yet", user_location(),
+                             "run its task with session.run(...) first")
+        return self._shape([self._fetch_func(v) for v in self._values])
+
+    def __repr__(self):
+        return f"TaskOutput(names={self.names}, values={self._values})"
+
+
+class TaskOutputList:
+    """The outputs of one task, in order."""
+
+    def __init__(self, outputs=None):
+        self.outputs = outputs or []
+
+    def names(self):
+        return [n for o in self.outputs for n in o.names]
+
+    def set_values(self, values, _fetch_func=None):
+        offset = 0
+        for o in self.outputs:
+            o.set(values[offset:offset + len(o.names)], _fetch_func)
+            offset += len(o.names)
+
+    def __repr__(self):
+        return f"TaskOutputList(outputs={self.outputs})"
+
+
+@dataclass
+class TaskPhases:
+    """A task's phases, in run order (``Task.get_step()`` fills these in)."""
+
+    init: list = field(default_factory=list)
+    instance_init: list = field(default_factory=list)
+    reporters: list = field(default_factory=list)
+    body: ExecutionStep | None = None
+    instance_exit: list = field(default_factory=list)
+    exit: list = field(default_factory=list)
+
+
+class TaskStep(ExecutionStep):
+    """What ``Task.get_step()`` returns: a step that knows its task's phases."""
+
+    def __init__(self, task, phases: TaskPhases):
+        super().__init__(task.name)
+        self.task = task
+        self.phases = phases
+        self.num_instances = task._num_instances or 1
+        self._kind = "substeps"
+        self._items = (phases.init + phases.instance_init + phases.reporters +
+                       ([phases.body] if phases.body is not None else []) +
+                       phases.instance_exit + phases.exit)
+        self._used = True
+
+
+class Task(Managed):
+    """A unit of work on a node: a step, its setup phases, its outputs, its instance count."""
+
+    TASK_SETUP = "task_setup"
+    TASK_INSTANCE_SETUP = "task_instance_setup"
+    REPORT_STEP = "report_step"
+    _global_names_used: set = set()
+
+    def __init__(self, step=None, outputs=None, workspace_type=None, group=None, node=None, name=None,
+                 num_instances=None):
+        self._loc = user_location()
+        if not name and isinstance(step, ExecutionStep):
+            name = step.Name()
+        if not name:
+            name = "task"
+        if node is not None and not isinstance(node, Node):
+            node = Node(node)
+        self.node = str(Node.current(node))
+        self.group = TaskGroup.current(group, required=False)
+        self.name = Task._next_name(self.node, self.group, name)
+        if num_instances is not None and (not isinstance(num_instances, int) or num_instances < 0):
+            raise TraceError(f"num_instances must be a non-negative int, got {num_instances!r}", self._loc)
+        self._num_instances = num_instances
+        self._workspace_type = workspace_type
+        self._step = None
+        self._step_with_setup = None
+        self._outputs: list[TaskOutput] = []
+        self._already_used = False
+        if self.group is not None:
+            self.group._tasks_to_add.append(self)
+        if step is not None:
+            self.set_step(step)
+        if outputs is not None:
+            self.add_outputs(outputs)
+
+    @staticmethod
+    def _next_name(node, group, name):
+        base = f"{node}/{name}"
+        used = Task._global_names_used if group is None else {t.name for t in group._tasks_to_add}
+        cur, i = base, 0
+        while cur in used:
+            i += 1
+            cur = f"{base}:{i}"
+        return cur
+
+    def __enter__(self):
+        if self._step is not None:
+            raise TraceError("this Task already has a step", user_location())
+        super().__enter__()
+        if self.group is not None and self in self.group._tasks_to_add:
+            self.group._tasks_to_add.remove(self)
+        self._builder = NetBuilder(_fullname=self.name)
+        self._builder._loc = self._loc
+        self._builder.__enter__()
+        return self
+
+    def __exit__(self, etype, *args):
+        try:
+            self._builder.__exit__(etype, *args)
+        finally:
+            super().__exit__(etype, *args)
+        if etype is None:
+            self.set_step(self._builder)
+            if self.group is not None:
+                self.group._tasks_to_add.append(self)
+        self._builder = None
+        return False
+
+    def set_step(self, step):
+        if self._already_used:
+            raise TraceError("a Task cannot change after it ran", user_location())
+        self._step = core.to_execution_step(step)
+
+    def workspace_type(self):
+        return self._workspace_type
+
+    def num_instances(self):
+        return self._num_instances
+
+    def _assert_not_used(self):
+        if self._already_used:
+            raise TraceError(f"outputs cannot be added to task {self.name} after it ran", user_location())
+
+    def add_output(self, output):
+        self._assert_not_used()
+        if not isinstance(output, TaskOutput):
+            output = TaskOutput(output)
+        self._outputs.append(output)
+        return output
+
+    def add_outputs(self, outputs):
+        self._assert_not_used()
+        if isinstance(outputs, (list, tuple)):
+            return [self.add_output(o) for o in outputs]
+        return self.add_output(outputs)
+
+    def outputs(self):
+        return self._outputs
+
+    def output_names(self):
+        return [str(n) for o in self._outputs for n in o.names]
+
+    def output_list(self):
+        return TaskOutputList(self._outputs)
+
+    def _notify_used(self):
+        self.get_step()
+        self._already_used = True
+
+    def get_step(self) -> TaskStep:
+        """The task's phases, collected once (adds the dummy output of output-less tasks)."""
+        if self._step_with_setup is not None:
+            return self._step_with_setup
+        phases = TaskPhases()
+        if self._step is not None:
+            reporters = [s for s in self._step.get_all_attributes(Task.REPORT_STEP)
+                         if not getattr(s, "_report_step_used", False)]
+            for s in reporters:
+                s._report_step_used = True
+                if not s._run_every_ms:
+                    s.RunEveryMillis(1000)
+            roots = [self._step] + reporters
+            phases.init, phases.exit = get_setup_nets(Task.TASK_SETUP, roots, self)
+            phases.instance_init, phases.instance_exit = get_setup_nets(Task.TASK_INSTANCE_SETUP, roots, self)
+            phases.reporters = reporters
+            phases.body = self._step
+            if not self._outputs:
+                out_net = core.Net(f"{self.name}:output")
+                self.add_output(out_net.ConstantFill([], 1, dtype=core.DataType.INT32, value=0))
+                phases.exit.append(out_net)
+        self._step_with_setup = TaskStep(self, phases)
+        return self._step_with_setup
+
+    def __repr__(self):
+        return f"Task(name={self.name}, node={self.node}, outputs={self._outputs})"
+
+
+def final_output(blob_or_record):
+    """Export a blob from the current Task (or a new step-less one): fetchable after the run."""
+    task = Task.current(required=False) or Task()
+    return task.add_output(blob_or_record)
+
+
+__all__ = ["Cluster", "Node", "SetupNets", "Task", "TaskGroup", "TaskOutput", "TaskOutputList",
+           "WorkspaceType", "final_output", "get_setup_nets", "BlobReference"]

@@ -1,0 +1,17 @@
+"""dslc's IR: typed SSA values, structured regions, one op table, printer, verifier."""
+from . import ops as _ops  # noqa: F401  (declares every operator)
+from .builder import Builder, make_op
+from .core import Module, Operation, OpResult, Region, RegionArg, Symbol, Value
+from .diagnostics import (DSLError, DSLTypeError, ExecutionError, JobFileError, Location,
+                          TraceError, UnknownOperatorError, VerifyError)
+from .opdef import OPS, OpDef
+from .printer import print_module, print_op
+from .types import ANY, AnyType, HandleType, TensorType, Type
+from .verifier import verify
+
+__all__ = [
+    "ANY", "AnyType", "Builder", "DSLError", "DSLTypeError", "ExecutionError", "HandleType",
+    "JobFileError", "Location", "Module", "OPS", "OpDef", "OpResult", "Operation", "Region",
+    "RegionArg", "Symbol", "TensorType", "TraceError", "Type", "UnknownOperatorError", "Value",
+    "VerifyError", "make_op", "print_module", "print_op", "verify",
+]

@@ -1,0 +1,61 @@
+"""Creating ops: look up the declaration, check arity and attributes, infer result types.
+
+Every op the lowering or a pass creates goes through ``Builder.create``, so the op
+table is the single source of arity, attribute and type rules.
+"""
+from __future__ import annotations
+
+from .core import Operation, Region, Value
+from .diagnostics import UNKNOWN_LOC, DSLError, Location, VerifyError
+from .opdef import OPS
+
+
+def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=None,
+            regions=(), loc: Location = UNKNOWN_LOC, hints=None) -> Operation:
+    """A new, unattached op; errors carry ``loc``.
+
+    Result types come from the declaration's inference; ops whose inference returns
+    None (load, if) take ``result_types`` from the caller.
+    """
+    opdef = OPS.get(name)
+    if opdef is None:
+        raise VerifyError(f"unknown operator {name!r}", loc)
+    try:
+        full = opdef.full_attrs(attrs or {})
+        types = [v.type for v in operands]
+        if n_results is None:
+            n_results = len(result_types) if result_types is not None else opdef.results[0]
+        inferred = None
+        if opdef.infer is not None:
+            opdef.check_arity(len(types), n_results)
+            inferred = opdef.infer(types, full, n_results)
+        if inferred is None:
+            if result_types is None:
+                raise VerifyError(f"{name} needs explicit result types")
+            inferred = list(result_types)
+        elif len(inferred) != n_results:
+            opdef.check_arity(len(types), len(inferred))
+            raise VerifyError(f"{name} produces {len(inferred)} outputs, got {n_results} names")
+    except DSLError as e:
+        if e.loc is None:
+            e.loc = loc
+        raise
+    return Operation(opdef, operands, inferred, full, regions, loc, hints)
+
+
+class Builder:
+    """Appends new ops at the end of a region."""
+
+    __slots__ = ("region",)
+
+    def __init__(self, region: Region):
+        self.region = region
+
+    def create(self, name: str, operands=(), attrs=None, **kw) -> Operation:
+        op = make_op(name, operands, attrs, **kw)
+        self.region.append(op)
+        return op
+
+    def value(self, name: str, operands=(), attrs=None, **kw) -> Value:
+        """Create a single-result op and return its result."""
+        return self.create(name, operands, attrs, **kw).result

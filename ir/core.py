@@ -1,0 +1,167 @@
+"""The in-memory IR: SSA values, operations, single-block regions, modules.
+
+Every op has a name, operands, typed results, attributes, regions and a source
+location. Control flow is structured: a region is one block of ops with block
+arguments (a loop's induction variable and carried values).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from .diagnostics import UNKNOWN_LOC, Location
+from .types import Type
+
+
+class Symbol(str):
+    """A blob name used as an attribute (printed ``@"name"``)."""
+
+    __slots__ = ()
+
+
+class Value:
+    """An SSA value: defined once, by an op result or a region argument."""
+
+    __slots__ = ("type", "hint", "uses")
+
+    def __init__(self, type: Type, hint: str | None = None):
+        self.type = type
+        self.hint = hint
+        self.uses: list[tuple[Operation, int]] = []
+
+    def replace_all_uses_with(self, other: Value) -> None:
+        for op, i in list(self.uses):
+            op.set_operand(i, other)
+
+
+class OpResult(Value):
+    __slots__ = ("owner", "index")
+
+    def __init__(self, type, owner, index, hint=None):
+        super().__init__(type, hint)
+        self.owner = owner
+        self.index = index
+
+
+class RegionArg(Value):
+    __slots__ = ("region", "index")
+
+    def __init__(self, type, region, index, hint=None):
+        super().__init__(type, hint)
+        self.region = region
+        self.index = index
+
+
+class Region:
+    """A single block: arguments, then ops in order."""
+
+    __slots__ = ("args", "ops", "parent")
+
+    def __init__(self, arg_types=(), hints=None):
+        self.args: list[RegionArg] = []
+        self.ops: list[Operation] = []
+        self.parent: Operation | None = None
+        for i, t in enumerate(arg_types):
+            self.add_arg(t, hints[i] if hints else None)
+
+    def add_arg(self, type: Type, hint: str | None = None) -> RegionArg:
+        arg = RegionArg(type, self, len(self.args), hint)
+        self.args.append(arg)
+        return arg
+
+    def append(self, op: Operation) -> Operation:
+        op.parent = self
+        self.ops.append(op)
+        return op
+
+    def insert(self, index: int, op: Operation) -> Operation:
+        op.parent = self
+        self.ops.insert(index, op)
+        return op
+
+    def walk(self) -> Iterator[Operation]:
+        for op in self.ops:
+            yield from op.walk()
+
+    @property
+    def empty(self) -> bool:
+        return not self.ops and not self.args
+
+
+class Operation:
+    """One IR operation. ``opdef`` is its declaration in the op table."""
+
+    __slots__ = ("opdef", "operands", "results", "attrs", "regions", "loc", "parent")
+
+    def __init__(self, opdef, operands=(), result_types=(), attrs=None, regions=(),
+                 loc: Location = UNKNOWN_LOC, hints=None):
+        self.opdef = opdef
+        self.operands: list[Value] = []
+        self.attrs: dict = dict(attrs or {})
+        self.loc = loc
+        self.parent: Region | None = None
+        self.results = [OpResult(t, self, i, hints[i] if hints else None)
+                        for i, t in enumerate(result_types)]
+        self.regions: list[Region] = []
+        for v in operands:
+            self.add_operand(v)
+        for r in regions:
+            self.add_region(r)
+
+    @property
+    def name(self) -> str:
+        return self.opdef.name
+
+    @property
+    def result(self) -> Value:
+        (r,) = self.results
+        return r
+
+    def add_operand(self, v: Value) -> None:
+        v.uses.append((self, len(self.operands)))
+        self.operands.append(v)
+
+    def set_operand(self, i: int, v: Value) -> None:
+        old = self.operands[i]
+        old.uses.remove((self, i))
+        v.uses.append((self, i))
+        self.operands[i] = v
+
+    def drop_operands(self) -> None:
+        for i, v in enumerate(self.operands):
+            v.uses.remove((self, i))
+        self.operands = []
+
+    def add_region(self, r: Region) -> Region:
+        r.parent = self
+        self.regions.append(r)
+        return r
+
+    def region(self, name: str) -> Region:
+        """The region called ``name`` in the op's declaration."""
+        return self.regions[self.opdef.regions.index(name)]
+
+    def walk(self) -> Iterator[Operation]:
+        """This op, then every op nested in its regions, in program order."""
+        yield self
+        for r in self.regions:
+            for op in r.ops:
+                yield from op.walk()
+
+    def __repr__(self) -> str:
+        return f"<{self.name} at {self.loc}>"
+
+
+class Module:
+    """A whole compiled runnable: the ``module`` op and its body."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Operation):
+        self.op = op
+
+    @property
+    def body(self) -> Region:
+        return self.op.regions[0]
+
+    def walk(self) -> Iterator[Operation]:
+        return self.op.walk()

@@ -1,0 +1,75 @@
+"""Source locations and the error types every layer raises.
+
+Errors are values with a location, never bare strings: the CLI prints them as
+``file:line: error: message`` followed by a hint on what to do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A point in the user's source: the file and line of the call that made an op."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+UNKNOWN_LOC = Location("<unknown>", 0)
+
+
+class DSLError(Exception):
+    """A user-facing error: what went wrong, where, and what to do about it."""
+
+    kind = "error"
+
+    def __init__(self, message: str, loc: Location | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """``file:line: error: message; hint`` on a single line."""
+        where = f"{self.loc}: " if self.loc and self.loc != UNKNOWN_LOC else ""
+        hint = f"; {self.hint}" if self.hint else ""
+        return f"{where}{self.kind}: {self.message}{hint}"
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
+class TraceError(DSLError):
+    """The DSL was used in a way that cannot be recorded (e.g. ``Elif`` after ``Else``)."""
+
+
+class UnknownOperatorError(TraceError, AttributeError):
+    """An operator name that is not declared in the op table."""
+
+
+class VerifyError(DSLError):
+    """The IR breaks an invariant: wrong arity, incompatible types, bad structure."""
+
+
+class DSLTypeError(VerifyError):
+    """Operand types an operator cannot accept."""
+
+
+class ExecutionError(DSLError):
+    """A failure while running a job: names the task and the op's line."""
+
+    kind = "runtime error"
+
+    def __init__(self, message, loc=None, hint=None, task: str | None = None):
+        if task:
+            message = f"in task '{task}': {message}"
+        super().__init__(message, loc, hint)
+        self.task = task
+
+
+class JobFileError(DSLError):
+    """A job file that cannot be loaded: missing, syntax error, no entry point."""

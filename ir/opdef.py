@@ -1,0 +1,145 @@
+"""Operator declarations: the one table every pass and backend reads.
+
+An ``OpDef`` holds an op's name, arity, attributes, type inference, traits,
+effects, region names and fold. Declaring an op is one ``declare(...)`` call in
+``ir/ops/``; backends then register a kernel for it by name.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .diagnostics import DSLTypeError, VerifyError
+from .types import Type
+
+REQUIRED = object()  # marks an attribute without a default
+
+# Traits
+PURE = "pure"                # no effects: may be folded, CSE'd, removed when unused
+ELEMENTWISE = "elementwise"  # result[i] depends on operand[i] only (with broadcasting)
+COMMUTATIVE = "commutative"
+TERMINATOR = "terminator"    # ends a region (yield)
+CONTROL = "control"          # structured control flow (for, loop, if, break_if)
+PLAN = "plan"                # execution-plan structure (group, task, parallel, scope)
+BLOB = "blob"                # reads or writes a named workspace slot
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A side effect on a named kind of resource (``counter``, ``queue``, ``io``...)."""
+
+    resource: str
+    mode: str  # "read", "write" or "alloc"
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    operands: tuple[int, int | None]            # (min, max); max None = variadic
+    infer: Callable | None                      # (types, attrs, n_results) -> [Type]; None: given
+    attrs: dict = field(default_factory=dict)   # name -> default (or REQUIRED)
+    traits: frozenset = frozenset()
+    effects: tuple[Effect, ...] = ()
+    regions: tuple[str, ...] = ()
+    results: tuple[int, int | None] = (1, 1)
+    fold: Callable | None = None                # (*values, **attrs) -> value
+    symbol: str | None = None                   # attribute printed as ``@name`` after the op name
+    doc: str = ""
+
+    def has(self, trait: str) -> bool:
+        return trait in self.traits
+
+    @property
+    def is_pure(self) -> bool:
+        return PURE in self.traits
+
+    def check_arity(self, n_operands: int, n_results: int) -> None:
+        lo, hi = self.operands
+        if n_operands < lo or (hi is not None and n_operands > hi):
+            raise VerifyError(f"{self.name} takes {_count(lo, hi, 'input')}, got {n_operands}",
+                              hint=f"{self.name}: {self.doc}" if self.doc else None)
+        lo, hi = self.results
+        if n_results < lo or (hi is not None and n_results > hi):
+            raise VerifyError(f"{self.name} produces {_count(lo, hi, 'output')}, got {n_results}")
+
+    def infer_types(self, types: list[Type], attrs: dict, n_results: int) -> list[Type]:
+        self.check_arity(len(types), n_results)
+        out = self.infer(types, attrs, n_results)
+        if len(out) != n_results:
+            raise VerifyError(f"{self.name} produces {len(out)} outputs, got {n_results} names")
+        return out
+
+    def full_attrs(self, attrs: dict) -> dict:
+        """``attrs`` with defaults filled in; unknown or missing required ones are errors."""
+        unknown = set(attrs) - set(self.attrs)
+        if unknown:
+            raise VerifyError(f"{self.name} has no argument {sorted(unknown)[0]!r}",
+                              hint=f"its arguments are: {', '.join(sorted(self.attrs)) or 'none'}")
+        out = {}
+        for k, default in self.attrs.items():
+            if k in attrs:
+                out[k] = attrs[k]
+            elif default is REQUIRED:
+                raise VerifyError(f"{self.name} needs the argument {k!r}")
+            else:
+                out[k] = default
+        return out
+
+
+def _count(lo, hi, what):
+    if hi is None:
+        return f"at least {lo} {what}{'s' if lo != 1 else ''}"
+    if lo == hi:
+        return f"{lo} {what}{'s' if lo != 1 else ''}"
+    return f"{lo} to {hi} {what}s"
+
+
+class OpTable:
+    """All declared operators, by name."""
+
+    def __init__(self):
+        self._defs: dict[str, OpDef] = {}
+
+    def declare(self, opdef: OpDef) -> OpDef:
+        if opdef.name in self._defs:
+            raise ValueError(f"operator {opdef.name} declared twice")
+        self._defs[opdef.name] = opdef
+        return opdef
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._defs
+
+    def __getitem__(self, name: str) -> OpDef:
+        return self._defs[name]
+
+    def get(self, name: str) -> OpDef | None:
+        return self._defs.get(name)
+
+    def __iter__(self):
+        return iter(self._defs.values())
+
+    def suggest(self, name: str, extra=()) -> list[str]:
+        """The declared names closest to ``name`` (for 'did you mean' hints)."""
+        names = list(self._defs) + list(extra)
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        lower = [n for n in names if n.lower() == name.lower() and n not in close]
+        return lower + close
+
+
+OPS = OpTable()
+
+
+def declare(name: str, operands=(1, 1), infer=None, **kw) -> OpDef:
+    """Declare an operator in the global table (see ``OpDef`` for the fields)."""
+    if isinstance(operands, int):
+        operands = (operands, operands)
+    if "results" in kw and isinstance(kw["results"], int):
+        kw["results"] = (kw["results"], kw["results"])
+    if "traits" in kw:
+        kw["traits"] = frozenset(kw["traits"])
+    return OPS.declare(OpDef(name, operands, infer, **kw))
+
+
+def type_error(msg: str, hint: str | None = None):
+    raise DSLTypeError(msg, hint=hint)

@@ -1,0 +1,177 @@
+"""The IR's text form.
+
+    %r = Add(%a, %b) : i64  loc("job.py":12)
+    for(%n) {
+    ^(%i: i64):
+      ...
+    }  loc("job.py":10)
+
+Values print as ``%name`` (from a blob-name hint or a number), blob names as
+``@"name"``, ops with several regions label each one (``then {...} else {...}``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+
+from .core import Module, Operation, Region, Symbol, Value
+from .pyrefs import PyRef
+from .types import Type, dtype_of_numpy
+
+_HINT_RE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def format_attr(v) -> str:
+    if isinstance(v, Symbol):
+        return "@" + json.dumps(str(v))
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return _format_float(float(v))
+    if isinstance(v, str):
+        return json.dumps(v)
+    if v is None:
+        return "none"
+    if isinstance(v, PyRef):
+        return f"pyref<{v.token}, {json.dumps(v.name)}>"
+    if isinstance(v, np.ndarray):
+        return _format_dense(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    if isinstance(v, Type):
+        return f"type<{v}>"
+    raise TypeError(f"cannot print attribute value {v!r}")
+
+
+def _format_float(f: float) -> str:
+    if math.isnan(f):
+        return "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    s = repr(f)
+    return s if ("." in s or "e" in s or "n" in s) else s + ".0"
+
+
+def _format_dense(a: np.ndarray) -> str:
+    dt = dtype_of_numpy(a.dtype)
+    shape = "" if a.ndim == 0 else "[" + ",".join(map(str, a.shape)) + "]"
+    flat = a.reshape(-1)
+    if dt == "str":
+        items = [json.dumps(str(x)) for x in flat]
+    elif dt == "bool":
+        items = ["true" if x else "false" for x in flat]
+    elif dt.startswith("f"):
+        items = [_format_float(float(x)) for x in flat]
+    else:
+        items = [str(int(x)) for x in flat]
+    return f"dense<{dt}{shape}: " + ", ".join(items) + ">"
+
+
+def format_loc(loc) -> str:
+    return f"loc({json.dumps(loc.file)}:{loc.line})"
+
+
+class Printer:
+    """Prints ops with stable value names: same module, same text."""
+
+    def __init__(self, with_locs: bool = True):
+        self.names: dict[Value, str] = {}
+        self.used: set[str] = set()
+        self.counter = 0
+        self.with_locs = with_locs
+        self.lines: list[str] = []
+
+    def name(self, v: Value) -> str:
+        n = self.names.get(v)
+        if n is None:
+            n = self._fresh(v.hint)
+            self.names[v] = n
+        return "%" + n
+
+    def _fresh(self, hint: str | None) -> str:
+        if hint:
+            base = _HINT_RE.sub("_", hint)
+            if base[0].isdigit():
+                base = "_" + base
+            n, k = base, 1
+            while n in self.used:
+                n = f"{base}_{k}"
+                k += 1
+        else:
+            while str(self.counter) in self.used:
+                self.counter += 1
+            n = str(self.counter)
+            self.counter += 1
+        self.used.add(n)
+        return n
+
+    def op(self, op: Operation, indent: int) -> None:
+        pad = "  " * indent
+        head = ""
+        if op.results:
+            head = ", ".join(self.name(r) for r in op.results) + " = "
+        head += op.name
+        sym = op.opdef.symbol
+        if sym:
+            head += " " + format_attr(Symbol(op.attrs[sym]))
+        if op.operands:
+            head += "(" + ", ".join(self.name(v) for v in op.operands) + ")"
+        attrs = [(k, v) for k, v in op.attrs.items() if k != sym and not _is_default(op, k, v)]
+        if attrs:
+            head += " {" + ", ".join(f"{k} = {format_attr(v)}" for k, v in attrs) + "}"
+        if op.results:
+            head += " : " + ", ".join(str(r.type) for r in op.results)
+        loc = f"  {format_loc(op.loc)}" if self.with_locs and op.loc.line else ""
+        regions = [(n, r) for n, r in zip(_region_names(op), op.regions)]
+        if not regions:
+            self.lines.append(pad + head + loc)
+            return
+        labelled = len(op.opdef.regions) > 1 or op.opdef.regions == ("*",)
+        shown = [(n, r) for n, r in regions if not (labelled and n and r.empty)]
+        text = head
+        for i, (n, r) in enumerate(shown):
+            text += (" " + n if n and labelled else "") + " {"
+            self.lines.append(pad + text)
+            self.region(r, indent)
+            text = "}"
+        self.lines.append(pad + text + loc)
+
+    def region(self, r: Region, indent: int) -> None:
+        if r.args:
+            args = ", ".join(f"{self.name(a)}: {a.type}" for a in r.args)
+            self.lines.append("  " * indent + f"^({args}):")
+        for op in r.ops:
+            self.op(op, indent + 1)
+
+
+def _region_names(op: Operation):
+    names = op.opdef.regions
+    if names == ("*",):
+        return [""] * len(op.regions)
+    return list(names)
+
+
+def _is_default(op: Operation, key: str, value) -> bool:
+    default = op.opdef.attrs.get(key)
+    if isinstance(value, np.ndarray) or isinstance(default, np.ndarray):
+        return False
+    try:
+        return type(value) is type(default) and value == default
+    except Exception:
+        return False
+
+
+def print_op(op: Operation, with_locs: bool = True) -> str:
+    p = Printer(with_locs)
+    p.op(op, 0)
+    return "\n".join(p.lines) + "\n"
+
+
+def print_module(module: Module, with_locs: bool = True) -> str:
+    """The module's text form (the parser reads it back)."""
+    return print_op(module.op, with_locs)

@@ -1,0 +1,115 @@
+"""IR types: tensors with a dtype and a shape, and handle types for runtime resources.
+
+Text forms: ``i64`` (scalar), ``f32[3]``, ``f32[?,4]``, ``f32[*]`` (unknown rank),
+``?[*]`` (unknown dtype), ``!counter``, ``any``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Our dtype names and the numpy dtypes they stand for.
+NUMPY_DTYPES = {
+    "bool": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+    "u8": np.uint8, "u16": np.uint16, "f16": np.float16, "f32": np.float32,
+    "f64": np.float64, "str": np.object_,
+}
+INT_DTYPES = frozenset({"i8", "i16", "i32", "i64", "u8", "u16"})
+FLOAT_DTYPES = frozenset({"f16", "f32", "f64"})
+NUMERIC_DTYPES = INT_DTYPES | FLOAT_DTYPES
+
+# Caffe2 DataType codes (core.DataType) and our names for them.
+CAFFE2_DTYPE_CODES = {
+    1: "f32", 2: "i32", 3: "u8", 4: "str", 5: "bool", 6: "u8", 7: "i8", 8: "u16",
+    9: "i16", 10: "i64", 12: "f16", 13: "f64",
+}
+
+
+def dtype_of_numpy(dt) -> str:
+    """Our dtype name for a numpy dtype (strings and objects map to ``str``)."""
+    dt = np.dtype(dt)
+    if dt.kind in "USO":
+        return "str"
+    for name, npdt in NUMPY_DTYPES.items():
+        if name != "str" and np.dtype(npdt) == dt:
+            return name
+    raise ValueError(f"unsupported dtype {dt}")
+
+
+class Type:
+    """Base of all IR types; types are immutable and compare by value."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType(Type):
+    """A tensor; ``dtype`` None means unknown, ``shape`` None means unknown rank."""
+
+    dtype: str | None
+    shape: tuple[int | None, ...] | None = ()
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    def __str__(self) -> str:
+        d = self.dtype or "?"
+        if self.shape is None:
+            return f"{d}[*]"
+        if not self.shape:
+            return d
+        return d + "[" + ",".join("?" if s is None else str(s) for s in self.shape) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class HandleType(Type):
+    """A runtime resource held in a blob: counter, timer, queue, db, cursor, mutex."""
+
+    kind: str
+
+    def __str__(self) -> str:
+        return f"!{self.kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class AnyType(Type):
+    """A value whose type is known only at run time (e.g. a Python op's output)."""
+
+    def __str__(self) -> str:
+        return "any"
+
+
+ANY = AnyType()
+BOOL = TensorType("bool")
+I64 = TensorType("i64")
+I32 = TensorType("i32")
+F32 = TensorType("f32")
+COUNTER = HandleType("counter")
+TIMER = HandleType("timer")
+
+
+def tensor(dtype: str | None, shape=()) -> TensorType:
+    return TensorType(dtype, None if shape is None else tuple(shape))
+
+
+def dtype_of(t: Type) -> str | None:
+    """The dtype of a tensor type, None when unknown or not a tensor."""
+    return t.dtype if isinstance(t, TensorType) else None
+
+
+def shape_of(t: Type):
+    return t.shape if isinstance(t, TensorType) else None
+
+
+def join(a: Type, b: Type) -> Type:
+    """The most precise type that covers both (used where control flow merges)."""
+    if a == b:
+        return a
+    if isinstance(a, TensorType) and isinstance(b, TensorType):
+        dtype = a.dtype if a.dtype == b.dtype else None
+        if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+            return TensorType(dtype, None)
+        return TensorType(dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape)))
+    return ANY

@@ -1,0 +1,119 @@
+"""Structural and type checks on a module; run after lowering and after every pass.
+
+A failure raises ``VerifyError`` at the offending op's location (the user's line).
+"""
+from __future__ import annotations
+
+from .core import Module, Operation, Region
+from .diagnostics import DSLError, VerifyError
+from .opdef import PLAN, TERMINATOR
+from .types import I64, TensorType
+
+LOOPS = ("for", "loop")
+ISOLATED = ("module", "group", "task", "parallel", "scope", "reporting")
+PLACEMENT = {"group": ("module",), "task": ("group",)}
+
+
+def verify(module: Module) -> None:
+    """Raise VerifyError if the module breaks an IR invariant."""
+    if module.op.name != "module":
+        raise VerifyError("the top-level op must be a module", module.op.loc)
+    _Verifier().op(module.op, set())
+
+
+class _Verifier:
+    def op(self, op: Operation, visible: set) -> None:
+        d = op.opdef
+        for i, v in enumerate(op.operands):
+            if v not in visible:
+                self.fail(op, f"operand {i} is used before it is defined (or outside its region)")
+        try:
+            d.check_arity(len(op.operands), len(op.results))
+            unknown = set(op.attrs) - set(d.attrs)
+            if unknown:
+                raise VerifyError(f"unknown attribute {sorted(unknown)[0]!r}")
+            if d.infer is not None:
+                inferred = d.infer([v.type for v in op.operands], op.attrs, len(op.results))
+                if inferred is not None and list(inferred) != [r.type for r in op.results]:
+                    got = ", ".join(str(r.type) for r in op.results)
+                    want = ", ".join(map(str, inferred))
+                    raise VerifyError(f"result types ({got}) differ from the inferred ({want})")
+        except DSLError as e:
+            self.fail(op, e.message, e.hint)
+        self.structure(op)
+        inner = set() if op.name in ISOLATED else visible
+        for r in op.regions:
+            self.region(r, set(inner))
+
+    def region(self, r: Region, visible: set) -> None:
+        visible.update(r.args)
+        for i, op in enumerate(r.ops):
+            if op.opdef.has(TERMINATOR) and i != len(r.ops) - 1:
+                self.fail(op, "yield must be the last op of its region")
+            self.op(op, visible)
+            visible.update(op.results)
+
+    def structure(self, op: Operation) -> None:
+        d = op.opdef
+        if d.regions == ("*",):
+            if not op.regions:
+                self.fail(op, "needs at least one region")
+        elif len(op.regions) != len(d.regions):
+            self.fail(op, f"has {len(op.regions)} regions, declared {len(d.regions)}")
+        parent = op.parent.parent if op.parent is not None else None
+        pname = parent.name if parent is not None else None
+        if op.name in PLACEMENT and pname not in PLACEMENT[op.name]:
+            self.fail(op, f"must be directly inside {' or '.join(PLACEMENT[op.name])}")
+        if d.has(PLAN) and op.name not in ("module", "group", "task") and pname in ("module", "group"):
+            self.fail(op, "must be inside a task")
+        check = getattr(self, "check_" + op.name, None)
+        if check:
+            check(op, parent)
+
+    def check_break_if(self, op, parent):
+        if parent is None or parent.name not in LOOPS:
+            self.fail(op, "break_if must be directly inside a for or loop body")
+        self.same_types(op, op.operands[1:], parent.results, "break_if values")
+
+    def check_for(self, op, parent):
+        body = op.regions[0]
+        want = [I64] + [v.type for v in op.operands[1:]]
+        self.arg_types(op, body, want)
+        self.yields(op, body, op.results)
+
+    def check_loop(self, op, parent):
+        body = op.regions[0]
+        self.arg_types(op, body, [v.type for v in op.operands])
+        self.yields(op, body, op.results)
+
+    def check_if(self, op, parent):
+        for r in op.regions:
+            if r.args:
+                self.fail(op, "if regions take no arguments")
+            self.yields(op, r, op.results)
+
+    def arg_types(self, op, region, want):
+        got = [a.type for a in region.args]
+        if got != want:
+            self.fail(op, f"body arguments ({', '.join(map(str, got))}) should be "
+                          f"({', '.join(map(str, want))})")
+
+    def yields(self, op, region, results):
+        last = region.ops[-1] if region.ops else None
+        if last is None or last.name != "yield":
+            if results:
+                self.fail(op, "a region of an op with results must end in yield")
+            return
+        self.same_types(last, last.operands, results, "yielded values")
+
+    def same_types(self, op, values, results, what):
+        got = [v.type for v in values]
+        want = [r.type for r in results]
+        if len(got) != len(want):
+            self.fail(op, f"{what}: {len(got)} given, {len(want)} expected")
+        for g, w in zip(got, want):
+            if g != w and not (isinstance(w, TensorType) and w.dtype is None and w.shape is None):
+                self.fail(op, f"{what}: type {g} does not match {w}")
+
+    def fail(self, op: Operation, msg: str, hint=None):
+        raise VerifyError(f"{op.name}: {msg}", op.loc, hint)
