@@ -127,8 +127,8 @@ class _Emitter:
             callee = f"s{len(self.makers) - 1}"
         else:
             k = factory(op, self.cfg)
-            if isinstance(k, Constant):
-                self.emit(indent, f"{self.var(op.result)} = {self.bind('c', k.value)}", op)
+            if isinstance(k, Constant):  # uses read the bound value directly
+                self.vars[op.result] = self.bind("c", k.value)
                 return
             callee = self.bind("k", k)
         call = f"{callee}({', '.join(self.var(v) for v in op.operands)})"
@@ -175,6 +175,10 @@ class _Emitter:
     def op_if(self, op, indent, loop_targets):
         outs = [self.var(r) for r in op.results]
         then, other = op.regions
+        if not then.ops and not outs:
+            self.emit(indent, f"if not {self.var(op.operands[0])}:", op)
+            self.region(other, indent + 1, outs, loop_targets)
+            return
         self.emit(indent, f"if {self.var(op.operands[0])}:", op)
         self.region(then, indent + 1, outs, loop_targets)
         if other.ops or outs:

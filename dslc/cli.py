@@ -1,0 +1,143 @@
+"""The ``dslc`` command: run jobs, print their IR.
+
+    dslc run examples/loops.py             run a job file, print its outputs
+    dslc run examples/loops.py --json      the same, as JSON
+    dslc ir examples/loops.py              the job's typed IR, with source locations
+
+User errors print one line (``file:line: error: message; hint``) and exit with 2;
+internal failures exit with 1 and suggest ``--debug`` for the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+import numpy as np
+
+import dslc
+from dslc.ir.diagnostics import DSLError
+
+EPILOG = """examples:
+  dslc run examples/loops.py
+  dslc run examples/loops.py --json
+  dslc ir examples/setup.py
+
+A job file defines build_job(); see the README for what it may return."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from dslc import backends
+
+    p = argparse.ArgumentParser(prog="dslc", description="Compile and run Caffe2-style jobs.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"dslc {dslc.__version__}")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a job file and print its outputs",
+                         description="Trace JOB.py, compile it and run it; print the fetched outputs.",
+                         epilog="example:\n  dslc run examples/loops.py --backend interp --json",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
+    run.add_argument("--backend", default="interp", choices=backends.names(),
+                     help="where to run it (default: interp)")
+    run.add_argument("--json", action="store_true", help="print the outputs as one JSON object")
+    run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                     help="show full tracebacks on errors")
+
+    ir = sub.add_parser("ir", help="print the typed IR of a job file",
+                        description="Trace JOB.py and print its IR, one module per runnable.",
+                        epilog="example:\n  dslc ir examples/loops.py --no-locs",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
+    ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
+    ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
+    ir.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                    help="show full tracebacks on errors")
+    return p
+
+
+def cmd_run(args) -> int:
+    from dslc import jobfile
+    from dslc.session import LocalSession
+
+    job = jobfile.load(args.job)
+    with LocalSession(backend=args.backend, source=args.job) as session:
+        for r in job.runnables:
+            session.run(r)
+        values = {name: out.fetch() for name, out in job.outputs.items()}
+    if args.json:
+        print(json.dumps({"outputs": {k: _jsonable(v) for k, v in values.items()}}))
+    else:
+        for name, v in values.items():
+            print(f"{name} = {_text(v)}")
+    return 0
+
+
+def cmd_ir(args) -> int:
+    from dslc import jobfile
+    from dslc.ir import print_module
+    from dslc.session import LocalSession
+
+    job = jobfile.load(args.job)
+    session = LocalSession(source=args.job)
+    texts = [print_module(session.compile(session.as_group(r)).module, with_locs=not args.no_locs)
+             for r in job.runnables]
+    text = "\n".join(texts)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _text(v) -> str:
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return str(v[()])
+    if isinstance(v, list):
+        return "[" + ", ".join(_text(x) for x in v) + "]"
+    return np.array2string(v, separator=", ") if isinstance(v, np.ndarray) else str(v)
+
+
+def _jsonable(v):
+    if isinstance(v, np.ndarray):
+        return v.tolist() if v.dtype != object else [str(x) for x in v.reshape(-1)]
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
+
+
+COMMANDS = {"run": cmd_run, "ir": cmd_ir}
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except DSLError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(e.one_line(), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"dslc: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
