@@ -82,10 +82,35 @@ def ScopedBlobReference(name, net=None) -> "BlobReference":
     return BlobReference(ScopedName(str(name)), net)
 
 
+class BlobArithmeticError(TraceError, TypeError):
+    """Numeric operators used on a BlobReference (blobs only support string concatenation)."""
+
+
+class NoNetError(TraceError, AttributeError):
+    """``ref.Op(...)`` on a reference that no net made (an AttributeError, as in Caffe2)."""
+
+
+_MATH_HINT = "all math on blobs is explicit ops: ops.Add([a, b]), ops.Mul([a, b]) ..."
+
+
+def _no_math(symbol):
+    """A dunder method that rejects ``symbol`` on blobs with a located, hinted error."""
+
+    def reject(self, *other):
+        what = f"{type(other[0]).__name__} operand" if other else "a blob"
+        raise BlobArithmeticError(f"'{symbol}' is not defined on a BlobReference (got {what})",
+                                  user_location(), _MATH_HINT)
+
+    reject.__name__ = f"no_{symbol}"
+    return reject
+
+
 class BlobReference:
     """A blob's name, plus the net that made it (for ``ref.Op(...)`` chaining).
 
-    Compares and hashes like its name. The only arithmetic is string concatenation.
+    Compares and hashes like its name (so it equals the plain string). The only
+    arithmetic is string concatenation (``ref + "_x"``, ``"x_" + ref``); every other
+    operator raises BlobArithmeticError.
     """
 
     __slots__ = ("_name", "_from_net")
@@ -114,15 +139,35 @@ class BlobReference:
 
     def __add__(self, other):
         if not isinstance(other, (str, BlobReference)):
-            raise TraceError(f"a BlobReference can only be joined with a string, not {type(other).__name__}",
-                             user_location(), "all math on blobs is explicit: use ops.Add, ops.Mul ...")
+            raise BlobArithmeticError(f"a BlobReference can only be joined with a string, not "
+                                      f"{type(other).__name__}", user_location(), _MATH_HINT)
         return BlobReference(self._name + str(other), self._from_net)
 
     def __radd__(self, other):
         if not isinstance(other, str):
-            raise TraceError(f"a BlobReference can only be joined with a string, not {type(other).__name__}",
-                             user_location(), "all math on blobs is explicit: use ops.Add, ops.Mul ...")
+            raise BlobArithmeticError(f"a BlobReference can only be joined with a string, not "
+                                      f"{type(other).__name__}", user_location(), _MATH_HINT)
         return BlobReference(other + self._name, self._from_net)
+
+    # Caffe2 has no numeric overloading; say so clearly instead of Python's bare TypeError.
+    __sub__ = __rsub__ = _no_math("-")
+    __mul__ = __rmul__ = _no_math("*")
+    __truediv__ = __rtruediv__ = _no_math("/")
+    __floordiv__ = __rfloordiv__ = _no_math("//")
+    __mod__ = __rmod__ = _no_math("%")
+    __pow__ = __rpow__ = _no_math("**")
+    __matmul__ = __rmatmul__ = _no_math("@")
+    __and__ = __rand__ = _no_math("&")
+    __or__ = __ror__ = _no_math("|")
+    __xor__ = __rxor__ = _no_math("^")
+    __neg__ = _no_math("unary -")
+    __pos__ = _no_math("unary +")
+    __invert__ = _no_math("~")
+    __abs__ = _no_math("abs()")
+    __lt__ = _no_math("<")
+    __le__ = _no_math("<=")
+    __gt__ = _no_math(">")
+    __ge__ = _no_math(">=")
 
     def Net(self):
         return self._from_net
@@ -131,11 +176,14 @@ class BlobReference:
         return self._name[: self._name.rfind("/") + 1]
 
     def __getattr__(self, op_type):
+        """``ref.Op(more_inputs, ...)``: record ``Op`` in the net that made ``ref``, ``ref`` first."""
         if op_type.startswith("__"):
             raise AttributeError(op_type)
         if self._from_net is None:
-            raise TraceError(f"blob {self._name!r} has no net to record {op_type} into",
+            raise NoNetError(f"blob {self._name!r} has no net to record {op_type} into",
                              user_location(), "call the op on a net instead: net.Op([blob, ...])")
+        if not is_operator(op_type):
+            raise AttributeError(f"{op_type!r} is neither a BlobReference method nor an operator")
         recorder = getattr(self._from_net, op_type)
 
         def chained(inputs=None, *args, **kwargs):
@@ -217,11 +265,19 @@ class Net:
         return name in self._produced or name in self._external_inputs
 
     def NextName(self, prefix=None, output_id=None) -> str:
+        """An unused auto name: ``<net>/<prefix>[:id]``, then ``_2``, ``_3`` ...; no prefix: ``<net>_blob_<k>``.
+
+        Net ``local/task``: ``NextName('Add')`` -> ``local/task/Add`` (then ``Add_2``);
+        ``NextName('Fill', 0)`` -> ``local/task/Fill:0`` (then ``Fill_2:0``). The caller
+        adds the NameScope; candidates are checked with it, as Caffe2 does.
+        """
         if not prefix:
-            self._next_blob += 1
-            while self.BlobIsDefined(f"{self._name}_blob_{self._next_blob}"):
+            name = f"{self._name}_blob_{self._next_blob}"
+            while self.BlobIsDefined(name):  # Caffe2 does not check; a collision helps nobody
                 self._next_blob += 1
-            return f"{self._name}_blob_{self._next_blob}"
+                name = f"{self._name}_blob_{self._next_blob}"
+            self._next_blob += 1
+            return name
         base = f"{self._name}/{prefix}"
         suffix = "" if output_id is None else f":{output_id}"
         candidate, index = base + suffix, 2
@@ -236,10 +292,12 @@ class Net:
         self._produced.add(name)
         return name
 
-    def NextBlob(self, prefix) -> BlobReference:
+    def NextBlob(self, prefix="unnamed") -> BlobReference:
+        """``prefix`` if this net neither made nor handed it out yet, else ``prefix_auto_0``, ``_auto_1`` ..."""
         return BlobReference(self._next_registered(str(prefix)), self)
 
-    def NextScopedBlob(self, prefix) -> BlobReference:
+    def NextScopedBlob(self, prefix="unnamed") -> BlobReference:
+        """``NextBlob`` of the NameScope-qualified ``prefix``."""
         return BlobReference(self._next_registered(ScopedName(str(prefix))), self)
 
     def _next_registered(self, name: str) -> str:
@@ -309,7 +367,7 @@ class Net:
     def __getattr__(self, op_type):
         if op_type.startswith("_"):
             raise AttributeError(op_type)
-        if op_type not in OPS and op_type not in ALIASES or op_type in _IR_ONLY:
+        if not is_operator(op_type):
             known = [d.name for d in OPS if d.name not in _IR_ONLY] + list(ALIASES)
             close = [n for n in OPS.suggest(op_type, ALIASES) if n not in _IR_ONLY]
             raise UnknownOperatorError(
@@ -335,7 +393,9 @@ class Net:
             outs = [ScopedName(self.NextName(op_type, i)) for i in range(outputs)]
         else:
             outs = [str(b) for b in _as_names(outputs, f"{op_type} outputs", loc)]
-        extra = {k: args.pop(k) for k in SPECIAL_ARGS if k in args}
+        # A Python op's "name" is its function's name (an attribute kernels report), not Caffe2's op name.
+        keep = ("name",) if op_type == "Python" else ()
+        extra = {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep}
         self._ops.append(OpRecord(op_type, tuple(str(b) for b in ins), tuple(outs), args, loc, extra))
         self._produced.update(outs)
         refs = [BlobReference(n, self) for n in outs]
@@ -432,6 +492,11 @@ class Net:
 
 
 _IR_ONLY = frozenset(d.name for d in OPS if d.name[0].islower() or d.name == "Const")
+
+
+def is_operator(op_type: str) -> bool:
+    """Whether ``net.<op_type>(...)`` records an op (IR-only op names do not count)."""
+    return (op_type in OPS or op_type in ALIASES) and op_type not in _IR_ONLY
 
 
 def _builder_prefix() -> str:

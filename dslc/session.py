@@ -12,22 +12,36 @@ import numpy as np
 from dslc import backends
 from dslc.backends.runtime.values import type_of_value
 from dslc.backends.runtime.workspace import Workspace
-from dslc.core import ExecutionStep, Net, Plan, execution_step
+from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.lower import lower_group
 from dslc.net_builder import NetBuilder
 from dslc.task import Task, TaskGroup, WorkspaceType
+from dslc.tracing import user_location
 
 
 class CompiledRunnable:
-    """A runnable lowered to IR and compiled by a backend, with what it assumed."""
+    """A runnable lowered to IR and compiled by a backend, with what it assumed.
 
-    def __init__(self, group, module, program, deps):
+    ``tasks`` are the group's tasks at compile time (their outputs are pre-created
+    and bound at every run); ``deps`` maps the root blobs the module loads to the
+    types it was compiled for.
+    """
+
+    def __init__(self, group, module, program, deps, tasks):
         self.group, self.module, self.program, self.deps = group, module, program, deps
+        self.tasks = list(tasks)
 
 
 class Session:
-    """Base session: open/close, context manager, ``run(runnable)``."""
+    """Base session: open/close, context manager, ``run(runnable)``.
+
+    The TaskGroup a runnable runs as is made once per runnable object and shared by
+    every session of the process (Caffe2 keeps this cache on the Session class), so
+    running the same Task/Net/step again reuses its tasks, names and outputs.
+    """
+
+    _groups: dict[int, tuple] = {}  # id(runnable) -> (runnable, TaskGroup); keeps both alive
 
     def __init__(self):
         self._open = True
@@ -36,6 +50,7 @@ class Session:
         return self._open
 
     def close(self) -> None:
+        """Close the session (idempotent); ``run`` raises afterwards."""
         if self._open:
             self._do_close()
             self._open = False
@@ -47,16 +62,33 @@ class Session:
         return self
 
     def __exit__(self, etype, *args):
+        # Caffe2 leaves the session open when the block raised, so it can be inspected.
         if etype is None:
             self.close()
         return False
 
+    @classmethod
+    def as_group(cls, runnable, workspace_type=None) -> TaskGroup:
+        """The TaskGroup ``runnable`` runs as: a TaskGroup itself, else a GLOBAL wrapper made once."""
+        got = Session._groups.get(id(runnable))
+        if got is not None and got[0] is runnable:
+            return got[1]
+        group = _wrap(runnable, workspace_type)
+        Session._groups[id(runnable)] = (runnable, group)
+        return group
+
     def run(self, runnable, workspace_type=None, setup_net_list=None):
+        """Compile ``runnable`` (once) and run it; its task outputs are fetchable afterwards."""
         if not self._open:
-            raise TraceError("this session is closed")
+            raise TraceError("this session is closed", user_location(),
+                             "run it before close(), or open a new session")
         if runnable is None:
-            raise TraceError("session.run() needs something to run")
+            raise TraceError("session.run() needs something to run", user_location(),
+                             "pass a Task, TaskGroup, Net, ExecutionStep or Plan")
         self._run(self.as_group(runnable, workspace_type))
+
+    def _run(self, group: TaskGroup) -> None:
+        raise NotImplementedError
 
 
 class LocalSession(Session):
@@ -68,24 +100,18 @@ class LocalSession(Session):
         self._ws = ws if ws is not None else workspace.current()
         self.backend = backends.get(backend)(**options)
         self.source = source
-        self._groups: dict[int, tuple] = {}
         self._compiled: dict[int, CompiledRunnable] = {}
 
     @property
     def workspace(self) -> Workspace:
         return self._ws
 
-    def as_group(self, runnable, workspace_type=None) -> TaskGroup:
-        """The TaskGroup a runnable runs as (made once per runnable object)."""
-        got = self._groups.get(id(runnable))
-        if got is not None and got[0] is runnable:
-            return got[1]
-        group = _wrap(runnable, workspace_type)
-        self._groups[id(runnable)] = (runnable, group)
-        return group
-
     def compile(self, group: TaskGroup) -> CompiledRunnable:
-        """Lower and compile ``group`` against what the root workspace holds now."""
+        """Lower and compile ``group`` against what the root workspace holds now.
+
+        The result is reused while the root blobs it loads keep the types it was
+        compiled for; a changed type (say a blob fed again as float) recompiles.
+        """
         existing = {n: type_of_value(c.v) for n, c in self._ws.blobs.items() if c.v is not None}
         got = self._compiled.get(id(group))
         if got is not None and got.group is group and \
@@ -94,35 +120,45 @@ class LocalSession(Session):
         module = lower_group(group, self.source, existing)
         loaded = {op.attrs["blob"] for op in module.walk() if op.name in ("load", "flag")}
         deps = {n: t for n, t in existing.items() if n in loaded}
-        got = CompiledRunnable(group, module, self.backend.compile(module), deps)
+        got = CompiledRunnable(group, module, self.backend.compile(module), deps, group.tasks())
         self._compiled[id(group)] = got
         return got
 
     def _run(self, group: TaskGroup) -> None:
+        from dslc import workspace
+
         compiled = self.compile(group)
-        for task in group.tasks():
+        # Outputs live in the root, so writes from private or instance workspaces land there.
+        for task in compiled.tasks:
             for name in task.output_names():
                 self._ws.create_blob(name)
-        compiled.program.run(self._ws)
-        for task in group.tasks():
-            task.output_list().set_values(task.output_names(), self._fetch)
+        with workspace.current_as(self._ws):  # Python ops that call FetchBlob see this root
+            compiled.program.run(self._ws)
+        for task in compiled.tasks:
+            refs = [BlobReference(n) for n in task.output_names()]
+            task.output_list().set_values(refs, self._fetch)
 
     def _fetch(self, name):
         cell = self._ws.lookup(str(name))
         if cell is None or cell.v is None:
-            raise DSLError(f"output {str(name)!r} was never written", hint="check that its task writes it")
+            raise DSLError(f"output {str(name)!r} was never written", user_location(),
+                           "check that its task writes it")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
 
 
 def _wrap(runnable, workspace_type) -> TaskGroup:
+    """A new TaskGroup running ``runnable`` (GLOBAL unless ``workspace_type`` says otherwise)."""
     if isinstance(runnable, TaskGroup):
         if workspace_type is not None and runnable.workspace_type() not in (None, workspace_type):
-            raise TraceError(f"this TaskGroup is {runnable.workspace_type()}, not {workspace_type}")
+            raise TraceError(f"this TaskGroup is {runnable.workspace_type()}, not {workspace_type}",
+                             user_location(), "drop workspace_type, or make the group with that type")
+        if workspace_type is not None and runnable.workspace_type() is None:
+            runnable._workspace_type = workspace_type
         return runnable
     if isinstance(runnable, (list, tuple, dict, set)):
-        raise TraceError(f"cannot run a {type(runnable).__name__}",
-                         hint="put the nets in a Task or an execution_step first")
+        raise TraceError(f"cannot run a {type(runnable).__name__}", user_location(),
+                         "put the nets in a Task or an execution_step first")
     group = TaskGroup(workspace_type=workspace_type or WorkspaceType.GLOBAL)
     if isinstance(runnable, Task):
         group.add(runnable)
@@ -134,8 +170,8 @@ def _wrap(runnable, workspace_type) -> TaskGroup:
     elif isinstance(runnable, (Net, NetBuilder)):
         Task(step=execution_step("runnable", runnable), group=group)
     elif type(runnable).__name__ == "Job":
-        raise TraceError("a Job is run by a JobRunner", hint="use JobRunner(job)(session)")
+        raise TraceError("a Job is run by a JobRunner", user_location(), "use JobRunner(job)(session)")
     else:
-        raise TraceError(f"cannot run a {type(runnable).__name__}",
-                         hint="run a Task, TaskGroup, Net, ExecutionStep or Plan")
+        raise TraceError(f"cannot run a {type(runnable).__name__}", user_location(),
+                         "run a Task, TaskGroup, Net, ExecutionStep or Plan")
     return group

@@ -129,12 +129,18 @@ class TaskGroup(Managed):
         self._remote_nets: list = []
 
     def add(self, task):
+        """Add ``task`` now: workspace types must agree; the task's step is frozen.
+
+        A task without a type takes the group's (PRIVATE if the group has none); a
+        group without a type takes its first task's.
+        """
         if self._already_used:
-            raise TraceError("tasks cannot be added to a TaskGroup after it ran", user_location())
+            raise TraceError(f"task {task.name} cannot be added to a TaskGroup that was already used",
+                             user_location(), "a group is fixed once it ran; put the task in a new TaskGroup")
         wt = task._workspace_type
         if self._workspace_type is not None and wt is not None and wt != self._workspace_type:
-            raise TraceError(f"a {wt} task cannot join a {self._workspace_type} TaskGroup", user_location(),
-                             "give every task of a group the same workspace_type")
+            raise TraceError(f"a {wt} task ({task.name}) cannot join a {self._workspace_type} TaskGroup",
+                             task._loc, "give every task of a group the same workspace_type")
         if wt is None:
             task._workspace_type = self._workspace_type or WorkspaceType.PRIVATE
         if self._workspace_type is None:
@@ -143,9 +149,10 @@ class TaskGroup(Managed):
         self._tasks.append(task)
 
     def tasks(self):
-        for t in self._tasks_to_add:
-            self.add(t)
-        self._tasks_to_add = []
+        """The group's tasks, adding pending ones first; the group counts as used afterwards."""
+        while self._tasks_to_add:
+            self.add(self._tasks_to_add[0])
+            self._tasks_to_add.pop(0)  # only once added, so a failed add leaves it pending
         self._already_used = True
         return self._tasks
 
@@ -199,7 +206,7 @@ class TaskOutput:
 
     def __init__(self, names):
         self._schema = None
-        if hasattr(names, "field_blobs"):
+        if not isinstance(names, (str, BlobReference, list, tuple)) and hasattr(names, "field_blobs"):
             self._schema = names
             names = names.field_blobs()
         self._is_scalar = not isinstance(names, (list, tuple))

@@ -1,12 +1,19 @@
-"""The current workspace, and Caffe2-style helpers on it (FeedBlob, FetchBlob, RunPlan)."""
+"""The current workspace, and Caffe2-style helpers on it (FeedBlob, FetchBlob, RunPlan).
+
+There is one current workspace per process, as in Caffe2. ``LocalSession()`` runs
+in it by default, and makes its own root current while it runs, so Python ops
+that call ``FetchBlob`` read the workspace of the session running them.
+"""
 from __future__ import annotations
 
+import contextlib
 import types
 
 import numpy as np
 
 from dslc.backends.runtime import workspace as _rt
 from dslc.ir.diagnostics import DSLError
+from dslc.tracing import user_location
 
 
 class Workspace(_rt.Workspace):
@@ -17,8 +24,7 @@ class Workspace(_rt.Workspace):
         LocalSession(self, backend=backend).run(runnable)
 
     def fetch_blob(self, name):
-        v = self.fetch(str(name))
-        return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+        return _fetch(self, name)
 
     def feed_blob(self, name, value):
         self.feed(str(name), value)
@@ -32,23 +38,47 @@ C = types.SimpleNamespace(Workspace=Workspace)
 _current = [Workspace()]
 
 
-def current() -> Workspace:
+def current() -> _rt.Workspace:
     return _current[0]
 
 
+@contextlib.contextmanager
+def current_as(ws: _rt.Workspace):
+    """Make ``ws`` the current workspace inside the block, then restore the previous one."""
+    saved = _current[0]
+    _current[0] = ws
+    try:
+        yield ws
+    finally:
+        _current[0] = saved
+
+
 def ResetWorkspace() -> None:
+    """Start over with a fresh, empty current workspace."""
     _current[0] = Workspace()
 
 
 def FeedBlob(name, value) -> bool:
-    return current().feed_blob(name, value)
+    """Store ``value`` (a numpy array or Python scalar/list) as blob ``name``; jobs read it."""
+    current().feed(str(name), value)
+    return True
+
+
+def _fetch(ws: _rt.Workspace, name):
+    """The value of ``name`` as numpy (a 0-d array for scalars); a located error if it has none."""
+    cell = ws.lookup(str(name))
+    if cell is None:
+        raise DSLError(f"no blob named {str(name)!r} in the workspace", user_location(),
+                       "feed it with FeedBlob or run the task that writes it first")
+    if cell.v is None:
+        raise DSLError(f"blob {str(name)!r} exists but holds no value yet", user_location(),
+                       "run the task that writes it first")
+    v = cell.v
+    return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
 
 
 def FetchBlob(name):
-    try:
-        return current().fetch_blob(name)
-    except KeyError:
-        raise DSLError(f"no blob named {str(name)!r} in the workspace") from None
+    return _fetch(current(), name)
 
 
 def HasBlob(name) -> bool:
@@ -60,8 +90,13 @@ def Blobs() -> list[str]:
 
 
 def RunPlan(plan) -> None:
-    current().run(plan)
+    _session_for(current()).run(plan)
 
 
 def RunNetOnce(net) -> None:
-    current().run(net)
+    _session_for(current()).run(net)
+
+
+def _session_for(ws):
+    from dslc.session import LocalSession
+    return LocalSession(ws)
