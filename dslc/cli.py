@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 
@@ -32,8 +33,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="dslc", description="Compile and run Caffe2-style jobs.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"dslc {dslc.__version__}")
-    p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    p.add_argument("--version", action="version", version=f"dslc {dslc.__version__}",
+                   help="print dslc's version and exit")
+    p.add_argument("--debug", action="store_true",
+                   help="on errors, also show the full Python traceback (for bug reports)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a job file and print its outputs",
@@ -87,8 +90,12 @@ def cmd_ir(args) -> int:
              for r in job.runnables]
     text = "\n".join(texts)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise DSLError(f"cannot write {args.output!r}: {e.strerror}",
+                           hint="check that its directory exists and is writable") from None
     else:
         sys.stdout.write(text)
     return 0
@@ -116,27 +123,52 @@ COMMANDS = {"run": cmd_run, "ir": cmd_ir}
 
 
 def main(argv=None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit code.
+
+    0: success; 2: a user error (bad job, missing file, bad arguments), reported as one
+    ``file:line: error: message; hint`` line on stderr; 1: an internal failure of dslc.
+    ``--debug`` adds the traceback to either kind of error.
+    """
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage error argparse already printed
+        return e.code if isinstance(e.code, int) else 2
     if not args.command:
-        parser.print_help()
+        parser.print_usage(sys.stderr)
+        print("dslc: error: choose a command (run or ir); dslc --help explains them", file=sys.stderr)
         return 2
     try:
         return COMMANDS[args.command](args)
     except DSLError as e:
-        if args.debug:
-            traceback.print_exc()
-        print(e.one_line(), file=sys.stderr)
-        return 2
+        return _report(args, e.one_line(), 2)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("dslc: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:
-        if args.debug:
-            traceback.print_exc()
-        print(f"dslc: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+    except BrokenPipeError:
+        _silence_stdout()
         return 1
+    except Exception as e:
+        return _report(args, f"dslc: internal error: {type(e).__name__}: {e}; this is a bug in dslc, "
+                             "not in the job: rerun with --debug for the traceback", 1)
+
+
+def _silence_stdout() -> None:
+    """The reader of our output went away (``dslc ir job.py | head``): point stdout at
+    /dev/null so the final flush at exit does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _report(args, line: str, code: int) -> int:
+    """Print the traceback (with --debug) and the one-line message; return ``code``."""
+    if args.debug:
+        traceback.print_exc()
+    print(line, file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

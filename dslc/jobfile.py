@@ -11,18 +11,21 @@ every Task it creates is collected. It may return:
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import traceback
+import types
 from dataclasses import dataclass, field
 
-from dslc import names
+from dslc import names, tracing
 from dslc.core import ExecutionStep, Net, Plan
 from dslc.ir.diagnostics import DSLError, JobFileError, Location
 from dslc.net_builder import NetBuilder
 from dslc.task import Cluster, Task, TaskGroup, TaskOutput
 
 ENTRY = "build_job"
+MODULE = "__dslc_job__"  # the name the job file runs under
 RUNNABLES = (Task, TaskGroup, Net, ExecutionStep, Plan, NetBuilder)
 
 
@@ -34,55 +37,132 @@ class LoadedJob:
 
 
 def load(path: str) -> LoadedJob:
-    """Import the job file and call its ``build_job()``; errors name the file and line."""
+    """Import the job file and call its ``build_job()``.
+
+    Every failure that is the job's fault raises a ``DSLError`` (``JobFileError`` for
+    a missing file, a syntax error, no ``build_job()``, or an exception in the job's
+    own code) located at the job file's line where one is known. An exception that
+    escapes from inside dslc itself is an internal failure and propagates unchanged.
+    """
     names.reset()
     try:
         with open(path, encoding="utf-8") as f:
             source = f.read()
-    except OSError as e:
-        raise JobFileError(f"cannot read job file {path!r}: {e.strerror}",
-                           hint="check the path (dslc run path/to/job.py)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "it is not UTF-8 text"
+        raise JobFileError(f"cannot read the job file: {why}", _at(path, 0),
+                           "check the path (dslc run path/to/job.py)") from None
     try:
         code = compile(source, path, "exec")
     except SyntaxError as e:
-        raise JobFileError(f"syntax error: {e.msg}", Location(path, e.lineno or 0),
+        raise JobFileError(f"syntax error: {e.msg}", _at(path, e.lineno or 0),
                            "fix the Python syntax of the job file") from None
-    ns = {"__name__": "__dslc_job__", "__file__": os.path.abspath(path)}
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    except ValueError as e:  # e.g. NUL bytes: not Python source at all
+        raise JobFileError(f"cannot compile the job file: {e}", _at(path, 0),
+                           "a job file is Python source that defines build_job()") from None
+    module = _fresh_module(path)
+    job_dir = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, job_dir)  # so the job can import modules next to it
     try:
-        _user_call(path, exec, code, ns)
-        build = ns.get(ENTRY)
-        if not callable(build):
-            raise JobFileError(f"no {ENTRY}() function in the job file", Location(path, 1),
-                               f"define {ENTRY}() returning the outputs to print (see the README)")
+        _user_call(path, exec, code, module.__dict__)
+        build = _entry(path, module)
         group = TaskGroup()
         with Cluster(), group:
             result = _user_call(path, build)
     finally:
-        sys.path.remove(os.path.dirname(os.path.abspath(path)))
-    return _interpret(path, result, group)
+        if job_dir in sys.path:  # the job may have edited sys.path itself
+            sys.path.remove(job_dir)
+    return _interpret(path, result, group, _def_line(path, build))
+
+
+def _at(path: str, line: int) -> Location:
+    """A location in the job file, its name shown the way op locations show it."""
+    return Location(tracing.display_path(path), line)
+
+
+def _fresh_module(path: str) -> types.ModuleType:
+    """The module the job file runs as; registered in sys.modules, which dataclasses,
+    pickling and typing look the module up in."""
+    module = types.ModuleType(MODULE)
+    module.__file__ = os.path.abspath(path)
+    sys.modules[MODULE] = module
+    return module
+
+
+def _entry(path: str, module):
+    """The job's ``build_job``: a function callable without arguments."""
+    build = getattr(module, ENTRY, None)
+    if not callable(build):
+        raise JobFileError(f"no {ENTRY}() function in the job file", _at(path, 1),
+                           f"define {ENTRY}() returning the outputs to print (see the README)")
+    try:
+        inspect.signature(build).bind()
+    except TypeError:
+        raise JobFileError(f"{ENTRY}() must take no arguments", _def_line(path, build),
+                           f"dslc calls {ENTRY}() with none; give its parameters defaults") from None
+    except ValueError:  # no signature (a builtin): let the call itself decide
+        pass
+    return build
+
+
+def _def_line(path: str, fn) -> Location:
+    """The line ``fn`` is defined on, if it is in the job file (else line 1)."""
+    code = getattr(fn, "__code__", None)
+    if code is not None and _same_file(code.co_filename, path):
+        return _at(path, code.co_firstlineno)
+    return _at(path, 1)
 
 
 def _user_call(path, fn, *args):
+    """``fn(*args)``, turning exceptions of the job's own code into located DSLErrors."""
     try:
         return fn(*args)
-    except DSLError:
+    except DSLError as e:
+        if e.loc is None:
+            e.loc = _innermost(e, path)
         raise
     except Exception as e:
+        if _raised_inside_dslc(e, path):
+            raise  # a dslc bug, not the job's fault: the CLI reports an internal error
         raise JobFileError(f"{type(e).__name__}: {e}", _innermost(e, path),
-                           "this exception came from the job file's own code") from e
+                           "the exception came from the job's own code; fix it there "
+                           "(rerun with --debug for the traceback)") from e
+
+
+def _frames(e: BaseException):
+    """The traceback of ``e``, outermost frame first, without this module's frames."""
+    here = os.path.abspath(__file__)
+    return [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) != here]
+
+
+def _same_file(filename: str, path: str) -> bool:
+    return os.path.abspath(filename) == os.path.abspath(path)
+
+
+def _raised_inside_dslc(e: BaseException, path: str) -> bool:
+    """Whether the innermost frame that is either dslc's or the job file's is dslc's.
+
+    Frames of other libraries (numpy, the standard library) are skipped: an exception
+    numpy raises for the job's own call is the job's, one it raises for dslc's is dslc's.
+    """
+    for frame in reversed(_frames(e)):
+        if tracing.is_own_file(frame.filename):
+            return True
+        if _same_file(frame.filename, path):
+            return False
+    return False
 
 
 def _innermost(e: BaseException, path: str) -> Location | None:
-    target = os.path.abspath(path)
-    found = None
-    for frame in traceback.extract_tb(e.__traceback__):
-        if os.path.abspath(frame.filename) == target:
-            found = Location(path, frame.lineno or 0)
-    return found
+    """The innermost line of the job file in ``e``'s traceback."""
+    for frame in reversed(_frames(e)):
+        if _same_file(frame.filename, path):
+            return _at(path, frame.lineno or 0)
+    return None
 
 
-def _interpret(path: str, result, group: TaskGroup) -> LoadedJob:
+def _interpret(path: str, result, group: TaskGroup, where: Location) -> LoadedJob:
+    """What to run and what to print, from ``build_job()``'s result (errors at ``where``)."""
     items = list(result) if isinstance(result, (list, tuple)) else [] if result is None else [result]
     outputs: dict = {}
     runnables = []
@@ -91,7 +171,7 @@ def _interpret(path: str, result, group: TaskGroup) -> LoadedJob:
             for k, v in it.items():
                 if not isinstance(v, TaskOutput):
                     raise JobFileError(f"{ENTRY}() returned a dict whose value for {k!r} is a "
-                                       f"{type(v).__name__}, not a task output", Location(path, 1),
+                                       f"{type(v).__name__}, not a task output", where,
                                        "use final_output(blob) to make task outputs")
                 outputs[str(k)] = v
         elif isinstance(it, TaskOutput):
@@ -99,7 +179,7 @@ def _interpret(path: str, result, group: TaskGroup) -> LoadedJob:
         elif isinstance(it, RUNNABLES):
             runnables.append(it)
         else:
-            raise JobFileError(f"{ENTRY}() returned a {type(it).__name__}", Location(path, 1),
+            raise JobFileError(f"{ENTRY}() returned {_a(type(it).__name__)}", where,
                                "return task outputs (final_output(...)), or a Task/TaskGroup/Net to run")
     if not runnables:
         runnables = [group]
@@ -122,3 +202,8 @@ def _tasks(r):
 
 def _shown(o: TaskOutput) -> str:
     return ", ".join(str(n) for n in o.names)
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article ("an int", "a str")."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

@@ -1,40 +1,67 @@
-"""Where in the user's code a DSL call was made."""
+"""Where in the user's code a DSL call was made.
+
+Every record (op, block, task) carries the location of the innermost stack frame
+outside dslc's own packages (``dslc``, ``dslc.ir``, ``dslc.backends``), so errors
+name the line the user wrote, not a line inside the library.
+"""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 
 import dslc
 from dslc.ir.diagnostics import UNKNOWN_LOC, Location
 
-_OWN = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-             for m in (dslc, sys.modules["dslc.ir"], sys.modules.get("dslc.backends") or dslc))
+
+def _package_dirs() -> tuple[str, ...]:
+    """The directories of dslc's packages; ``ir/`` and ``backends/`` live outside ``dslc/``."""
+    dirs = []
+    for name in ("dslc", "dslc.ir", "dslc.backends"):
+        spec = importlib.util.find_spec(name)  # does not import dslc.backends itself
+        for d in (spec.submodule_search_locations or []) if spec else []:
+            dirs.append(os.path.join(os.path.abspath(d), ""))
+    dirs.append(os.path.join(os.path.dirname(os.path.abspath(dslc.__file__)), ""))
+    return tuple(dict.fromkeys(dirs))
+
+
+_OWN = _package_dirs()
+# contextlib: dslc's @contextmanager blocks put its frames between the user's and ours.
 _SKIP = _OWN + (os.path.abspath(contextlib.__file__),)
-_display: dict[str, str] = {}
+_display: dict[tuple[str, str], str] = {}
 
 
-def _shown(filename: str) -> str:
-    shown = _display.get(filename)
+def is_own_file(filename: str) -> bool:
+    """Whether ``filename`` is part of dslc (its front end, IR or backends)."""
+    return os.path.abspath(filename).startswith(_OWN)
+
+
+def display_path(filename: str) -> str:
+    """How a file is named in messages: relative to the working directory when it is
+    below it, else absolute; pseudo-files such as ``<stdin>`` stay as they are."""
+    if filename.startswith("<"):
+        return filename
+    key = (os.getcwd(), filename)  # a relative name depends on the directory it is relative to
+    shown = _display.get(key)
     if shown is None:
         path = os.path.abspath(filename)
         try:
             rel = os.path.relpath(path)
             shown = rel if not rel.startswith("..") else path
-        except ValueError:
+        except ValueError:  # another drive (Windows)
             shown = path
-        if filename.startswith("<"):
-            shown = filename
-        _display[filename] = shown
+        _display[key] = shown
     return shown
 
 
 def user_location(depth: int = 1) -> Location:
-    """The file and line of the innermost caller outside dslc."""
+    """The file and line of the innermost caller outside dslc (``depth`` frames up
+    from the caller of this function is where the search starts)."""
     f = sys._getframe(depth)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP) and fn != _SKIP[-1]:
-            return Location(_shown(fn), f.f_lineno)
+        if not fn.startswith(_SKIP):  # code objects of imported modules carry absolute paths
+            return Location(display_path(fn), f.f_lineno)
         f = f.f_back
     return UNKNOWN_LOC

@@ -5,7 +5,10 @@ Errors are values with a location, never bare strings: the CLI prints them as
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_NEWLINES = re.compile(r"\s*\n\s*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +19,8 @@ class Location:
     line: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
+        """``file:line``, or just ``file`` when the line is not known (0)."""
+        return f"{self.file}:{self.line}" if self.line > 0 else self.file
 
 
 UNKNOWN_LOC = Location("<unknown>", 0)
@@ -37,7 +41,8 @@ class DSLError(Exception):
         """``file:line: error: message; hint`` on a single line."""
         where = f"{self.loc}: " if self.loc and self.loc != UNKNOWN_LOC else ""
         hint = f"; {self.hint}" if self.hint else ""
-        return f"{where}{self.kind}: {self.message}{hint}"
+        # a message quoting an exception may span lines; the CLI promises one
+        return _NEWLINES.sub(" ", f"{where}{self.kind}: {self.message}{hint}")
 
     def __str__(self) -> str:
         return self.one_line()

@@ -82,9 +82,9 @@ class Run:
     @staticmethod
     def trip(v) -> int:
         n = int(v)
-        if n < 0:
-            raise ExecutionError(f"the loop count is negative ({n})",
-                                 hint="a loop cannot run a negative number of times")
+        if n < 0:  # a DSLError, so that ``call`` locates it at the loop and names the task
+            raise DSLError(f"the loop count is negative ({n})",
+                           hint="a loop cannot run a negative number of times")
         return n
 
     @staticmethod
@@ -268,6 +268,7 @@ def located(e: Exception, task: str | None) -> ExecutionError:
     if isinstance(e, DSLError):
         return ExecutionError(e.message, e.loc or loc, e.hint, task=task)
     if isinstance(e, PythonOpError):
-        return ExecutionError(str(e), loc, task=task)
+        return ExecutionError(str(e), loc, "fix that Python function (rerun with --debug for its traceback)",
+                              task=task)
     what = op.name if op is not None else "the job"
     return ExecutionError(f"{what} failed: {type(e).__name__}: {e}", loc, task=task)
