@@ -11,7 +11,7 @@ from .types import I64, TensorType
 
 LOOPS = ("for", "loop")
 ISOLATED = ("module", "group", "task", "parallel", "scope", "reporting")
-PLACEMENT = {"group": ("module",), "task": ("group",)}
+PLACEMENT = {"group": ("module",), "task": ("group", "reporting")}  # reporting: a group's local reporters
 
 
 def verify(module: Module) -> None:
@@ -64,7 +64,9 @@ class _Verifier:
         pname = parent.name if parent is not None else None
         if op.name in PLACEMENT and pname not in PLACEMENT[op.name]:
             self.fail(op, f"must be directly inside {' or '.join(PLACEMENT[op.name])}")
-        if d.has(PLAN) and op.name not in ("module", "group", "task") and pname in ("module", "group"):
+        group_reporters = op.name == "reporting" and pname == "group"
+        if d.has(PLAN) and op.name not in ("module", "group", "task") and pname in ("module", "group") \
+                and not group_reporters:
             self.fail(op, "must be inside a task")
         check = getattr(self, "check_" + op.name, None)
         if check:

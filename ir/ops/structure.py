@@ -48,7 +48,7 @@ declare("for", (1, None), _for, results=(0, None), regions=("body",), traits={CO
         doc="run the body count times; body args: (i64 index, carried values...)")
 declare("loop", (0, None), lambda t, a, n: list(t), results=(0, None), regions=("body",),
         traits={CONTROL}, doc="run the body until a break_if fires; body args: carried values")
-declare("if", 1, None, results=(0, None), regions=("then", "else"), traits={CONTROL},
+declare("if", 1, _if, results=(0, None), regions=("then", "else"), traits={CONTROL},
         doc="run `then` if the scalar bool condition holds, else `else`")
 declare("yield", (0, None), lambda t, a, n: [], results=(0, 0), traits={TERMINATOR, CONTROL},
         doc="end a region, passing its results (carried values, if results)")
