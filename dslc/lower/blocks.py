@@ -57,6 +57,8 @@ class Block:
         self.scope = scope
         self.env = dict(env or {})
         self.dirty: dict[str, object] = {}
+        # In a loop body: the values a break_if passes as the loop's results.
+        self.break_values: tuple = ()
 
     def child(self, region: Region, inherit: bool, iters=None, scope="same") -> "Block":
         """A block for a nested region; ``inherit`` forwards this block's (clean) values."""
@@ -72,9 +74,6 @@ class Block:
         key = self.key(name, False, loc)
         v = self.env.get(key)
         if v is None:
-            if key in self.ctx.iter_names:
-                raise TraceError(f"loop.iter() of the loop at {self.ctx.iter_names[key]} is used outside "
-                                 "that loop", loc, "use it only inside its `with ops.loop(...)` block")
             v = self.b.value("load", attrs={"blob": Symbol(key)}, result_types=[self.ctx.blob_type(key)],
                              loc=loc, hints=[hint(key)])
             self.ctx.loads.append((key, v, loc))

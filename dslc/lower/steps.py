@@ -45,7 +45,7 @@ def lower_seq(blk: Block, items, in_loop: bool) -> None:
                 cond = blk.read_flag(item.blob, item.loc)
             blk.flush()
             if in_loop:
-                blk.create("break_if", [cond], loc=item.loc)
+                blk.create("break_if", [cond, *blk.break_values], loc=item.loc)
                 continue
             op, _, rest = _if(blk, cond, item.loc)
             lower_seq(rest, items[i + 1:], False)
@@ -92,37 +92,65 @@ def lower_block(blk: Block, nb: NetBuilder) -> None:
 
 
 def lower_loop(blk: Block, loop) -> None:
+    """``ops.loop``: until stopped, or counted; a counted loop leaves its exit index in ``iter``.
+
+    Caffe2 keeps the counter in a blob, so after the loop ``loop.iter()`` holds the
+    number of completed iterations: the count, or the index at which a stop fired
+    (that iteration's increment is skipped).
+    """
     loc = loop._loc
     blk.flush()
-    body_items = loop._children
     if loop.count is None:
-        op = blk.create("loop", [], loc=loc, regions=[Region()])
+        op = blk.create("loop", [], loc=loc, result_types=[], regions=[Region()])
         body = blk.child(op.regions[0], inherit=False)
-        lower_seq(body, body_items, in_loop=True)
+        lower_seq(body, loop._children, in_loop=True)
         _finish(body)
         body.create("yield", [], loc=loc)
-    elif isinstance(loop.count, int) or str(loop.count) not in names_written(body_items):
-        count = blk.const(loop.count, loc) if isinstance(loop.count, int) else blk.read(str(loop.count), loc)
-        op = blk.create("for", [count], loc=loc, regions=[Region()])
-        i = op.regions[0].add_arg(I64, "i")
-        body = blk.child(op.regions[0], inherit=False, iters={**blk.iters, str(loop._iter): i})
-        blk.ctx.iter_names[str(loop._iter)] = loc
-        lower_seq(body, body_items, in_loop=True)
-        _finish(body)
-        body.create("yield", [], loc=loc)
-    else:
+        blk.forget(op)
+        return
+    count = _loop_count(blk, loop)
+    if count is None:
         op = _lower_recounted_loop(blk, loop)
+    else:
+        op = _lower_counted_loop(blk, loop, count)
     blk.forget(op)
+    blk.write(str(loop._iter), op.results[0], loc)
 
 
-def _lower_recounted_loop(blk: Block, loop) -> None:
-    """A loop whose count blob changes inside it: re-read the count at every iteration."""
+def _loop_count(blk: Block, loop):
+    """The count as an i64 value read once before the loop, or None if it must be re-read."""
+    loc = loop._loc
+    if isinstance(loop.count, int):
+        return blk.const(loop.count, loc)
+    name = str(loop.count)
+    if name in names_written(loop._children):
+        return None  # the body changes it: Caffe2 compares against its current value
+    count = blk.read(name, loc)
+    return count if count.type == I64 else None  # other types take the general form
+
+
+def _lower_counted_loop(blk: Block, loop, count):
+    """``for(%n, %n) {^(%i, %exit): ... break_if(%stop, %i) ... yield %exit}``: result = exit index."""
+    loc = loop._loc
+    op = blk.create("for", [count, count], loc=loc, result_types=[I64], regions=[Region()])
+    i = op.regions[0].add_arg(I64, "i")
+    exit_index = op.regions[0].add_arg(I64, "n")
+    body = blk.child(op.regions[0], inherit=False, iters={**blk.iters, str(loop._iter): i})
+    body.break_values = (i,)
+    lower_seq(body, loop._children, in_loop=True)
+    _finish(body)
+    body.create("yield", [exit_index], loc=loc)
+    return op
+
+
+def _lower_recounted_loop(blk: Block, loop):
+    """A loop whose count may change inside it: re-read the count at every iteration."""
     loc = loop._loc
     zero = blk.const(0, loc)
-    op = blk.create("loop", [zero], loc=loc, regions=[Region()])
+    op = blk.create("loop", [zero], loc=loc, result_types=[I64], regions=[Region()])
     i = op.regions[0].add_arg(I64, "i")
     body = blk.child(op.regions[0], inherit=False, iters={**blk.iters, str(loop._iter): i})
-    blk.ctx.iter_names[str(loop._iter)] = loc
+    body.break_values = (i,)
     n = body.read(str(loop.count), loc)
     done = body.b.value("GE", [i, n], loc=loc)
     body.create("break_if", [done, i], loc=loc)
@@ -130,7 +158,6 @@ def _lower_recounted_loop(blk: Block, loop) -> None:
     _finish(body)
     one = body.const(1, loc)
     body.create("yield", [body.b.value("Add", [i, one], loc=loc)], loc=loc)
-    op.results[0].hint = "n"
     return op
 
 
@@ -179,7 +206,7 @@ def lower_ifnet(blk: Block, item) -> None:
 def lower_whilenet(blk: Block, item) -> None:
     loc = item._loc
     blk.flush()
-    op = blk.create("loop", [], loc=loc, regions=[Region()])
+    op = blk.create("loop", [], loc=loc, result_types=[], regions=[Region()])
     body = blk.child(op.regions[0], inherit=False)
     body.scope = Scope(item.condition.outer_scope, blk.ctx.fresh_tag("cond"), blk.scope)
     lower_seq(body, item.condition._children, in_loop=False)
@@ -261,7 +288,7 @@ def _iterated(blk: Block, step: ExecutionStep, items) -> None:
 
 def _loop(blk: Block, items, loc) -> None:
     blk.flush()
-    op = blk.create("loop", [], loc=loc, regions=[Region()])
+    op = blk.create("loop", [], loc=loc, result_types=[], regions=[Region()])
     body = blk.child(op.regions[0], inherit=False)
     lower_seq(body, items, in_loop=True)
     _finish(body)
@@ -271,7 +298,7 @@ def _loop(blk: Block, items, loc) -> None:
 
 def _counted(blk: Block, n: int, items, loc) -> None:
     blk.flush()
-    op = blk.create("for", [blk.const(n, loc)], loc=loc, regions=[Region()])
+    op = blk.create("for", [blk.const(n, loc)], loc=loc, result_types=[], regions=[Region()])
     op.regions[0].add_arg(I64, "i")
     body = blk.child(op.regions[0], inherit=False)
     lower_seq(body, items, in_loop=True)
