@@ -29,6 +29,8 @@ def _package_dirs() -> tuple[str, ...]:
 _OWN = _package_dirs()
 # contextlib: dslc's @contextmanager blocks put its frames between the user's and ours.
 _SKIP = _OWN + (os.path.abspath(contextlib.__file__),)
+# Frames above the CLI are the launcher (the console script, runpy), never the user's code.
+_CLI = os.path.join(os.path.dirname(os.path.abspath(dslc.__file__)), "cli.py")
 _display: dict[tuple[str, str], str] = {}
 
 
@@ -57,10 +59,13 @@ def display_path(filename: str) -> str:
 
 def user_location(depth: int = 1) -> Location:
     """The file and line of the innermost caller outside dslc (``depth`` frames up
-    from the caller of this function is where the search starts)."""
+    from the caller of this function is where the search starts); ``UNKNOWN_LOC``
+    when dslc was called by its own CLI rather than from the user's code."""
     f = sys._getframe(depth)
     while f is not None:
         fn = f.f_code.co_filename
+        if fn == _CLI:
+            break
         if not fn.startswith(_SKIP):  # code objects of imported modules carry absolute paths
             return Location(display_path(fn), f.f_lineno)
         f = f.f_back
