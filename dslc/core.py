@@ -459,10 +459,11 @@ class Net:
 
     # --- composition
     def AppendNet(self, other: "Net") -> "Net":
+        """Append ``other``'s ops; its external inputs not produced here become ours (attributes stay)."""
+        for b in other._external_inputs:
+            if b not in self._produced and b not in self._external_inputs:
+                self._external_inputs.append(b)
         for op in other._ops:
-            for b in op.inputs:
-                if b not in self._produced and b not in self._external_inputs:
-                    self._external_inputs.append(b)
             self._ops.append(op)
             self._produced.update(op.outputs)
         self.AddExternalOutput(*other._external_outputs)

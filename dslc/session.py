@@ -14,6 +14,7 @@ from dslc.backends.runtime.values import type_of_value
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir.diagnostics import DSLError, TraceError
+from dslc.ir.types import join, subsumes
 from dslc.lower import lower_group
 from dslc.net_builder import NetBuilder
 from dslc.task import Task, TaskGroup, WorkspaceType
@@ -114,12 +115,10 @@ class LocalSession(Session):
         """
         existing = {n: type_of_value(c.v) for n, c in self._ws.blobs.items() if c.v is not None}
         got = self._compiled.get(id(group))
-        if got is not None and got.group is group and \
-                all(existing.get(n) == t for n, t in got.deps.items()):
+        if got is not None and got.group is group and _still_valid(got.deps, existing):
             return got
         module = lower_group(group, self.source, existing)
-        loaded = {op.attrs["blob"] for op in module.walk() if op.name in ("load", "flag")}
-        deps = {n: t for n, t in existing.items() if n in loaded}
+        deps = _load_types(module)  # before the backend compiles: what the lowering assumed
         got = CompiledRunnable(group, module, self.backend.compile(module), deps, group.tasks())
         self._compiled[id(group)] = got
         return got
@@ -145,6 +144,25 @@ class LocalSession(Session):
                            "check that its task writes it")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+def _load_types(module) -> dict:
+    """Blob -> the type the module's loads of it were given (the widest, if they differ)."""
+    deps: dict = {}
+    for op in module.walk():
+        if op.name == "load":
+            name, t = str(op.attrs["blob"]), op.results[0].type
+            deps[name] = join(deps[name], t) if name in deps else t
+    return deps
+
+
+def _still_valid(deps: dict, existing: dict) -> bool:
+    """A compiled module still fits the root if every blob it loads holds a value of its load type.
+
+    A blob fed since with another dtype or shape forces a recompile; a blob that was
+    absent at compile time and has since appeared is checked the same way.
+    """
+    return all(subsumes(t, existing[n]) for n, t in deps.items() if n in existing)
 
 
 def _wrap(runnable, workspace_type) -> TaskGroup:

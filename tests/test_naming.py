@@ -139,6 +139,28 @@ def test_const_with_explicit_output_name():
         assert str(net.Const(1, blob_out="one")) == "s/one"
 
 
+def test_inputs_not_produced_by_the_net_become_external_inputs():
+    net = Net("n")
+    net.AddExternalInput("ext")
+    net.Add(["a", "b"], ["c"])
+    net.Add(["c", "d"], ["e"])
+    assert [str(b) for b in net.external_inputs()] == ["ext", "a", "b", "d"]
+    assert net.UsedBlobNames() == {"ext", "a", "b", "c", "d", "e"}
+
+
+def test_append_net_merges_external_inputs_but_not_attributes():
+    src = Net("src")
+    src.AddExternalInput("only_declared")
+    src.Add(["a", "b"], ["c"])
+    src.add_attribute("key", "obj")
+    dst = Net("dst")
+    dst.Copy(["z"], ["a"])
+    dst.AppendNet(src)
+    assert [str(b) for b in dst.external_inputs()] == ["z", "only_declared", "b"]
+    assert [op.type for op in dst.ops()] == ["Copy", "Add"]
+    assert dst.get_attributes("key") == []
+
+
 # ----------------------------------------------------------------------------- NextBlob
 
 
