@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import sysconfig
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -140,17 +141,27 @@ def _same_file(filename: str, path: str) -> bool:
 
 
 def _raised_inside_dslc(e: BaseException, path: str) -> bool:
-    """Whether the innermost frame that is either dslc's or the job file's is dslc's.
+    """Whether the innermost frame of ``e`` that is neither a library's nor the
+    interpreter's is dslc's (rather than the job file's or a module of the job's).
 
-    Frames of other libraries (numpy, the standard library) are skipped: an exception
-    numpy raises for the job's own call is the job's, one it raises for dslc's is dslc's.
+    Library frames (numpy, the standard library) are skipped: an exception numpy raises
+    for the job's own call is the job's, one it raises for dslc's call is dslc's.
     """
     for frame in reversed(_frames(e)):
         if tracing.is_own_file(frame.filename):
             return True
-        if _same_file(frame.filename, path):
+        if not _is_library(frame.filename):
             return False
     return False
+
+
+_LIBRARY_DIRS = tuple(os.path.join(os.path.abspath(p), "") for p in
+                      {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _is_library(filename: str) -> bool:
+    """Installed or standard-library code, or code with no file (``<frozen ...>``)."""
+    return filename.startswith("<") or os.path.abspath(filename).startswith(_LIBRARY_DIRS)
 
 
 def _innermost(e: BaseException, path: str) -> Location | None:
