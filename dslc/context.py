@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 from dslc.ir.diagnostics import TraceError
+from dslc.tracing import user_location
 
 _local = threading.local()
 
@@ -36,7 +37,8 @@ class Managed:
         """``value`` if given, else the innermost open instance; None or an error if none."""
         if value is not None:
             if not isinstance(value, cls._root()):
-                raise TraceError(f"expected a {cls._root().__name__}, got {value!r}")
+                raise TraceError(f"expected a {cls._root().__name__}, got {value!r}", user_location(),
+                                 f"pass a {cls._root().__name__} object (or None for the current one)")
             return value
         stack = _stack(cls._root())
         if stack:
@@ -46,7 +48,7 @@ class Managed:
             stack.append(default)
             return default
         if required:
-            raise TraceError(f"no active {cls._root().__name__}",
+            raise TraceError(f"no active {cls._root().__name__}", user_location(),
                              hint=f"use this inside a `with {cls._root().__name__}(...):` block")
         return None
 

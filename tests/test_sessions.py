@@ -167,6 +167,16 @@ def test_blob_mentioned_only_in_task_exit_is_shared(session):
     assert int(_value(session, "last")) == 7
 
 
+def test_output_written_by_instances_of_a_private_task_reaches_the_root(session):
+    # Outputs are pre-created in the root, so the instances' writes resolve there.
+    with TaskGroup() as group:
+        with Task(num_instances=3):
+            out = final_output(ops.Const(5, blob_out="inst_out"))
+    session.run(group)
+    assert out.fetch() == 5
+    assert session.workspace.names() == ["inst_out"]
+
+
 def test_single_instance_body_blobs_live_in_the_task_workspace(session):
     for n in (None, 0, 1):
         with Task(num_instances=n) as task:

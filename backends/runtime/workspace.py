@@ -90,10 +90,8 @@ def to_value(x):
     if isinstance(x, (np.generic,)) or x is None:
         return x
     if isinstance(x, (bool, int, float, str, list, tuple)):
-        arr = np.array(x)
+        arr = np.array(x)  # Python int -> int64, float -> float64, as numpy (and Caffe2's FeedBlob) does
         if arr.dtype.kind == "U":
-            arr = arr.astype(object)
-        elif arr.dtype == np.float64 and not isinstance(x, float):
-            pass
+            arr = arr.astype(object)  # strings are object tensors, as GivenTensorStringFill makes
         return arr[()] if arr.ndim == 0 else arr
     return x
