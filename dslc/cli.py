@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="where to run it (default: interp)")
     run.add_argument("--json", action="store_true", help="print the outputs as one JSON object")
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                     help="show full tracebacks on errors")
+                     help="on errors, also show the full Python traceback")
 
     ir = sub.add_parser("ir", help="print the typed IR of a job file",
                         description="Trace JOB.py and print its IR, one module per runnable.",
@@ -58,11 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
     ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
     ir.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                    help="show full tracebacks on errors")
+                    help="on errors, also show the full Python traceback")
     return p
 
 
 def cmd_run(args) -> int:
+    """``dslc run``: run the job's runnables in one session, print its outputs."""
     from dslc import jobfile
     from dslc.session import LocalSession
 
@@ -80,6 +81,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_ir(args) -> int:
+    """``dslc ir``: print (or write to ``-o FILE``) the verified IR of each runnable."""
     from dslc import jobfile
     from dslc.ir import print_module
     from dslc.session import LocalSession
