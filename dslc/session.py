@@ -107,12 +107,13 @@ class LocalSession(Session):
     def workspace(self) -> Workspace:
         return self._ws
 
-    def compile(self, group: TaskGroup) -> CompiledRunnable:
-        """Lower and compile ``group`` against what the root workspace holds now.
+    def compile(self, runnable, workspace_type=None) -> CompiledRunnable:
+        """Lower and compile ``runnable`` (or its TaskGroup) against what the root holds now.
 
-        The result is reused while the root blobs it loads keep the types it was
-        compiled for; a changed type (say a blob fed again as float) recompiles.
+        The result is reused while every root blob it loads holds a value of the type
+        it was compiled for; a blob fed since with another type recompiles.
         """
+        group = self.as_group(runnable, workspace_type)
         existing = {n: type_of_value(c.v) for n, c in self._ws.blobs.items() if c.v is not None}
         got = self._compiled.get(id(group))
         if got is not None and got.group is group and _still_valid(got.deps, existing):

@@ -288,6 +288,14 @@ def test_running_the_same_net_twice_reuses_the_compile(session):
     assert int(_value(session, "acc")) == 4  # 1 -> 2 -> 4
 
 
+def test_compile_accepts_a_runnable_and_returns_the_cached_plan(session):
+    with Task() as task:
+        ops.Const(1, blob_out="c")
+    first = session.compile(task)
+    assert session.compile(task) is first
+    assert session.compile(session.as_group(task)) is first
+
+
 def test_run_execution_step_with_num_iter(session):
     _init_globals(session, acc=0)
     net = Net("inc")
