@@ -404,7 +404,12 @@ class Net:
         return refs[0] if len(refs) == 1 else tuple(refs)
 
     def Const(self, array, blob_out=None, dtype=None):
-        """Record a constant: a Python bool is a bool scalar, an int int64, a float float32."""
+        """Record a constant: a Python bool is a bool scalar, an int int64, a float float32.
+
+        As in Caffe2 the fill op follows numpy's dtype: int32 and int64 keep their
+        type, str is a string tensor, bool arrays are bool, and everything else
+        (floats, and other integer widths such as uint8) becomes float32.
+        """
         loc = user_location()
         if isinstance(array, bool):
             return self._record("ConstantFill", [], blob_out or 1,
@@ -418,8 +423,8 @@ class Net:
             op, arr = "GivenTensorStringFill", arr.astype(object)
         elif arr.dtype == np.int32:
             op = "GivenTensorIntFill"
-        elif kind in "iu":
-            op, arr = "GivenTensorInt64Fill", arr.astype(np.int64)
+        elif arr.dtype == np.int64:
+            op = "GivenTensorInt64Fill"
         elif kind == "b":
             op = "GivenTensorBoolFill"
         else:

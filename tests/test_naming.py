@@ -132,6 +132,14 @@ def test_const_picks_the_fill_op_by_numpy_dtype():
     assert list(net.ops()[1].args["shape"]) == []
 
 
+def test_const_of_other_integer_widths_is_a_float_fill():
+    net = Net("n")
+    net.Const(np.array([1, 2], dtype=np.uint8))
+    net.Const(np.int16(3))
+    assert [op.type for op in net.ops()] == ["GivenTensorFill", "GivenTensorFill"]
+    assert net.ops()[0].args["values"].dtype == np.float32
+
+
 def test_const_with_explicit_output_name():
     net = Net("n")
     assert str(net.Const(1, blob_out="one")) == "one"
