@@ -7,6 +7,7 @@ effects, region names and fold. Declaring an op is one ``declare(...)`` call in
 from __future__ import annotations
 
 import difflib
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,7 +46,8 @@ class OpDef:
     results: tuple[int, int | None] = (1, 1)
     fold: Callable | None = None                # (*values, **attrs) -> value
     symbol: str | None = None                   # attribute printed as ``@name`` after the op name
-    doc: str = ""
+    doc: str = ""                               # the semantics in one line
+    module: str = ""                            # the ir.ops module that declared it (for docs)
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
@@ -55,13 +57,16 @@ class OpDef:
         return PURE in self.traits
 
     def check_arity(self, n_operands: int, n_results: int) -> None:
+        """Raise VerifyError unless the operand and result counts fit the declaration."""
         lo, hi = self.operands
         if n_operands < lo or (hi is not None and n_operands > hi):
             raise VerifyError(f"{self.name} takes {_count(lo, hi, 'input')}, got {n_operands}",
-                              hint=f"{self.name}: {self.doc}" if self.doc else None)
+                              hint=f"pass {_count(lo, hi, 'blob')} in {self.name}'s input list"
+                                   + (f" ({self.name}: {self.doc})" if self.doc else ""))
         lo, hi = self.results
         if n_results < lo or (hi is not None and n_results > hi):
-            raise VerifyError(f"{self.name} produces {_count(lo, hi, 'output')}, got {n_results}")
+            raise VerifyError(f"{self.name} produces {_count(lo, hi, 'output')}, got {n_results}",
+                              hint=f"name {_count(lo, hi, 'output blob')} in {self.name}'s output list")
 
     def infer_types(self, types: list[Type], attrs: dict, n_results: int) -> list[Type]:
         self.check_arity(len(types), n_results)
@@ -74,14 +79,19 @@ class OpDef:
         """``attrs`` with defaults filled in; unknown or missing required ones are errors."""
         unknown = set(attrs) - set(self.attrs)
         if unknown:
-            raise VerifyError(f"{self.name} has no argument {sorted(unknown)[0]!r}",
-                              hint=f"its arguments are: {', '.join(sorted(self.attrs)) or 'none'}")
+            bad = sorted(unknown)[0]
+            close = difflib.get_close_matches(bad, list(self.attrs), n=1, cutoff=0.6)
+            known = f"its arguments are: {', '.join(sorted(self.attrs))}" if self.attrs \
+                else "it takes no arguments"
+            raise VerifyError(f"{self.name} has no argument {bad!r}",
+                              hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
         out = {}
         for k, default in self.attrs.items():
             if k in attrs:
                 out[k] = attrs[k]
             elif default is REQUIRED:
-                raise VerifyError(f"{self.name} needs the argument {k!r}")
+                raise VerifyError(f"{self.name} needs the argument {k!r}",
+                                  hint=f"pass {k}=... to {self.name}")
             else:
                 out[k] = default
         return out
@@ -120,18 +130,33 @@ class OpTable:
         return iter(self._defs.values())
 
     def suggest(self, name: str, extra=()) -> list[str]:
-        """The declared names closest to ``name`` (for 'did you mean' hints)."""
+        """The declared names closest to ``name`` (for 'did you mean' hints).
+
+        Same name in another case first, then spelling neighbours, then names that
+        abbreviate it (``Substract`` -> ``Sub``, ``Maximum`` -> ``Max``).
+        """
         names = list(self._defs) + list(extra)
+        low = name.lower()
+        same = [n for n in names if n.lower() == low]
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-        lower = [n for n in names if n.lower() == name.lower() and n not in close]
-        return lower + close
+        prefix = [n for n in names if len(n) >= 3 and low.startswith(n.lower())]
+        out = []
+        for n in same + close + sorted(prefix, key=len, reverse=True):
+            if n not in out:
+                out.append(n)
+        return out[:3]
 
 
 OPS = OpTable()
 
 
 def declare(name: str, operands=(1, 1), infer=None, **kw) -> OpDef:
-    """Declare an operator in the global table (see ``OpDef`` for the fields)."""
+    """Declare an operator in the global table (see ``OpDef`` for the fields).
+
+    ``operands`` and ``results`` may be an int (exact count) or ``(min, max)``;
+    the declaring module is recorded so the generated docs can group by it.
+    """
+    kw.setdefault("module", _caller_module())
     if isinstance(operands, int):
         operands = (operands, operands)
     if "results" in kw and isinstance(kw["results"], int):
@@ -139,6 +164,14 @@ def declare(name: str, operands=(1, 1), infer=None, **kw) -> OpDef:
     if "traits" in kw:
         kw["traits"] = frozenset(kw["traits"])
     return OPS.declare(OpDef(name, operands, infer, **kw))
+
+
+def _caller_module() -> str:
+    """The first module on the stack outside this one (declaration helpers stay in it)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_globals.get("__name__") == __name__:
+        f = f.f_back
+    return f.f_globals.get("__name__", "") if f is not None else ""
 
 
 def type_error(msg: str, hint: str | None = None):

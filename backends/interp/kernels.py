@@ -3,7 +3,11 @@
 ``@kernel("Add")`` registers a factory ``f(op, cfg)`` that returns the callable run
 for that op (or a ``Constant``). ``per_instance=True`` factories return a maker
 ``make(inst)`` instead, called each time the op is bound to a workspace (Python op
-builders, timers). Values are numpy scalars for rank 0 and arrays otherwise.
+builders, timers, Print's every_n count). Values are numpy scalars for rank 0 and
+arrays otherwise (a rank-0 string is a Python ``str``).
+
+Kernels raise ``DSLError`` (with a hint) for the user's mistakes; the executor adds
+the op's line and the task name.
 """
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ import numpy as np
 from dslc.backends.runtime.resources import Counter, Timer
 from dslc.backends.runtime.workspace import to_value
 from dslc.ir import pyrefs
-from dslc.ir.ops.infer import dtype_from_code
-from dslc.ir.types import INT_DTYPES, NUMPY_DTYPES, TensorType
+from dslc.ir.diagnostics import DSLError
+from dslc.ir.ops.infer import dtype_from_code, legacy_core
+from dslc.ir.types import (ANY, COUNTER, INT_DTYPES, NUMPY_DTYPES, TIMER, HandleType, TensorType,
+                           dtype_of_numpy)
 
 KERNELS: dict[str, tuple] = {}
 
@@ -32,10 +38,52 @@ class Constant:
 
 
 def kernel(name: str, per_instance: bool = False):
+    """Register a kernel factory for the op ``name``."""
     def register(factory):
-        KERNELS[name] = (factory, per_instance)
+        KERNELS[name] = (factory if per_instance else _typed(factory), per_instance)
         return factory
     return register
+
+
+# --- operands whose types are known only at run time (Python op outputs, merged types)
+def _typed(factory):
+    """Wrap ``factory`` so that ops with dynamically typed operands check them when run.
+
+    The check is the op's own type inference applied to the runtime types, so an
+    ``Add`` of a Python op's int32 output and a float32 fails as it would statically.
+    """
+    def make(op, cfg):
+        k = factory(op, cfg)
+        if isinstance(k, Constant) or op.opdef.infer is None or all(map(_static, op.operands)):
+            return k
+        infer, attrs, n = op.opdef.infer, op.attrs, len(op.results)
+
+        def checked(*values):
+            infer([runtime_type(v) for v in values], attrs, n)
+            return k(*values)
+        return checked
+    return make
+
+
+def _static(v) -> bool:
+    t = v.type
+    return isinstance(t, HandleType) or (isinstance(t, TensorType) and t.dtype is not None)
+
+
+def runtime_type(v):
+    """The IR type of a runtime value."""
+    if isinstance(v, (np.ndarray, np.generic)):
+        try:
+            return TensorType(dtype_of_numpy(v.dtype), np.shape(v))
+        except ValueError:
+            return ANY
+    if isinstance(v, str):
+        return TensorType("str")
+    if isinstance(v, Counter):
+        return COUNTER
+    if isinstance(v, Timer):
+        return TIMER
+    return ANY
 
 
 def _dtype(op, i=0):
@@ -43,70 +91,101 @@ def _dtype(op, i=0):
     return t.dtype if isinstance(t, TensorType) else None
 
 
+# --- constants
 @kernel("Const")
 def _const(op, cfg):
     return Constant(to_value(op.attrs["value"]))
 
 
+@kernel("ConstantFill")
+def _constant_fill(op, cfg):
+    dtype = NUMPY_DTYPES[_dtype(op)]
+    value, extra = op.attrs["value"], tuple(op.attrs["extra_shape"] or ())
+    if not op.operands:  # the lowering folds these into Const; a parsed module may not
+        return Constant(to_value(np.full(tuple(op.attrs["shape"] or ()) + extra, value, dtype=dtype)))
+    as_shape = op.attrs["input_as_shape"]
+
+    def fill(x):
+        shape = tuple(int(d) for d in np.asarray(x).reshape(-1)) if as_shape else np.shape(x)
+        return to_value(np.full(shape + extra, value, dtype=dtype))
+    return fill
+
+
+# --- elementwise arithmetic, comparisons, logic
 def _binary(name, fn):
     @kernel(name)
     def factory(op, cfg):
-        axis = op.attrs.get("axis", -1)
-        if op.attrs.get("broadcast") and axis not in (-1, None):
-            return functools.partial(_legacy_broadcast, fn, axis)
-        return fn
+        f = fn(op) if name == "Div" else fn
+        if op.attrs.get("broadcast"):
+            return functools.partial(_legacy_broadcast, f, int(op.attrs.get("axis", -1)))
+        return f
 
 
 def _legacy_broadcast(fn, axis, a, b):
-    """Caffe2's old ``broadcast=1, axis=k``: b's dims line up with a's starting at k."""
+    """Caffe2's old ``broadcast=1, axis=k``: b's dims (minus outer 1s) line up with a's at k.
+
+    Reshaping b to its core dims followed by one 1 per remaining dim of a lets numpy
+    do the rest: a (2,3,4) + b (3,) at axis 1 -> b as (3,1).
+    """
     b = np.asarray(b)
-    a_nd = np.ndim(a)
-    return fn(a, b.reshape(b.shape + (1,) * (a_nd - axis - b.ndim)))
+    lo, hi = legacy_core(b.shape)
+    start = np.ndim(a) - b.ndim if axis == -1 else axis
+    return fn(a, b.reshape(b.shape[lo:hi] + (1,) * (np.ndim(a) - start - hi)))
+
+
+def _compare(fn):
+    """A comparison whose result is always numpy bool (Python strs compare to a Python bool)."""
+    def compare(a, b):
+        r = fn(a, b)
+        return r if isinstance(r, np.ndarray) else np.bool_(r)
+    return compare
 
 
 for _n, _f in [("Add", operator.add), ("Sub", operator.sub), ("Mul", operator.mul),
-               ("GE", operator.ge), ("GT", operator.gt), ("LE", operator.le), ("LT", operator.lt),
-               ("EQ", operator.eq), ("NE", operator.ne),
-               ("And", operator.and_), ("Or", operator.or_), ("Xor", operator.xor)]:
+               ("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)]:
     _binary(_n, _f)
+for _n, _f in [("GE", operator.ge), ("GT", operator.gt), ("LE", operator.le), ("LT", operator.lt),
+               ("EQ", operator.eq), ("NE", operator.ne)]:
+    _binary(_n, _compare(_f))
 
 
 def _int_div(a, b):
     """C++ integer division: truncate toward zero; dividing by zero is an error."""
     if np.any(np.asarray(b) == 0):
-        raise ZeroDivisionError("integer division by zero")
-    q = a // b
-    fix = (a % b != 0) & ((a < 0) != (b < 0))
-    return q + fix.astype(np.asarray(q).dtype) if isinstance(fix, np.ndarray) else q + type(q)(fix)
+        raise DSLError("integer division by zero",
+                       hint="make sure the divisor is never 0, or Cast both operands to FLOAT")
+    q, r = np.divmod(a, b)
+    # divmod floors; where the signs differ and something remains, C++ rounds one up
+    return q + ((r != 0) & ((a < 0) != (b < 0)))
 
 
 def _any_div(a, b):
     if np.asarray(a).dtype.kind in "iu":
         return _int_div(a, b)
-    return a / b
+    return operator.truediv(a, b)
 
 
-@kernel("Div")
-def _div(op, cfg):
+def _div_for(op):
     dt = _dtype(op)
     if dt in INT_DTYPES:
         return _int_div
     return _any_div if dt is None else operator.truediv
 
 
+_binary("Div", _div_for)
+
+
 def _unary(name, fn):
     kernel(name)(lambda op, cfg: fn)
 
 
-_unary("Not", operator.invert)
+_unary("Not", np.logical_not)
 _unary("Negative", operator.neg)
-_unary("Abs", operator.abs)
+_unary("Abs", np.abs)
 _unary("Sqr", lambda x: x * x)
 _unary("Sqrt", np.sqrt)
 _unary("Exp", np.exp)
 _unary("Log", np.log)
-
-
 _unary("Relu", lambda x: np.maximum(x, 0))  # a Python 0 keeps x's dtype (NEP 50)
 
 
@@ -115,7 +194,7 @@ def _scale(op, cfg):
     s = op.attrs["scale"]
     dt = _dtype(op)
     if dt is not None:
-        sv = NUMPY_DTYPES[dt](s)
+        sv = NUMPY_DTYPES[dt](s)  # multiply in x's dtype: float32 stays float32
         return lambda x: x * sv
     return lambda x: x * np.asarray(s, np.asarray(x).dtype)[()]
 
@@ -123,31 +202,22 @@ def _scale(op, cfg):
 def _copy(x):
     if isinstance(x, np.ndarray):
         return x.copy()
-    return x
+    return x  # numpy scalars and strs are immutable
 
 
-@kernel("Copy")
-def _copy_k(op, cfg):
-    return _copy
+kernel("Copy")(lambda op, cfg: _copy)
 
 
-@kernel("Sum")
-def _sum(op, cfg):
-    def total(*xs):
-        if len(xs) == 1:
-            return _copy(xs[0])
-        return functools.reduce(operator.add, xs)
-    return total
+def _variadic(name, fn):
+    """Sum/Max/Min: fold the inputs; one input gives a copy of it."""
+    def run(*xs):
+        return _copy(xs[0]) if len(xs) == 1 else functools.reduce(fn, xs)
+    kernel(name)(lambda op, cfg: run)
 
 
-@kernel("Max")
-def _max(op, cfg):
-    return lambda *xs: _copy(xs[0]) if len(xs) == 1 else functools.reduce(np.maximum, xs)
-
-
-@kernel("Min")
-def _min(op, cfg):
-    return lambda *xs: _copy(xs[0]) if len(xs) == 1 else functools.reduce(np.minimum, xs)
+_variadic("Sum", operator.add)
+_variadic("Max", np.maximum)
+_variadic("Min", np.minimum)
 
 
 @kernel("Cast")
@@ -155,21 +225,8 @@ def _cast(op, cfg):
     to = NUMPY_DTYPES[dtype_from_code("Cast", op.attrs["to"])]
 
     def cast(x):
-        return np.asarray(x).astype(to)[()] if np.ndim(x) == 0 else np.asarray(x).astype(to)
+        return to_value(np.asarray(x).astype(to))
     return cast
-
-
-@kernel("ConstantFill")
-def _constant_fill(op, cfg):
-    t = op.results[0].type
-    dtype = NUMPY_DTYPES[t.dtype]
-    value, extra = op.attrs["value"], tuple(op.attrs["extra_shape"] or ())
-    as_shape = op.attrs["input_as_shape"]
-
-    def fill(x):
-        shape = tuple(int(d) for d in np.asarray(x).reshape(-1)) if as_shape else np.shape(x) + extra
-        return to_value(np.full(shape, value, dtype=dtype))
-    return fill
 
 
 @kernel("IsEmpty")
@@ -177,13 +234,28 @@ def _is_empty(op, cfg):
     return lambda x: np.bool_(np.size(x) == 0)
 
 
-@kernel("Print")
+# --- printing
+@kernel("Print", per_instance=True)
 def _print(op, cfg):
     name = op.attrs.get("blob") or "tensor"
+    every_n, limit = max(1, int(op.attrs["every_n"])), int(op.attrs["limit"])
 
-    def show(x):
-        print(f"{name}: {x}", file=cfg.log or sys.stderr)
-    return show
+    def make(inst):
+        runs = [0]  # this op instance's call count: print calls 1, n+1, 2n+1 ...
+
+        def show(x):
+            runs[0] += 1
+            if (runs[0] - 1) % every_n == 0:
+                print(f"{name}: {_format(x, limit)}", file=cfg.log or sys.stderr)
+        return show
+    return make
+
+
+def _format(x, limit: int) -> str:
+    """The tensor's values; with ``limit`` > 0, only the first ``limit`` of them."""
+    if limit > 0 and isinstance(x, np.ndarray) and x.size > limit:
+        return np.array2string(x.reshape(-1)[:limit])[:-1] + " ...]"
+    return str(x)
 
 
 # --- counters
@@ -206,20 +278,40 @@ kernel("CheckCounterDone")(lambda op, cfg: operator.methodcaller("done"))
 
 
 # --- timers
+_TIMER_HINTS = {
+    "TimerBegin": "end the timer (TimerEnd or TimerGetAndEnd) before this TimerBegin runs again",
+    "TimerEnd": "start it with TimerBegin first, and end it once per TimerBegin",
+    "TimerGet": "read it between its TimerBegin and its TimerEnd",
+    "TimerGetAndEnd": "start it with TimerBegin first, and end it once per TimerBegin",
+}
+
+
+def _timer_step(name, step):
+    """Run a timer method; misuse (not running / already running) is the user's error."""
+    try:
+        return step()
+    except RuntimeError as e:
+        raise DSLError(f"{name}: {e}", hint=_TIMER_HINTS[name]) from None
+
+
 @kernel("TimerBegin", per_instance=True)
 def _timer_begin(op, cfg):
     name = op.attrs["counter_name"] or "timer"
-    return lambda inst: Timer(name).begin
+
+    def make(inst):
+        timer = Timer(name)  # each bound op owns its timer, as in Caffe2
+        return lambda: _timer_step("TimerBegin", timer.begin)
+    return make
 
 
-kernel("TimerEnd")(lambda op, cfg: operator.methodcaller("end"))
-kernel("TimerGet")(lambda op, cfg: lambda t: np.int64(t.elapsed()))
+kernel("TimerEnd")(lambda op, cfg: lambda t: _timer_step("TimerEnd", t.end))
+kernel("TimerGet")(lambda op, cfg: lambda t: np.int64(_timer_step("TimerGet", t.elapsed)))
 
 
 @kernel("TimerGetAndEnd")
 def _timer_get_and_end(op, cfg):
     def get_and_end(t):
-        out = np.array([t.elapsed()], dtype=np.int64)
+        out = np.array([_timer_step("TimerGetAndEnd", t.elapsed)], dtype=np.int64)
         t.end()
         return out
     return get_and_end
@@ -242,10 +334,11 @@ class TensorCPU:
 
     @property
     def data(self):
+        """The numpy array (writable for outputs; an output must be fed or reshaped first)."""
         if self._v is None:
             raise ValueError("this tensor has no data yet: feed() or reshape() it first")
-        if isinstance(self._v, np.generic):
-            self._v = np.array(self._v)
+        if not isinstance(self._v, np.ndarray):
+            self._v = np.array(self._v, dtype=object if isinstance(self._v, str) else None)
         return self._v
 
     @property
@@ -260,10 +353,40 @@ class TensorCPU:
         self._v = np.zeros(tuple(dims), dtype=dtype)
 
     def init(self, dims, dtype=np.float32):
+        """Allocate zeros of shape ``dims``; ``dtype`` is a core.DataType code or a numpy dtype."""
+        if isinstance(dtype, (int, np.integer)):  # Caffe2 passes DataType codes here
+            dtype = NUMPY_DTYPES[dtype_from_code("init", dtype)]
         self._v = np.zeros(tuple(dims), dtype=dtype)
 
     def value(self):
         return to_value(self._v)
+
+
+class WorkspaceView:
+    """The workspace a ``pass_workspace=True`` Python op receives (Caffe2's C.Workspace calls)."""
+
+    __slots__ = ("_ws",)
+
+    def __init__(self, ws):
+        self._ws = ws
+
+    def has_blob(self, name) -> bool:
+        return self._ws.has_blob(str(name))
+
+    def fetch_blob(self, name):
+        v = self._ws.fetch(str(name))
+        return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+    def feed_blob(self, name, value) -> bool:
+        self._ws.feed(str(name), value)
+        return True
+
+    @property
+    def blobs(self) -> list[str]:
+        return self._ws.names()
+
+    def __getattr__(self, name):
+        return getattr(self._ws, name)
 
 
 class PythonOpError(Exception):
@@ -278,12 +401,13 @@ def _python(op, cfg):
 
     def make(inst):
         fn = target[0](*target[1], **target[2]) if isinstance(target, tuple) else target
+        extra = (WorkspaceView(inst.ws),) if with_ws else ()
 
         def call(*values):
             inputs = [TensorCPU(v) for v in values]
             outputs = [TensorCPU() for _ in range(n_out)]
             try:
-                fn(inputs, outputs, inst.ws) if with_ws else fn(inputs, outputs)
+                fn(inputs, outputs, *extra)
             except Exception as e:
                 raise PythonOpError(f"Python op {name!r} raised {type(e).__name__}: {e}") from e
             res = []

@@ -6,6 +6,7 @@ import numpy as np
 from dslc.core import FILL_ALIASES, OpRecord
 from dslc.ir.diagnostics import DSLError, VerifyError
 from dslc.ir.opdef import OPS
+from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.types import NUMPY_DTYPES
 
 from .blocks import Block, is_sync
@@ -23,6 +24,8 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
         attrs = dict(rec.args)
         if rec.type == "Print" and rec.inputs:
             attrs.setdefault("blob", rec.inputs[0])
+        if rec.type == "TimerBegin" and rec.outputs and not attrs.get("counter_name"):
+            attrs["counter_name"] = rec.outputs[0]  # Caffe2 names the timer after its blob
         sync = is_sync(opdef)
         if sync:
             blk.flush()
@@ -46,17 +49,31 @@ def _write(blk: Block, rec: OpRecord, values) -> None:
 
 
 def _given_fill(rec: OpRecord) -> np.ndarray:
+    """The constant a GivenTensor*Fill records: ``values`` in ``shape`` (+ ``extra_shape``).
+
+    Its numpy dtype comes from the op's spelling; GivenTensorFill also takes ``dtype``.
+    """
+    if rec.inputs:
+        raise VerifyError(f"{rec.type} with an input (shape from a tensor) is not supported", rec.loc,
+                          "give the shape as shape=[...]")
     args = dict(rec.args)
     values = args.pop("values", [])
     shape = args.pop("shape", None)
-    for k in args:
-        if k not in ("dtype", "input_as_shape", "extra_shape"):
-            raise VerifyError(f"{rec.type} has no argument {k!r}", rec.loc)
-    arr = np.asarray(values, dtype=FILL_ALIASES[rec.type])
+    extra = list(args.pop("extra_shape", None) or [])
+    code = args.pop("dtype", None)
+    if args:
+        raise VerifyError(f"{rec.type} has no argument {sorted(args)[0]!r}", rec.loc,
+                          "its arguments are: dtype, extra_shape, shape, values")
+    dtype = FILL_ALIASES[rec.type]
+    if code is not None and rec.type == "GivenTensorFill":
+        dtype = NUMPY_DTYPES[dtype_from_code(rec.type, code)]
+    arr = np.asarray(values, dtype=dtype)
+    shape = list(arr.shape if shape is None else shape) + extra
     try:
-        return arr.reshape(shape if shape is not None else arr.shape)
+        return arr.reshape(shape)
     except ValueError:
-        raise VerifyError(f"{rec.type}: {arr.size} values do not fill shape {list(shape)}", rec.loc) from None
+        raise VerifyError(f"{rec.type}: {arr.size} values do not fill shape {shape}", rec.loc,
+                          "give as many values as the shape has elements") from None
 
 
 def _constant_fill(rec: OpRecord) -> np.ndarray:
@@ -68,4 +85,5 @@ def _constant_fill(rec: OpRecord) -> np.ndarray:
     try:
         return np.full(t.shape, value, dtype=dtype)
     except (TypeError, ValueError) as e:
-        raise VerifyError(f"ConstantFill cannot fill {t} with {value!r}: {e}", rec.loc) from None
+        raise VerifyError(f"ConstantFill cannot fill {t} with {value!r}: {e}", rec.loc,
+                          "give a value of the tensor's dtype") from None

@@ -9,23 +9,34 @@ R_COUNTER = (Effect("counter", "read"),)
 W_TIMER = (Effect("timer", "write"),)
 
 
+_MAKER = {"counter": "CreateCounter", "timer": "TimerBegin"}
+
+
 def _handle(name, kind, types):
+    """Every operand must be a ``kind`` handle (or of unknown type, checked when run)."""
     for i, t in enumerate(types):
         if t != ANY and t != HandleType(kind):
-            type_error(f"{name} input {i} must be a {kind} (made by Create{kind.title()} or "
-                       f"{'TimerBegin' if kind == 'timer' else 'CreateCounter'}), got {t}")
+            type_error(f"{name} input {i} must be a {kind}, got {t}",
+                       f"pass the blob that {_MAKER[kind]} wrote")
+
+
+def _init_count(name, attrs):
+    if int(attrs["init_count"]) < 0:
+        type_error(f"{name} init_count must be >= 0, got {attrs['init_count']}",
+                   "counters start at 0 or more; count down from a positive init_count instead")
 
 
 def _counter_op(name, result, effects, results=(1, 1), attrs=None, doc=""):
     def infer(types, attrs, n):
         _handle(name, "counter", types)
+        if "init_count" in attrs:
+            _init_count(name, attrs)
         return [result] * n
     declare(name, 1, infer, results=results, effects=effects, attrs=attrs or {}, doc=doc)
 
 
 def _create_counter(types, attrs, n):
-    if int(attrs["init_count"]) < 0:
-        type_error(f"CreateCounter init_count must be >= 0, got {attrs['init_count']}")
+    _init_count("CreateCounter", attrs)
     return [COUNTER]
 
 
@@ -35,7 +46,7 @@ _counter_op("ResetCounter", I64, W_COUNTER, results=(0, 1), attrs={"init_count":
             doc="set the counter to init_count; optional output: the previous value")
 _counter_op("CountUp", I64, W_COUNTER, doc="atomically increment; output the value before")
 _counter_op("CountDown", BOOL, W_COUNTER,
-            doc="atomically decrement; output True iff the count was already <= 0")
+            doc="atomically decrement (even below 0); output True iff the count was already <= 0")
 _counter_op("RetrieveCount", I64, R_COUNTER, doc="the counter's current value")
 _counter_op("CheckCounterDone", BOOL, R_COUNTER, doc="True iff the count is <= 0")
 
@@ -54,9 +65,20 @@ _timer_op("TimerEnd", None, "stop the timer (it must be running)")
 _timer_op("TimerGet", I64, "nanoseconds since the timer started, int64 scalar")
 _timer_op("TimerGetAndEnd", TensorType("i64", (1,)), "nanoseconds since start as int64[1], then stop")
 
-declare("Print", 1, lambda t, a, n: [], results=(0, 0),
+def _print(types, attrs, n):
+    if attrs["to_file"]:
+        type_error("Print to_file=1 is not supported: dslc writes every Print to the session's log",
+                   "drop to_file, and pass LocalSession(log=stream) to capture the output")
+    if int(attrs["every_n"]) < 1:
+        type_error(f"Print every_n must be >= 1, got {attrs['every_n']}", "use every_n=1 to print every run")
+    return []
+
+
+declare("Print", 1, _print, results=(0, 0),
         attrs={"to_file": 0, "limit": 0, "every_n": 1, "blob": ""},
-        effects=(Effect("io", "write"),), doc="write the tensor to the job's log (stderr)")
+        effects=(Effect("io", "write"),),
+        doc="write `blob: values` to the backend's log (LocalSession(log=...), default stderr) on "
+            "runs 1, every_n+1, ...; at most `limit` values if limit > 0")
 
 declare("Python", (0, None), lambda t, a, n: [ANY] * n, results=(0, None),
         attrs={"func": REQUIRED, "name": "", "pass_workspace": 0},

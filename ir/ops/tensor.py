@@ -8,7 +8,8 @@ import numpy as np
 
 from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
 from ..types import ANY, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
-from .infer import dtype_from_code, elementwise, same_shape, tensors, type_of_array
+from .infer import (binary_shape, dtype_from_code, elementwise, same_shape, tensors,
+                    type_of_array)
 
 PURE_EW = {PURE, ELEMENTWISE}
 
@@ -21,39 +22,88 @@ declare("Const", 0, _const, attrs={"value": REQUIRED}, traits={PURE},
         doc="a constant tensor (what Caffe2's GivenTensor*Fill ops record)")
 
 
-def _constant_fill(types, attrs, n):
-    value, dtype = attrs["value"], attrs["dtype"]
-    if dtype is not None:
-        dt = dtype_from_code("ConstantFill", dtype)
-    elif isinstance(value, (bool, np.bool_)):
-        dt = "bool"
-    elif isinstance(value, (int, np.integer)):
+def fill_dtype(attrs) -> str:
+    """ConstantFill's dtype: the ``dtype`` code, else Caffe2's guess from ``value``.
+
+    Caffe2 stores a Python bool or int argument as an int, so without ``dtype`` an int
+    or bool value makes an int64 tensor and a float value a float32 one.
+    """
+    value, code = attrs["value"], attrs["dtype"]
+    if code is not None:
+        dt = dtype_from_code("ConstantFill", code)
+    elif isinstance(value, (bool, int, np.integer, np.bool_)):
         dt = "i64"
-    else:
+    elif isinstance(value, (float, np.floating)):
         dt = "f32"
-    extra = tuple(attrs["extra_shape"] or ())
-    if types:
-        (t,) = tensors("ConstantFill", types)
-        shape = None if t.shape is None else t.shape + extra
-        if attrs["input_as_shape"]:
-            shape = None
     else:
-        shape = tuple(attrs["shape"] or ()) + extra
-    return [TensorType(dt, shape)]
+        type_error(f"ConstantFill cannot guess a dtype for value {value!r}",
+                   "pass dtype=core.DataType.STRING (or another DataType) with it")
+    _check_fill_value(value, dt)
+    return dt
+
+
+def _check_fill_value(value, dt: str) -> None:
+    """Reject values Caffe2 would not read as ``dt`` (a float for an int tensor...)."""
+    is_str = isinstance(value, (str, bytes))
+    if (dt == "str") != is_str:
+        type_error(f"ConstantFill cannot fill a {dt} tensor with {value!r}",
+                   "make the value and dtype agree (strings need dtype=core.DataType.STRING)")
+    if dt in INT_DTYPES | {"bool"} and isinstance(value, (float, np.floating)) \
+            and not float(value).is_integer():
+        type_error(f"ConstantFill cannot fill a {dt} tensor with the fraction {value!r}",
+                   "pass an integer value, or a float dtype such as core.DataType.FLOAT")
+
+
+def _constant_fill(types, attrs, n):
+    dt = fill_dtype(attrs)
+    extra = tuple(int(d) for d in attrs["extra_shape"] or ())
+    if not types:
+        if attrs["input_as_shape"]:
+            type_error("ConstantFill with input_as_shape=1 needs an input holding the shape",
+                       "pass the shape tensor as its input, or use shape=[...] instead")
+        return [TensorType(dt, tuple(int(d) for d in attrs["shape"] or ()) + extra)]
+    if attrs["shape"] is not None:
+        type_error("ConstantFill takes its shape from the `shape` argument or from an input, not both",
+                   "drop the input or the shape argument")
+    (t,) = tensors("ConstantFill", types)
+    if attrs["input_as_shape"]:
+        return [TensorType(dt, _shape_from_values(t) + extra)]
+    return [TensorType(dt, None if t.shape is None else t.shape + extra)]
+
+
+def _shape_from_values(t: TensorType):
+    """The (unknown) dims of a shape given as a 1-D integer tensor's values."""
+    if t.dtype is not None and t.dtype not in INT_DTYPES:
+        type_error(f"ConstantFill input_as_shape needs an integer shape tensor, got {t}",
+                   "pass the dims as ints, e.g. ops.Const([2, 3])")
+    if t.shape is None or len(t.shape) != 1:
+        if t.shape is not None:
+            type_error(f"ConstantFill input_as_shape needs a 1-D shape tensor, got {t}",
+                       "pass the dims as a list, e.g. ops.Const([2, 3])")
+        return None
+    return None if t.shape[0] is None else (None,) * t.shape[0]
 
 
 declare("ConstantFill", (0, 1), _constant_fill,
         attrs={"value": 0.0, "dtype": None, "shape": None, "extra_shape": None, "input_as_shape": 0},
         traits={PURE},
-        doc="a tensor filled with `value`; shape from `shape` or from the input's shape")
+        doc="a tensor filled with `value`; shape from `shape`, or the input's shape (+ `extra_shape`), "
+            "or the input's values (`input_as_shape`)")
 
-declare("Copy", 1, lambda t, a, n: [t[0]], traits={PURE}, doc="y = a deep copy of x")
+
+def _copy(types, attrs, n):
+    (t,) = tensors("Copy", types)
+    return [types[0]]
+
+
+declare("Copy", 1, _copy, traits={PURE}, doc="y = a deep copy of the tensor x")
 
 
 def _binary(name, allowed=NUMERIC_DTYPES, what="numeric", result=None, commutative=False, doc=""):
+    """Declare a two-operand elementwise op: numpy broadcasting, or ``broadcast=1, axis=k``."""
     traits = PURE_EW | ({COMMUTATIVE} if commutative else set())
     declare(name, 2,
-            lambda t, a, n: elementwise(name, t, allowed, what, result),
+            lambda t, a, n: elementwise(name, t, allowed, what, result, shape_rule=binary_shape(a)),
             attrs={"broadcast": 0, "axis": -1}, traits=traits, doc=doc)
 
 
@@ -99,13 +149,15 @@ _variadic("Min", "y = elementwise minimum of the inputs (one shape)")
 def _cast(types, attrs, n):
     (t,) = tensors("Cast", types)
     to = dtype_from_code("Cast", attrs["to"])
-    if t.dtype == "str" and to in NUMERIC_DTYPES | {"bool"}:
-        pass  # parsed at run time, as Caffe2 does
+    if "str" in (t.dtype, to):  # Caffe2's Cast does not convert to or from strings either
+        type_error(f"Cast cannot convert {t.dtype or '?'} to {to}: strings are not castable",
+                   "parse or format strings in a Python op (ops.Python)")
     return [TensorType(to, t.shape)]
 
 
 declare("Cast", 1, _cast, attrs={"to": REQUIRED}, traits=PURE_EW,
-        doc="y = x converted to the dtype `to` (a core.DataType code)")
+        doc="y = x converted to the dtype `to` (a core.DataType code or name); "
+            "float to int truncates")
 
 
 def _is_empty(types, attrs, n):
