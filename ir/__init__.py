@@ -5,13 +5,14 @@ from .core import Module, Operation, OpResult, Region, RegionArg, Symbol, Value
 from .diagnostics import (DSLError, DSLTypeError, ExecutionError, JobFileError, Location,
                           TraceError, UnknownOperatorError, VerifyError)
 from .opdef import OPS, OpDef
+from .parser import ParseError, parse
 from .printer import print_module, print_op
 from .types import ANY, AnyType, HandleType, TensorType, Type
 from .verifier import verify
 
 __all__ = [
     "ANY", "AnyType", "Builder", "DSLError", "DSLTypeError", "ExecutionError", "HandleType",
-    "JobFileError", "Location", "Module", "OPS", "OpDef", "OpResult", "Operation", "Region",
+    "JobFileError", "Location", "Module", "OPS", "OpDef", "OpResult", "Operation", "ParseError", "parse", "Region",
     "RegionArg", "Symbol", "TensorType", "TraceError", "Type", "UnknownOperatorError", "Value",
     "VerifyError", "make_op", "print_module", "print_op", "verify",
 ]

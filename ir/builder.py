@@ -30,6 +30,8 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
             opdef.check_arity(len(types), n_results)
             inferred = opdef.infer(types, full, n_results)
         if inferred is None:
+            if result_types is None and n_results == 0:
+                result_types = []
             if result_types is None:
                 raise VerifyError(f"{name} needs explicit result types")
             inferred = list(result_types)

@@ -154,10 +154,11 @@ class Operation:
 class Module:
     """A whole compiled runnable: the ``module`` op and its body."""
 
-    __slots__ = ("op",)
+    __slots__ = ("op", "origin")
 
     def __init__(self, op: Operation):
         self.op = op
+        self.origin: dict = {}  # op -> where it stands in the text it was parsed from
 
     @property
     def body(self) -> Region:

@@ -113,3 +113,18 @@ def join(a: Type, b: Type) -> Type:
             return TensorType(dtype, None)
         return TensorType(dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape)))
     return ANY
+
+
+def subsumes(wide: Type, t: Type) -> bool:
+    """True if every value of type ``t`` is also of type ``wide`` (unknowns cover anything)."""
+    if wide == t or wide == ANY:
+        return True
+    if not (isinstance(wide, TensorType) and isinstance(t, TensorType)):
+        return False
+    if wide.dtype is not None and wide.dtype != t.dtype:
+        return False
+    if wide.shape is None:
+        return True
+    if t.shape is None or len(t.shape) != len(wide.shape):
+        return False
+    return all(w is None or w == d for w, d in zip(wide.shape, t.shape))

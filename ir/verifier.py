@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import Module, Operation, Region
 from .diagnostics import DSLError, VerifyError
 from .opdef import PLAN, TERMINATOR
-from .types import I64, TensorType
+from .types import I64, subsumes
 
 LOOPS = ("for", "loop")
 ISOLATED = ("module", "group", "task", "parallel", "scope", "reporting")
@@ -18,10 +18,13 @@ def verify(module: Module) -> None:
     """Raise VerifyError if the module breaks an IR invariant."""
     if module.op.name != "module":
         raise VerifyError("the top-level op must be a module", module.op.loc)
-    _Verifier().op(module.op, set())
+    _Verifier(module.origin).op(module.op, set())
 
 
 class _Verifier:
+    def __init__(self, origin=None):
+        self.origin = origin or {}
+
     def op(self, op: Operation, visible: set) -> None:
         d = op.opdef
         for i, v in enumerate(op.operands):
@@ -34,6 +37,8 @@ class _Verifier:
                 raise VerifyError(f"unknown attribute {sorted(unknown)[0]!r}")
             if d.infer is not None:
                 inferred = d.infer([v.type for v in op.operands], op.attrs, len(op.results))
+                if op.name in LOOPS:
+                    inferred = None  # carried types may be wider than the initial values: see below
                 if inferred is not None and list(inferred) != [r.type for r in op.results]:
                     got = ", ".join(str(r.type) for r in op.results)
                     want = ", ".join(map(str, inferred))
@@ -79,14 +84,21 @@ class _Verifier:
 
     def check_for(self, op, parent):
         body = op.regions[0]
-        want = [I64] + [v.type for v in op.operands[1:]]
-        self.arg_types(op, body, want)
+        if not body.args or body.args[0].type != I64:
+            self.fail(op, "the body's first argument must be the i64 index")
+        self.carried(op, body.args[1:], op.operands[1:])
         self.yields(op, body, op.results)
 
     def check_loop(self, op, parent):
         body = op.regions[0]
-        self.arg_types(op, body, [v.type for v in op.operands])
+        self.carried(op, body.args, op.operands)
         self.yields(op, body, op.results)
+
+    def carried(self, op, args, inits):
+        """Carried values: results and body arguments share a type wide enough for the inits."""
+        if [a.type for a in args] != [r.type for r in op.results]:
+            self.fail(op, "results and carried body arguments must have the same types")
+        self.same_types(op, inits, op.results, "initial values")
 
     def check_if(self, op, parent):
         for r in op.regions:
@@ -114,8 +126,8 @@ class _Verifier:
         if len(got) != len(want):
             self.fail(op, f"{what}: {len(got)} given, {len(want)} expected")
         for g, w in zip(got, want):
-            if g != w and not (isinstance(w, TensorType) and w.dtype is None and w.shape is None):
+            if not subsumes(w, g):
                 self.fail(op, f"{what}: type {g} does not match {w}")
 
     def fail(self, op: Operation, msg: str, hint=None):
-        raise VerifyError(f"{op.name}: {msg}", op.loc, hint)
+        raise VerifyError(f"{op.name}: {msg}", self.origin.get(op, op.loc), hint)

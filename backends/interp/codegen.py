@@ -47,6 +47,13 @@ class Bound:
         self.code, self.cells, self.states = code, cells, states
 
 
+class _Named:
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
 class ChildPlan:
     """A nested plan op (parallel, scope, reporting) and its compiled regions."""
 
@@ -138,7 +145,20 @@ class _Emitter:
     def op_load(self, op, indent, _):
         v, c = self.var(op.result), self.cell(op.attrs["blob"])
         self.emit(indent, f"{v} = {c}.v", op)
-        self.emit(indent, f"if {v} is None: rt.unset({c})", op)
+        if not op.attrs.get("optional"):
+            self.emit(indent, f"if {v} is None: rt.unset({c})", op)
+
+    def op_must(self, op, indent, _):
+        v = self.var(op.operands[0])
+        self.vars[op.result] = v
+        named = self.bind("c", _Named(op.attrs["blob"]))  # only for the error message
+        self.emit(indent, f"if {v} is None: rt.unset({named})", op)
+
+    def op_fused(self, op, indent, loop_targets):
+        body = op.regions[0]
+        for a, v in zip(body.args, op.operands):
+            self.vars[a] = self.var(v)
+        self.region(body, indent, [self.var(r) for r in op.results], loop_targets)
 
     def op_flag(self, op, indent, _):
         c = self.cell(op.attrs["blob"])

@@ -14,8 +14,10 @@ _BLOB_R = (Effect("blob", "read"),)
 _BLOB_W = (Effect("blob", "write"),)
 
 # Result types of these ops are given by whoever creates them (infer=None).
-declare("load", 0, None, attrs={"blob": REQUIRED}, traits={BLOB}, effects=_BLOB_R, symbol="blob",
-        doc="read the blob's current value (an error if nothing wrote it)")
+declare("load", 0, None, attrs={"blob": REQUIRED, "optional": 0}, traits={BLOB}, effects=_BLOB_R,
+        symbol="blob",
+        doc="read the blob's current value (an error if nothing wrote it, unless optional: then "
+            "the value is 'unset' and a store of it leaves the blob unset)")
 declare("flag", 0, lambda t, a, n: [BOOL], attrs={"blob": REQUIRED}, traits={BLOB},
         effects=_BLOB_R, symbol="blob",
         doc="a stop flag: the blob's bool value, False if nothing wrote it yet")
@@ -36,7 +38,7 @@ def _for(types, attrs, n):
     if isinstance(count, TensorType) and count.dtype not in (None, "i32", "i64"):
         type_error(f"a loop count must be an integer, got {count}",
                    "pass an int or an int64 blob to ops.loop(...)")
-    return list(types[1:])
+    return list(types[1:])  # carried types start as the initial values' (passes may widen them)
 
 
 def _if(types, attrs, n):
@@ -66,8 +68,9 @@ declare("break_if", (1, None), _break_if, results=(0, 0), traits={CONTROL},
 declare("module", 0, lambda t, a, n: [], results=(0, 0), regions=("body",), traits={PLAN},
         attrs={"source": ""}, doc="a compiled runnable")
 declare("group", 0, lambda t, a, n: [], results=(0, 0), regions=("init", "body", "exit"),
-        traits={PLAN}, attrs={"node": "local"},
-        doc="node init, then the tasks in the body run concurrently, then node exit")
+        traits={PLAN}, attrs={"node": "local", "existing": []},
+        doc="node init, then the tasks in the body run concurrently, then node exit; `existing` "
+            "lists the blobs the module uses that were already in the workspace")
 declare("task", 0, lambda t, a, n: [], results=(0, 0),
         regions=("init", "instance_init", "body", "instance_exit", "exit"), traits={PLAN},
         attrs={"name": REQUIRED, "instances": 1, "workspace": "private", "node": "local",

@@ -1,0 +1,10 @@
+"""Ops that passes introduce: checks on promoted blob values, fused elementwise groups."""
+from __future__ import annotations
+
+from ..opdef import PURE, REQUIRED, declare
+
+declare("must", 1, lambda t, a, n: [t[0]], attrs={"blob": REQUIRED}, symbol="blob",
+        doc="the value itself; an error (read before written) if the blob it came from was unset")
+declare("fused", (0, None), None, results=(1, None), regions=("body",), traits={PURE},
+        doc="an elementwise group for backends to compile as one kernel: body args are the "
+            "operands, the body yields the results")

@@ -1,0 +1,264 @@
+"""Reading the IR's text form back into a module (the inverse of ``printer``).
+
+``parse(print_module(m))`` builds a module that prints to the same text. Ops keep
+the ``loc(...)`` they were printed with (the user's job lines); the module also
+remembers where each op stands in the text, so the verifier's errors on parsed
+text point at the text's line.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import lark
+import numpy as np
+
+from .core import Module, Operation, Region, Symbol
+from .diagnostics import UNKNOWN_LOC, DSLError, Location
+from .opdef import OPS
+from .pyrefs import PyRef
+from .types import ANY, NUMPY_DTYPES, HandleType, TensorType
+from .verifier import verify
+
+_GRAMMAR = os.path.join(os.path.dirname(__file__), "grammar.lark")
+_parser = None
+
+TOKEN_NAMES = {
+    "_NL": "the end of the line", "VALUE": "a value (%name)", "NAME": "a name", "SYMBOL": 'a blob (@"name")',
+    "ATTR_OPEN": "'{'", "REGION_OPEN": "'{' and a new line", "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "COLON": "':'", "COMMA": "','",
+    "EQUAL": "'='", "INT": "an integer", "FLOAT": "a number", "STRING": "a string", "DTYPE": "a type",
+    "LABEL": "a region name", "LSQB": "'['", "RSQB": "']'", "$END": "the end of the text",
+}
+
+
+class ParseError(DSLError):
+    """Text that is not valid IR: where (line:column), what was found, what was expected."""
+
+    def __init__(self, message, loc, col=0, hint=None):
+        super().__init__(message, loc, hint)
+        self.col = col
+
+    def one_line(self) -> str:
+        where = f"{self.loc.file}:{self.loc.line}:{self.col}: " if self.loc else ""
+        return f"{where}{self.kind}: {self.message}" + (f"; {self.hint}" if self.hint else "")
+
+
+def _lark() -> lark.Lark:
+    global _parser
+    if _parser is None:
+        with open(_GRAMMAR, encoding="utf-8") as f:
+            _parser = lark.Lark(f.read(), parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return _parser
+
+
+def parse(text: str, filename: str = "<text>", check: bool = True) -> Module:
+    """The module the text describes; ``check`` runs the verifier on it."""
+    if not text.endswith("\n"):
+        text += "\n"
+    try:
+        tree = _lark().parse(text)
+    except lark.exceptions.UnexpectedInput as e:
+        raise _syntax_error(e, text, filename) from None
+    b = _ModuleBuilder(filename)
+    op = b.op(tree.children[-1], None)
+    if op.name != "module":
+        raise ParseError(f"the text must hold a module, not a {op.name}", Location(filename, 1), 1)
+    module = Module(op)
+    module.origin = b.origin
+    if check:
+        verify(module)
+    return module
+
+
+def _syntax_error(e, text: str, filename: str) -> ParseError:
+    line, col = getattr(e, "line", 0), getattr(e, "column", 0)
+    lines = text.splitlines()
+    found = ""
+    if isinstance(e, lark.exceptions.UnexpectedToken):
+        found = "the end of the line" if e.token.type == "_NL" else repr(str(e.token))
+    elif 0 < line <= len(lines):
+        found = repr(lines[line - 1][col - 1:col + 9].split(" ")[0] or lines[line - 1][col - 1:col])
+    expected = sorted({TOKEN_NAMES.get(t, repr(t.strip('"').lower()) if t.isupper() else t)
+                       for t in (getattr(e, "expected", None) or getattr(e, "allowed", None) or ())})
+    hint = f"expected {', '.join(expected[:6])}" if expected else None
+    return ParseError(f"unexpected {found or 'text'}", Location(filename, line), col, hint)
+
+
+class _ModuleBuilder:
+    def __init__(self, filename):
+        self.filename = filename
+        self.origin: dict = {}
+        self.scopes: list[dict] = [{}]
+
+    def fail(self, node, msg, hint=None):
+        meta = getattr(node, "meta", None)
+        line = getattr(node, "line", None) or (meta.line if meta and not meta.empty else 0)
+        col = getattr(node, "column", None) or (meta.column if meta and not meta.empty else 0)
+        raise ParseError(msg, Location(self.filename, line), col, hint)
+
+    # --- values
+    def lookup(self, tok):
+        for scope in reversed(self.scopes):
+            if str(tok) in scope:
+                return scope[str(tok)]
+        self.fail(tok, f"{tok} is used before it is defined")
+
+    def define(self, tok, value):
+        if str(tok) in self.scopes[-1]:
+            self.fail(tok, f"{tok} is defined twice")
+        name = str(tok)[1:]
+        if not name.isdigit():
+            value.hint = name
+        self.scopes[-1][str(tok)] = value
+
+    # --- ops
+    def op(self, node, parent):
+        head = node.children[0]
+        results, name, sym, operands, attrs, types, loc = head.children
+        opdef = OPS.get(str(name))
+        if opdef is None:
+            self.fail(name, f"unknown op {str(name)!r}",
+                      f"did you mean {' or '.join(OPS.suggest(str(name)))}?" if OPS.suggest(str(name)) else None)
+        result_toks = list(results.children) if results is not None else []
+        result_types = [self.type(t) for t in types.children] if types is not None else []
+        if len(result_types) != len(result_toks):
+            self.fail(name, f"{name} has {len(result_toks)} results but {len(result_types)} types")
+        values = [self.lookup(t) for t in operands.children if t is not None] if operands is not None else []
+        attr_map = dict(self.attr(a) for a in attrs.children[1:]) if attrs is not None else {}
+        if sym is not None:
+            if opdef.symbol is None:
+                self.fail(sym, f"{name} takes no @name")
+            attr_map[opdef.symbol] = Symbol(json.loads(str(sym)[1:]))
+        try:
+            attr_map = opdef.full_attrs(attr_map)
+        except DSLError as e:
+            self.fail(name, e.message, e.hint)
+        region_nodes = node.children[1:]
+        op_loc = loc if node.data == "simple_op" else region_nodes[-1]
+        if node.data == "region_op":
+            region_nodes = region_nodes[:-1]
+        op = Operation(opdef, values, result_types, attr_map, (), self.loc(op_loc if op_loc is not None else loc))
+        self.origin[op] = Location(self.filename, name.line)
+        for tok, r in zip(result_toks, op.results):
+            self.define(tok, r)
+        for region in self.regions(op, region_nodes):
+            op.add_region(region)
+        return op
+
+    def regions(self, op, nodes):
+        declared = op.opdef.regions
+        pairs, label = [], None
+        for n in nodes:
+            if isinstance(n, lark.Token) or n is None:
+                label = n
+                continue
+            pairs.append((label, n))
+            label = None
+        if declared == ("*",):
+            return [self.region(r) for _, r in pairs]
+        out = [None] * len(declared)
+        for i, (label, r) in enumerate(pairs):
+            if label is None and len(declared) == 1 and i == 0:
+                idx = 0
+            elif label is not None and str(label) in declared:
+                idx = declared.index(str(label))
+            else:
+                self.fail(r, f"{op.name} has no region {str(label) if label else '(unnamed)'}",
+                          f"its regions are: {', '.join(declared) or 'none'}")
+            out[idx] = self.region(r)
+        return [r if r is not None else Region() for r in out]
+
+    def region(self, node):
+        r = Region()
+        self.scopes.append({})
+        args, *children = node.children[1:]
+        if args is not None:
+            for arg in args.children:
+                if arg is not None:
+                    tok, t = arg.children
+                    self.define(tok, r.add_arg(self.type(t)))
+        for child in children:
+            r.append(self.op(child, r))
+        self.scopes.pop()
+        return r
+
+    def loc(self, node):
+        if node is None:
+            return UNKNOWN_LOC
+        s, line = node.children
+        return Location(json.loads(str(s)), int(line))
+
+    # --- attributes and types
+    def attr(self, node):
+        key, value = node.children
+        return str(key), self.value(value)
+
+    def value(self, v):
+        if isinstance(v, lark.Token):
+            return self.scalar(v)
+        kind = v.data
+        if kind == "int_value":
+            return int(v.children[0])
+        if kind == "float_value":
+            return float(v.children[0])
+        if kind == "string_value":
+            return json.loads(str(v.children[0]))
+        if kind == "symbol_value":
+            return Symbol(json.loads(str(v.children[0])[1:]))
+        if kind == "word_value":
+            return self.word(v.children[0])
+        if kind == "list_value":
+            return [self.value(x) for x in v.children if x is not None]
+        if kind == "dense_value":
+            return self.dense(v)
+        if kind == "pyref_value":
+            return PyRef(int(v.children[1]), json.loads(str(v.children[2])))
+        if kind == "type_value":
+            return self.type(v.children[1])
+        self.fail(v, f"cannot read attribute value {kind}")
+
+    def word(self, tok):
+        words = {"true": True, "false": False, "none": None}
+        if str(tok) not in words:
+            self.fail(tok, f"unknown word {str(tok)!r} in an attribute", "expected true, false or none")
+        return words[str(tok)]
+
+    def scalar(self, tok):
+        if tok.type == "INT":
+            return int(tok)
+        if tok.type == "FLOAT":
+            return float(tok)
+        if tok.type == "STRING":
+            return json.loads(str(tok))
+        return self.word(tok)
+
+    def dense(self, node):
+        _, dtype, shape, *items = node.children
+        if str(dtype) not in NUMPY_DTYPES:
+            self.fail(dtype, f"unknown dtype {str(dtype)!r}")
+        dims = self.shape(shape) if shape is not None else ()
+        if dims is None or any(d is None for d in dims):
+            self.fail(dtype, "a dense value needs a fully known shape")
+        values = [self.scalar(t) for t in items if t is not None]
+        arr = np.array(values, dtype=NUMPY_DTYPES[str(dtype)])
+        if arr.size != int(np.prod(dims)):
+            self.fail(dtype, f"dense<{dtype}> has {arr.size} values for shape {list(dims)}")
+        arr = arr.reshape(dims)
+        arr.setflags(write=False)
+        return arr
+
+    def type(self, node):
+        if node.data == "handle_type":
+            return HandleType(str(node.children[0]))
+        dtype, shape = node.children
+        d = str(dtype)
+        if d == "any" and shape is None:
+            return ANY
+        if d != "?" and d not in NUMPY_DTYPES:
+            self.fail(dtype, f"unknown type {d!r}", "types look like i64, f32[3], f32[?,4], !counter or any")
+        return TensorType(None if d == "?" else d, () if shape is None else self.shape(shape))
+
+    def shape(self, node):
+        if node.data == "unranked":
+            return None
+        return tuple(None if str(d.children[0]) == "?" else int(d.children[0]) for d in node.children)

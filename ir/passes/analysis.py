@@ -1,0 +1,126 @@
+"""What passes ask about a module: which blobs an op touches, which blobs other
+threads may touch at the same time (those stay in the workspace), where regions are.
+"""
+from __future__ import annotations
+
+from ..core import Module, Operation, Region
+
+STRUCTURED = ("for", "loop", "if")
+PLAN_OPS = ("parallel", "scope", "reporting")
+BLOB_OPS = ("load", "store", "flag")
+
+
+def is_barrier(op: Operation) -> bool:
+    """An op after which any blob may have changed (runs other code on the workspace)."""
+    return op.name in PLAN_OPS or (op.name == "Python" and bool(op.attrs.get("pass_workspace")))
+
+
+class BlobRefs:
+    """Blob names an op reads, writes and tests as stop flags, anywhere inside it."""
+
+    __slots__ = ("loads", "stores", "flags", "barrier")
+
+    def __init__(self):
+        self.loads, self.stores, self.flags = set(), set(), set()
+        self.barrier = False
+
+    @property
+    def all(self) -> set:
+        return self.loads | self.stores | self.flags
+
+
+def blob_refs(op: Operation) -> BlobRefs:
+    refs = BlobRefs()
+    for o in op.walk():
+        n = o.name
+        if n == "load":
+            refs.loads.add(o.attrs["blob"])
+        elif n == "store":
+            refs.stores.add(o.attrs["blob"])
+        elif n == "flag":
+            refs.flags.add(o.attrs["blob"])
+        elif is_barrier(o):
+            refs.barrier = True
+    return refs
+
+
+def region_refs(r: Region) -> set:
+    out = set()
+    for op in r.ops:
+        out |= blob_refs(op).all
+    return out
+
+
+def volatile_blobs(module: Module) -> set:
+    """Blobs that code running concurrently with other code may touch.
+
+    Such blobs keep every load and store: another task, a sibling parallel region,
+    another instance (when shared) or a reporter may read or write them meanwhile.
+    """
+    out: set = set()
+    for g in module.body.ops:
+        if g.name != "group":
+            continue
+        existing = {str(s) for s in g.attrs.get("existing", [])}
+        tasks = [t for t in g.walk() if t.name == "task"]
+        refs = [set().union(*(region_refs(r) for r in t.regions)) for t in tasks]
+        for i in range(len(refs)):
+            for j in range(i + 1, len(refs)):
+                out |= refs[i] & refs[j]
+        for t in tasks:
+            out |= _task_shared(t, existing)
+        for op in g.walk():
+            out |= _plan_shared(op, existing)
+    return out
+
+
+def _task_shared(task: Operation, existing: set) -> set:
+    if int(task.attrs["instances"]) <= 1:
+        return set()
+    init, ii, body, ie, exit_ = task.regions
+    inner = region_refs(ii) | region_refs(body) | region_refs(ie)
+    outer = region_refs(init) | region_refs(exit_) | {str(s) for s in task.attrs["outputs"]} | existing
+    return inner & outer
+
+
+def _plan_shared(op: Operation, existing: set) -> set:
+    if op.name == "parallel":
+        parts = [region_refs(r) for r in op.regions]
+        out = set()
+        for i in range(len(parts)):
+            for j in range(i + 1, len(parts)):
+                out |= parts[i] & parts[j]
+        if int(op.attrs["instances"]) > 1:
+            for r in op.regions:
+                out |= _outside_scopes(r)
+        return out
+    if op.name == "reporting":
+        parts = [region_refs(r) for r in op.regions]
+        return set().union(*[parts[i] & parts[j] for i in range(len(parts)) for j in range(i + 1, len(parts))]) \
+            if len(parts) > 1 else set()
+    return set()
+
+
+def _outside_scopes(r: Region) -> set:
+    """Blobs a region touches outside nested ``scope`` ops (those share the workspace)."""
+    out = set()
+    for op in r.ops:
+        if op.name == "scope":
+            continue
+        out |= blob_refs(op).all if not op.regions else \
+            ({o.attrs["blob"] for o in [op] if o.name in BLOB_OPS} |
+             set().union(*(_outside_scopes(x) for x in op.regions)))
+    return out
+
+
+def isolated_regions(module: Module):
+    """Regions that start with an empty view of SSA values: group and task phases, plan ops."""
+    for op in module.walk():
+        if op.name in ("group", "task") or op.name in PLAN_OPS:
+            yield from op.regions
+
+
+def set_ops(region: Region, ops: list) -> None:
+    region.ops = ops
+    for op in ops:
+        op.parent = region

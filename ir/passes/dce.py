@@ -1,0 +1,193 @@
+"""``dce``: remove what cannot change the job's results.
+
+* stores to blobs that vanish unread: nothing in the module reads them, they are no
+  task's output, they were not in the workspace before, and they are written in a
+  workspace that is dropped afterwards (a PRIVATE task, one instance of a
+  multi-instance task, a ``scope``). Stores in GLOBAL tasks stay: later runs of the
+  session may read those blobs;
+* then, mark and sweep: ops with effects are live, and so is whatever they use,
+  transitively, through carried loop values and ``if`` results; the rest goes,
+  including carried values and results nothing live needs.
+
+    %c = Const {value = dense<i64: 2>} : i64       (nothing uses %c)
+    store @"tmp"(%x)        (in a PRIVATE task; nothing reads @"tmp")   ->   (both gone)
+"""
+from __future__ import annotations
+
+from ..core import Module, Operation, OpResult, Region, RegionArg
+from ..opdef import PURE
+from .analysis import set_ops
+from .manager import Pass, register
+
+REMOVABLE = ("load", "flag", "yield", "for", "if")  # besides pure ops
+LOOPS = ("for", "loop")
+
+
+@register
+class DeadCode(Pass):
+    name = "dce"
+
+    def run(self, module: Module) -> None:
+        self.dead_stores: set = set()
+        self.drop_dead_stores(module)
+        self.live_ops: set = set()
+        self.live_vals: set = set()
+        self.work: list = []
+        for op in module.walk():
+            if not self.removable(op):
+                self.mark_op(op)
+        while self.work:
+            self.mark_source(self.work.pop())
+        self.sweep(module.body)
+
+    # --- dead stores
+    def drop_dead_stores(self, module: Module) -> None:
+        # an optional load only keeps a blob unchanged when nothing writes it; real reads
+        # are plain loads, stop flags and the `must` checks promotion leaves at old reads
+        read = {op.attrs["blob"] for op in module.walk()
+                if op.name in ("flag", "must") or (op.name == "load" and not op.attrs.get("optional"))}
+        kept = set()
+        for g in module.body.ops:
+            kept |= {str(s) for s in g.attrs.get("existing", [])}
+            kept |= {str(s) for t in g.walk() if t.name == "task" for s in t.attrs["outputs"]}
+        for op in module.walk():
+            if op.name == "task":
+                per_instance = int(op.attrs["instances"]) > 1
+                for i, r in enumerate(op.regions):
+                    private = op.attrs["workspace"] == "private" or (per_instance and i in (1, 2, 3))
+                    self._drop_stores(r, private, read | kept)
+            elif op.name == "scope":
+                self._drop_stores(op.regions[0], True, read | kept)
+
+    def _drop_stores(self, r: Region, private: bool, needed: set) -> None:
+        if not private:
+            return
+        for op in list(_walk_region(r)):
+            if op.name == "store" and op.attrs["blob"] not in needed:
+                self.dead_stores.add(op)  # removed by the sweep (never marked live)
+
+    # --- marking
+    def removable(self, op: Operation) -> bool:
+        if op.name == "store":
+            return op in self.dead_stores
+        return op.opdef.has(PURE) or op.name in REMOVABLE
+
+    def mark_op(self, op: Operation) -> None:
+        if op in self.live_ops:
+            return
+        self.live_ops.add(op)
+        if op.name in LOOPS:
+            if op.name == "for":
+                self.mark_val(op.operands[0])
+        elif op.name == "if":
+            self.mark_val(op.operands[0])
+        elif op.name == "yield":
+            pass  # yielded values are live only for live slots (see mark_slot)
+        elif op.name == "break_if":
+            self.mark_val(op.operands[0])
+        else:
+            for v in op.operands:
+                self.mark_val(v)
+            if op.name == "fused":  # a kernel is kept whole
+                for inner in _walk_region(op.regions[0]):
+                    self.live_ops.add(inner)
+                    for v in inner.operands:
+                        self.mark_val(v)
+        parent = op.parent.parent if op.parent is not None else None
+        if parent is not None:
+            self.mark_op(parent)
+
+    def mark_val(self, v) -> None:
+        if v not in self.live_vals:
+            self.live_vals.add(v)
+            self.work.append(v)
+
+    def mark_source(self, v) -> None:
+        if isinstance(v, OpResult):
+            op = v.owner
+            if op.name in LOOPS or op.name == "if":
+                self.mark_slot(op, v.index)
+            self.mark_op(op)
+        elif isinstance(v, RegionArg):
+            op = v.region.parent
+            if op is not None and op.name in LOOPS:
+                k = v.index - (1 if op.name == "for" else 0)
+                if k >= 0:
+                    self.mark_slot(op, k)
+                self.mark_op(op)
+            elif op is not None:
+                self.mark_op(op)
+
+    def mark_slot(self, op: Operation, k: int) -> None:
+        """Carried value / if result ``k`` is needed: so is everything flowing into it."""
+        if op.name in LOOPS:
+            skip = 1 if op.name == "for" else 0
+            self.mark_val(op.operands[skip + k])
+            self.mark_val(op.results[k])
+            body = op.regions[0]
+            self.mark_val(body.args[skip + k])
+            for o in body.ops:
+                if o.name == "yield":
+                    self.mark_val(o.operands[k])
+                elif o.name == "break_if":
+                    self.mark_val(o.operands[1 + k])
+        else:
+            self.mark_val(op.results[k])
+            for r in op.regions:
+                if r.ops and r.ops[-1].name == "yield":
+                    self.mark_val(r.ops[-1].operands[k])
+
+    # --- sweeping
+    def sweep(self, r: Region) -> None:
+        keep = []
+        for op in r.ops:
+            if op in self.live_ops or op.name == "yield":
+                if op.name in LOOPS or op.name == "if":
+                    self.drop_dead_slots(op)
+                for sub in op.regions:
+                    self.sweep(sub)
+                keep.append(op)
+            else:
+                op.drop_operands()
+        set_ops(r, keep)
+
+    def drop_dead_slots(self, op: Operation) -> None:
+        dead = [k for k, res in enumerate(op.results) if res not in self.live_vals]
+        for k in reversed(dead):
+            if op.name == "if":
+                for r in op.regions:
+                    if r.ops and r.ops[-1].name == "yield":
+                        _remove_operand(r.ops[-1], k)
+            else:
+                skip = 1 if op.name == "for" else 0
+                body = op.regions[0]
+                for o in body.ops:
+                    if o.name in ("break_if", "yield"):
+                        _remove_operand(o, (1 if o.name == "break_if" else 0) + k)
+                _remove_operand(op, skip + k)
+                _remove_arg(body, skip + k)
+            _remove_result(op, k)
+
+
+def _walk_region(r: Region):
+    for op in r.ops:
+        yield from op.walk()
+
+
+def _remove_operand(op: Operation, i: int) -> None:
+    values = list(op.operands)
+    op.drop_operands()
+    for v in values[:i] + values[i + 1:]:
+        op.add_operand(v)
+
+
+def _remove_arg(r: Region, i: int) -> None:
+    del r.args[i]
+    for k, a in enumerate(r.args):
+        a.index = k
+
+
+def _remove_result(op: Operation, i: int) -> None:
+    del op.results[i]
+    for k, res in enumerate(op.results):
+        res.index = k

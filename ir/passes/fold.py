@@ -1,0 +1,123 @@
+"""``fold-constants``: evaluate what is known before running, simplify by algebra.
+
+* a pure op whose operands are all constants and whose declaration has a ``fold``
+  becomes a ``Const``;
+* the rules below, each a law, where the result type equals the kept operand's;
+* ``if`` on a constant condition becomes the taken branch; ``for`` zero times goes.
+
+    %c = Const {value = dense<i64: 2>} : i64
+    %d = Const {value = dense<i64: 3>} : i64      ->   %e = Const {value = dense<i64: 6>} : i64
+    %e = Mul(%c, %d) : i64
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..builder import make_op
+from ..core import Module, Operation, Region
+from ..opdef import PURE
+from .analysis import set_ops
+from .manager import Pass, register
+
+MAX_FOLD_ELEMENTS = 1 << 16  # larger constants stay computed at run time
+
+
+def const_value(v):
+    """The constant a value holds, or None."""
+    owner = getattr(v, "owner", None)
+    if owner is not None and owner.name == "Const":
+        return owner.attrs["value"]
+    return None
+
+
+def _is(v, x) -> bool:
+    c = const_value(v)
+    return c is not None and c.size > 0 and bool(np.all(c == x))
+
+
+# (op, law, which operand is kept, condition on the other operand)
+IDENTITIES = [
+    ("Add", "x + 0 -> x", 0, lambda b: _is(b, 0)),
+    ("Add", "0 + x -> x", 1, lambda a: _is(a, 0)),
+    ("Sub", "x - 0 -> x", 0, lambda b: _is(b, 0)),
+    ("Mul", "x * 1 -> x", 0, lambda b: _is(b, 1)),
+    ("Mul", "1 * x -> x", 1, lambda a: _is(a, 1)),
+    ("Div", "x / 1 -> x", 0, lambda b: _is(b, 1)),
+    ("And", "x and true -> x", 0, lambda b: _is(b, True)),
+    ("And", "true and x -> x", 1, lambda a: _is(a, True)),
+    ("Or", "x or false -> x", 0, lambda b: _is(b, False)),
+    ("Or", "false or x -> x", 1, lambda a: _is(a, False)),
+]
+
+
+@register
+class FoldConstants(Pass):
+    name = "fold-constants"
+
+    def run(self, module: Module) -> None:
+        self.region(module.body)
+
+    def region(self, r: Region) -> None:
+        out = []
+        for op in r.ops:
+            for sub in op.regions:
+                self.region(sub)
+            out.extend(self.fold(op))
+        set_ops(r, out)
+
+    def fold(self, op: Operation) -> list:
+        """The ops that replace ``op`` (just ``[op]`` when nothing folds)."""
+        if op.name == "if":
+            return self.fold_if(op)
+        if op.name == "for" and _is(op.operands[0], 0):
+            for res, init in zip(op.results, op.operands[1:]):
+                res.replace_all_uses_with(init)
+            op.drop_operands()
+            return []
+        if op.name == "Not" and getattr(op.operands[0], "owner", None) is not None and \
+                op.operands[0].owner.name == "Not" and op.operands[0].type == op.result.type:
+            return self.replace(op, op.operands[0].owner.operands[0])  # not not x -> x
+        for name, _law, keep, cond in IDENTITIES:
+            if op.name == name and cond(op.operands[1 - keep]) and op.operands[keep].type == op.result.type:
+                return self.replace(op, op.operands[keep])
+        return self.evaluate(op)
+
+    def evaluate(self, op: Operation) -> list:
+        d = op.opdef
+        if d.fold is None or not d.has(PURE) or len(op.results) != 1 or op.regions:
+            return [op]
+        values = [const_value(v) for v in op.operands]
+        if any(v is None for v in values) or any(v.size > MAX_FOLD_ELEMENTS for v in values):
+            return [op]
+        try:
+            with np.errstate(all="raise"):
+                out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **op.attrs))
+        except Exception:
+            return [op]  # let it fail (or not) at run time, where the user sees it
+        c = make_op("Const", attrs={"value": out}, loc=op.loc)
+        if c.result.type != op.result.type:
+            return [op]
+        out.setflags(write=False)
+        op.result.replace_all_uses_with(c.result)
+        op.drop_operands()
+        return [c]
+
+    @staticmethod
+    def replace(op: Operation, v) -> list:
+        op.result.replace_all_uses_with(v)
+        op.drop_operands()
+        return []
+
+    def fold_if(self, op: Operation) -> list:
+        c = const_value(op.operands[0])
+        if c is None or c.size != 1:
+            return [op]
+        taken = op.regions[0 if bool(c.reshape(-1)[0]) else 1]
+        body = list(taken.ops)
+        y = body.pop() if body and body[-1].name == "yield" else None
+        if y is not None:
+            for res, v in zip(op.results, y.operands):
+                res.replace_all_uses_with(v)
+            y.drop_operands()
+        op.drop_operands()
+        return body

@@ -1,0 +1,95 @@
+"""``infer-types``: recompute result types from operand types, to a fixpoint.
+
+Loads take the join of every type stored to their blob; carried loop values and
+``if`` results widen to cover what flows into them. A shape or dtype that cannot
+agree is an error at the user's line:
+
+    %x = load @"x" : i64[1]          %x = load @"x" : i64[?]
+    %y = Add(%x, %batch) : i64[1] -> %y = Add(%x, %batch) : i64[?]      (%batch : i64[?])
+"""
+from __future__ import annotations
+
+from ..core import Module, Operation, Region
+from ..diagnostics import DSLError
+from ..types import join
+from .manager import Pass, register
+
+MAX_ROUNDS = 8
+
+
+@register
+class InferTypes(Pass):
+    name = "infer-types"
+
+    def run(self, module: Module) -> None:
+        for _ in range(MAX_ROUNDS):
+            self.stored = {}
+            for op in module.walk():
+                if op.name == "store":
+                    b, t = op.attrs["blob"], op.operands[0].type
+                    self.stored[b] = join(self.stored[b], t) if b in self.stored else t
+            self.changed = False
+            self.region(module.body)
+            if not self.changed:
+                return
+
+    def set(self, value, t) -> None:
+        if value.type != t:
+            value.type = t
+            self.changed = True
+
+    def region(self, r: Region) -> None:
+        for op in r.ops:
+            self.op(op)
+
+    def op(self, op: Operation) -> None:
+        n = op.name
+        if n == "load" and op.attrs["blob"] in self.stored:
+            self.set(op.result, join(op.result.type, self.stored[op.attrs["blob"]]))
+        elif n in ("for", "loop"):
+            return self.loop(op)
+        elif n == "if":
+            for r in op.regions:
+                self.region(r)
+            self.widen_results(op, [r.ops[-1].operands for r in op.regions if r.ops and r.ops[-1].name == "yield"])
+            return
+        for r in op.regions:
+            self.region(r)
+        if op.opdef.infer is not None and n not in ("load",):
+            try:
+                types = op.opdef.infer([v.type for v in op.operands], op.attrs, len(op.results))
+            except DSLError as e:
+                if e.loc is None:
+                    e.loc = op.loc
+                raise
+            if types is not None:
+                for res, t in zip(op.results, types):
+                    self.set(res, t)
+
+    def loop(self, op: Operation) -> None:
+        body = op.regions[0]
+        args = body.args[1:] if op.name == "for" else body.args
+        inits = op.operands[1:] if op.name == "for" else op.operands
+        for _ in range(MAX_ROUNDS):
+            before = [a.type for a in args]
+            for a, v in zip(args, inits):
+                self.set(a, join(a.type, v.type))
+            self.region(body)
+            flows = [o.operands[1:] for o in body.ops if o.name == "break_if"]
+            if body.ops and body.ops[-1].name == "yield":
+                flows.append(body.ops[-1].operands)
+            for vals in flows:
+                for a, v in zip(args, vals):
+                    self.set(a, join(a.type, v.type))
+            if [a.type for a in args] == before:
+                break
+        for res, a in zip(op.results, args):
+            self.set(res, a.type)
+
+    def widen_results(self, op, flows) -> None:
+        for i, res in enumerate(op.results):
+            t = None
+            for vals in flows:
+                t = vals[i].type if t is None else join(t, vals[i].type)
+            if t is not None:
+                self.set(res, t)
