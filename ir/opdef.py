@@ -25,6 +25,16 @@ CONTROL = "control"          # structured control flow (for, loop, if, break_if)
 PLAN = "plan"                # execution-plan structure (group, task, parallel, scope)
 BLOB = "blob"                # reads or writes a named workspace slot
 
+TRAIT_DOCS = {  # what each trait promises, for passes and for docs/ir.md
+    PURE: "no effects: may be folded, CSE'd, removed when unused",
+    ELEMENTWISE: "result[i] depends on operand[i] only (with broadcasting)",
+    COMMUTATIVE: "operands may be swapped",
+    TERMINATOR: "ends a region (yield)",
+    CONTROL: "structured control flow (for, loop, if, break_if)",
+    PLAN: "execution-plan structure (group, task, parallel, scope)",
+    BLOB: "reads or writes a named workspace slot",
+}
+
 
 @dataclass(frozen=True)
 class Effect:
