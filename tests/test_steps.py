@@ -3,6 +3,7 @@ workspaces and reporters. Expected values are worked out by hand in each test.""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -249,6 +250,34 @@ def test_concurrent_instances_with_own_workspaces(session):
     assert not has_blob(session, "tmp")
 
 
+def test_net_step_ignores_concurrency_flags(session):
+    # Caffe2 only puts substeps on threads: a step made of nets runs them in order,
+    # once per iteration, even with num_concurrent_instances or concurrent_substeps.
+    mul = core.Net("mul")
+    mul.Mul(["x", mul.Const(2)], ["x"])
+    inc = add_net("inc", "x", 1)
+    step = core.execution_step("nets", [inc, mul], num_concurrent_instances=3,
+                               concurrent_substeps=True, num_iter=2)
+    session.run(plan(set_net("init", "x", 0), step))
+    assert fetch(session, "x") == ((0 + 1) * 2 + 1) * 2
+
+
+def test_only_once_without_stop_blob_is_an_error(session):
+    from dslc.ir.diagnostics import DSLError
+    step = core.execution_step("once", add_net("inc", "x"), only_once=True)
+    with pytest.raises(DSLError) as err:
+        session.run(plan(set_net("init", "x", 0), step))
+    assert err.value.loc is not None and err.value.hint
+
+
+def test_negative_num_iter_is_an_error(session):
+    from dslc.ir.diagnostics import DSLError
+    step = core.execution_step("neg", add_net("inc", "x"), num_iter=-1)
+    with pytest.raises(DSLError) as err:
+        session.run(plan(set_net("init", "x", 0), step))
+    assert err.value.loc is not None and err.value.hint
+
+
 # ----------------------------------------------------------------------------- workspaces
 
 
@@ -291,8 +320,6 @@ def test_create_workspace_child_reads_blob_only_it_made_before(session):
 
 def _slow_loop_net(name, iters_blob, seconds):
     """A net that sleeps ``seconds`` and then bumps ``iters_blob`` (gives reporters time to fire)."""
-    import time
-
     def nap(inputs, outputs):
         time.sleep(seconds)
     net = core.Net(name)
@@ -311,13 +338,36 @@ def test_run_every_ms_reporter_runs_periodically_and_at_the_end(session):
     body = core.execution_step("work", _slow_loop_net("slow", "work", 0.01), num_iter=8)
     read = core.Net("read")
     read.RetrieveCount(["reports"], ["n_reports"])
+    start = time.perf_counter()
     session.run(plan(mk, set_net("iw", "work", 0), core.execution_step("main", [body, reporter]), read))
+    elapsed_ms = (time.perf_counter() - start) * 1000
     n_reports = fetch(session, "n_reports")
     assert fetch(session, "work") == 8
     # The final report runs after the body, so it saw the body's last value.
     assert fetch(session, "seen") == 8
-    # At least the final run; not more than the body's ~80 ms allow at 5 ms (plus slack).
-    assert 1 <= n_reports <= 8 * 10 // 5 + 40
+    # At least the final run; each periodic run waited 5 ms first.
+    assert 1 <= n_reports <= elapsed_ms / 5 + 1
+
+
+def test_run_every_ms_reporter_runs_while_the_body_runs(session):
+    # The body blocks until the reporter has run beside it (a 5 s timeout fails the
+    # test instead of hanging): proves the periodic runs, not just the final one.
+    reported = threading.Event()
+
+    def report(inputs, outputs):
+        reported.set()
+
+    def wait(inputs, outputs):
+        outputs[0].feed(reported.wait(5))
+
+    report_net = core.Net("report")
+    report_net.Python(report)([], [])
+    body_net = core.Net("body")
+    body_net.Python(wait)([], ["saw_report"])
+    main = core.execution_step("main", [core.execution_step("body", body_net),
+                                        core.execution_step("reporter", report_net, run_every_ms=2)])
+    session.run(main)
+    assert fetch(session, "saw_report") is True
 
 
 def test_reporter_runs_once_even_for_an_instant_body(session):

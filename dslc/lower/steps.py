@@ -270,18 +270,27 @@ class _Parallel:
 
 
 def _iterated(blk: Block, step: ExecutionStep, items) -> None:
+    """The step's iterations: num_iter times, or until its stop blob is true (checked after
+    each net or substep, or after the join when they run concurrently)."""
     loc, stop = step._loc, step._should_stop_blob
     n = step._num_concurrent_instances or 1
-    if n > 1 or (step._concurrent_substeps and len(items) > 1):
+    # Caffe2 runs a step's nets in order whatever its concurrency flags: only substeps
+    # (and builder blocks, which are substeps) go on threads.
+    if step.HasSubsteps() and (n > 1 or (step._concurrent_substeps and len(items) > 1)):
         items = [_Parallel(step, items, n)]
     if stop is not None:
         checked = [x for it in items for x in (it, _StopCheck(stop, loc))]
         if step._only_once:
             return lower_seq(blk, checked, in_loop=False)
         return _loop(blk, checked, loc)
+    if step._only_once:
+        raise TraceError(f"step {step.Name()!r} has only_once but no should_stop_blob", loc,
+                         "only_once limits a step that runs until its stop blob is true; "
+                         "drop it or give the step a should_stop_blob")
     if step._num_iter not in (None, 1):
         if step._num_iter < 0:
-            raise TraceError(f"step {step.Name()!r} has a negative num_iter ({step._num_iter})", loc)
+            raise TraceError(f"step {step.Name()!r} has a negative num_iter ({step._num_iter})", loc,
+                             "use num_iter=0 to skip the step")
         return _counted(blk, step._num_iter, items, loc)
     lower_seq(blk, items, in_loop=False)
 
