@@ -40,7 +40,8 @@ class NetBuilder(Managed):
                  _fullname=None, _use_control_ops=False):
         parent = NetBuilder.current(required=False)
         if _fullname and name:
-            raise TraceError("NetBuilder takes name or _fullname, not both", user_location())
+            raise TraceError("NetBuilder takes name or _fullname, not both", user_location(),
+                             "pass name= (joined to the parent builder's name) or _fullname= (used as is)")
         self.name = _fullname or "/".join(n for n in (parent.name if parent else None, name) if n)
         self._loc = user_location()
         self._frozen = False
@@ -87,7 +88,9 @@ class NetBuilder(Managed):
     def stop_if(self, blob, loc=None):
         loc = loc or user_location()
         if self._use_control_ops:
-            raise TraceError("ops.stop()/ops.stop_if() cannot be used inside ops.IfNet/ops.WhileNet", loc)
+            raise TraceError("ops.stop()/ops.stop_if() cannot be used inside ops.IfNet/ops.WhileNet", loc,
+                             "use ops.If(...) / ops.loop() for blocks that can stop, or end a "
+                             "WhileNet through its Condition")
         if not isinstance(blob, (BlobReference, str)):
             raise TraceError(f"ops.stop_if needs a bool blob, got {type(blob).__name__}", loc,
                              "compute the condition with an op, e.g. ops.GE([x, ops.Const(5)])")
@@ -171,7 +174,8 @@ class _Loop(NetBuilder):
     def __init__(self, iters=None, name=None):
         loc = user_location()
         if isinstance(iters, bool) or not (iters is None or isinstance(iters, (int, BlobReference))):
-            raise TraceError(f"ops.loop needs an int or an int blob, got {type(iters).__name__}", loc)
+            raise TraceError(f"ops.loop needs an int or an int blob, got {type(iters).__name__}", loc,
+                             "pass a Python int, an int64 blob, or nothing (then stop it with ops.stop_if)")
         if isinstance(iters, int) and iters < 0:
             raise TraceError(f"ops.loop count must be >= 0, got {iters}", loc,
                              "a loop cannot run a negative number of times")
@@ -263,9 +267,11 @@ class _RunIf(_RunOnce):
             raise TraceError(f"{what} cannot follow Else", loc,
                              "an If chain ends at its Else; start a new ops.If(...) instead")
         if NetBuilder.current(required=False) is not self.chain.parent:
-            raise TraceError(f"{what} must be in the same block as its If", loc)
+            raise TraceError(f"{what} must be in the same block as its If", loc,
+                             f"call .{what}() right after the If's `with` block, at the same indentation")
         if not self._frozen:
-            raise TraceError(f"{what} must come after the If block closed", loc)
+            raise TraceError(f"{what} must come after the If block closed", loc,
+                             f"close the `with ops.If(...)` block first, then open `with c.{what}(...)`")
         nxt = _RunIf(cond, name=name or self.name, _chain=self.chain, _branch=branch)
         if branch == "else":
             self.chain.has_else = True
@@ -303,7 +309,8 @@ class _StopGuard(_RunOnce):
 
     def has_stopped(self) -> BlobReference:
         if not self._ran:
-            raise TraceError("has_stopped() is known only after the stop_guard block closed", user_location())
+            raise TraceError("has_stopped() is known only after the stop_guard block closed", user_location(),
+                             "call guard.has_stopped() after the `with ops.stop_guard() as guard:` block")
         return self._stopped
 
 
@@ -369,7 +376,8 @@ class _RunIfNet(_ControlBuilder):
 
     def __init__(self, cond, name=None):
         if not isinstance(cond, (BlobReference, str)):
-            raise TraceError(f"ops.IfNet needs a bool blob, got {type(cond).__name__}", user_location())
+            raise TraceError(f"ops.IfNet needs a bool blob, got {type(cond).__name__}", user_location(),
+                             "compute the condition with an op, e.g. ops.GE([x, ops.Const(5)])")
         super().__init__(name)
         self.cond = str(cond)
         self.else_branch = None
@@ -409,7 +417,8 @@ class _RunWhileNet(_ControlBuilder):
 
     def _on_exit(self):
         if self.condition is None:
-            raise TraceError("ops.WhileNet() needs an ops.Condition() block", self._loc)
+            raise TraceError("ops.WhileNet() needs an ops.Condition() block", self._loc,
+                             "start the body with `with ops.Condition():` computing the loop condition")
         super()._on_exit()
 
     def _extra_regions(self):
@@ -422,9 +431,11 @@ class _RunWhileCondition(_ControlBuilder):
     def __init__(self, name=None):
         parent = NetBuilder.current()
         if not isinstance(parent, _RunWhileNet):
-            raise TraceError("ops.Condition() must be directly inside ops.WhileNet()", user_location())
+            raise TraceError("ops.Condition() must be directly inside ops.WhileNet()", user_location(),
+                             "open it as the first block of `with ops.WhileNet():`")
         if parent.condition is not None or parent._children:
-            raise TraceError("ops.Condition() must come first in ops.WhileNet(), and only once", user_location())
+            raise TraceError("ops.Condition() must come first in ops.WhileNet(), and only once", user_location(),
+                             "move the Condition block before the body's ops, and merge repeated ones")
         super().__init__(name)
         self._while = parent
 
@@ -434,7 +445,8 @@ class _RunWhileCondition(_ControlBuilder):
             ops_ = [op for n in self._children if isinstance(n, Net) for op in n._ops]
             if not ops_ or len(ops_[-1].outputs) != 1:
                 raise TraceError("the last op of ops.Condition() must have exactly one output (the condition)",
-                                 self._loc)
+                                 self._loc, "end the Condition block with the comparison, e.g. "
+                                 "ops.LT([x, ops.Const(7)])")
             self.cond = ops_[-1].outputs[0]
             self._while.condition = self
             self._while._children.clear()
@@ -451,15 +463,17 @@ class Operations:
     def net(self, net=None, name=None):
         """Add ``net`` (a Net or step) as the next child; or return the current net."""
         if net is not None and name is not None:
-            raise TraceError("ops.net takes a net or a name, not both", user_location())
+            raise TraceError("ops.net takes a net or a name, not both", user_location(),
+                             "ops.net(net) adds an existing net; ops.net(name=...) starts a new one")
         builder = _builder()
         if net is not None:
             if not isinstance(net, (Net, ExecutionStep)):
                 raise TraceError(f"ops.net needs a Net or an ExecutionStep, got {type(net).__name__}",
-                                 user_location())
+                                 user_location(), "wrap other things with core.execution_step(name, ...)")
             if isinstance(net, ExecutionStep):
                 if builder._use_control_ops:
-                    raise TraceError("steps cannot be added inside ops.IfNet/ops.WhileNet", user_location())
+                    raise TraceError("steps cannot be added inside ops.IfNet/ops.WhileNet", user_location(),
+                                     "add the step outside the IfNet/WhileNet block, or add its nets")
                 net._used = True
             builder.add(net)
             return net

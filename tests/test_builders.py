@@ -959,3 +959,121 @@ def test_reporter_sees_concurrent_progress(session):
     session.run(task)
     assert release.is_set()
     assert 1 in observed and observed[-1] == 2
+
+
+# ----------------------------------------------------------------------------- misuse
+
+
+def _elif_in_other_block():
+    with ops.If(ops.Const(True)) as c:
+        ops.Const(1)
+    with ops.loop(1):
+        c.Elif(ops.Const(True))
+
+
+def _elif_inside_open_if():
+    with ops.If(ops.Const(True)) as c:
+        c.Elif(ops.Const(True))
+
+
+def _guard_queried_early():
+    with ops.stop_guard() as g:
+        g.has_stopped()
+
+
+def _ifnet_on_python_bool():
+    with ops.IfNet(True):
+        pass
+
+
+def _while_without_condition():
+    with ops.WhileNet():
+        ops.Const(1)
+
+
+def _condition_outside_while():
+    with ops.Condition():
+        ops.Const(True)
+
+
+def _condition_twice():
+    with ops.WhileNet():
+        with ops.Condition():
+            ops.Const(True)
+        with ops.Condition():
+            ops.Const(True)
+
+
+def _condition_without_output():
+    x = ops.Const(1)
+    with ops.WhileNet():
+        with ops.Condition():
+            ops.Print(x, [])
+
+
+def _net_and_name():
+    ops.net(core.Net("n"), name="m")
+
+
+def _net_of_wrong_type():
+    ops.net(5)
+
+
+def _step_inside_ifnet():
+    step = core.execution_step("s", core.Net("n"))
+    with ops.IfNet(ops.Const(True)):
+        ops.net(step)
+
+
+def _stop_inside_ifnet():
+    with ops.IfNet(ops.Const(True)):
+        ops.stop()
+
+
+def _loop_inside_ifnet():
+    with ops.IfNet(ops.Const(True)):
+        with ops.loop(2):
+            pass
+
+
+def _float_loop_count():
+    with ops.loop(2.5):
+        pass
+
+
+def _negative_loop_count():
+    with ops.loop(-1):
+        pass
+
+
+def _iter_of_uncounted_loop():
+    with ops.loop() as loop:
+        ops.stop()
+    loop.iter()
+
+
+def _stop_if_on_python_bool():
+    ops.stop_if(True)
+
+
+def _else_after_if_on_ops():
+    with ops.If(ops.Const(True)):
+        pass
+    with ops.Else():
+        pass
+
+
+@pytest.mark.parametrize("misuse", [
+    _elif_in_other_block, _elif_inside_open_if, _guard_queried_early, _ifnet_on_python_bool,
+    _while_without_condition, _condition_outside_while, _condition_twice, _condition_without_output,
+    _net_and_name, _net_of_wrong_type, _step_inside_ifnet, _stop_inside_ifnet, _loop_inside_ifnet,
+    _float_loop_count, _negative_loop_count, _iter_of_uncounted_loop, _stop_if_on_python_bool,
+    _else_after_if_on_ops,
+], ids=lambda f: f.__name__.strip("_"))
+def test_builder_misuse_is_a_located_error_with_a_hint(misuse):
+    with pytest.raises(DSLError) as err:
+        with Task():
+            misuse()
+    e = err.value
+    assert e.loc is not None and e.loc.file.endswith("test_builders.py"), (e, e.loc)
+    assert e.hint, e
