@@ -3,6 +3,9 @@
     dslc run examples/loops.py             run a job file, print its outputs
     dslc run examples/loops.py --json      the same, as JSON
     dslc ir examples/loops.py              the job's typed IR, with source locations
+    dslc ir examples/loops.py -o job.dslir the same, into a file
+    dslc run job.dslir                     run an IR file
+    dslc opt job.dslir --passes a,b        run passes on an IR file, print the result
 
 User errors print one line (``file:line: error: message; hint``) and exit with 2;
 internal failures exit with 1 and suggest ``--debug`` for the traceback.
@@ -43,10 +46,11 @@ def _parser() -> argparse.ArgumentParser:
                          description="Trace JOB.py, compile it and run it; print the fetched outputs.",
                          epilog="example:\n  dslc run examples/loops.py --backend interp --json",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
+    run.add_argument("job", metavar="JOB.py", help="the job file (defines build_job()), or an IR file (.dslir)")
     run.add_argument("--backend", default="interp", choices=backends.names(),
                      help="where to run it (default: interp)")
     run.add_argument("--json", action="store_true", help="print the outputs as one JSON object")
+    _pass_options(run, default="default")
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                      help="on errors, also show the full Python traceback")
 
@@ -57,9 +61,53 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
     ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
     ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
+    _pass_options(ir, default=None)
     ir.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                     help="on errors, also show the full Python traceback")
+
+    opt = sub.add_parser("opt", help="run passes on an IR file and print the result",
+                         description="Parse FILE.dslir, run the passes, print the IR (like mlir-opt).",
+                         epilog="example:\n  dslc opt job.dslir --passes promote-blobs,dce --print-ir-after-all",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    opt.add_argument("file", metavar="FILE.dslir", help="IR text, as `dslc ir -o` writes it")
+    opt.add_argument("--no-locs", action="store_true", help="leave out source locations")
+    opt.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
+    _pass_options(opt, default="default")
+    opt.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                     help="on errors, also show the full Python traceback")
     return p
+
+
+def _pass_options(p, default) -> None:
+    from dslc.ir.passes import DEFAULT_PIPELINE, PASSES
+
+    what = "none" if default is None else default
+    p.add_argument("--passes", metavar="A,B,...", default=default,
+                   help=f"passes to run, comma-separated: 'default' ({','.join(DEFAULT_PIPELINE)}), "
+                        f"'none', or names from: {', '.join(sorted(PASSES))} (default: {what})")
+    p.add_argument("-O", dest="passes", action="store_const", const="default",
+                   help="run the default pipeline (same as --passes default)")
+    p.add_argument("--print-ir-after-all", action="store_true",
+                   help="print the IR after every pass (runs the default pipeline if --passes is not given)")
+    p.add_argument("--print-ir-after", metavar="PASS", action="append", default=[],
+                   help="print the IR after this pass (repeatable)")
+    p.add_argument("--time-passes", action="store_true", help="print a table of the time each pass took")
+    p.add_argument("--verify-each", action="store_true",
+                   help="verify the IR after every pass (debug mode; also set by DSLC_DEBUG=1)")
+
+
+def _session_options(args, out) -> dict:
+    passes = args.passes
+    if passes is None:
+        passes = "default" if (args.print_ir_after_all or args.print_ir_after) else "none"
+    print_after = "all" if args.print_ir_after_all else set(args.print_ir_after) or None
+    return {"passes": passes, "print_after": print_after, "ir_out": out,
+            "verify_each": True if args.verify_each else None}
+
+
+def _report_times(session, args) -> None:
+    if args.time_passes and session.pass_manager is not None:
+        sys.stderr.write(session.pass_manager.timing_table())
 
 
 def cmd_run(args) -> int:
@@ -67,11 +115,18 @@ def cmd_run(args) -> int:
     from dslc import jobfile
     from dslc.session import LocalSession
 
-    job = jobfile.load(args.job)
-    with LocalSession(backend=args.backend, source=args.job) as session:
-        for r in job.runnables:
-            session.run(r)
-        values = {name: out.fetch() for name, out in job.outputs.items()}
+    options = _session_options(args, sys.stderr)
+    if args.job.endswith(".dslir"):
+        module = _read_ir(args.job)
+        with LocalSession(backend=args.backend, source=args.job, **options) as session:
+            values = session.run_module(module)
+    else:
+        job = jobfile.load(args.job)
+        with LocalSession(backend=args.backend, source=args.job, **options) as session:
+            for r in job.runnables:
+                session.run(r)
+            values = {name: out.fetch() for name, out in job.outputs.items()}
+    _report_times(session, args)
     if args.json:
         print(json.dumps({"outputs": {k: _jsonable(v) for k, v in values.items()}}))
     else:
@@ -87,10 +142,39 @@ def cmd_ir(args) -> int:
     from dslc.session import LocalSession
 
     job = jobfile.load(args.job)
-    session = LocalSession(source=args.job)
+    session = LocalSession(source=args.job, **_session_options(args, sys.stdout))
     texts = [print_module(session.compile(session.as_group(r)).module, with_locs=not args.no_locs)
              for r in job.runnables]
-    text = "\n".join(texts)
+    _report_times(session, args)
+    _write(args, "\n".join(texts))
+    return 0
+
+
+def cmd_opt(args) -> int:
+    """``dslc opt``: parse an IR file, run the passes, print (or write) the result."""
+    from dslc.ir import print_module
+    from dslc.session import LocalSession
+
+    module = _read_ir(args.file)
+    session = LocalSession(source=args.file, **_session_options(args, sys.stdout))
+    session.optimize(module)
+    _report_times(session, args)
+    _write(args, print_module(module, with_locs=not args.no_locs))
+    return 0
+
+
+def _read_ir(path: str):
+    from dslc.ir import parse
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise DSLError(f"cannot read {path!r}: {e.strerror}", hint="check the path") from None
+    return parse(text, path)
+
+
+def _write(args, text: str) -> None:
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:
@@ -100,7 +184,6 @@ def cmd_ir(args) -> int:
                            hint="check that its directory exists and is writable") from None
     else:
         sys.stdout.write(text)
-    return 0
 
 
 def _text(v) -> str:
@@ -121,7 +204,7 @@ def _jsonable(v):
     return v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
 
 
-COMMANDS = {"run": cmd_run, "ir": cmd_ir}
+COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt}
 
 
 def main(argv=None) -> int:

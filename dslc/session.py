@@ -7,13 +7,17 @@ run. Task outputs are created in the root first, so they can be fetched after
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from dslc import backends
 from dslc.backends.runtime.values import type_of_value
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
+from dslc.ir import verify
 from dslc.ir.diagnostics import DSLError, TraceError
+from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
 from dslc.ir.types import join, subsumes
 from dslc.lower import lower_group
 from dslc.net_builder import NetBuilder
@@ -95,12 +99,23 @@ class Session:
 class LocalSession(Session):
     """Runs jobs in one process, on the chosen backend (``interp`` by default)."""
 
-    def __init__(self, ws=None, backend: str = "interp", source: str = "", **options):
+    def __init__(self, ws=None, backend: str = "interp", source: str = "", passes=None,
+                 verify_each=None, print_after=None, ir_out=None, **options):
+        """``passes``: the pipeline to run before the backend (default: the
+        ``DSLC_PIPELINE`` environment variable, else the default pipeline; "none" for
+        none). ``verify_each`` (default: ``DSLC_DEBUG``) verifies after every pass;
+        ``print_after`` ("all" or pass names) writes the IR after those passes to ``ir_out``.
+        """
         super().__init__()
         from dslc import workspace
         self._ws = ws if ws is not None else workspace.current()
         self.backend = backends.get(backend)(**options)
         self.source = source
+        self.passes = pipeline(passes)
+        self.verify_each = bool(os.environ.get("DSLC_DEBUG")) if verify_each is None else verify_each
+        self.print_after = print_after
+        self.ir_out = ir_out
+        self.pass_manager: PassManager | None = None
         self._compiled: dict[int, CompiledRunnable] = {}
 
     @property
@@ -119,10 +134,29 @@ class LocalSession(Session):
         if got is not None and got.group is group and _still_valid(got.deps, existing):
             return got
         module = lower_group(group, self.source, existing)
-        deps = _load_types(module)  # before the backend compiles: what the lowering assumed
+        deps = _load_types(module)  # before any pass: what the lowering assumed
+        self.optimize(module)
         got = CompiledRunnable(group, module, self.backend.compile(module), deps, group.tasks())
         self._compiled[id(group)] = got
         return got
+
+    def optimize(self, module) -> None:
+        """Run the session's pass pipeline on ``module`` (and verify the result)."""
+        if self.passes:
+            self.pass_manager = PassManager(self.passes, self.verify_each, self.print_after, self.ir_out)
+            self.pass_manager.run(module)
+            verify(module)
+
+    def run_module(self, module) -> dict:
+        """Run a module (e.g. parsed from IR text); returns its tasks' outputs by blob name."""
+        self.optimize(module)
+        names = [str(n) for op in module.walk() if op.name == "task" for n in op.attrs["outputs"]]
+        for n in names:
+            self._ws.create_blob(n)
+        from dslc import workspace
+        with workspace.current_as(self._ws):
+            self.backend.compile(module).run(self._ws)
+        return {n: self._fetch(n) for n in names if not n.endswith(DUMMY_OUTPUT)}
 
     def _run(self, group: TaskGroup) -> None:
         from dslc import workspace
@@ -145,6 +179,20 @@ class LocalSession(Session):
                            "check that its task writes it")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+DUMMY_OUTPUT = ":output/ConstantFill:0"  # the output Caffe2 gives tasks that have none
+
+
+def pipeline(passes) -> list[str]:
+    """The pass names a session runs: ``passes``, else $DSLC_PIPELINE, else the default."""
+    if passes is None:
+        passes = os.environ.get("DSLC_PIPELINE", "default")
+    if isinstance(passes, str) and passes.strip() in ("none", ""):
+        return []
+    if isinstance(passes, str) and passes.strip() == "default":
+        return list(DEFAULT_PIPELINE)
+    return parse_pipeline(passes)
 
 
 def _load_types(module) -> dict:

@@ -21,7 +21,8 @@ from dslc.backends.runtime.resources import Counter, Timer
 from dslc.backends.runtime.workspace import to_value
 from dslc.ir import pyrefs
 from dslc.ir.diagnostics import DSLError
-from dslc.ir.ops.infer import dtype_from_code, legacy_core
+from dslc.ir.ops import numeric as num
+from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.types import (ANY, COUNTER, INT_DTYPES, NUMPY_DTYPES, TIMER, HandleType, TensorType,
                            dtype_of_numpy)
 
@@ -99,46 +100,23 @@ def _const(op, cfg):
 
 @kernel("ConstantFill")
 def _constant_fill(op, cfg):
-    dtype = NUMPY_DTYPES[_dtype(op)]
-    value, extra = op.attrs["value"], tuple(op.attrs["extra_shape"] or ())
     if not op.operands:  # the lowering folds these into Const; a parsed module may not
-        return Constant(to_value(np.full(tuple(op.attrs["shape"] or ()) + extra, value, dtype=dtype)))
-    as_shape = op.attrs["input_as_shape"]
-
-    def fill(x):
-        shape = tuple(int(d) for d in np.asarray(x).reshape(-1)) if as_shape else np.shape(x)
-        return to_value(np.full(shape + extra, value, dtype=dtype))
-    return fill
+        return Constant(to_value(op.opdef.fold(**op.attrs)))
+    dt, value = _dtype(op), op.attrs["value"]
+    extra, as_shape = tuple(op.attrs["extra_shape"] or ()), bool(op.attrs["input_as_shape"])
+    return lambda x: num.fill_like(x, value, dt, extra, as_shape)
 
 
-# --- elementwise arithmetic, comparisons, logic
-def _binary(name, fn):
+# --- elementwise arithmetic, comparisons, logic: the declarations' numeric semantics
+def _binary(name, fn=None, pick=None):
+    """Register ``fn`` (or ``pick(op)``'s choice) with Caffe2's legacy broadcast when asked."""
     @kernel(name)
     def factory(op, cfg):
-        f = fn(op) if name == "Div" else fn
+        f = pick(op) if pick is not None else fn
         if op.attrs.get("broadcast"):
-            return functools.partial(_legacy_broadcast, f, int(op.attrs.get("axis", -1)))
+            axis = int(op.attrs.get("axis", -1))
+            return lambda a, b: f(a, num.legacy_align(a, b, axis))
         return f
-
-
-def _legacy_broadcast(fn, axis, a, b):
-    """Caffe2's old ``broadcast=1, axis=k``: b's dims (minus outer 1s) line up with a's at k.
-
-    Reshaping b to its core dims followed by one 1 per remaining dim of a lets numpy
-    do the rest: a (2,3,4) + b (3,) at axis 1 -> b as (3,1).
-    """
-    b = np.asarray(b)
-    lo, hi = legacy_core(b.shape)
-    start = np.ndim(a) - b.ndim if axis == -1 else axis
-    return fn(a, b.reshape(b.shape[lo:hi] + (1,) * (np.ndim(a) - start - hi)))
-
-
-def _compare(fn):
-    """A comparison whose result is always numpy bool (Python strs compare to a Python bool)."""
-    def compare(a, b):
-        r = fn(a, b)
-        return r if isinstance(r, np.ndarray) else np.bool_(r)
-    return compare
 
 
 for _n, _f in [("Add", operator.add), ("Sub", operator.sub), ("Mul", operator.mul),
@@ -146,92 +124,46 @@ for _n, _f in [("Add", operator.add), ("Sub", operator.sub), ("Mul", operator.mu
     _binary(_n, _f)
 for _n, _f in [("GE", operator.ge), ("GT", operator.gt), ("LE", operator.le), ("LT", operator.lt),
                ("EQ", operator.eq), ("NE", operator.ne)]:
-    _binary(_n, _compare(_f))
-
-
-def _int_div(a, b):
-    """C++ integer division: truncate toward zero; dividing by zero is an error."""
-    if np.any(np.asarray(b) == 0):
-        raise DSLError("integer division by zero",
-                       hint="make sure the divisor is never 0, or Cast both operands to FLOAT")
-    q, r = np.divmod(a, b)
-    # divmod floors; where the signs differ and something remains, C++ rounds one up
-    return q + ((r != 0) & ((a < 0) != (b < 0)))
-
-
-def _any_div(a, b):
-    if np.asarray(a).dtype.kind in "iu":
-        return _int_div(a, b)
-    return operator.truediv(a, b)
+    _binary(_n, num.compare(_f))
 
 
 def _div_for(op):
+    """Pick the division once: the result dtype is known unless an operand's type is not."""
     dt = _dtype(op)
     if dt in INT_DTYPES:
-        return _int_div
-    return _any_div if dt is None else operator.truediv
+        return num.int_div
+    return num.div if dt is None else operator.truediv
 
 
-_binary("Div", _div_for)
+_binary("Div", pick=_div_for)
 
 
 def _unary(name, fn):
     kernel(name)(lambda op, cfg: fn)
 
 
-_unary("Not", np.logical_not)
-_unary("Negative", operator.neg)
-_unary("Abs", np.abs)
-_unary("Sqr", lambda x: x * x)
-_unary("Sqrt", np.sqrt)
-_unary("Exp", np.exp)
-_unary("Log", np.log)
-_unary("Relu", lambda x: np.maximum(x, 0))  # a Python 0 keeps x's dtype (NEP 50)
+for _n, _f in [("Not", np.logical_not), ("Negative", operator.neg), ("Abs", np.abs),
+               ("Sqr", num.sqr), ("Sqrt", np.sqrt), ("Exp", np.exp), ("Log", np.log),
+               ("Relu", num.relu), ("Copy", num.copy), ("IsEmpty", num.is_empty)]:
+    _unary(_n, _f)
 
 
 @kernel("Scale")
 def _scale(op, cfg):
-    s = op.attrs["scale"]
     dt = _dtype(op)
-    if dt is not None:
-        sv = NUMPY_DTYPES[dt](s)  # multiply in x's dtype: float32 stays float32
-        return lambda x: x * sv
-    return lambda x: x * np.asarray(s, np.asarray(x).dtype)[()]
+    if dt is None:
+        return functools.partial(num.scale, scale=op.attrs["scale"])
+    sv = NUMPY_DTYPES[dt](op.attrs["scale"])  # converted once: x's dtype is known
+    return lambda x: x * sv
 
 
-def _copy(x):
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    return x  # numpy scalars and strs are immutable
-
-
-kernel("Copy")(lambda op, cfg: _copy)
-
-
-def _variadic(name, fn):
-    """Sum/Max/Min: fold the inputs; one input gives a copy of it."""
-    def run(*xs):
-        return _copy(xs[0]) if len(xs) == 1 else functools.reduce(fn, xs)
-    kernel(name)(lambda op, cfg: run)
-
-
-_variadic("Sum", operator.add)
-_variadic("Max", np.maximum)
-_variadic("Min", np.minimum)
+for _n, _f in [("Sum", operator.add), ("Max", np.maximum), ("Min", np.minimum)]:
+    kernel(_n)(lambda op, cfg, f=num.variadic(_f): f)
 
 
 @kernel("Cast")
 def _cast(op, cfg):
-    to = NUMPY_DTYPES[dtype_from_code("Cast", op.attrs["to"])]
-
-    def cast(x):
-        return to_value(np.asarray(x).astype(to))
-    return cast
-
-
-@kernel("IsEmpty")
-def _is_empty(op, cfg):
-    return lambda x: np.bool_(np.size(x) == 0)
+    return functools.partial(num.cast, dtype=_dtype(op))
 
 
 # --- printing

@@ -19,7 +19,7 @@ from ..opdef import PURE
 from .analysis import set_ops
 from .manager import Pass, register
 
-REMOVABLE = ("load", "flag", "yield", "for", "if")  # besides pure ops
+REMOVABLE = ("flag", "yield", "for", "if")  # besides pure ops and optional loads
 LOOPS = ("for", "loop")
 
 
@@ -46,6 +46,8 @@ class DeadCode(Pass):
         # are plain loads, stop flags and the `must` checks promotion leaves at old reads
         read = {op.attrs["blob"] for op in module.walk()
                 if op.name in ("flag", "must") or (op.name == "load" and not op.attrs.get("optional"))}
+        if any(op.name == "GetAllBlobNames" for op in module.walk()):
+            return  # blob names are observable: every blob the job writes must exist
         kept = set()
         for g in module.body.ops:
             kept |= {str(s) for s in g.attrs.get("existing", [])}
@@ -68,8 +70,18 @@ class DeadCode(Pass):
 
     # --- marking
     def removable(self, op: Operation) -> bool:
+        """Whether ``op`` may go when nothing needs its results.
+
+        Plain loads stay (a read of an unset blob is an error the user should see), and
+        so does a ``for`` whose count may be negative (that too is an error).
+        """
         if op.name == "store":
             return op in self.dead_stores
+        if op.name == "load":
+            return bool(op.attrs.get("optional"))
+        if op.name == "for":
+            c = getattr(op.operands[0], "owner", None)
+            return c is not None and c.name == "Const" and int(c.attrs["value"]) >= 0
         return op.opdef.has(PURE) or op.name in REMOVABLE
 
     def mark_op(self, op: Operation) -> None:
