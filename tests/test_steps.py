@@ -442,3 +442,38 @@ def test_ops_net_makes_the_net_current(session):
     session.run(task)
     assert out.fetch() == ((0 + 3) * 10 + 3) * 10
     assert [op.type for op in net.ops()][-1] == "Mul"
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def _failing_net(name):
+    def boom(inputs, outputs):
+        raise ValueError("boom")
+    net = core.Net(name)
+    net.Python(boom)([], [])
+    return net
+
+
+def test_failing_concurrent_substep_cancels_its_siblings(session):
+    from dslc.ir.diagnostics import DSLError
+    # The sibling would nap 1 ms for 2000 iterations (2 s); the failure must stop it
+    # early and surface as a located error.
+    busy = _slow_loop_net("busy", "spins", 0.001)
+    spin = core.execution_step("spin", busy, num_iter=2000)
+    fail = core.execution_step("fail", _failing_net("fail"))
+    par = core.execution_step("par", [spin, fail], concurrent_substeps=True)
+    with pytest.raises(DSLError) as err:
+        session.run(plan(set_net("init", "spins", 0), par))
+    assert "boom" in str(err.value) and err.value.loc is not None
+    assert fetch(session, "spins") < 2000
+
+
+def test_failing_reporter_fails_the_step_after_the_body(session):
+    from dslc.ir.diagnostics import DSLError
+    reporter = core.execution_step("reporter", _failing_net("bad_report"), run_every_ms=60_000)
+    main = core.execution_step("main", [core.execution_step("body", add_net("b", "x")), reporter])
+    with pytest.raises(DSLError) as err:
+        session.run(plan(set_net("ix", "x", 0), main))
+    assert "boom" in str(err.value)
+    assert fetch(session, "x") == 1  # the body ran before the final report failed
