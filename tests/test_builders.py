@@ -565,6 +565,21 @@ def test_do_while_written_as_task_body_runs_once(session):
     assert out.fetch() == 1
 
 
+def test_stop_in_nested_netbuilder_step_leaves_only_it(session):
+    # A NetBuilder opened inside another is not its child (as in Caffe2): it runs
+    # where its step is added with ops.net.
+    def build():
+        a = ops.Const(0)
+        with NetBuilder() as nb:
+            ops.Add([a, ops.Const(1)], [a])
+            ops.stop()
+            ops.Add([a, ops.Const(10)], [a])
+        ops.Add([a, ops.Const(100)], [a])
+        ops.net(core.to_execution_step(nb))
+        return a
+    assert run_task(session, build) == 100 + 1
+
+
 def test_stop_if_in_task_init_leaves_only_the_init_block(session):
     with Task() as task:
         with ops.task_init():

@@ -400,6 +400,19 @@ def test_reporter_is_not_inline_in_an_iterated_step(session):
     assert fetch(session, "n_reports") == 1
 
 
+def test_deprecated_report_net_runs_at_the_end(session):
+    mk = core.Net("mk")
+    mk.CreateCounter([], ["reports"])
+    report = core.Net("report")
+    report.CountUp(["reports"])
+    report.Copy(["x"], ["seen"])
+    read = core.Net("read")
+    read.RetrieveCount(["reports"], ["n_reports"])
+    main = core.execution_step("main", add_net("b", "x"), num_iter=3, report_net=report, report_interval=60)
+    session.run(plan(mk, set_net("ix", "x", 0), main, read))
+    assert (fetch(session, "n_reports"), fetch(session, "seen")) == (1, 3)
+
+
 # ----------------------------------------------------------------------------- inside tasks
 
 
