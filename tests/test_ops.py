@@ -32,6 +32,13 @@ with open(__file__, encoding="utf-8") as _f:
 # ----------------------------------------------------------------------------- helpers
 
 
+@pytest.fixture(params=["none", "default"])
+def session(backend, request):
+    """Each test runs unoptimised (the kernels compute) and optimised (constants fold)."""
+    with LocalSession(backend=backend, passes=request.param) as s:
+        yield s
+
+
 def line_of(tag: str) -> int:
     """The 1-based line of this file that ends with the marker ``# @tag``."""
     hits = [i + 1 for i, text in enumerate(_LINES) if text.rstrip().endswith(f"# @{tag}")]
@@ -88,6 +95,22 @@ class Calls:
     def __call__(self, inputs, outputs):
         with self.lock:
             self.n += 1
+
+
+def test_every_pure_tensor_op_has_a_fold():
+    pure = [d for d in OPS if d.module.endswith(".tensor") and d.is_pure and d.name != "Const"]
+    assert len(pure) > 25
+    assert [d.name for d in pure if d.fold is None] == []
+
+
+def test_folding_happens_in_the_default_pipeline(backend):
+    ir = io.StringIO()
+    with Task() as task:
+        out = final_output(ops.Div([ops.Const([7, -7]), ops.Const(2)]))
+    with LocalSession(backend=backend, passes="default", print_after={"fold-constants"}, ir_out=ir) as s:
+        s.run(task)
+    check(out.fetch(), np.array([3, -3], np.int64))
+    assert "dense<i64[2]: 3, -3>" in ir.getvalue() and "Div(" not in ir.getvalue()
 
 
 def test_every_tensor_and_effect_op_has_an_interp_kernel():

@@ -6,6 +6,7 @@ import numpy as np
 from ..opdef import type_error
 from ..types import (ANY, CAFFE2_DTYPE_CODES, FLOAT_DTYPES, NUMERIC_DTYPES, NUMPY_DTYPES,
                      TensorType, Type, dtype_of_numpy)
+from .numeric import legacy_core
 
 CAST_HINT = "convert one operand with Cast(to=core.DataType.<TYPE>) first"
 
@@ -90,16 +91,6 @@ def legacy_broadcast(name: str, ts: list[TensorType], axis: int):
                        f"with {list(a.shape)}",
                        "pick the axis where the second operand's dims start in the first's")
     return a.shape
-
-
-def legacy_core(shape) -> tuple[int, int]:
-    """The index range of ``shape`` without its leading and trailing 1s."""
-    lo, hi = 0, len(shape)
-    while lo < hi and shape[lo] == 1:
-        lo += 1
-    while hi > lo and shape[hi - 1] == 1:
-        hi -= 1
-    return lo, hi
 
 
 def same_shape(name: str, ts: list[TensorType]):

@@ -4,8 +4,11 @@ Each op's ``doc`` is its semantics in one line; ``docs/ir.md`` is generated from
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
+from . import numeric as num
 from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
 from ..types import ANY, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
 from .infer import (binary_shape, dtype_from_code, elementwise, same_shape, tensors,
@@ -84,9 +87,16 @@ def _shape_from_values(t: TensorType):
     return None if t.shape[0] is None else (None,) * t.shape[0]
 
 
+def _fill_fold(*xs, **attrs):
+    dt, extra = fill_dtype(attrs), attrs["extra_shape"] or ()
+    if not xs:
+        return num.fill_like(np.zeros(attrs["shape"] or ()), attrs["value"], dt, extra)
+    return num.fill_like(xs[0], attrs["value"], dt, extra, bool(attrs["input_as_shape"]))
+
+
 declare("ConstantFill", (0, 1), _constant_fill,
         attrs={"value": 0.0, "dtype": None, "shape": None, "extra_shape": None, "input_as_shape": 0},
-        traits={PURE},
+        traits={PURE}, fold=_fill_fold,
         doc="a tensor filled with `value`; shape from `shape`, or the input's shape (+ `extra_shape`), "
             "or the input's values (`input_as_shape`)")
 
@@ -96,54 +106,57 @@ def _copy(types, attrs, n):
     return [types[0]]
 
 
-declare("Copy", 1, _copy, traits={PURE}, doc="y = a deep copy of the tensor x")
+declare("Copy", 1, _copy, traits={PURE}, fold=num.copy, doc="y = a deep copy of the tensor x")
 
 
-def _binary(name, allowed=NUMERIC_DTYPES, what="numeric", result=None, commutative=False, doc=""):
+def _binary(name, fn, allowed=NUMERIC_DTYPES, what="numeric", result=None, commutative=False, doc=""):
     """Declare a two-operand elementwise op: numpy broadcasting, or ``broadcast=1, axis=k``."""
     traits = PURE_EW | ({COMMUTATIVE} if commutative else set())
     declare(name, 2,
             lambda t, a, n: elementwise(name, t, allowed, what, result, shape_rule=binary_shape(a)),
-            attrs={"broadcast": 0, "axis": -1}, traits=traits, doc=doc)
+            attrs={"broadcast": 0, "axis": -1}, traits=traits, fold=num.binary(fn), doc=doc)
 
 
-_binary("Add", commutative=True, doc="c = a + b (numpy broadcasting)")
-_binary("Sub", doc="c = a - b (numpy broadcasting)")
-_binary("Mul", commutative=True, doc="c = a * b (numpy broadcasting)")
-_binary("Div", doc="c = a / b; integer division truncates toward zero, as in C++")
-for _name, _sym in [("GE", ">="), ("GT", ">"), ("LE", "<="), ("LT", "<"), ("EQ", "=="), ("NE", "!=")]:
-    _binary(_name, allowed=NUMERIC_DTYPES | {"bool", "str"}, what="comparable", result="bool",
-            commutative=_name in ("EQ", "NE"), doc=f"c = a {_sym} b elementwise, a bool tensor")
-for _name, _sym in [("And", "and"), ("Or", "or"), ("Xor", "xor")]:
-    _binary(_name, allowed={"bool"}, what="bool", commutative=True,
+_binary("Add", operator.add, commutative=True, doc="c = a + b (numpy broadcasting)")
+_binary("Sub", operator.sub, doc="c = a - b (numpy broadcasting)")
+_binary("Mul", operator.mul, commutative=True, doc="c = a * b (numpy broadcasting)")
+_binary("Div", num.div, doc="c = a / b; integer division truncates toward zero, as in C++")
+for _name, _sym, _fn in [("GE", ">=", operator.ge), ("GT", ">", operator.gt), ("LE", "<=", operator.le),
+                         ("LT", "<", operator.lt), ("EQ", "==", operator.eq), ("NE", "!=", operator.ne)]:
+    _binary(_name, num.compare(_fn), allowed=NUMERIC_DTYPES | {"bool", "str"}, what="comparable",
+            result="bool", commutative=_name in ("EQ", "NE"),
+            doc=f"c = a {_sym} b elementwise, a bool tensor")
+for _name, _sym, _fn in [("And", "and", np.logical_and), ("Or", "or", np.logical_or),
+                         ("Xor", "xor", np.logical_xor)]:
+    _binary(_name, _fn, allowed={"bool"}, what="bool", commutative=True,
             doc=f"c = a {_sym} b elementwise on bool tensors")
 
 
-def _unary(name, allowed=NUMERIC_DTYPES, what="numeric", doc="", attrs=None):
+def _unary(name, fn, allowed=NUMERIC_DTYPES, what="numeric", doc="", attrs=None):
     declare(name, 1, lambda t, a, n: elementwise(name, t, allowed, what), attrs=attrs or {},
-            traits=PURE_EW, doc=doc)
+            traits=PURE_EW, fold=fn, doc=doc)
 
 
-_unary("Not", {"bool"}, "bool", doc="y = not x elementwise")
-_unary("Negative", doc="y = -x")
-_unary("Abs", doc="y = |x|")
-_unary("Sqr", doc="y = x * x")
-_unary("Sqrt", FLOAT_DTYPES, "float", doc="y = sqrt(x)")
-_unary("Exp", FLOAT_DTYPES, "float", doc="y = exp(x)")
-_unary("Log", FLOAT_DTYPES, "float", doc="y = natural log of x")
-_unary("Relu", doc="y = max(x, 0)")
-_unary("Scale", FLOAT_DTYPES, "float", attrs={"scale": 1.0}, doc="y = x * scale")
+_unary("Not", np.logical_not, {"bool"}, "bool", doc="y = not x elementwise")
+_unary("Negative", operator.neg, doc="y = -x")
+_unary("Abs", np.abs, doc="y = |x|")
+_unary("Sqr", num.sqr, doc="y = x * x")
+_unary("Sqrt", np.sqrt, FLOAT_DTYPES, "float", doc="y = sqrt(x)")
+_unary("Exp", np.exp, FLOAT_DTYPES, "float", doc="y = exp(x)")
+_unary("Log", np.log, FLOAT_DTYPES, "float", doc="y = natural log of x")
+_unary("Relu", num.relu, doc="y = max(x, 0)")
+_unary("Scale", num.scale, FLOAT_DTYPES, "float", attrs={"scale": 1.0}, doc="y = x * scale")
 
 
-def _variadic(name, doc):
+def _variadic(name, fn, doc):
     declare(name, (1, None),
             lambda t, a, n: elementwise(name, t, NUMERIC_DTYPES, "numeric", shape_rule=same_shape),
-            traits=PURE_EW | {COMMUTATIVE}, doc=doc)
+            traits=PURE_EW | {COMMUTATIVE}, fold=num.variadic(fn), doc=doc)
 
 
-_variadic("Sum", "y = x0 + x1 + ... (inputs of one shape)")
-_variadic("Max", "y = elementwise maximum of the inputs (one shape)")
-_variadic("Min", "y = elementwise minimum of the inputs (one shape)")
+_variadic("Sum", operator.add, "y = x0 + x1 + ... (inputs of one shape)")
+_variadic("Max", np.maximum, "y = elementwise maximum of the inputs (one shape)")
+_variadic("Min", np.minimum, "y = elementwise minimum of the inputs (one shape)")
 
 
 def _cast(types, attrs, n):
@@ -156,6 +169,7 @@ def _cast(types, attrs, n):
 
 
 declare("Cast", 1, _cast, attrs={"to": REQUIRED}, traits=PURE_EW,
+        fold=lambda x, to: num.cast(x, dtype_from_code("Cast", to)),
         doc="y = x converted to the dtype `to` (a core.DataType code or name); "
             "float to int truncates")
 
@@ -165,6 +179,7 @@ def _is_empty(types, attrs, n):
     return [TensorType("bool")]
 
 
-declare("IsEmpty", 1, _is_empty, traits={PURE}, doc="y = (x has no elements), a bool scalar")
+declare("IsEmpty", 1, _is_empty, traits={PURE}, fold=num.is_empty,
+        doc="y = (x has no elements), a bool scalar")
 
 __all__ = ["INT_DTYPES", "ANY", "type_error"]
