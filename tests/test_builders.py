@@ -580,6 +580,27 @@ def test_stop_in_nested_netbuilder_step_leaves_only_it(session):
     assert run_task(session, build) == 100 + 1
 
 
+def test_stops_and_reporter_in_every_instance(session):
+    # 4 instances; each counts iterations 0..2 (stop at 3), then leaves its body at the
+    # stop_if; each instance has its own reporter, run once at its end.
+    with Task(num_instances=4) as task:
+        with ops.task_init():
+            counted = ops.CreateCounter([], ["counted"])
+            reports = ops.CreateCounter([], ["reports"])
+        with ops.task_reporter(interval_ms=60_000):
+            ops.CountUp([reports])
+        with ops.loop(10) as loop:
+            ops.stop_if(ops.GE([loop.iter(), ops.Const(3)]))
+            ops.CountUp([counted])
+        ops.stop_if(ops.Const(True))
+        ops.CountUp([counted])
+        with ops.task_exit():
+            n_counted = final_output(ops.RetrieveCount([counted]))
+            n_reports = final_output(ops.RetrieveCount([reports]))
+    session.run(task)
+    assert (n_counted.fetch(), n_reports.fetch()) == (4 * 3, 4)
+
+
 def test_stop_if_in_task_init_leaves_only_the_init_block(session):
     with Task() as task:
         with ops.task_init():

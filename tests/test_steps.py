@@ -490,3 +490,31 @@ def test_failing_reporter_fails_the_step_after_the_body(session):
         session.run(plan(set_net("ix", "x", 0), main))
     assert "boom" in str(err.value)
     assert fetch(session, "x") == 1  # the body ran before the final report failed
+
+
+def test_parallel_region_in_a_long_loop_leaves_no_cancel_tokens(session, backend):
+    # Each execution of a concurrent step makes a cancel token for its threads; a
+    # finished one must not stay attached to the run's token.
+    if backend != "interp":
+        pytest.skip("inspects the interpreter's executor")
+    from dslc.backends.interp.executor import CancelToken
+    made = []
+    original = CancelToken.child
+
+    def spy(self):
+        t = original(self)
+        made.append((self, t))
+        return t
+    bump = core.Net("bump")
+    bump.CountUp(["c"])
+    mk = core.Net("mk")
+    mk.CreateCounter([], ["c"])
+    par = core.execution_step("par", [core.execution_step(f"s{i}", bump) for i in range(2)],
+                              concurrent_substeps=True, num_iter=50)
+    CancelToken.child = spy
+    try:
+        session.run(plan(mk, par))
+    finally:
+        CancelToken.child = original
+    assert len(made) == 50
+    assert all(t not in parent.children for parent, t in made)

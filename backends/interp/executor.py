@@ -49,6 +49,14 @@ class CancelToken:
             t.cancel()
         return t
 
+    def release(self, child: "CancelToken") -> None:
+        """Forget a finished child, so a parallel region in a long loop does not pile them up."""
+        with self.lock:
+            try:
+                self.children.remove(child)
+            except ValueError:
+                pass
+
     def cancel(self) -> None:
         self.flag = True
         with self.lock:
@@ -233,10 +241,14 @@ class Executor:
                 tok.cancel()
 
         threads = [threading.Thread(target=guarded, args=(fn,), daemon=True) for fn in fns]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+        finally:
+            for t in threads:
+                if t.ident is not None:
+                    t.join()
+            token.release(tok)
         real = [e for e in errors if not isinstance(e, Cancelled)]
         if real:
             raise real[0]
