@@ -21,6 +21,7 @@ from dslc.ir import Operation, Region
 from dslc.ir.diagnostics import ExecutionError
 
 from .kernels import KERNELS, Constant
+from .together import together
 
 SOURCES: "weakref.WeakValueDictionary[str, RegionCode]" = weakref.WeakValueDictionary()
 _ids = itertools.count()
@@ -153,6 +154,18 @@ class _Emitter:
         self.vars[op.result] = v
         named = self.bind("c", _Named(op.attrs["blob"]))  # only for the error message
         self.emit(indent, f"if {v} is None: rt.unset({named})", op)
+
+    def op_concurrent(self, op, indent, loop_targets):
+        """Each inner op becomes a thunk; ``together`` runs them on the pool and joins."""
+        body = [o for o in op.regions[0].ops if o.name != "yield"]
+        thunks = []
+        for o in body:
+            k = self.bind("k", KERNELS[o.name][0](o, self.cfg))
+            thunks.append(f"(lambda: {k}({', '.join(self.var(v) for v in o.operands)}))")
+        outs = [self.var(o.result) for o in body]
+        self.emit(indent, f"{', '.join(outs)}, = {self.bind('t', together)}({', '.join(thunks)})", op)
+        y = op.regions[0].ops[-1]
+        self.assign(indent, [self.var(r) for r in op.results], [self.var(v) for v in y.operands], op)
 
     def op_fused(self, op, indent, loop_targets):
         body = op.regions[0]

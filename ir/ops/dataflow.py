@@ -8,3 +8,6 @@ declare("must", 1, lambda t, a, n: [t[0]], attrs={"blob": REQUIRED}, symbol="blo
 declare("fused", (0, None), None, results=(1, None), regions=("body",), traits={PURE},
         doc="an elementwise group for backends to compile as one kernel: body args are the "
             "operands, the body yields the results")
+declare("concurrent", 0, None, results=(0, None), regions=("body",),
+        doc="independent ops a backend may run at the same time (the schedule pass makes these "
+            "from large ops of one topological generation); the body yields their results")

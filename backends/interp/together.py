@@ -1,0 +1,22 @@
+"""Running independent large ops at the same time (``concurrent`` regions).
+
+numpy releases the GIL inside big array operations, so two of them on two threads
+really run in parallel.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def together(*thunks):
+    """Call every thunk; all but the first on the pool. Returns their results in order."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
+                                   thread_name_prefix="dslc-op")
+    futures = [_pool.submit(t) for t in thunks[1:]]
+    first = thunks[0]()
+    return (first, *[f.result() for f in futures])
