@@ -470,6 +470,24 @@ def test_logic_ops(session):
     check(got[5], np.array([[True, False, True, False], [False] * 4]))
 
 
+@pytest.mark.parametrize("p", [True, False])
+@pytest.mark.parametrize("q", [True, False])
+def test_logic_truth_tables_on_scalars(session, p, q):
+    got = run(session, lambda: [ops.And([ops.Const(p), ops.Const(q)]), ops.Or([ops.Const(p), ops.Const(q)]),
+                                ops.Xor([ops.Const(p), ops.Const(q)]), ops.Not([ops.Const(p)])])
+    for g, want in zip(got, [p and q, p or q, p != q, not p]):
+        assert isinstance(g, np.ndarray)  # a numpy bool in the workspace, not a Python bool
+        check(g, np.array(want))
+
+
+def test_string_comparisons_give_numpy_bools(session):
+    got = run(session, lambda: [ops.EQ([ops.Const("a"), ops.Const("a")]),
+                                ops.LT([ops.Const("b"), ops.Const("a")])])
+    assert all(isinstance(g, np.ndarray) for g in got)
+    check(got[0], np.array(True))
+    check(got[1], np.array(False))
+
+
 def test_logic_on_integers_is_a_type_error(session):
     with Task() as task:
         ops.And([ops.Const(1), ops.Const(0)])  # @and-int

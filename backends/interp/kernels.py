@@ -119,12 +119,37 @@ def _binary(name, fn=None, pick=None):
         return f
 
 
-for _n, _f in [("Add", operator.add), ("Sub", operator.sub), ("Mul", operator.mul),
-               ("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)]:
+def _scalars(op) -> bool:
+    """Every operand is statically a rank-0 tensor (so Python-level fast paths apply)."""
+    return all(isinstance(v.type, TensorType) and v.type.shape == () for v in op.operands)
+
+
+def _logic(array_fn, scalar_fn):
+    """Bool logic: ``scalar_fn`` on rank-0 operands (a flag may be a Python bool), else numpy."""
+    return lambda op: scalar_fn if _scalars(op) else array_fn
+
+
+def _comparison(fn):
+    """numpy's comparison for numbers; strings (Python strs at rank 0) need a numpy bool made."""
+    wrapped = num.compare(fn)
+
+    def pick(op):
+        dtypes = [getattr(v.type, "dtype", None) for v in op.operands]
+        return fn if all(d is not None and d != "str" for d in dtypes) else wrapped
+    return pick
+
+
+_TRUE, _FALSE = np.True_, np.False_
+for _n, _f in [("Add", operator.add), ("Sub", operator.sub), ("Mul", operator.mul)]:
     _binary(_n, _f)
 for _n, _f in [("GE", operator.ge), ("GT", operator.gt), ("LE", operator.le), ("LT", operator.lt),
                ("EQ", operator.eq), ("NE", operator.ne)]:
-    _binary(_n, num.compare(_f))
+    _binary(_n, pick=_comparison(_f))
+_binary("And", pick=_logic(np.logical_and, lambda a, b: _TRUE if a and b else _FALSE))
+_binary("Or", pick=_logic(np.logical_or, lambda a, b: _TRUE if a or b else _FALSE))
+_binary("Xor", pick=_logic(np.logical_xor, lambda a, b: _TRUE if bool(a) != bool(b) else _FALSE))
+_not = _logic(np.logical_not, lambda x: _FALSE if x else _TRUE)
+kernel("Not")(lambda op, cfg: _not(op))
 
 
 def _div_for(op):
@@ -142,7 +167,7 @@ def _unary(name, fn):
     kernel(name)(lambda op, cfg: fn)
 
 
-for _n, _f in [("Not", np.logical_not), ("Negative", operator.neg), ("Abs", np.abs),
+for _n, _f in [("Negative", operator.neg), ("Abs", np.abs),
                ("Sqr", num.sqr), ("Sqrt", np.sqrt), ("Exp", np.exp), ("Log", np.log),
                ("Relu", num.relu), ("Copy", num.copy), ("IsEmpty", num.is_empty)]:
     _unary(_n, _f)
