@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from .diagnostics import DSLTypeError, VerifyError
 from .types import Type
 
@@ -98,13 +100,36 @@ class OpDef:
         out = {}
         for k, default in self.attrs.items():
             if k in attrs:
-                out[k] = attrs[k]
+                out[k] = self._checked_kind(k, default, attrs[k])
             elif default is REQUIRED:
                 raise VerifyError(f"{self.name} needs the argument {k!r}",
                                   hint=f"pass {k}=... to {self.name}")
             else:
                 out[k] = default
         return out
+
+
+    def _checked_kind(self, name: str, default, value):
+        """``value``, if it has the kind of the attribute's default (an int, a float...).
+
+        Attributes without a default, or defaulting to None, take anything; their op's
+        type inference checks them.
+        """
+        for kinds, want in _KINDS:
+            if isinstance(default, kinds):
+                if not isinstance(value, _ACCEPTS[want]):
+                    raise VerifyError(f"{self.name} argument {name!r} must be {want}, got {value!r}",
+                                      hint=f"pass {name}=<{want}> (its default is {default!r})")
+                break
+        return value
+
+
+# The kind an attribute's default implies, and the Python values that have that kind
+# (bool is an int in Caffe2's arguments; ints are fine where a float is expected).
+_KINDS = [((bool, int, np.integer), "an int"), ((float, np.floating), "a number"),
+          (str, "a string"), ((list, tuple), "a list")]
+_ACCEPTS = {"an int": (bool, int, np.integer), "a number": (bool, int, float, np.integer, np.floating),
+            "a string": str, "a list": (list, tuple)}
 
 
 def _count(lo, hi, what):

@@ -232,6 +232,23 @@ def test_constant_fill_fraction_into_an_int_tensor(session):
     assert_error_at(info.value, "fill-frac", "2.5")
 
 
+def test_constant_fill_negative_dims_are_refused(session):
+    with Task() as task:
+        ops.ConstantFill([ops.Const([1, 2])], 1, extra_shape=[-1])  # @fill-neg
+    with pytest.raises(DSLTypeError) as info:
+        session.run(task)
+    assert_error_at(info.value, "fill-neg", "extra_shape", "[-1]")
+
+
+def test_constant_fill_negative_dim_from_an_input_fails_when_run(session):
+    with Task() as task:
+        dims = ops.Sub([ops.Const([2, 3]), ops.Const([0, 4])])
+        ops.ConstantFill([dims], 1, input_as_shape=1)  # @fill-neg-input
+    with pytest.raises(ExecutionError) as info:
+        session.run(task)
+    assert_error_at(info.value, "fill-neg-input", "negative", "[2, -1]")
+
+
 # ----------------------------------------------------------------------------- Copy
 
 
@@ -882,6 +899,25 @@ def test_unknown_argument_names_suggest_the_right_one(session):
     assert_error_at(info.value, "bad-arg", "no argument 'brodcast'")
     assert "'broadcast'" in info.value.hint and "axis" in info.value.hint
     assert ran.n == 0
+
+
+@pytest.mark.parametrize("tag, make, words", [
+    # the error names the line of the call itself, which here is in the lambda
+    ("kind-scale", lambda: ops.Scale([ops.Const([1.0])], scale="half"),  # @kind-scale
+     ["Scale", "'scale'", "a number"]),
+    ("kind-init", lambda: ops.CreateCounter([], init_count=1.5),  # @kind-init
+     ["'init_count'", "an int"]),
+    ("kind-name", lambda: ops.TimerBegin([], counter_name=5),  # @kind-name
+     ["'counter_name'", "a string"]),
+    ("kind-axis", lambda: ops.Add([ops.Const(1), ops.Const(2)], axis="last"),  # @kind-axis
+     ["'axis'", "an int"]),
+])
+def test_argument_values_of_the_wrong_kind(session, tag, make, words):
+    with Task() as task:
+        make()
+    with pytest.raises(VerifyError) as info:
+        session.run(task)
+    assert_error_at(info.value, tag, *words)
 
 
 def test_unknown_argument_of_an_op_without_arguments(session):

@@ -23,6 +23,7 @@ from dslc.ir import pyrefs
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
+from dslc.ir.ops.tensor import fill_value
 from dslc.ir.types import (ANY, COUNTER, INT_DTYPES, NUMPY_DTYPES, TIMER, HandleType, TensorType,
                            dtype_of_numpy)
 
@@ -102,7 +103,8 @@ def _const(op, cfg):
 def _constant_fill(op, cfg):
     if not op.operands:  # the lowering folds these into Const; a parsed module may not
         return Constant(to_value(op.opdef.fold(**op.attrs)))
-    dt, value = _dtype(op), op.attrs["value"]
+    dt = _dtype(op)
+    value = fill_value(op.attrs, dt)
     extra, as_shape = tuple(op.attrs["extra_shape"] or ()), bool(op.attrs["input_as_shape"])
     return lambda x: num.fill_like(x, value, dt, extra, as_shape)
 

@@ -7,6 +7,7 @@ from dslc.core import FILL_ALIASES, OpRecord
 from dslc.ir.diagnostics import DSLError, VerifyError
 from dslc.ir.opdef import OPS
 from dslc.ir.ops.infer import dtype_from_code
+from dslc.ir.ops.tensor import fill_value
 from dslc.ir.types import NUMPY_DTYPES
 
 from .blocks import Block, is_sync
@@ -77,13 +78,13 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
 
 
 def _constant_fill(rec: OpRecord) -> np.ndarray:
+    """The constant an input-less ConstantFill makes (its type comes from the op table)."""
     opdef = OPS["ConstantFill"]
     attrs = opdef.full_attrs(rec.args)
     (t,) = opdef.infer([], attrs, 1)
-    value = attrs["value"]
-    dtype = NUMPY_DTYPES[t.dtype]
+    value = fill_value(attrs, t.dtype)
     try:
-        return np.full(t.shape, value, dtype=dtype)
-    except (TypeError, ValueError) as e:
+        return np.full(t.shape, value, dtype=NUMPY_DTYPES[t.dtype])
+    except (TypeError, ValueError, MemoryError) as e:
         raise VerifyError(f"ConstantFill cannot fill {t} with {value!r}: {e}", rec.loc,
-                          "give a value of the tensor's dtype") from None
+                          "give a value of the tensor's dtype and a shape that fits in memory") from None

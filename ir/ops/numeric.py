@@ -106,5 +106,8 @@ def is_empty(x):
 def fill_like(x, value, dtype: str, extra=(), as_shape=False):
     """ConstantFill with an input: x's shape (or x's values as the shape) + ``extra``."""
     shape = tuple(int(d) for d in np.asarray(x).reshape(-1)) if as_shape else np.shape(x)
+    if any(d < 0 for d in shape):
+        raise DSLError(f"ConstantFill: the shape input holds a negative dim: {list(shape)}",
+                       hint="compute dims >= 0 for input_as_shape")
     out = np.full(shape + tuple(extra), value, dtype=NUMPY_DTYPES[dtype])
     return out[()] if out.ndim == 0 else out

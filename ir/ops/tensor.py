@@ -29,20 +29,28 @@ def fill_dtype(attrs) -> str:
     """ConstantFill's dtype: the ``dtype`` code, else Caffe2's guess from ``value``.
 
     Caffe2 stores a Python bool or int argument as an int, so without ``dtype`` an int
-    or bool value makes an int64 tensor and a float value a float32 one.
+    or bool value makes an int64 tensor, and a float value (or none) a float32 one.
     """
     value, code = attrs["value"], attrs["dtype"]
     if code is not None:
         dt = dtype_from_code("ConstantFill", code)
+    elif value is None or isinstance(value, (float, np.floating)):
+        dt = "f32"
     elif isinstance(value, (bool, int, np.integer, np.bool_)):
         dt = "i64"
-    elif isinstance(value, (float, np.floating)):
-        dt = "f32"
     else:
         type_error(f"ConstantFill cannot guess a dtype for value {value!r}",
                    "pass dtype=core.DataType.STRING (or another DataType) with it")
-    _check_fill_value(value, dt)
+    if value is not None:
+        _check_fill_value(value, dt)
     return dt
+
+
+def fill_value(attrs, dt: str):
+    """The value ConstantFill fills with: ``value``, else the dtype's zero ("" for strings)."""
+    if attrs["value"] is not None:
+        return attrs["value"]
+    return "" if dt == "str" else 0
 
 
 def _check_fill_value(value, dt: str) -> None:
@@ -57,20 +65,32 @@ def _check_fill_value(value, dt: str) -> None:
                    "pass an integer value, or a float dtype such as core.DataType.FLOAT")
 
 
+def _dims(attr: str, dims) -> tuple:
+    """A shape argument as a tuple of ints >= 0."""
+    if dims is None:
+        return ()
+    if not isinstance(dims, (list, tuple)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+        type_error(f"ConstantFill {attr} must be a list of dims >= 0, got {dims!r}",
+                   f"pass {attr}=[2, 3] for a 2x3 tensor")
+    return tuple(int(d) for d in dims)
+
+
 def _constant_fill(types, attrs, n):
     dt = fill_dtype(attrs)
-    extra = tuple(int(d) for d in attrs["extra_shape"] or ())
+    extra = _dims("extra_shape", attrs["extra_shape"])
     if not types:
         if attrs["input_as_shape"]:
             type_error("ConstantFill with input_as_shape=1 needs an input holding the shape",
                        "pass the shape tensor as its input, or use shape=[...] instead")
-        return [TensorType(dt, tuple(int(d) for d in attrs["shape"] or ()) + extra)]
+        return [TensorType(dt, _dims("shape", attrs["shape"]) + extra)]
     if attrs["shape"] is not None:
         type_error("ConstantFill takes its shape from the `shape` argument or from an input, not both",
                    "drop the input or the shape argument")
     (t,) = tensors("ConstantFill", types)
     if attrs["input_as_shape"]:
-        return [TensorType(dt, _shape_from_values(t) + extra)]
+        dims = _shape_from_values(t)
+        return [TensorType(dt, None if dims is None else dims + extra)]
     return [TensorType(dt, None if t.shape is None else t.shape + extra)]
 
 
@@ -88,17 +108,18 @@ def _shape_from_values(t: TensorType):
 
 
 def _fill_fold(*xs, **attrs):
-    dt, extra = fill_dtype(attrs), attrs["extra_shape"] or ()
+    dt = fill_dtype(attrs)
+    value, extra = fill_value(attrs, dt), _dims("extra_shape", attrs["extra_shape"])
     if not xs:
-        return num.fill_like(np.zeros(attrs["shape"] or ()), attrs["value"], dt, extra)
-    return num.fill_like(xs[0], attrs["value"], dt, extra, bool(attrs["input_as_shape"]))
+        return num.fill_like(np.zeros(_dims("shape", attrs["shape"])), value, dt, extra)
+    return num.fill_like(xs[0], value, dt, extra, bool(attrs["input_as_shape"]))
 
 
 declare("ConstantFill", (0, 1), _constant_fill,
-        attrs={"value": 0.0, "dtype": None, "shape": None, "extra_shape": None, "input_as_shape": 0},
+        attrs={"value": None, "dtype": None, "shape": None, "extra_shape": None, "input_as_shape": 0},
         traits={PURE}, fold=_fill_fold,
-        doc="a tensor filled with `value`; shape from `shape`, or the input's shape (+ `extra_shape`), "
-            "or the input's values (`input_as_shape`)")
+        doc="a tensor filled with `value` (default 0); shape from `shape`, or the input's shape "
+            "(+ `extra_shape`), or the input's values (`input_as_shape`)")
 
 
 def _copy(types, attrs, n):
