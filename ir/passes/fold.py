@@ -94,7 +94,7 @@ class FoldConstants(Pass):
                 out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **op.attrs))
         except Exception:
             return [op]  # let it fail (or not) at run time, where the user sees it
-        c = make_op("Const", attrs={"value": out}, loc=op.loc)
+        c = make_op("Const", attrs={"value": out}, loc=op.loc, hints=[op.result.hint])
         if c.result.type != op.result.type:
             return [op]
         out.setflags(write=False)

@@ -108,7 +108,7 @@ class FuseElementwise(Pass):
                     if any(position.get(_top(u, r), last + 1) <= last for u in users):
                         return None  # used before the group ends: not convex, leave it
                     outputs.append(res)
-        region = Region([v.type for v in inputs])
+        region = Region([v.type for v in inputs], [v.hint for v in inputs])
         fused = make_op("fused", inputs, result_types=[v.type for v in outputs], regions=[region],
                         loc=members[-1].loc)
         for res, new in zip(outputs, fused.results):
