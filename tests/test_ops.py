@@ -132,6 +132,7 @@ def test_every_tensor_and_effect_op_has_an_interp_kernel():
     ([1.5, 2.5], np.array([1.5, 2.5], np.float32)),
     ([[1, 2], [3, 4]], np.array([[1, 2], [3, 4]], np.int64)),
     (np.array([1, 2], np.int32), np.array([1, 2], np.int32)),      # GivenTensorIntFill
+    (np.array([1, 2], np.int16), np.array([1, 2], np.float32)),    # other ints: GivenTensorFill
     (np.array([1.25, 2.0], np.float64), np.array([1.25, 2.0], np.float32)),  # GivenTensorFill
     (np.array([True, False]), np.array([True, False])),            # GivenTensorBoolFill
     (np.int64(7), np.array(7, np.int64)),
@@ -761,6 +762,18 @@ def test_python_op_outputs_feed_later_ops(session):
         y = ops.Python(f)([], 1)
         return ops.Mul([y, y])
     check(run(session, build), np.array([9, 16], np.int32))
+
+
+def test_python_op_string_outputs(session):
+    def f(inputs, outputs):
+        outputs[0].feed([s.upper() for s in inputs[0].data])
+
+    def build():
+        up = ops.Python(f)([ops.Const(["ab", "c"])], 1)
+        return [up, ops.EQ([up, ops.Const(["AB", "x"])])]
+    up, same = run(session, build)
+    check(up, np.array(["AB", "C"], dtype=object))
+    check(same, np.array([True, False]))
 
 
 def test_python_op_builder_tuple(session):

@@ -318,7 +318,11 @@ class TensorCPU:
         self._v = np.zeros(tuple(dims), dtype=dtype)
 
     def value(self):
-        return to_value(self._v)
+        """The runtime value (unicode arrays become object arrays, as dslc strings are)."""
+        v = self._v
+        if isinstance(v, np.ndarray) and v.dtype.kind == "U":
+            v = v.astype(object)
+        return to_value(v)
 
 
 class WorkspaceView:

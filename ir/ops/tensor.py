@@ -8,9 +8,9 @@ import operator
 
 import numpy as np
 
-from . import numeric as num
 from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
 from ..types import ANY, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
+from . import numeric as num
 from .infer import (binary_shape, dtype_from_code, elementwise, same_shape, tensors,
                     type_of_array)
 
