@@ -156,12 +156,12 @@ def test_given_tensor_fills_spelled_directly(session):
     got = run(session, lambda: [
         ops.GivenTensorDoubleFill([], 1, shape=[2], values=[0.1, 0.2]),
         ops.GivenTensorFill([], 1, shape=[3], values=[1.0, 2.0, 3.0], dtype=DT.DOUBLE),
-        ops.GivenTensorIntFill([], 1, shape=[2, 1], values=[4, 5], extra_shape=[1]),
+        ops.GivenTensorIntFill([], 1, shape=[2, 1], values=[4, 5]),
         ops.GivenTensorBoolFill([], 1, shape=[2], values=[True, False]),
     ])
     check(got[0], np.array([0.1, 0.2], np.float64))
     check(got[1], np.array([1.0, 2.0, 3.0], np.float64))
-    check(got[2], np.array([4, 5], np.int32).reshape(2, 1, 1))
+    check(got[2], np.array([[4], [5]], np.int32))
     check(got[3], np.array([True, False]))
 
 
@@ -187,7 +187,6 @@ def test_given_tensor_fill_values_must_fill_the_shape(session):
     ({"shape": [1], "value": 7, "dtype": DT.INT16}, np.array([7], np.int16)),
     ({"shape": [1], "value": 7, "dtype": DT.UINT8}, np.array([7], np.uint8)),
     ({"shape": [2], "value": "x", "dtype": DT.STRING}, np.array(["x", "x"], dtype=object)),
-    ({"shape": [2], "value": 1.0, "extra_shape": [3]}, np.ones((2, 3), np.float32)),
     ({"shape": [0]}, np.zeros((0,), np.float32)),
 ])
 def test_constant_fill_without_input(session, kwargs, want):
@@ -231,6 +230,19 @@ def test_constant_fill_fraction_into_an_int_tensor(session):
     with pytest.raises(DSLTypeError) as info:
         session.run(task)
     assert_error_at(info.value, "fill-frac", "2.5")
+
+
+@pytest.mark.parametrize("tag, make", [
+    ("fill-extra", lambda: ops.ConstantFill([], 1, shape=[2], extra_shape=[3])),  # @fill-extra
+    ("given-extra", lambda: ops.GivenTensorFill([], 1, shape=[1], values=[1.0],  # @given-extra
+                                                extra_shape=[3])),
+])
+def test_extra_shape_needs_an_input(session, tag, make):
+    with Task() as task:
+        make()
+    with pytest.raises(VerifyError) as info:
+        session.run(task)
+    assert_error_at(info.value, tag, "extra_shape", "input")
 
 
 def test_constant_fill_negative_dims_are_refused(session):

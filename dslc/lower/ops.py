@@ -50,7 +50,7 @@ def _write(blk: Block, rec: OpRecord, values) -> None:
 
 
 def _given_fill(rec: OpRecord) -> np.ndarray:
-    """The constant a GivenTensor*Fill records: ``values`` in ``shape`` (+ ``extra_shape``).
+    """The constant a GivenTensor*Fill records: ``values`` in ``shape``.
 
     Its numpy dtype comes from the op's spelling; GivenTensorFill also takes ``dtype``.
     """
@@ -60,7 +60,9 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
     args = dict(rec.args)
     values = args.pop("values", [])
     shape = args.pop("shape", None)
-    extra = list(args.pop("extra_shape", None) or [])
+    if args.pop("extra_shape", None):
+        raise VerifyError(f"{rec.type} extra_shape needs an input (it extends the input's shape)",
+                          rec.loc, "put every dim in shape=[...]")
     code = args.pop("dtype", None)
     if args:
         raise VerifyError(f"{rec.type} has no argument {sorted(args)[0]!r}", rec.loc,
@@ -69,7 +71,7 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
     if code is not None and rec.type == "GivenTensorFill":
         dtype = NUMPY_DTYPES[dtype_from_code(rec.type, code)]
     arr = np.asarray(values, dtype=dtype)
-    shape = list(arr.shape if shape is None else shape) + extra
+    shape = list(arr.shape if shape is None else shape)
     try:
         return arr.reshape(shape)
     except ValueError:

@@ -79,11 +79,14 @@ def _dims(attr: str, dims) -> tuple:
 def _constant_fill(types, attrs, n):
     dt = fill_dtype(attrs)
     extra = _dims("extra_shape", attrs["extra_shape"])
-    if not types:
+    if not types:  # as in Caffe2, the input-only arguments need an input
         if attrs["input_as_shape"]:
             type_error("ConstantFill with input_as_shape=1 needs an input holding the shape",
                        "pass the shape tensor as its input, or use shape=[...] instead")
-        return [TensorType(dt, _dims("shape", attrs["shape"]) + extra)]
+        if extra:
+            type_error("ConstantFill extra_shape needs an input (it extends the input's shape)",
+                       "without an input, put every dim in shape=[...]")
+        return [TensorType(dt, _dims("shape", attrs["shape"]))]
     if attrs["shape"] is not None:
         type_error("ConstantFill takes its shape from the `shape` argument or from an input, not both",
                    "drop the input or the shape argument")
