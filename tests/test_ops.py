@@ -165,6 +165,18 @@ def test_given_tensor_fills_spelled_directly(session):
     check(got[3], np.array([True, False]))
 
 
+@pytest.mark.parametrize("tag, make", [
+    ("const-none", lambda: ops.Const(None)),  # @const-none
+    ("const-huge", lambda: ops.Const(2 ** 70)),  # @const-huge
+])
+def test_const_of_something_that_is_no_tensor(session, tag, make):
+    with Task() as task:
+        make()
+    with pytest.raises(VerifyError) as info:
+        session.run(task)
+    assert_error_at(info.value, tag, "must be strings")
+
+
 def test_given_tensor_fill_values_must_fill_the_shape(session):
     with Task() as task:
         ops.GivenTensorInt64Fill([], 1, shape=[2, 2], values=[1, 2, 3])  # @short-fill

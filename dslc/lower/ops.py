@@ -71,12 +71,23 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
     if code is not None and rec.type == "GivenTensorFill":
         dtype = NUMPY_DTYPES[dtype_from_code(rec.type, code)]
     arr = np.asarray(values, dtype=dtype)
+    if dtype is np.object_:
+        _check_strings(rec, arr)
     shape = list(arr.shape if shape is None else shape)
     try:
         return arr.reshape(shape)
     except ValueError:
         raise VerifyError(f"{rec.type}: {arr.size} values do not fill shape {shape}", rec.loc,
                           "give as many values as the shape has elements") from None
+
+
+def _check_strings(rec: OpRecord, arr: np.ndarray) -> None:
+    """A string fill holds only strings (``Const(None)`` or a huge int would land here)."""
+    bad = [v for v in arr.reshape(-1) if not isinstance(v, (str, bytes))]
+    if bad:
+        bad = bad[0]
+        raise VerifyError(f"{rec.type} values must be strings, got {bad!r} ({type(bad).__name__})",
+                          rec.loc, "give Const a str, a number that fits int64, a float, or a bool")
 
 
 def _constant_fill(rec: OpRecord) -> np.ndarray:
