@@ -606,6 +606,16 @@ def test_print_writes_to_the_session_log(backend):
     ]
 
 
+def test_print_counts_every_n_per_instance(backend):
+    log = io.StringIO()
+    with Task(num_instances=4) as task:
+        with ops.loop(3):
+            ops.Print(ops.Const(5, blob_out="five"), [], every_n=2)
+    with LocalSession(log=log, backend=backend) as s:
+        s.run(task)
+    assert log.getvalue().splitlines() == ["five: 5"] * 8  # runs 1 and 3 of each instance's 3
+
+
 def test_print_to_file_is_refused(session):
     with Task() as task:
         ops.Print(ops.Const(1), [], to_file=1)  # @print-file

@@ -205,7 +205,8 @@ def _print(op, cfg):
         def show(x):
             runs[0] += 1
             if (runs[0] - 1) % every_n == 0:
-                print(f"{name}: {_format(x, limit)}", file=cfg.log or sys.stderr)
+                # one write per line, so lines from concurrent instances do not interleave
+                (cfg.log or sys.stderr).write(f"{name}: {_format(x, limit)}\n")
         return show
     return make
 
