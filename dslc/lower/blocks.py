@@ -27,11 +27,18 @@ def hint(name: str) -> str | None:
 
 
 class Scope:
-    """Name resolution inside an IfNet/WhileNet branch: new blobs stay local to it."""
+    """Name resolution inside an IfNet/WhileNet branch: new blobs stay local to it.
 
-    def __init__(self, outer: frozenset, tag: str, parent: "Scope | None"):
+    ``made`` (shared by the whole lowering) records where each branch-local name was
+    made, so that reading it after its block can say why it is not defined there.
+    """
+
+    def __init__(self, outer: frozenset, tag: str, parent: "Scope | None", made: dict | None = None,
+                 loc=None):
         self.outer, self.tag, self.parent = outer, tag, parent
         self.local: set[str] = set()
+        self.made = made if made is not None else {}
+        self.loc = loc
 
     def resolve(self, name: str, write: bool, loc) -> str:
         if name in self.local:
@@ -43,6 +50,7 @@ class Scope:
                              "and it is not defined outside", loc,
                              "define it before the IfNet/WhileNet block")
         self.local.add(name)
+        self.made.setdefault(name, self.loc or loc)
         return f"{name}@{self.tag}"
 
 
@@ -74,11 +82,21 @@ class Block:
         key = self.key(name, False, loc)
         v = self.env.get(key)
         if v is None:
+            self._check_not_branch_local(key, loc)
             v = self.b.value("load", attrs={"blob": Symbol(key)}, result_types=[self.ctx.blob_type(key)],
                              loc=loc, hints=[hint(key)])
             self.ctx.loads.append((key, v, loc))
             self.env[key] = v
         return v
+
+    def _check_not_branch_local(self, key: str, loc) -> None:
+        """A name made only inside an IfNet/WhileNet branch, read after it: say so."""
+        made = getattr(self.ctx, "branch_locals", {}).get(key)
+        if made is None or key in self.ctx.stored or key in self.ctx.assumed:
+            return
+        raise TraceError(f"blob {key!r} is local to the IfNet/WhileNet block at {made}: it is not "
+                         "defined after that block", loc,
+                         "define it (e.g. with ops.Const) before the block to share it with the code after")
 
     def read_flag(self, name: str, loc):
         """A stop flag: its current value if this block wrote it, else the ``flag`` op."""

@@ -197,10 +197,17 @@ def lower_ifnet(blk: Block, item) -> None:
     for region, branch in ((then, item), (other, item.else_branch)):
         if branch is None:
             continue
-        region.scope = Scope(branch.outer_scope, blk.ctx.fresh_tag("if"), blk.scope)
+        region.scope = _scope(blk, branch.outer_scope, "if", loc)
         lower_seq(region, branch._children, in_loop=False)
         _finish(region)
     blk.forget(op)
+
+
+def _scope(blk: Block, outer, kind: str, loc) -> Scope:
+    """The name scope of one IfNet/WhileNet region, nested in the enclosing one."""
+    if not hasattr(blk.ctx, "branch_locals"):
+        blk.ctx.branch_locals = {}  # name -> the block that made it local
+    return Scope(outer, blk.ctx.fresh_tag(kind), blk.scope, blk.ctx.branch_locals, loc)
 
 
 def lower_whilenet(blk: Block, item) -> None:
@@ -208,12 +215,12 @@ def lower_whilenet(blk: Block, item) -> None:
     blk.flush()
     op = blk.create("loop", [], loc=loc, result_types=[], regions=[Region()])
     body = blk.child(op.regions[0], inherit=False)
-    body.scope = Scope(item.condition.outer_scope, blk.ctx.fresh_tag("cond"), blk.scope)
+    body.scope = _scope(blk, item.condition.outer_scope, "cond", loc)
     lower_seq(body, item.condition._children, in_loop=False)
     cond = body.read(item.condition.cond, loc)
     body.flush()
     body.create("break_if", [body.b.value("Not", [cond], loc=loc)], loc=loc)
-    body.scope = Scope(item.outer_scope, blk.ctx.fresh_tag("while"), blk.scope)
+    body.scope = _scope(blk, item.outer_scope, "while", loc)
     lower_seq(body, item._children, in_loop=False)
     _finish(body)
     body.create("yield", [], loc=loc)
