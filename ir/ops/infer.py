@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..opdef import type_error
-from ..types import (ANY, CAFFE2_DTYPE_CODES, FLOAT_DTYPES, NUMERIC_DTYPES, NUMPY_DTYPES,
+from ..types import (ANY, CAFFE2_DTYPE_CODES, NUMERIC_DTYPES, NUMPY_DTYPES,
                      TensorType, Type, dtype_of_numpy)
 from .numeric import legacy_core
 
@@ -149,5 +149,3 @@ def type_of_array(value) -> TensorType:
     arr = np.asarray(value)
     return TensorType(dtype_of_numpy(arr.dtype), arr.shape)
 
-
-FLOATS = FLOAT_DTYPES

@@ -9,7 +9,7 @@ import operator
 import numpy as np
 
 from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
-from ..types import ANY, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
+from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
 from . import numeric as num
 from .infer import (binary_shape, dtype_from_code, elementwise, same_shape, tensors,
                     type_of_array)
@@ -205,5 +205,3 @@ def _is_empty(types, attrs, n):
 
 declare("IsEmpty", 1, _is_empty, traits={PURE}, fold=num.is_empty,
         doc="y = (x has no elements), a bool scalar")
-
-__all__ = ["INT_DTYPES", "ANY", "type_error"]
