@@ -944,9 +944,9 @@ def _nap(seconds):
 
 def test_task_reporter_runs_beside_the_body(session):
     with Task() as task:
-        with ops.task_init():
+        with ops.task_init():  # before the reporter starts, so its first run can read work
             reports = ops.CreateCounter([], ["reports"])
-        work = ops.Const(0)
+            work = ops.Const(0)
         with ops.task_reporter(interval_ms=5):
             ops.CountUp([reports])
             ops.Copy([work], ["seen_work"])
