@@ -135,6 +135,47 @@ def test_loop_count_blob_grown_by_body(session):
     assert run_task(session, build) == [count, n]
 
 
+@pytest.mark.parametrize("body_rewrites_count", [False, True])
+def test_loop_int32_count_blob(session, body_rewrites_count):
+    import numpy as np
+
+    def build():
+        n = ops.Const(np.array(3, dtype=np.int32))
+        total = ops.Const(0)
+        with ops.loop(n) as loop:
+            ops.Add([total, loop.iter()], [total])
+            if body_rewrites_count:
+                ops.Copy([n], [n])
+        return total, loop.iter()
+    assert run_task(session, build) == [0 + 1 + 2, 3]
+
+
+def test_loop_count_from_a_python_op(session):
+    # The count's type is known only at run time.
+    def four(inputs, outputs):
+        outputs[0].feed(4)
+
+    def build():
+        n = ops.Python(four)([], ["n"])
+        total = ops.Const(0)
+        with ops.loop(n):
+            ops.Add([total, ops.Const(2)], [total])
+        return total
+    assert run_task(session, build) == 8
+
+
+@pytest.mark.parametrize("body_rewrites_count", [False, True])
+def test_loop_float_count_blob_is_a_type_error(session, body_rewrites_count):
+    with Task() as task:
+        n = ops.Const(2.5)
+        with ops.loop(n):  # @float-count
+            if body_rewrites_count:
+                ops.Copy([n], [n])
+    with pytest.raises(DSLError) as err:
+        session.run(task)
+    assert err.value.loc.line == _line_of("@float-count") and err.value.hint
+
+
 def test_loop_without_count_stop_if(session):
     # x = 5; y = 0; while True: if x == 0: break; x -= 1; y += 1
     def build():

@@ -13,7 +13,10 @@ from __future__ import annotations
 from dslc.core import ExecutionStep, Net
 from dslc.ir import Region, Symbol
 from dslc.ir.diagnostics import TraceError
-from dslc.ir.types import I64
+from dslc.ir.diagnostics import DSLTypeError
+from dslc.ir.types import ANY, I64, INT_DTYPES, TensorType
+
+CAFFE2_INT64 = 10  # core.DataType.INT64
 from dslc.net_builder import NetBuilder, StopIf
 
 from .blocks import Block, Scope
@@ -125,8 +128,19 @@ def _loop_count(blk: Block, loop):
     name = str(loop.count)
     if name in names_written(loop._children):
         return None  # the body changes it: Caffe2 compares against its current value
-    count = blk.read(name, loc)
-    return count if count.type == I64 else None  # other types take the general form
+    count = _as_i64(blk, blk.read(name, loc), loc)
+    return None if count.type == ANY else count  # unknown until run time: the general form
+
+
+def _as_i64(blk: Block, count, loc):
+    """An integer count as i64 (the type of the index it is compared with)."""
+    t = count.type
+    if isinstance(t, TensorType) and t.dtype is not None and t.dtype != "i64":
+        if t.dtype not in INT_DTYPES:
+            raise DSLTypeError(f"a loop count must be an integer, got {t}", loc,
+                               "pass an int or an int64 blob to ops.loop(...)")
+        return blk.b.value("Cast", [count], {"to": CAFFE2_INT64}, loc=loc)
+    return count
 
 
 def _lower_counted_loop(blk: Block, loop, count):
@@ -151,7 +165,7 @@ def _lower_recounted_loop(blk: Block, loop):
     i = op.regions[0].add_arg(I64, "i")
     body = blk.child(op.regions[0], inherit=False, iters={**blk.iters, str(loop._iter): i})
     body.break_values = (i,)
-    n = body.read(str(loop.count), loc)
+    n = _as_i64(body, body.read(str(loop.count), loc), loc)
     done = body.b.value("GE", [i, n], loc=loc)
     body.create("break_if", [done, i], loc=loc)
     lower_seq(body, loop._children, in_loop=True)
