@@ -1,6 +1,8 @@
 """Lowering steps and builder blocks into structured control flow.
 
-    ops.loop(n)             -> for(%n) { ^(%i): ... }
+    ops.loop(n)             -> %exit = for(%n, %n) { ^(%i, %e): ...; break_if(%stop, %i); yield %e }
+                               (then iter = %exit; a count the body rewrites is re-read:
+                               %exit = loop(0) { ^(%i): break_if(%i >= n, %i); ...; yield %i + 1 })
     ops.loop() + stop_if    -> loop { ...; break_if(%c); ... }
     If / Elif / Else        -> if(%c) then {...}; if(%ran or not %c2) else {...}; ...
     stop_if in a one-shot block (If branch, guard, task body) -> the rest of the block
@@ -10,13 +12,10 @@
 """
 from __future__ import annotations
 
-from dslc.core import ExecutionStep, Net
+from dslc.core import DataType, ExecutionStep, Net
 from dslc.ir import Region, Symbol
-from dslc.ir.diagnostics import TraceError
-from dslc.ir.diagnostics import DSLTypeError
-from dslc.ir.types import ANY, I64, INT_DTYPES, TensorType
-
-CAFFE2_INT64 = 10  # core.DataType.INT64
+from dslc.ir.diagnostics import DSLTypeError, TraceError
+from dslc.ir.types import I64, INT_DTYPES, TensorType
 from dslc.net_builder import NetBuilder, StopIf
 
 from .blocks import Block, Scope
@@ -129,7 +128,7 @@ def _loop_count(blk: Block, loop):
     if name in names_written(loop._children):
         return None  # the body changes it: Caffe2 compares against its current value
     count = _as_i64(blk, blk.read(name, loc), loc)
-    return None if count.type == ANY else count  # unknown until run time: the general form
+    return count if count.type == I64 else None  # known only at run time: the general form
 
 
 def _as_i64(blk: Block, count, loc):
@@ -139,7 +138,7 @@ def _as_i64(blk: Block, count, loc):
         if t.dtype not in INT_DTYPES:
             raise DSLTypeError(f"a loop count must be an integer, got {t}", loc,
                                "pass an int or an int64 blob to ops.loop(...)")
-        return blk.b.value("Cast", [count], {"to": CAFFE2_INT64}, loc=loc)
+        return blk.b.value("Cast", [count], {"to": DataType.INT64}, loc=loc)
     return count
 
 
