@@ -961,8 +961,8 @@ def test_local_init_runs_once_per_group_run(session):
             with ops.local_exit():
                 out = final_output(ops.RetrieveCount(["c"]))
     session.run(tg)
-    # three separate local_init blocks, each run once; the last CreateCounter wins,
-    # but all CreateCounter ran before any task body: c counts all three CountUps
+    # Three local_init blocks (one per task) all run before any task body, so the
+    # counter the last one creates sees the CountUp of every task.
     assert out.fetch() == 3
 
 
