@@ -239,7 +239,7 @@ class Net:
         self._name = names.unique_net_name(_builder_prefix(), requested)
         self._ops: list[OpRecord] = []
         self._produced: set[str] = set()
-        self._external_inputs: list[str] = []
+        self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
         self._external_outputs: list[str] = []
         self._registered: set[str] = set()
         self._attributes: dict[str, list] = defaultdict(list)
@@ -313,8 +313,7 @@ class Net:
         for b in inputs:
             for ref in (b if isinstance(b, (list, tuple)) else [b]):
                 ref = ref if isinstance(ref, BlobReference) else BlobReference(str(ref), self)
-                if str(ref) not in self._external_inputs:
-                    self._external_inputs.append(str(ref))
+                self._external_inputs.setdefault(str(ref))
                 refs.append(BlobReference(str(ref), self))
         return refs[0] if len(refs) == 1 else refs
 
@@ -383,8 +382,9 @@ class Net:
     def _record(self, op_type, inputs, outputs, args, loc):
         ins = _as_names(inputs, f"{op_type} inputs", loc)
         for b in ins:
-            if str(b) not in self._produced and str(b) not in self._external_inputs:
-                self._external_inputs.append(str(b))
+            name = str(b)
+            if name not in self._produced:
+                self._external_inputs.setdefault(name)
         if outputs is None:
             opdef = OPS.get(op_type)
             outs = [] if opdef is not None and opdef.results[1] == 0 else \
@@ -466,8 +466,8 @@ class Net:
     def AppendNet(self, other: "Net") -> "Net":
         """Append ``other``'s ops; its external inputs not produced here become ours (attributes stay)."""
         for b in other._external_inputs:
-            if b not in self._produced and b not in self._external_inputs:
-                self._external_inputs.append(b)
+            if b not in self._produced:
+                self._external_inputs.setdefault(b)
         for op in other._ops:
             self._ops.append(op)
             self._produced.update(op.outputs)
@@ -485,7 +485,7 @@ class Net:
                                      tuple(remap.get(b, b) for b in op.outputs), dict(op.args),
                                      op.loc, dict(op.extra)))
             new._produced.update(remap.get(b, b) for b in op.outputs)
-        new._external_inputs = [remap.get(b, b) for b in self._external_inputs]
+        new._external_inputs = dict.fromkeys(remap.get(b, b) for b in self._external_inputs)
         new._external_outputs = [remap.get(b, b) for b in self._external_outputs]
         for key, objs in self._attributes.items():
             new._attributes[key] = list(objs)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from dslc import names, tracing
 from dslc.core import ExecutionStep, Net, Plan
+from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, JobFileError, Location
 from dslc.net_builder import NetBuilder
 from dslc.task import Cluster, Task, TaskGroup, TaskOutput
@@ -68,7 +69,7 @@ def load(path: str) -> LoadedJob:
         _user_call(path, exec, code, module.__dict__)
         build = _entry(path, module)
         group = TaskGroup()
-        with Cluster(), group:
+        with Cluster(), group, paused():  # tracing builds a big graph: see ir/gcpause.py
             result = _user_call(path, build)
     finally:
         if job_dir in sys.path:  # the job may have edited sys.path itself

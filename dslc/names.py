@@ -10,16 +10,20 @@ import threading
 
 _lock = threading.Lock()
 _net_names: set[str] = set()
+_next_suffix: dict[str, int] = {}  # base -> the suffix to try first (all smaller ones are taken)
 _step_count = [0]
 
 
 def unique_net_name(prefix: str, requested) -> str:
     base = "/".join(x for x in (prefix, None if requested is None else str(requested)) if x) or "net"
     with _lock:
-        name, k = base, 1
-        while name in _net_names:
+        name, k = base, _next_suffix.get(base, 1)
+        if name in _net_names:
             name = f"{base}_{k}"
-            k += 1
+            while name in _net_names:
+                k += 1
+                name = f"{base}_{k}"
+            _next_suffix[base] = k + 1
         _net_names.add(name)
     return name
 
@@ -35,4 +39,5 @@ def reset() -> None:
     """Forget every name handed out (a new process, as far as naming goes)."""
     with _lock:
         _net_names.clear()
+        _next_suffix.clear()
         _step_count[0] = 0

@@ -50,12 +50,13 @@ class NetBuilder(Managed):
         self._stop_blob = _stop_blob
         self._stop_blob_required = _stop_blob_required
         self._use_control_ops = _use_control_ops
-        if parent is not None:
-            parent._update_lexical_scope()
-        self._init_lexical_scope = set(parent._lexical_scope) if parent is not None else set()
-        if initial_scope:
-            self._init_lexical_scope |= {str(b) for b in initial_scope}
-        self._lexical_scope = set(self._init_lexical_scope)
+        # The lexical scope (names IfNet/WhileNet branches may read from outside) is
+        # worked out only when a control-op builder asks: computing it for every
+        # builder made tracing quadratic.
+        self._scope_parent = parent
+        self._scope_cut = len(parent._children) if parent is not None else 0
+        self._initial_scope = {str(b) for b in initial_scope} if initial_scope else set()
+        self._init_scope_cache = None
 
     def __str__(self):
         return self.name or "Un-named NetBuilder"
@@ -102,14 +103,31 @@ class NetBuilder(Managed):
         self._children.append(StopIf(blob, loc, str(self._stop_blob)))
         self._current_net = None
 
-    def _update_lexical_scope(self):
+    @property
+    def _init_lexical_scope(self) -> set:
+        """The parent's scope when this builder was made, plus ``initial_scope``."""
+        if self._init_scope_cache is None:
+            p = self._scope_parent
+            self._init_scope_cache = (p._scope_upto(self._scope_cut) if p is not None else set()) | \
+                self._initial_scope
+        return self._init_scope_cache
+
+    def _scope_upto(self, k: int) -> set:
+        """Names available after this builder's first ``k`` children."""
         scope = set(self._init_lexical_scope)
-        for child in self._children:
+        for child in self._children[:k]:
             if isinstance(child, Net):
                 scope |= child.UsedBlobNames()
             elif isinstance(child, NetBuilder) and child._use_control_ops:
                 scope |= child._lexical_scope
-        self._lexical_scope = scope
+        return scope
+
+    @property
+    def _lexical_scope(self) -> set:
+        return self._scope_upto(len(self._children))
+
+    def _update_lexical_scope(self):
+        """Kept for Caffe2-style callers: the scope is always computed on demand."""
 
     # --- closing
     def freeze(self):

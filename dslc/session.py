@@ -16,6 +16,7 @@ from dslc.backends.runtime.values import type_of_value
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir import verify
+from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
 from dslc.ir.types import join, subsumes
@@ -133,10 +134,12 @@ class LocalSession(Session):
         got = self._compiled.get(id(group))
         if got is not None and got.group is group and _still_valid(got.deps, existing):
             return got
-        module = lower_group(group, self.source, existing)
-        deps = _load_types(module)  # before any pass: what the lowering assumed
-        self.optimize(module)
-        got = CompiledRunnable(group, module, self.backend.compile(module), deps, group.tasks())
+        with paused():
+            module = lower_group(group, self.source, existing)
+            deps = _load_types(module)  # before any pass: what the lowering assumed
+            self.optimize(module)
+            program = self.backend.compile(module)
+        got = CompiledRunnable(group, module, program, deps, group.tasks())
         self._compiled[id(group)] = got
         return got
 

@@ -6,8 +6,6 @@ arguments (a loop's induction variable and carried values).
 """
 from __future__ import annotations
 
-from typing import Iterator
-
 from .diagnostics import UNKNOWN_LOC, Location
 from .types import Type
 
@@ -26,7 +24,8 @@ class Value:
     def __init__(self, type: Type, hint: str | None = None):
         self.type = type
         self.hint = hint
-        self.uses: list[tuple[Operation, int]] = []
+        # (op, operand index) -> None: a dict keeps use order and removes in O(1)
+        self.uses: dict[tuple[Operation, int], None] = {}
 
     def replace_all_uses_with(self, other: Value) -> None:
         for op, i in list(self.uses):
@@ -78,9 +77,12 @@ class Region:
         self.ops.insert(index, op)
         return op
 
-    def walk(self) -> Iterator[Operation]:
+    def walk(self) -> list[Operation]:
+        out = []
         for op in self.ops:
-            yield from op.walk()
+            out.extend(op.walk())
+        return out
+
 
     @property
     def empty(self) -> bool:
@@ -90,11 +92,12 @@ class Region:
 class Operation:
     """One IR operation. ``opdef`` is its declaration in the op table."""
 
-    __slots__ = ("opdef", "operands", "results", "attrs", "regions", "loc", "parent")
+    __slots__ = ("opdef", "name", "operands", "results", "attrs", "regions", "loc", "parent")
 
     def __init__(self, opdef, operands=(), result_types=(), attrs=None, regions=(),
                  loc: Location = UNKNOWN_LOC, hints=None):
         self.opdef = opdef
+        self.name: str = opdef.name  # a plain attribute: passes read it constantly
         self.operands: list[Value] = []
         self.attrs: dict = dict(attrs or {})
         self.loc = loc
@@ -108,27 +111,22 @@ class Operation:
             self.add_region(r)
 
     @property
-    def name(self) -> str:
-        return self.opdef.name
-
-    @property
     def result(self) -> Value:
         (r,) = self.results
         return r
 
     def add_operand(self, v: Value) -> None:
-        v.uses.append((self, len(self.operands)))
+        v.uses[(self, len(self.operands))] = None
         self.operands.append(v)
 
     def set_operand(self, i: int, v: Value) -> None:
-        old = self.operands[i]
-        old.uses.remove((self, i))
-        v.uses.append((self, i))
+        del self.operands[i].uses[(self, i)]
+        v.uses[(self, i)] = None
         self.operands[i] = v
 
     def drop_operands(self) -> None:
         for i, v in enumerate(self.operands):
-            v.uses.remove((self, i))
+            del v.uses[(self, i)]
         self.operands = []
 
     def add_region(self, r: Region) -> Region:
@@ -140,12 +138,18 @@ class Operation:
         """The region called ``name`` in the op's declaration."""
         return self.regions[self.opdef.regions.index(name)]
 
-    def walk(self) -> Iterator[Operation]:
-        """This op, then every op nested in its regions, in program order."""
-        yield self
-        for r in self.regions:
-            for op in r.ops:
-                yield from op.walk()
+    def walk(self) -> list[Operation]:
+        """This op, then every op nested in its regions, in program order.
+
+        A list, built without recursion: passes walk large modules many times.
+        """
+        out, stack = [], [self]
+        while stack:
+            op = stack.pop()
+            out.append(op)
+            for r in reversed(op.regions):
+                stack.extend(reversed(r.ops))
+        return out
 
     def __repr__(self) -> str:
         return f"<{self.name} at {self.loc}>"
@@ -164,5 +168,5 @@ class Module:
     def body(self) -> Region:
         return self.op.regions[0]
 
-    def walk(self) -> Iterator[Operation]:
+    def walk(self) -> list[Operation]:
         return self.op.walk()

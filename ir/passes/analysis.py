@@ -45,10 +45,8 @@ def blob_refs(op: Operation) -> BlobRefs:
 
 
 def region_refs(r: Region) -> set:
-    out = set()
-    for op in r.ops:
-        out |= blob_refs(op).all
-    return out
+    """Every blob name loaded, stored or flagged anywhere in the region."""
+    return {o.attrs["blob"] for o in r.walk() if o.name in BLOB_OPS}
 
 
 def volatile_blobs(module: Module) -> set:

@@ -76,7 +76,7 @@ class _Forwarder:
                         self.maybe.add(op.result)
                     out.append(op)
             elif n == "store":
-                env[blob], dirty[blob] = op.operands[0], op.loc
+                env[blob], dirty[blob] = op.operands[0], op
                 op.drop_operands()
             elif n == "flag":
                 v = env.get(blob)
@@ -103,8 +103,15 @@ class _Forwarder:
         set_ops(r, out)
 
     def flush(self, out, env, dirty, only=None) -> None:
-        for blob in [b for b in dirty if only is None or b in only]:
-            out.append(make_op("store", [env[blob]], {"blob": Symbol(blob)}, loc=dirty.pop(blob)))
+        # a subset is taken in name order: these blobs are private, so order is not seen
+        blobs = list(dirty) if only is None else sorted(b for b in only if b in dirty)
+        for blob in blobs:
+            store = dirty.pop(blob)  # the last store of the blob, re-placed here
+            if isinstance(store, Operation):
+                store.add_operand(env[blob])
+            else:
+                store = make_op("store", [env[blob]], {"blob": Symbol(blob)}, loc=store)
+            out.append(store)
 
     def replace_load(self, load: Operation, v, out) -> None:
         if v in self.maybe and not load.attrs.get("optional"):
@@ -234,16 +241,18 @@ class _Forwarder:
 
 def maybe_unset(module: Module) -> set:
     """Values that may be 'unset': optional loads, and what carries them (to a fixpoint)."""
-    maybe = {op.result for op in module.walk() if op.name == "load" and op.attrs.get("optional")}
+    ops = module.walk()
+    maybe = {op.result for op in ops if op.name == "load" and op.attrs.get("optional")}
+    if not maybe:
+        return maybe
+    flows = [f for op in ops if op.name in ("for", "loop", "if") for f in _flows(op)]
     changed = True
     while changed:
         changed = False
-        for op in module.walk():
-            flows = _flows(op)
-            for target, sources in flows:
-                if target not in maybe and any(v in maybe for v in sources):
-                    maybe.add(target)
-                    changed = True
+        for target, sources in flows:
+            if target not in maybe and any(v in maybe for v in sources):
+                maybe.add(target)
+                changed = True
     return maybe
 
 
