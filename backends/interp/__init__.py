@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from dslc.ir import Module
 
 from .executor import Executor
+from . import kernels_db  # noqa: F401  (registers the Save/Load/DBExists kernels)
 
 
 @dataclass

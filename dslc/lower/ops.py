@@ -11,6 +11,7 @@ from dslc.ir.ops.tensor import fill_value
 from dslc.ir.types import NUMPY_DTYPES
 
 from .blocks import Block, is_sync
+from .kept import kept_values
 
 
 def lower_op(blk: Block, rec: OpRecord) -> None:
@@ -22,9 +23,14 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
             return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
         opdef = OPS[rec.type]
         inputs = [blk.read(n, rec.loc) for n in rec.inputs]
+        if rec.type == "Load" and rec.args.get("allow_incomplete") and not rec.inputs:
+            inputs = kept_values(blk, rec)  # what the outputs keep if the checkpoint lacks them
         attrs = dict(rec.args)
         if rec.type == "Print" and rec.inputs:
             attrs.setdefault("blob", rec.inputs[0])
+        for attr, names in (("input_names", rec.inputs), ("output_names", rec.outputs)):
+            if attr in opdef.attrs:  # ops that work on blobs by name (Save, Load) are told the names
+                attrs.setdefault(attr, list(names))
         if rec.type == "TimerBegin" and rec.outputs and not attrs.get("counter_name"):
             attrs["counter_name"] = rec.outputs[0]  # Caffe2 names the timer after its blob
         sync = is_sync(opdef)

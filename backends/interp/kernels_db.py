@@ -1,0 +1,104 @@
+"""Interp kernels for Save, Load and DBExists, over the runtime's blob databases.
+
+The op attributes say where (``db``, ``db_type``, ``absolute_path``) and under which
+keys; ``backends/runtime/blobdb`` does the storing, so these stay small. A Load
+returns its values only after every one of them was read and verified, so a
+failed Load changes no blob.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dslc.backends.runtime import blobcodec, blobdb
+from dslc.ir.diagnostics import DSLError
+
+from .kernels import kernel
+
+
+def _path(db: str, absolute: bool) -> str:
+    """Caffe2 reads a relative db name from the workspace's root folder: ours is the working directory."""
+    return db if absolute else os.path.join(os.getcwd(), db)
+
+
+def _stripped(name: str, prefix: str) -> str:
+    """``name`` after the first occurrence of ``prefix`` (Caffe2's strip_prefix rule)."""
+    if prefix:
+        at = name.find(prefix)
+        if at >= 0:
+            return name[at + len(prefix):]
+    return name
+
+
+@kernel("DBExists")
+def _db_exists(op, cfg):
+    a = op.attrs
+    path = _path(a["db_name"], bool(a["absolute_path"]))
+    return lambda: np.bool_(blobdb.get(a["db_type"]).exists(path))
+
+
+@kernel("Save")
+def _save(op, cfg):
+    a = op.attrs
+    path = _path(a["db"], bool(a["absolute_path"]))
+    keys = list(a["blob_name_overrides"]) or [_stripped(n, a["strip_prefix"]) for n in a["input_names"]]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise DSLError(f"Save would store two blobs under the key {dup!r}",
+                       hint="give each blob its own name (check strip_prefix and blob_name_overrides)")
+
+    def save(*values):
+        db = blobdb.get(a["db_type"])
+        # encoded lazily, so a huge checkpoint is never held twice in memory
+        db.write(path, ((k, blobcodec.encode(n, v)) for k, n, v in zip(keys, a["input_names"], values)))
+    return save
+
+
+@kernel("Load", per_instance=True)
+def _load(op, cfg):
+    a = op.attrs
+    paths = [_path(p, bool(a["absolute_path"])) for p in (list(a["dbs"]) or [a["db"]])]
+    outs = list(a["output_names"])
+    wanted = list(a["source_blob_names"]) or outs  # names as they were stored (before prefixes)
+    renames = bool(a["strip_prefix"] or a["add_prefix"])
+    partial = bool(a["allow_incomplete"])
+
+    def blob_name(key: str) -> str:
+        return a["add_prefix"] + _stripped(key, a["strip_prefix"])
+
+    def read_all() -> dict:
+        """name -> value for every wanted name found, over all the dbs."""
+        db = blobdb.get(a["db_type"])
+        found: dict = {}
+        for path in paths:
+            if a["load_all"] or renames or partial or len(paths) > 1:
+                keys = {blob_name(k): k for k in db.keys(path)}
+                pick = list(keys) if a["load_all"] else [w for w in wanted if w in keys]
+            else:
+                keys, pick = {w: w for w in wanted}, wanted
+            dup = next((w for w in pick if w in found), None)
+            if dup is not None:
+                raise DSLError(f"blob {dup!r} is in more than one of the checkpoints {paths}",
+                               hint="load each blob from one checkpoint only")
+            got = db.read(path, [keys[w] for w in pick])
+            found.update((w, got[keys[w]]) for w in pick)
+        if not partial and not a["load_all"]:
+            lost = [w for w in wanted if w not in found]
+            if lost:
+                raise blobdb.MissingBlobError(f"no checkpoint of {paths} has blob {lost[0]!r}",
+                                              hint="pass allow_incomplete=True to skip blobs it lacks")
+        return found
+
+    def make(inst):
+        def load(*kept):
+            found = read_all()
+            if a["load_all"]:
+                for name, value in found.items():
+                    inst.ws.cell(name).v = value
+                return None
+            # allow_incomplete: a blob the checkpoint lacks keeps its value (the operands)
+            values = [found[w] if w in found else old for w, old in zip(wanted, kept or [None] * len(wanted))]
+            return None if not values else values[0] if len(values) == 1 else tuple(values)
+        return load
+    return make

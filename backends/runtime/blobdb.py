@@ -1,0 +1,122 @@
+"""Blob databases: where Save writes and Load reads, behind one small interface.
+
+A database type is an object with three methods (paths are used as given):
+
+    write(path, entries)           store [(name, Encoded)] as one checkpoint, atomically:
+                                   afterwards the checkpoint at ``path`` is the new one,
+                                   and if the writer dies first it is the old one (or none)
+    read(path, names)              {name: value} for ``names`` (None: every blob), each
+                                   checksum verified before anything is returned
+    exists(path)                   whether a complete checkpoint is at ``path``
+    keys(path)                     the blob names stored at ``path`` (its manifest)
+
+``get(db_type)`` finds one by name: ``dslcdb`` (the default, one file of our own
+format; ``minidb`` is an alias) and ``lmdb``. Values go through ``blobcodec``, so
+nothing is ever unpickled. Every failure is a ``DBError`` naming the file (and the
+blob, when one blob is at fault) with a hint.
+"""
+from __future__ import annotations
+
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+from dslc.ir.diagnostics import DSLError
+
+DEFAULT_DB_TYPE = "dslcdb"
+
+
+class DBError(DSLError):
+    """A blob database cannot be used for this Save, Load or DBExists."""
+
+
+class MissingDBError(DBError):
+    """There is no checkpoint at the path."""
+
+
+class IncompleteDBError(DBError):
+    """A checkpoint whose save did not finish (a writer died before committing)."""
+
+
+class CorruptDBError(DBError):
+    """A checkpoint whose bytes are not what was written: truncated or changed."""
+
+
+class MissingBlobError(DBError):
+    """The checkpoint has no blob of a name Load asked for."""
+
+
+class DBTypeError(DBError):
+    """An unknown ``db_type``, or a path holding another type of database."""
+
+
+_TYPES: dict[str, object] = {}
+_ALIASES = {"minidb": DEFAULT_DB_TYPE}
+
+
+def register(name: str, db) -> None:
+    _TYPES[name] = db
+
+
+def get(db_type: str):
+    """The database type called ``db_type`` (empty: the default)."""
+    _load_builtins()
+    name = _ALIASES.get(db_type or DEFAULT_DB_TYPE, db_type or DEFAULT_DB_TYPE)
+    db = _TYPES.get(name)
+    if db is None:
+        known = sorted(set(_TYPES) | set(_ALIASES))
+        raise DBTypeError(f"unknown db_type {db_type!r}",
+                          hint=f"use one of: {', '.join(repr(k) for k in known)}")
+    return db
+
+
+_builtins_loaded = [False]
+
+
+def _load_builtins() -> None:
+    if _builtins_loaded[0]:
+        return
+    _builtins_loaded[0] = True
+    from . import dbfile  # noqa: F401  (each module registers its type)
+    try:
+        from . import dblmdb  # noqa: F401
+    except ImportError:  # a declared dependency; say so if it is missing anyway
+        register("lmdb", _Unavailable("lmdb", "pip install lmdb"))
+
+
+class _Unavailable:
+    """A db type whose package is not installed: every use says how to install it."""
+
+    def __init__(self, name, how):
+        self.name, self.how = name, how
+
+    def _fail(self, *args, **kwargs):
+        raise DBTypeError(f"db_type {self.name!r} needs a package that is not installed", hint=self.how)
+
+    write = read = exists = keys = _fail
+
+
+# --- checksums, computed on a helper thread while the caller writes or reads the next blob
+# (zlib releases the GIL on large buffers, so the two overlap on separate cores)
+
+_PARALLEL_BYTES = 1 << 20
+_pool: ThreadPoolExecutor | None = None
+
+
+class _Done:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def crc32_async(data):
+    """A future-like object whose ``result()`` is the CRC-32 of ``data``."""
+    global _pool
+    if data.nbytes < _PARALLEL_BYTES:
+        return _Done(zlib.crc32(data))
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dslc-crc")
+    return _pool.submit(zlib.crc32, data)

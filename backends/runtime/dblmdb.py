@@ -1,0 +1,165 @@
+"""``lmdb``: a checkpoint as an LMDB environment (a directory holding data.mdb and lock.mdb).
+
+Each Save is one write transaction: it empties the database, puts every blob under
+``blob/<name>`` and the manifest (names, kinds, dtypes, shapes, lengths, CRC-32s)
+under ``manifest``, and commits. LMDB makes the commit atomic and durable, so a
+writer that dies mid-save leaves the previous checkpoint, or, for a new one, an
+environment without a manifest, which Load reports as incomplete.
+
+LMDB checksums none of its pages; the per-blob CRC-32 catches changed payloads,
+and the file size is checked against LMDB's last page before anything is read
+through its memory map (reading past the end of a cut-short file would crash).
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import lmdb
+import numpy as np
+
+from . import blobdb
+from .blobcodec import BlobEncodingError, decode
+from .blobdb import CorruptDBError, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
+
+MANIFEST = b"manifest"
+PREFIX = b"blob/"
+FORMAT_VERSION = 1
+_HINT = "the checkpoint was changed or cut short after it was saved; load an earlier epoch's checkpoint"
+
+# LMDB forbids opening one environment twice in a process; ops of concurrent tasks take turns.
+_lock = threading.Lock()
+
+
+class LmdbDB:
+    name = "lmdb"
+
+    def write(self, path: str, entries) -> None:
+        entries = list(entries)
+        total = sum(enc.nbytes for _, enc in entries)
+        data = os.path.join(path, "data.mdb")
+        old = os.path.getsize(data) if os.path.exists(data) else 0
+        # room for the old pages (freed only at commit) and the new ones, with slack for the tree
+        map_size = old + 2 * total + (64 << 20)
+        with _lock:
+            try:
+                env = lmdb.open(path, map_size=map_size, subdir=True, max_dbs=0, readahead=False)
+            except lmdb.Error as e:
+                raise DBError(f"cannot create the lmdb checkpoint {path}: {e}",
+                              hint="check that its parent directory exists and is writable") from None
+            try:
+                self._commit(env, entries)
+            except lmdb.Error as e:
+                raise DBError(f"writing the lmdb checkpoint {path} failed: {e}",
+                              hint="check the disk space; the previous checkpoint there is unchanged") from None
+            finally:
+                env.close()
+
+    def _commit(self, env, entries) -> None:
+        index, crcs = [], []
+        with env.begin(write=True) as txn:
+            txn.drop(env.open_db(), delete=False)
+            for name, enc in entries:
+                self._put(txn, name, enc, index)
+                crcs.append(blobdb.crc32_async(enc.data))
+            for item, crc in zip(index, crcs):
+                item["crc32"] = crc.result()
+            txn.put(MANIFEST, json.dumps({"format": FORMAT_VERSION, "blobs": index}).encode("utf-8"))
+
+    def _put(self, txn, name: str, enc, index: list) -> None:
+        txn.put(PREFIX + name.encode("utf-8"), enc.data)
+        index.append({"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
+                      "length": enc.nbytes})
+
+    def exists(self, path: str) -> bool:
+        try:
+            return self.read(path, names=[]) == {}
+        except DBError:
+            return False
+
+    def keys(self, path: str) -> list[str]:
+        return self.read(path, names=None, values=False)
+
+    def read(self, path: str, names=None, values: bool = True):
+        self._check_path(path)
+        with _lock:
+            try:
+                env = lmdb.open(path, readonly=True, create=False, subdir=True, max_dbs=0, readahead=False)
+            except lmdb.Error as e:
+                raise CorruptDBError(f"{path} cannot be opened as an lmdb checkpoint: {e}", hint=_HINT) from None
+            try:
+                self._check_size(env, path)
+                with env.begin(buffers=True) as txn:
+                    return self._read(txn, path, names, values)
+            except lmdb.Error as e:
+                raise CorruptDBError(f"the lmdb checkpoint {path} is damaged: {e}", hint=_HINT) from None
+            finally:
+                env.close()
+
+    def _check_path(self, path: str) -> None:
+        if not os.path.exists(path):
+            raise MissingDBError(f"there is no checkpoint at {path}",
+                                 hint="check the db name and epoch (DBExists tells whether a checkpoint is "
+                                      "there)")
+        if not os.path.isdir(path):
+            with open(path, "rb") as f:
+                head = f.read(8)
+            other = "a dslcdb checkpoint file; pass db_type='dslcdb' (or 'minidb')" \
+                if head == b"DSLCDB1\n" else "a file, not an lmdb checkpoint directory"
+            raise DBTypeError(f"{path} is {other}", hint="give the db_type the checkpoint was saved with")
+        if not os.path.exists(os.path.join(path, "data.mdb")):
+            raise IncompleteDBError(f"the lmdb checkpoint {path} has no data.mdb: its save did not finish",
+                                    hint="load an earlier epoch's checkpoint")
+
+    def _check_size(self, env, path: str) -> None:
+        need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        have = os.path.getsize(os.path.join(path, "data.mdb"))
+        if have < need:
+            raise CorruptDBError(f"the lmdb checkpoint {path} is cut short ({have} of {need} bytes)", hint=_HINT)
+
+    def _read(self, txn, path: str, names, values: bool):
+        raw = txn.get(MANIFEST)
+        if raw is None:
+            raise IncompleteDBError(f"the lmdb checkpoint {path} has no manifest: its save did not finish",
+                                    hint="load an earlier epoch's checkpoint")
+        try:
+            doc = json.loads(bytes(raw))
+            by_name = {str(b["name"]): b for b in doc["blobs"]}
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptDBError(f"the manifest of the lmdb checkpoint {path} is not valid: {e}",
+                                 hint=_HINT) from None
+        if not values:
+            return list(by_name)
+        wanted = list(by_name) if names is None else list(names)
+        for n in wanted:
+            if n not in by_name:
+                shown = ", ".join(repr(k) for k in sorted(by_name)[:8])
+                raise MissingBlobError(f"the checkpoint {path} has no blob {n!r}",
+                                       hint=f"pass allow_incomplete=True to skip blobs it lacks; it holds "
+                                            f"{len(by_name)} blobs: {shown}")
+        bufs, crcs = [], []
+        for n in wanted:
+            mv = txn.get(PREFIX + n.encode("utf-8"))
+            if mv is None or len(mv) != int(by_name[n]["length"]):
+                raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is missing or has the wrong "
+                                     "length", hint=_HINT)
+            buf = np.empty(len(mv), dtype=np.uint8)
+            buf[:] = np.frombuffer(mv, dtype=np.uint8)  # the view dies with the transaction
+            bufs.append(buf)
+            crcs.append(blobdb.crc32_async(memoryview(buf)))
+        for n, crc in zip(wanted, crcs):
+            if crc.result() != int(by_name[n]["crc32"]):
+                raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is damaged: its checksum "
+                                     "does not match", hint=_HINT)
+        out = {}
+        for n, buf in zip(wanted, bufs):
+            b = by_name[n]
+            try:
+                out[n] = decode(n, b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()), buf)
+            except BlobEncodingError as e:
+                raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
+        return out
+
+
+blobdb.register(LmdbDB.name, LmdbDB())

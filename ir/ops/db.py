@@ -1,0 +1,72 @@
+"""Blob-database operators: Save, Load, DBExists (checkpoints are made of these).
+
+Save and Load need their blobs' names, not only their values, so they declare
+``input_names`` / ``output_names``: the lowering fills those with the recorded blob
+names. Load's outputs are its results (the values it read). With ``allow_incomplete``
+its operands are the outputs' current values, which blobs the checkpoint lacks keep.
+
+    Save(x, y) {db = "/ck/n.3", input_names = ["x", "y"]}      writes x and y to /ck/n.3
+    %x, %y = Load {db = "/ck/n.3", output_names = ["x", "y"]}  reads them back
+"""
+from __future__ import annotations
+
+from ..opdef import REQUIRED, Effect, declare, type_error
+from ..types import ANY, BOOL
+
+W_DB = (Effect("db", "write"),)
+R_DB = (Effect("db", "read"),)
+
+# Where the database is, and which kind (blobdb's types; "" is the default format).
+_WHERE = {"db_type": "", "absolute_path": 0}
+
+
+def _names(op: str, attr: str, names, count: int) -> None:
+    if len(names) != count:
+        type_error(f"{op} has {count} blobs but {len(names)} {attr}",
+                   f"give {attr} one entry per blob")
+
+
+def _save(types, attrs, n):
+    _names("Save", "input_names", attrs["input_names"], len(types))
+    if attrs["blob_name_overrides"]:
+        _names("Save", "blob_name_overrides", attrs["blob_name_overrides"], len(types))
+    if not attrs["db"]:
+        type_error("Save needs a db name", "pass db='path/to/checkpoint'")
+    return []
+
+
+def _load(types, attrs, n):
+    _names("Load", "output_names", attrs["output_names"], n)
+    if types and (len(types) != n or not attrs["allow_incomplete"]):
+        type_error(f"Load takes no inputs (it has {len(types)})",
+                   "list the blobs to load as its outputs: ops.Load([], [names...], db=...)")
+    if attrs["source_blob_names"]:
+        _names("Load", "source_blob_names", attrs["source_blob_names"], n)
+    if not attrs["db"] and not attrs["dbs"]:
+        type_error("Load needs a db name", "pass db='path/to/checkpoint' (or dbs=[...])")
+    if attrs["load_all"] and n:
+        type_error("Load with load_all=1 takes no outputs: it loads every blob under its stored name",
+                   "drop the outputs, or drop load_all and list the blobs to load")
+    return [ANY] * n
+
+
+def _db_exists(types, attrs, n):
+    if not attrs["db_name"]:
+        type_error("DBExists needs db_name", "pass db_name='path/to/checkpoint'")
+    return [BOOL]
+
+
+declare("Save", (0, None), _save, results=(0, 0), effects=W_DB,
+        attrs={"db": REQUIRED, **_WHERE, "input_names": [], "strip_prefix": "",
+               "blob_name_overrides": []},
+        doc="write the inputs as one new checkpoint `db` (key: the blob name, an override, or the "
+            "name without strip_prefix); atomic: a failed save leaves the old one")
+declare("Load", (0, None), _load, results=(0, None), effects=R_DB,
+        attrs={"db": "", "dbs": [], **_WHERE, "output_names": [], "source_blob_names": [],
+               "allow_incomplete": 0, "load_all": 0, "keep_device": 0, "strip_prefix": "",
+               "add_prefix": ""},
+        doc="read blobs from checkpoint `db` (or each of `dbs`) into the outputs, every checksum "
+            "verified first; a missing blob is an error unless allow_incomplete")
+declare("DBExists", 0, _db_exists, effects=R_DB,
+        attrs={"db_name": REQUIRED, **_WHERE},
+        doc="bool scalar: is there a complete checkpoint `db_name` of `db_type`")
