@@ -26,8 +26,18 @@ CAFFE2_DTYPE_CODES = {
 }
 
 
+_BY_NUMPY: dict = {}
+
+
 def dtype_of_numpy(dt) -> str:
     """Our dtype name for a numpy dtype (strings and objects map to ``str``)."""
+    got = _BY_NUMPY.get(dt)
+    if got is None:
+        got = _BY_NUMPY[dt] = _dtype_of_numpy(dt)
+    return got
+
+
+def _dtype_of_numpy(dt) -> str:
     dt = np.dtype(dt)
     if dt.kind in "USO":
         return "str"
@@ -88,6 +98,9 @@ I32 = TensorType("i32")
 F32 = TensorType("f32")
 COUNTER = HandleType("counter")
 TIMER = HandleType("timer")
+QUEUE = HandleType("queue")
+CURSOR = HandleType("cursor")
+MUTEX = HandleType("mutex")
 
 
 def tensor(dtype: str | None, shape=()) -> TensorType:
