@@ -1,0 +1,730 @@
+"""Random DSL programs as plain data: a hypothesis strategy, the DSL recording, and an
+independent plain-Python evaluator of the same program.
+
+A ``Program`` has int64 variables ``v0..``, float32 variables ``f0..``, bool variables
+``b0..``, counters ``c0..`` and a body of statements (the dataclasses below). Loops
+are bounded when generated (``MAX_TOTAL_ITERATIONS``), so every program ends fast.
+
+* ``programs()`` draws one; ``render(p)`` shows it as pseudo-Python for failure notes.
+* ``build(p)`` records it with ``ops`` inside ``with Task():`` and returns the task
+  and a ``final_output`` per name in ``output_names(p)``.
+* ``evaluate(p)`` computes those outputs in plain Python from the semantics of
+  ../shared/spec/caffe2-semantics.md, without any dslc code: int64 wraps around,
+  floats are ``numpy.float32``, an If chain's Elif condition is computed after the
+  previous branch ran (2.6), ``stop_if`` leaves the innermost loop or If branch (2.4),
+  a loop count blob is read again before every iteration (2.5).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, replace
+
+import numpy as np
+from hypothesis import strategies as st
+
+from dslc.core import BlobReference
+from dslc.net_builder import ops
+from dslc.task import Task, final_output
+
+INT_OPS = ("Add", "Sub", "Mul", "Max", "Min")
+FLOAT_OPS = ("Add", "Sub", "Mul")
+CMP_OPS = ("GE", "GT", "LT", "LE", "EQ", "NE")
+LOGIC_OPS = ("And", "Or", "Xor")
+EXTREME_INTS = (2**31, 3037000500, 2**62, 2**63 - 1, -2**63, -(2**40) + 7)
+MAX_TOTAL_ITERATIONS = 400  # loop bodies run at most this many times, over the whole program
+MAX_STATEMENTS = 30         # statements in a program (a few more with the clamps)
+MAX_COUNT = 6               # iterations of one loop execution
+MAX_DEPTH = 3               # nesting of loops and Ifs
+
+
+# ----------------------------------------------------------------------------- the program tree
+# int operands
+@dataclass(frozen=True)
+class Var:
+    k: int
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: int
+
+
+@dataclass(frozen=True)
+class Iter:
+    level: int  # the enclosing counted loop's index (0 = outermost); only inside it
+
+
+# float operands
+@dataclass(frozen=True)
+class FVar:
+    k: int
+
+
+@dataclass(frozen=True)
+class FLit:
+    value: float
+
+
+# conditions (bool expressions)
+@dataclass(frozen=True)
+class Cmp:
+    op: str
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class BVar:
+    k: int
+
+
+@dataclass(frozen=True)
+class BLit:
+    value: bool
+
+
+@dataclass(frozen=True)
+class Not:
+    c: object
+
+
+@dataclass(frozen=True)
+class Logic:
+    op: str
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class CountDown:
+    counter: int  # side effect: the count is decremented whatever it was
+
+
+# statements
+@dataclass(frozen=True)
+class IntOp:
+    dst: int
+    op: str
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class Clamp:
+    k: int   # v[k] = Min(Max(v[k], 0), hi): keeps a loop count blob small and >= 0
+    hi: int
+
+
+@dataclass(frozen=True)
+class FloatOp:
+    dst: int
+    op: str
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class Scale:
+    dst: int
+    src: int
+    scale: float
+
+
+@dataclass(frozen=True)
+class SetBool:
+    dst: int
+    cond: object
+
+
+@dataclass(frozen=True)
+class CountUp:
+    dst: int
+    counter: int
+
+
+@dataclass(frozen=True)
+class Retrieve:
+    dst: int
+    counter: int
+
+
+@dataclass(frozen=True)
+class Reset:
+    counter: int
+    init: int
+    dst: int | None  # the previous count goes here, if given
+
+
+@dataclass(frozen=True)
+class Break:
+    cond: object  # ops.stop_if: leaves the innermost loop or If branch
+
+
+@dataclass(frozen=True)
+class Elif:
+    cond: object
+    body: tuple
+    before: tuple = ()  # statements recorded between the previous branch and this Elif
+
+
+@dataclass(frozen=True)
+class If:
+    cond: object
+    body: tuple
+    elifs: tuple = ()
+    orelse: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Loop:
+    count: object  # an int, a Var (clamped before the loop) or an Iter
+    body: tuple
+
+
+@dataclass(frozen=True)
+class While:
+    guard: int  # ops.loop() whose first check is g[guard] >= hi, then g[guard] += 1
+    hi: int
+    body: tuple
+
+
+@dataclass(frozen=True)
+class Program:
+    ints: tuple
+    floats: tuple
+    bools: tuple
+    counters: tuple  # init counts
+    guards: int
+    body: tuple
+
+
+def output_names(p: Program) -> list[str]:
+    """Every blob the program exports: variables, While guards, final counts."""
+    return ([f"v{k}" for k in range(len(p.ints))] + [f"f{k}" for k in range(len(p.floats))]
+            + [f"b{k}" for k in range(len(p.bools))] + [f"g{k}" for k in range(p.guards)]
+            + [f"count{k}" for k in range(len(p.counters))])
+
+
+# ----------------------------------------------------------------------------- the strategy
+
+
+@dataclass
+class _Left:
+    """What one program may still use, shared by all its contexts while it is drawn."""
+
+    iterations: int = MAX_TOTAL_ITERATIONS
+    statements: int = MAX_STATEMENTS
+    guards: int = 0  # While guards handed out so far
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """Where a statement is being generated."""
+
+    n_ints: int
+    n_floats: int
+    n_bools: int
+    n_counters: int
+    left: _Left
+    loops: tuple = ()   # max iterations of each enclosing counted loop
+    mult: int = 1       # how often the current body can run, at most
+    bounded: tuple = ()  # (var, hi) pairs: int vars in use as loop counts
+    depth: int = 0
+    in_block: bool = False  # inside a loop or If branch, where stop_if is allowed
+
+    def bound_of(self, k: int):
+        his = [hi for var, hi in self.bounded if var == k]
+        return min(his) if his else None
+
+
+def _int_operand(draw, ctx: _Ctx):
+    kinds = ["var", "lit", "extreme"] + (["iter"] if ctx.loops else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "var":
+        return Var(draw(st.integers(0, ctx.n_ints - 1)))
+    if kind == "lit":
+        return Lit(draw(st.integers(-4, 9)))
+    if kind == "extreme":
+        return Lit(draw(st.sampled_from(EXTREME_INTS)))
+    return Iter(draw(st.integers(0, len(ctx.loops) - 1)))
+
+
+def _float_operand(draw, ctx: _Ctx):
+    if ctx.n_floats and draw(st.booleans()):
+        return FVar(draw(st.integers(0, ctx.n_floats - 1)))
+    return FLit(draw(st.floats(-8, 8, width=32)))
+
+
+def _cond(draw, ctx: _Ctx, depth: int = 0):
+    kinds = ["cmp", "cmp", "lit"] + (["bvar"] if ctx.n_bools else []) \
+        + (["countdown"] if ctx.n_counters else []) + (["not", "logic"] if depth < 2 else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "cmp":
+        return Cmp(draw(st.sampled_from(CMP_OPS)), _int_operand(draw, ctx), _int_operand(draw, ctx))
+    if kind == "lit":
+        return BLit(draw(st.booleans()))
+    if kind == "bvar":
+        return BVar(draw(st.integers(0, ctx.n_bools - 1)))
+    if kind == "countdown":
+        return CountDown(draw(st.integers(0, ctx.n_counters - 1)))
+    if kind == "not":
+        return Not(_cond(draw, ctx, depth + 1))
+    return Logic(draw(st.sampled_from(LOGIC_OPS)), _cond(draw, ctx, depth + 1), _cond(draw, ctx, depth + 1))
+
+
+def _clamped(ctx: _Ctx, stmt, dst) -> list:
+    """``stmt``, followed by a Clamp if it writes a var that an enclosing loop counts with."""
+    hi = None if dst is None else ctx.bound_of(dst)
+    return [stmt] if hi is None else [stmt, Clamp(dst, hi)]
+
+
+def _simple(draw, ctx: _Ctx) -> list:
+    kinds = ["int", "int", "int"] + (["float", "scale"] if ctx.n_floats else []) \
+        + (["bool"] if ctx.n_bools else []) + (["countup", "retrieve", "reset"] if ctx.n_counters else [])
+    kind = draw(st.sampled_from(kinds))
+    var = st.integers(0, ctx.n_ints - 1)
+    if kind == "int":
+        dst = draw(var)
+        stmt = IntOp(dst, draw(st.sampled_from(INT_OPS)), _int_operand(draw, ctx), _int_operand(draw, ctx))
+        return _clamped(ctx, stmt, dst)
+    if kind == "float":
+        return [FloatOp(draw(st.integers(0, ctx.n_floats - 1)), draw(st.sampled_from(FLOAT_OPS)),
+                        _float_operand(draw, ctx), _float_operand(draw, ctx))]
+    if kind == "scale":
+        f = st.integers(0, ctx.n_floats - 1)
+        return [Scale(draw(f), draw(f), draw(st.sampled_from([0.5, -1.0, 1.5, 2.0, 0.1, 3.0])))]
+    if kind == "bool":
+        return [SetBool(draw(st.integers(0, ctx.n_bools - 1)), _cond(draw, ctx))]
+    counter = draw(st.integers(0, ctx.n_counters - 1))
+    if kind == "reset":
+        dst = draw(st.none() | var)
+        return _clamped(ctx, Reset(counter, draw(st.integers(0, 3)), dst), dst)
+    dst = draw(var)
+    return _clamped(ctx, (CountUp if kind == "countup" else Retrieve)(dst, counter), dst)
+
+
+def _body(draw, ctx: _Ctx, lo=0, hi=3) -> tuple:
+    out = []
+    for _ in range(draw(st.integers(lo, hi))):
+        if ctx.left.statements <= 0:
+            break
+        ctx.left.statements -= 1
+        out += _statement(draw, ctx)
+    return tuple(out)
+
+
+def _statement(draw, ctx: _Ctx) -> list:
+    kinds = ["simple"] * 6  # weights: mostly straight-line code, some control flow
+    if ctx.depth < MAX_DEPTH:
+        kinds += ["if", "if", "loop", "loop", "while"]
+    if ctx.in_block:
+        kinds += ["break"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "simple":
+        return _simple(draw, ctx)
+    if kind == "break":
+        return [Break(_cond(draw, ctx))]
+    if kind == "if":
+        return [_if(draw, ctx)]
+    room = min(MAX_COUNT, ctx.left.iterations // max(ctx.mult, 1))
+    if kind == "while":
+        return _while(draw, ctx, room)
+    return _loop(draw, ctx, room)
+
+
+def _if(draw, ctx: _Ctx) -> If:
+    inner = replace(ctx, depth=ctx.depth + 1, in_block=True)
+    cond, body = _cond(draw, ctx), _body(draw, inner)
+    elifs = []
+    for _ in range(draw(st.integers(0, 2))):
+        before = tuple(s for _ in range(draw(st.integers(0, 1))) for s in _simple(draw, ctx))
+        elifs.append(Elif(_cond(draw, ctx), _body(draw, inner), before))
+    orelse = _body(draw, inner) if draw(st.booleans()) else None
+    return If(cond, body, tuple(elifs), orelse)
+
+
+def _count(draw, room: int) -> int:
+    """A loop count in 0..room, mostly not 0 (a loop that never runs tests little)."""
+    return 0 if room <= 0 else draw(st.integers(1, room) | st.just(0))
+
+
+def _spend(ctx: _Ctx, most: int) -> _Ctx:
+    """Reserve ``most`` iterations per run of the current body; the loop body's context."""
+    ctx.left.iterations -= ctx.mult * most
+    return replace(ctx, mult=ctx.mult * most, depth=ctx.depth + 1, in_block=True)
+
+
+def _loop(draw, ctx: _Ctx, room: int) -> list:
+    kinds = ["const"] + (["var"] if room > 0 else []) \
+        + (["iter"] if any(0 < n <= room + 1 for n in ctx.loops) else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "const":
+        n = _count(draw, room)
+        inner = _spend(ctx, n)
+        return [Loop(n, _body(draw, replace(inner, loops=ctx.loops + (n,))))]
+    if kind == "iter":
+        level = draw(st.sampled_from([j for j, n in enumerate(ctx.loops) if 0 < n <= room + 1]))
+        most = ctx.loops[level] - 1  # the index is below the enclosing loop's count
+        inner = _spend(ctx, most)
+        return [Loop(Iter(level), _body(draw, replace(inner, loops=ctx.loops + (most,))))]
+    k = draw(st.integers(0, ctx.n_ints - 1))
+    hi = _count(draw, room if ctx.bound_of(k) is None else min(room, ctx.bound_of(k)))
+    inner = _spend(ctx, hi)
+    inner = replace(inner, loops=ctx.loops + (hi,), bounded=ctx.bounded + ((k, hi),))
+    return [Clamp(k, hi), Loop(Var(k), _body(draw, inner))]
+
+
+def _while(draw, ctx: _Ctx, room: int) -> list:
+    hi = _count(draw, room)
+    guard = ctx.left.guards
+    ctx.left.guards += 1
+    return [While(guard, hi, _body(draw, _spend(ctx, hi)))]
+
+
+@st.composite
+def programs(draw) -> Program:
+    """A random program: at most MAX_STATEMENTS statements (plus clamps), whose loops run
+    at most MAX_TOTAL_ITERATIONS bodies in all."""
+    ints = tuple(draw(st.lists(st.integers(-5, 12) | st.sampled_from(EXTREME_INTS), min_size=1, max_size=4)))
+    floats = tuple(draw(st.lists(st.floats(-4, 4, width=32), max_size=2)))
+    bools = tuple(draw(st.lists(st.booleans(), max_size=2)))
+    counters = tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
+    ctx = _Ctx(len(ints), len(floats), len(bools), len(counters), _Left())
+    body = _body(draw, ctx, 1, 6)
+    return Program(ints, floats, bools, counters, ctx.left.guards, body)
+
+
+# ----------------------------------------------------------------------------- recording with the DSL
+
+
+def build(p: Program):
+    """Record ``p`` with ``ops`` in a new Task: (task, {output name: TaskOutput})."""
+    with Task() as task:
+        rec = _Recorder()
+        for k, x in enumerate(p.ints):
+            ops.Const(x, blob_out=f"v{k}")
+        for k, x in enumerate(p.floats):
+            ops.Const(float(x), blob_out=f"f{k}")
+        for k, x in enumerate(p.bools):
+            ops.Const(bool(x), blob_out=f"b{k}")
+        for k in range(p.guards):
+            ops.Const(0, blob_out=f"g{k}")
+        for k, n in enumerate(p.counters):
+            ops.CreateCounter([], [f"c{k}"], init_count=n)
+        rec.block(p.body)
+        for k in range(len(p.counters)):
+            ops.RetrieveCount([f"c{k}"], [f"count{k}"])
+        outputs = {name: final_output(name) for name in output_names(p)}
+    return task, outputs
+
+
+class _Recorder:
+    """Records statements; ``loops`` holds the enclosing counted ``ops.loop`` objects."""
+
+    def __init__(self):
+        self.loops = []
+
+    def int_blob(self, x):
+        if isinstance(x, Var):
+            return f"v{x.k}"
+        if isinstance(x, Lit):
+            return ops.Const(x.value)
+        return self.loops[x.level].iter()
+
+    def float_blob(self, x):
+        return f"f{x.k}" if isinstance(x, FVar) else ops.Const(float(x.value))
+
+    def cond_blob(self, c, out=None):
+        """The blob holding condition ``c``; ``out`` names it (else it is auto-named)."""
+        outs = None if out is None else [out]
+        if isinstance(c, Cmp):
+            return getattr(ops, c.op)([self.int_blob(c.a), self.int_blob(c.b)], outs)
+        if isinstance(c, BVar):
+            return f"b{c.k}" if out is None else ops.Copy([f"b{c.k}"], outs)
+        if isinstance(c, BLit):
+            return ops.Const(c.value, blob_out=out)
+        if isinstance(c, Not):
+            return ops.Not([self.cond_blob(c.c)], outs)
+        if isinstance(c, Logic):
+            return getattr(ops, c.op)([self.cond_blob(c.a), self.cond_blob(c.b)], outs)
+        return ops.CountDown([f"c{c.counter}"], outs)
+
+    def block(self, stmts):
+        for s in stmts:
+            getattr(self, "do_" + type(s).__name__)(s)
+
+    def do_IntOp(self, s):
+        getattr(ops, s.op)([self.int_blob(s.a), self.int_blob(s.b)], [f"v{s.dst}"])
+
+    def do_Clamp(self, s):
+        v = f"v{s.k}"
+        ops.Max([v, ops.Const(0)], [v])
+        ops.Min([v, ops.Const(s.hi)], [v])
+
+    def do_FloatOp(self, s):
+        getattr(ops, s.op)([self.float_blob(s.a), self.float_blob(s.b)], [f"f{s.dst}"])
+
+    def do_Scale(self, s):
+        ops.Scale([f"f{s.src}"], [f"f{s.dst}"], scale=s.scale)
+
+    def do_SetBool(self, s):
+        self.cond_blob(s.cond, out=f"b{s.dst}")
+
+    def do_CountUp(self, s):
+        ops.CountUp([f"c{s.counter}"], [f"v{s.dst}"])
+
+    def do_Retrieve(self, s):
+        ops.RetrieveCount([f"c{s.counter}"], [f"v{s.dst}"])
+
+    def do_Reset(self, s):
+        ops.ResetCounter([f"c{s.counter}"], [] if s.dst is None else [f"v{s.dst}"], init_count=s.init)
+
+    def do_Break(self, s):
+        ops.stop_if(self.cond_blob(s.cond))
+
+    def do_If(self, s):
+        with ops.If(self.cond_blob(s.cond)) as c:
+            self.block(s.body)
+        for e in s.elifs:
+            self.block(e.before)
+            with c.Elif(self.cond_blob(e.cond)) as c:
+                self.block(e.body)
+        if s.orelse is not None:
+            with c.Else():
+                self.block(s.orelse)
+
+    def do_Loop(self, s):
+        count = s.count
+        if isinstance(count, Var):
+            count = BlobReference(f"v{count.k}")
+        elif isinstance(count, Iter):
+            count = self.loops[count.level].iter()
+        with ops.loop(count) as loop:
+            self.loops.append(loop)
+            self.block(s.body)
+            self.loops.pop()
+
+    def do_While(self, s):
+        g = f"g{s.guard}"
+        ops.Const(0, blob_out=g)
+        with ops.loop():
+            ops.stop_if(ops.GE([g, ops.Const(s.hi)]))
+            ops.Add([g, ops.Const(1)], [g])
+            self.block(s.body)
+
+
+# ----------------------------------------------------------------------------- the evaluator
+
+
+def wrap64(x: int) -> int:
+    """``x`` as int64 arithmetic leaves it (two's complement wraparound)."""
+    return ((x + 2**63) % 2**64) - 2**63
+
+
+_INT = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul, "Max": max, "Min": min}
+_CMP = {"GE": operator.ge, "GT": operator.gt, "LT": operator.lt, "LE": operator.le,
+        "EQ": operator.eq, "NE": operator.ne}
+_LOGIC = {"And": operator.and_, "Or": operator.or_, "Xor": operator.xor}
+_FLOAT = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul}
+
+
+class _Stop(Exception):
+    """A ``stop_if`` that held: caught by the innermost loop or If branch."""
+
+
+class _Machine:
+    def __init__(self, p: Program):
+        self.ints = list(p.ints)
+        self.floats = [np.float32(x) for x in p.floats]
+        self.bools = list(p.bools)
+        self.counts = list(p.counters)
+        self.guards = [0] * p.guards
+        self.iters: list[int] = []  # indices of the enclosing counted loops, outermost first
+
+    def int(self, x) -> int:
+        if isinstance(x, Var):
+            return self.ints[x.k]
+        if isinstance(x, Lit):
+            return x.value
+        return self.iters[x.level]
+
+    def float(self, x):
+        return self.floats[x.k] if isinstance(x, FVar) else np.float32(x.value)
+
+    def cond(self, c) -> bool:
+        """The condition's value; both sides of And/Or are computed (they are ops, not Python)."""
+        if isinstance(c, Cmp):
+            a = self.int(c.a)
+            return _CMP[c.op](a, self.int(c.b))
+        if isinstance(c, BVar):
+            return self.bools[c.k]
+        if isinstance(c, BLit):
+            return c.value
+        if isinstance(c, Not):
+            return not self.cond(c.c)
+        if isinstance(c, Logic):
+            a = self.cond(c.a)
+            return _LOGIC[c.op](a, self.cond(c.b))
+        done = self.counts[c.counter] <= 0
+        self.counts[c.counter] -= 1  # even when already done (spec 1.8)
+        return done
+
+    def block(self, stmts) -> None:
+        """Run a loop body or If branch: a stop leaves it."""
+        try:
+            self.seq(stmts)
+        except _Stop:
+            pass
+
+    def seq(self, stmts) -> None:
+        for s in stmts:
+            getattr(self, "do_" + type(s).__name__)(s)
+
+    def do_IntOp(self, s):
+        self.ints[s.dst] = wrap64(_INT[s.op](self.int(s.a), self.int(s.b)))
+
+    def do_Clamp(self, s):
+        self.ints[s.k] = min(max(self.ints[s.k], 0), s.hi)
+
+    def do_FloatOp(self, s):
+        self.floats[s.dst] = np.float32(_FLOAT[s.op](self.float(s.a), self.float(s.b)))
+
+    def do_Scale(self, s):
+        self.floats[s.dst] = np.float32(self.floats[s.src] * np.float32(s.scale))
+
+    def do_SetBool(self, s):
+        self.bools[s.dst] = self.cond(s.cond)
+
+    def do_CountUp(self, s):
+        self.ints[s.dst] = self.counts[s.counter]
+        self.counts[s.counter] += 1
+
+    def do_Retrieve(self, s):
+        self.ints[s.dst] = self.counts[s.counter]
+
+    def do_Reset(self, s):
+        if s.dst is not None:
+            self.ints[s.dst] = self.counts[s.counter]
+        self.counts[s.counter] = s.init
+
+    def do_Break(self, s):
+        if self.cond(s.cond):
+            raise _Stop
+
+    def do_If(self, s):
+        ran = self.cond(s.cond)
+        if ran:
+            self.block(s.body)
+        for e in s.elifs:
+            self.seq(e.before)
+            c = self.cond(e.cond)  # computed whether or not an earlier branch ran
+            if c and not ran:
+                self.block(e.body)
+            ran = ran or c
+        if s.orelse is not None and not ran:
+            self.block(s.orelse)
+
+    def do_Loop(self, s):
+        i = 0
+        while i < self.loop_count(s.count):  # a count blob is read before every iteration
+            self.iters.append(i)
+            try:
+                self.seq(s.body)
+            except _Stop:
+                break
+            finally:
+                self.iters.pop()
+            i += 1
+
+    def loop_count(self, count) -> int:
+        return count if isinstance(count, int) else self.int(count)
+
+    def do_While(self, s):
+        self.guards[s.guard] = 0
+        while self.guards[s.guard] < s.hi:
+            self.guards[s.guard] += 1
+            try:
+                self.seq(s.body)
+            except _Stop:
+                break
+
+
+def evaluate(p: Program) -> dict:
+    """The outputs ``build(p)`` exports, computed in plain Python: name -> int/float32/bool."""
+    m = _Machine(p)
+    with np.errstate(all="ignore"):  # float32 overflow to inf is part of the semantics
+        m.seq(p.body)
+    values = m.ints + m.floats + m.bools + m.guards + m.counts
+    return dict(zip(output_names(p), values))
+
+
+# ----------------------------------------------------------------------------- showing a program
+
+
+def render(p: Program) -> str:
+    """``p`` as indented pseudo-Python (for hypothesis notes on failure)."""
+    lines = [", ".join(f"{n} = {x!r}" for n, x in zip(output_names(p), p.ints + p.floats + p.bools))]
+    lines += [f"c{k} = CreateCounter(init_count={n})" for k, n in enumerate(p.counters)]
+    _render_block(p.body, 0, 0, lines)
+    return "\n".join(lines)
+
+
+def _show(x) -> str:
+    if isinstance(x, (Var, FVar, BVar)):
+        return {Var: "v", FVar: "f", BVar: "b"}[type(x)] + str(x.k)
+    if isinstance(x, (Lit, FLit, BLit)):
+        return repr(x.value)
+    if isinstance(x, Iter):
+        return f"i{x.level}"
+    if isinstance(x, (Cmp, Logic)):
+        return f"{x.op}({_show(x.a)}, {_show(x.b)})"
+    if isinstance(x, Not):
+        return f"Not({_show(x.c)})"
+    if isinstance(x, CountDown):
+        return f"CountDown(c{x.counter})"
+    return repr(x)
+
+
+def _render_block(stmts, depth: int, level: int, lines: list) -> None:
+    """``level``: how many counted loops enclose (their indices are i0, i1, ...)."""
+    pad = "    " * depth
+    if not stmts:
+        lines.append(pad + "pass")
+    for s in stmts:
+        if isinstance(s, If):
+            lines.append(f"{pad}if {_show(s.cond)}:")
+            _render_block(s.body, depth + 1, level, lines)
+            for e in s.elifs:
+                for b in e.before:
+                    lines.append(f"{pad}{_render_simple(b)}  # between the branches")
+                lines.append(f"{pad}elif {_show(e.cond)}:")
+                _render_block(e.body, depth + 1, level, lines)
+            if s.orelse is not None:
+                lines.append(f"{pad}else:")
+                _render_block(s.orelse, depth + 1, level, lines)
+        elif isinstance(s, While):
+            lines.append(f"{pad}while g{s.guard} < {s.hi}:  # g{s.guard} = 0 first; += 1 each time")
+            _render_block(s.body, depth + 1, level, lines)
+        elif isinstance(s, Loop):
+            count = s.count if isinstance(s.count, int) else _show(s.count)
+            lines.append(f"{pad}for i{level} in loop({count}):")
+            _render_block(s.body, depth + 1, level + 1, lines)
+        else:
+            lines.append(pad + _render_simple(s))
+
+
+def _render_simple(s) -> str:
+    if isinstance(s, (IntOp, FloatOp)):
+        prefix = "v" if isinstance(s, IntOp) else "f"
+        return f"{prefix}{s.dst} = {s.op}({_show(s.a)}, {_show(s.b)})"
+    if isinstance(s, Clamp):
+        return f"v{s.k} = clamp(v{s.k}, 0, {s.hi})"
+    if isinstance(s, Scale):
+        return f"f{s.dst} = Scale(f{s.src}, {s.scale})"
+    if isinstance(s, SetBool):
+        return f"b{s.dst} = {_show(s.cond)}"
+    if isinstance(s, (CountUp, Retrieve)):
+        return f"v{s.dst} = {type(s).__name__}(c{s.counter})"
+    if isinstance(s, Reset):
+        return f"{'' if s.dst is None else f'v{s.dst} = '}ResetCounter(c{s.counter}, {s.init})"
+    return f"stop_if({_show(s.cond)})"
