@@ -108,9 +108,12 @@ class LmdbDB:
             other = "a dslcdb checkpoint file; pass db_type='dslcdb' (or 'minidb')" \
                 if head == b"DSLCDB1\n" else "a file, not an lmdb checkpoint directory"
             raise DBTypeError(f"{path} is {other}", hint="give the db_type the checkpoint was saved with")
-        if not os.path.exists(os.path.join(path, "data.mdb")):
+        data = os.path.join(path, "data.mdb")
+        if not os.path.exists(data):
             raise IncompleteDBError(f"the lmdb checkpoint {path} has no data.mdb: its save did not finish",
                                     hint="load an earlier epoch's checkpoint")
+        if os.path.getsize(data) == 0:
+            raise CorruptDBError(f"the lmdb checkpoint {path} is empty (its data.mdb has 0 bytes)", hint=_HINT)
 
     def _check_size(self, env, path: str) -> None:
         need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
