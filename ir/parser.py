@@ -28,6 +28,7 @@ TOKEN_NAMES = {
     "ATTR_OPEN": "'{'", "REGION_OPEN": "'{' and a new line", "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "COLON": "':'", "COMMA": "','",
     "EQUAL": "'='", "INT": "an integer", "FLOAT": "a number", "STRING": "a string", "DTYPE": "a type",
     "LABEL": "a region name", "LSQB": "'['", "RSQB": "']'", "$END": "the end of the text",
+    "LOC": 'a location (loc("file":line))',
 }
 
 
@@ -47,7 +48,9 @@ def _lark() -> lark.Lark:
     global _parser
     if _parser is None:
         with open(_GRAMMAR, encoding="utf-8") as f:
-            _parser = lark.Lark(f.read(), parser="lalr", propagate_positions=True, maybe_placeholders=True)
+            # No propagate_positions: it doubles the parse time, and tokens carry their
+            # line and column anyway (``_position`` finds a subtree's first token).
+            _parser = lark.Lark(f.read(), parser="lalr", maybe_placeholders=True)
     return _parser
 
 
@@ -59,10 +62,12 @@ def parse(text: str, filename: str = "<text>", check: bool = True) -> Module:
         tree = _lark().parse(text)
     except lark.exceptions.UnexpectedInput as e:
         raise _syntax_error(e, text, filename) from None
+    top = tree.children[-1].children[0].children[1]  # the first op's name
+    if str(top) != "module":
+        raise ParseError(f"the text must hold a module, not {str(top)!r}", Location(filename, top.line),
+                         top.column, "IR files start with `module {`, as `dslc ir -o` writes them")
     b = _ModuleBuilder(filename)
     op = b.op(tree.children[-1], None)
-    if op.name != "module":
-        raise ParseError(f"the text must hold a module, not a {op.name}", Location(filename, 1), 1)
     module = Module(op)
     module.origin = b.origin
     if check:
@@ -71,17 +76,43 @@ def parse(text: str, filename: str = "<text>", check: bool = True) -> Module:
 
 
 def _syntax_error(e, text: str, filename: str) -> ParseError:
+    """A lark error as a ParseError: line:column, the text found there, what could come."""
     line, col = getattr(e, "line", 0), getattr(e, "column", 0)
     lines = text.splitlines()
-    found = ""
     if isinstance(e, lark.exceptions.UnexpectedToken):
-        found = "the end of the line" if e.token.type == "_NL" else repr(str(e.token))
-    elif 0 < line <= len(lines):
-        found = repr(lines[line - 1][col - 1:col + 9].split(" ")[0] or lines[line - 1][col - 1:col])
-    expected = sorted({TOKEN_NAMES.get(t, repr(t.strip('"').lower()) if t.isupper() else t)
-                       for t in (getattr(e, "expected", None) or getattr(e, "allowed", None) or ())})
-    hint = f"expected {', '.join(expected[:6])}" if expected else None
-    return ParseError(f"unexpected {found or 'text'}", Location(filename, line), col, hint)
+        if e.token.type == "$END":
+            found = "end of the text"
+            line, col = len(lines), len(lines[-1]) + 1 if lines else 1
+        elif e.token.type == "_NL":
+            found = "end of the line"
+        else:
+            found = repr(str(e.token))
+        # ``accepts`` is exact; ``expected`` may hold tokens of merged LALR states
+        expected = e.accepts or e.expected
+    else:
+        found = repr(lines[line - 1][col - 1:].split(" ")[0]) if 0 < line <= len(lines) else "text"
+        expected = getattr(e, "allowed", None) or ()
+    names = sorted({_describe(t) for t in expected})
+    hint = f"expected {', '.join(names[:6])}" + (", ..." if len(names) > 6 else "") if names else None
+    return ParseError(f"unexpected {found}", Location(filename, line), col, hint)
+
+
+def _describe(terminal: str) -> str:
+    """How an error message names a grammar terminal: its text, or what it stands for."""
+    if terminal in TOKEN_NAMES:
+        return TOKEN_NAMES[terminal]
+    try:
+        pattern = _lark().get_terminal(terminal).pattern
+    except KeyError:
+        return terminal.lower()
+    return repr(pattern.value) if pattern.type == "str" else terminal.lower()
+
+
+def _position(node) -> tuple[int, int]:
+    """(line, column) of a token, or of the first token in a parse subtree; (0, 0) if none."""
+    if isinstance(node, lark.Tree):
+        node = next(node.scan_values(lambda v: isinstance(v, lark.Token)), None)
+    return (getattr(node, "line", None) or 0, getattr(node, "column", None) or 0)
 
 
 class _ModuleBuilder:
@@ -89,11 +120,11 @@ class _ModuleBuilder:
         self.filename = filename
         self.origin: dict = {}
         self.scopes: list[dict] = [{}]
+        self.locs: dict[str, Location] = {}
 
     def fail(self, node, msg, hint=None):
-        meta = getattr(node, "meta", None)
-        line = getattr(node, "line", None) or (meta.line if meta and not meta.empty else 0)
-        col = getattr(node, "column", None) or (meta.column if meta and not meta.empty else 0)
+        """Raise a ParseError at ``node`` (a token, or the first token of a subtree)."""
+        line, col = _position(node)
         raise ParseError(msg, Location(self.filename, line), col, hint)
 
     # --- values
@@ -165,6 +196,9 @@ class _ModuleBuilder:
             else:
                 self.fail(r, f"{op.name} has no region {str(label) if label else '(unnamed)'}",
                           f"its regions are: {', '.join(declared) or 'none'}")
+            if out[idx] is not None:
+                self.fail(label if label is not None else r, f"{op.name} has its {declared[idx]} region twice",
+                          "give each region once")
             out[idx] = self.region(r)
         return [r if r is not None else Region() for r in out]
 
@@ -182,11 +216,16 @@ class _ModuleBuilder:
         self.scopes.pop()
         return r
 
-    def loc(self, node):
-        if node is None:
+    def loc(self, tok):
+        """The Location a ``loc("file":line)`` token stands for (ops share a few: cached)."""
+        if tok is None:
             return UNKNOWN_LOC
-        s, line = node.children
-        return Location(json.loads(str(s)), int(line))
+        text = str(tok)
+        got = self.locs.get(text)
+        if got is None:
+            file, _, line = text[len("loc("):-1].rpartition(":")
+            got = self.locs[text] = Location(json.loads(file), int(line))
+        return got
 
     # --- attributes and types
     def attr(self, node):

@@ -121,7 +121,7 @@ class Printer:
             head += " " + format_attr(Symbol(op.attrs[sym]))
         if op.operands:
             head += "(" + ", ".join(self.name(v) for v in op.operands) + ")"
-        attrs = [(k, v) for k, v in op.attrs.items() if k != sym and not _is_default(op, k, v)]
+        attrs = [(k, op.attrs[k]) for k in _attr_order(op) if k != sym and not _is_default(op, k, op.attrs[k])]
         if attrs:
             head += " {" + ", ".join(f"{k} = {format_attr(v)}" for k, v in attrs) + "}"
         if op.results:
@@ -156,13 +156,26 @@ def _region_names(op: Operation):
     return list(names)
 
 
+def _attr_order(op: Operation) -> list[str]:
+    """The op's attribute names in declaration order (the order the parser rebuilds),
+    then any undeclared ones: the text does not depend on how the dict was filled."""
+    declared = [k for k in op.opdef.attrs if k in op.attrs]
+    return declared + [k for k in op.attrs if k not in op.opdef.attrs]
+
+
 def _is_default(op: Operation, key: str, value) -> bool:
+    """Whether ``value`` prints as the attribute's default (then the text leaves it out).
+
+    Compared as text, not as Python values: ``np.int64(0)`` for a default of ``0`` is
+    left out too, where comparing types would print it, and the parser, filling in the
+    plain default, would make the next print leave it out.
+    """
     default = op.opdef.attrs.get(key)
     if isinstance(value, np.ndarray) or isinstance(default, np.ndarray):
         return False
     try:
-        return type(value) is type(default) and value == default
-    except Exception:
+        return format_attr(value) == format_attr(default)
+    except TypeError:  # REQUIRED, or a value with no text form: print it (or fail) as it is
         return False
 
 

@@ -108,5 +108,6 @@ def test_ir_text_round_trips_after_every_pass(backend, program):
     assert_same(run_text(text, backend, "default"), want, "lowered module parsed from text")
     for name in DEFAULT_PIPELINE:
         PassManager([name]).run(module)
-        text = assert_round_trips(module, f"after {name}")
+        if print_module(module) != text:  # the same text again would parse the same
+            text = assert_round_trips(module, f"after {name}")
     assert_same(run_text(text, backend, "none"), want, "optimized module parsed from text")
