@@ -6,8 +6,9 @@ every Task it creates is collected. It may return:
 * nothing: the collected tasks run, and all their outputs are printed;
 * task outputs (one, a list/tuple, or a dict of name -> output): the collected
   tasks run, and those outputs are printed;
-* runnables (a Task, TaskGroup, Net, ExecutionStep or Plan, or a list/tuple of
-  them, possibly mixed with outputs): those run in order instead.
+* runnables (a Task, TaskGroup, Net, ExecutionStep, Plan or Job, or a list/tuple
+  of them, possibly mixed with outputs): those run in order instead; a Job runs
+  under a JobRunner (no checkpoints), e.g. ``return job, fetcher_task``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import types
 from dataclasses import dataclass, field
 
 from dslc import names, tracing
+from dslc.checkpoint import Job
 from dslc.core import ExecutionStep, Net, Plan
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, JobFileError, Location
@@ -28,7 +30,7 @@ from dslc.task import Cluster, Task, TaskGroup, TaskOutput
 
 ENTRY = "build_job"
 MODULE = "__dslc_job__"  # the name the job file runs under
-RUNNABLES = (Task, TaskGroup, Net, ExecutionStep, Plan, NetBuilder)
+RUNNABLES = (Task, TaskGroup, Net, ExecutionStep, Plan, NetBuilder, Job)
 
 
 @dataclass

@@ -91,6 +91,10 @@ class Session:
         if runnable is None:
             raise TraceError("session.run() needs something to run", user_location(),
                              "pass a Task, TaskGroup, Net, ExecutionStep or Plan")
+        from dslc.checkpoint import Job, JobRunner
+        if isinstance(runnable, Job):  # its groups run epoch by epoch, without checkpoints
+            JobRunner(runnable).train(self)
+            return
         self._run(self.as_group(runnable, workspace_type))
 
     def _run(self, group: TaskGroup) -> None:
