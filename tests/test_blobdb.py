@@ -259,3 +259,15 @@ def test_registered_kinds_are_private_to_their_class():
     with pytest.raises(ValueError):
         blobcodec.register(Thing, "counter", bytes, lambda b: Thing())
     assert isinstance(blobcodec.decode("x", "counter", "", (), struct.pack("<qq", 1, 1)), Counter)
+
+
+def test_dataset_cursors_keep_their_position():
+    datasets = pytest.importorskip("dslc.backends.runtime.datasets")
+    c = datasets.TreeCursor(["a", "b"])
+    c.offsets = [7]
+    got = roundtrip(c)
+    assert isinstance(got, datasets.TreeCursor) and got.offsets == [7] and got.tree.fields == ["a", "b"]
+    e = blobcodec.encode("x", c)
+    bad = json.dumps({"fields": ["a"], "offsets": [1, 2]}).encode()
+    with pytest.raises(blobcodec.BlobEncodingError, match="cannot be at"):
+        blobcodec.decode("x", e.kind, "", (), bad)

@@ -259,3 +259,15 @@ def test_ir_text_of_save_and_load_round_trips(tmp_path):
         text = print_module(s.compile(task).module)
     assert 'input_names = ["x"]' in text and 'output_names = ["y"]' in text
     assert print_module(parse(text)) == text
+
+
+def test_save_then_load_in_one_task_keeps_their_order(session, db_type, tmp_path):
+    path = str(tmp_path / "ck")
+
+    def build():
+        x = ops.Const(np.int64(8), blob_out="x")
+        ops.Save([x], [], db=path, db_type=db_type, absolute_path=True)
+        ops.Const(np.int64(0), blob_out="x")
+        return ops.Load([], ["x"], db=path, db_type=db_type, absolute_path=True)
+
+    assert run(session, build) == [8]

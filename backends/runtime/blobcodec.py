@@ -4,6 +4,7 @@
     str tensor or str scalar  -> kind "strings", shape; u64 byte lengths, then UTF-8 text
     bytes tensor              -> kind "bytes",   shape; u64 lengths, then the bytes
     Counter                   -> kind "counter", i64 [count, init_count]
+    TreeCursor (datasets)     -> kind "cursor", JSON {"fields": [...], "offsets": [...]}
     anything else             -> a kind registered with ``register`` (cursors, ...), or an error
 
 Decoding only ever builds numpy arrays of plain dtypes, strings, and the objects of
@@ -13,6 +14,7 @@ keep its kind, dtype and shape in their manifest.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,7 +131,7 @@ def decode(name: str, kind: str, dtype: str, shape, data) -> object:
         if codec is None:
             raise ValueError(f"unknown blob kind {kind!r}")
         return codec.decode(bytes(data))
-    except (ValueError, TypeError, UnicodeDecodeError) as e:
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
         raise BlobEncodingError(f"blob {name!r} does not decode: {e}",
                                 hint="the checkpoint was written by an incompatible program or is damaged") from None
 
@@ -173,3 +175,27 @@ def _decode_counter(raw: bytes) -> Counter:
 
 
 register(Counter, "counter", _encode_counter, _decode_counter)
+
+
+def _encode_cursor(c) -> bytes:
+    return json.dumps({"fields": list(c.tree.fields), "offsets": [int(o) for o in c.offsets]}).encode("utf-8")
+
+
+def _cursor_decoder(cls):
+    def decode_cursor(raw: bytes):
+        doc = json.loads(raw)
+        c = cls([str(f) for f in doc["fields"]])
+        offsets = [int(o) for o in doc["offsets"]]
+        if len(offsets) != len(c.offsets) or min(offsets, default=0) < 0:
+            raise ValueError(f"a cursor over {len(c.offsets)} domains cannot be at {offsets}")
+        c.offsets = offsets
+        return c
+    return decode_cursor
+
+
+try:  # dataset cursors are checkpointable (a checkpoint resumes reading where it stopped)
+    from .datasets import TreeCursor
+except ImportError:  # (the dataset runtime is optional to this module)
+    TreeCursor = None
+if TreeCursor is not None:
+    register(TreeCursor, "cursor", _encode_cursor, _cursor_decoder(TreeCursor))
