@@ -182,3 +182,47 @@ def test_reuse_a_checkpoint_manager(tmp_path):
         JobRunner(job, manager, resume_from_epoch=start).train(session)
         session.run(fetcher)
         assert fetcher.outputs()[0].fetch().tolist() == [EXPECTED_TOTALS[-1]]
+
+
+SEED_JOB = '''
+import numpy as np
+from dslc import core
+from dslc.checkpoint import Job
+from dslc.dataio import ReaderWithLimit
+from dslc.dataset import Dataset
+from dslc.pipeline import pipe
+from dslc.schema import ConstRecord, Struct
+from dslc.task import Node, Task
+
+
+def build_job():
+    with Node("reader"):
+        with Job() as job:
+            with job.init_group:
+                init_net = core.Net("init_net")
+                data = ConstRecord(init_net, Struct(("val", np.array(range(10)))))
+                full_reader = Dataset(data).reader(init_net)
+                total = init_net.Const([100])
+                Task(step=init_net)
+
+            def inc_total(rec):
+                net = core.Net("inc_total")
+                net.Add([total, rec.val()], [total])
+                return [net]
+
+            epoch_reader = ReaderWithLimit(full_reader, num_iter=3)
+            pipe(epoch_reader, processor=inc_total)
+            job.add_stop_signal(epoch_reader.data_finished())
+        total_fetcher = Task(step=core.Net("empty"), outputs=[total])
+    return job, total_fetcher
+'''
+
+
+def test_the_seed_build_job_runs_from_the_command_line(tmp_path, capsys):
+    import json
+
+    from dslc import cli
+    path = tmp_path / "job.py"
+    path.write_text(SEED_JOB)
+    assert cli.main(["run", str(path), "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["outputs"].values()) == [[EXPECTED_TOTALS[-1]]]
