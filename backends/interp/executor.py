@@ -12,16 +12,13 @@ import threading
 
 import numpy as np
 
+from dslc.backends.runtime.cancel import Cancelled, swap_token
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import Module
 from dslc.ir.diagnostics import DSLError, ExecutionError
 
 from .codegen import SOURCES, ChildPlan, compile_region
 from .kernels import PythonOpError
-
-
-class Cancelled(Exception):
-    """A sibling failed (or the run was stopped); this thread stops too."""
 
 
 class UnsetBlob(Exception):
@@ -256,12 +253,16 @@ class Executor:
             raise errors[0]
 
     def call(self, bound, rt: Run, ws) -> None:
+        # blocking kernels (queue reads and writes) find the thread's token here
+        prev = swap_token(rt.cancel)
         try:
             bound.code.fn(bound.cells, bound.states, rt, ws)
         except (Cancelled, ExecutionError):
             raise
         except Exception as e:
             raise located(e, rt.task) from e
+        finally:
+            swap_token(prev)
 
 
 def located(e: Exception, task: str | None) -> ExecutionError:

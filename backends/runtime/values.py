@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslc.ir.types import ANY, COUNTER, TIMER, TensorType, Type, dtype_of_numpy
+from dslc.ir.types import ANY, COUNTER, TIMER, HandleType, TensorType, Type, dtype_of_numpy
 
 from .resources import Counter, Timer
 
@@ -18,4 +18,7 @@ def type_of_value(v) -> Type:
         return COUNTER
     if isinstance(v, Timer):
         return TIMER
+    kind = getattr(type(v), "handle_kind", None)  # queues, cursors, mutexes
+    if kind is not None:
+        return HandleType(kind)
     return ANY

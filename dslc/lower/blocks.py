@@ -14,6 +14,7 @@ import numpy as np
 from dslc.ir import Builder, Region, Symbol
 from dslc.ir.diagnostics import TraceError
 from dslc.ir.opdef import OPS
+from dslc.ir.passes.analysis import is_barrier
 
 _AUTO = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")
 
@@ -125,7 +126,8 @@ class Block:
             self.env = {k: v for k, v in self.env.items() if k in self.dirty}
             return
         written = {o.attrs["blob"] for o in op.walk() if o.name == "store"}
-        if op.name in ("parallel", "scope", "reporting") or any(o.name == "Python" for o in op.walk()):
+        if op.name in ("parallel", "scope", "reporting") or \
+                any(o.name == "Python" or is_barrier(o) for o in op.walk()):
             written = set(self.env)
         for k in written:
             if k not in self.dirty:

@@ -8,7 +8,7 @@ from dslc.ir.diagnostics import DSLError, VerifyError
 from dslc.ir.opdef import OPS
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.ops.tensor import fill_value
-from dslc.ir.types import NUMPY_DTYPES
+from dslc.ir.types import ANY, NUMPY_DTYPES
 
 from .blocks import Block, is_sync
 from .kept import kept_values
@@ -38,9 +38,18 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
             blk.flush()
             if rec.type == "Python" and rec.args.get("pass_workspace"):
                 blk.forget()
-        op = blk.create(rec.type, inputs, attrs, loc=rec.loc, n_results=len(rec.outputs))
+        # an op declaring output_names but no results writes those blobs itself, by name
+        # (AtomicAppend appends to them under its mutex): they get no SSA values
+        by_name = opdef.results == (0, 0) and "output_names" in opdef.attrs
+        if by_name:
+            attrs.setdefault("output_names", list(rec.outputs))
+        op = blk.create(rec.type, inputs, attrs, loc=rec.loc, n_results=0 if by_name else len(rec.outputs))
         if sync:
             blk.forget()
+        if by_name:
+            for name in rec.outputs:
+                blk.ctx.note_store(name, ANY)  # its new type is known only when it runs
+            return
         if rec.type == "Python" and rec.args.get("pass_workspace"):
             blk.ctx.opaque_writes = True
         _write(blk, rec, op.results)

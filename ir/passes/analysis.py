@@ -11,8 +11,10 @@ BLOB_OPS = ("load", "store", "flag")
 
 
 def is_barrier(op: Operation) -> bool:
-    """An op after which any blob may have changed (runs other code on the workspace)."""
-    return op.name in PLAN_OPS or (op.name == "Python" and bool(op.attrs.get("pass_workspace")))
+    """An op after which any blob may have changed (runs other code on the workspace, or
+    writes blobs by name: an effect ``write workspace``, as AtomicAppend has)."""
+    return op.name in PLAN_OPS or (op.name == "Python" and bool(op.attrs.get("pass_workspace"))) \
+        or any(e.resource == "workspace" and e.mode == "write" for e in op.opdef.effects)
 
 
 class BlobRefs:

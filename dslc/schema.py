@@ -1,0 +1,490 @@
+"""Records: named, nested groups of blobs (Caffe2's ``schema`` module, the parts pipelines use).
+
+A record is a tree of Fields whose leaves (``Scalar``) each hold one blob, or one
+array before it becomes a blob. Flattening a record gives its leaves in order:
+``field_names()`` (nested names joined with ``:``), ``field_types()`` and
+``field_blobs()``. Readers, writers and queues pass records around as those
+flat blob lists and rebuild them with ``from_blob_list``::
+
+    rec = Struct(('label', np.arange(3)), ('pair', Struct(('a', np.int32))))
+    rec.field_names()       -> ['label', 'pair:a']
+    rec.label()             -> the array (or blob) of the 'label' leaf
+    List(np.int64).field_names() -> ['lengths', 'values']
+
+Records are immutable once built (``Struct`` refuses attribute assignment).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+
+from dslc.core import BlobReference, DataType
+from dslc.ir.diagnostics import TraceError
+from dslc.tracing import user_location
+
+FIELD_SEPARATOR = ":"
+
+
+class SchemaError(TraceError, ValueError):
+    """A record built or used in a way its schema does not allow."""
+
+
+def _fail(message: str, hint: str | None = None):
+    raise SchemaError(message, user_location(), hint)
+
+
+def _join(prefix: str, suffix: str) -> str:
+    return FIELD_SEPARATOR.join(p for p in (prefix, suffix) if p)
+
+
+Metadata = namedtuple("Metadata", ["categorical_limit", "expected_value", "feature_specs"])
+Metadata.__new__.__defaults__ = (None, None, None)
+
+
+def _normalize(value, keep_blobs=True) -> "Field":
+    """A Field for a child: a Field (cloned), a type (an empty Scalar of it), or a value."""
+    if isinstance(value, Field):
+        return value.clone(keep_blobs=keep_blobs)
+    if isinstance(value, (type, np.dtype)) or (isinstance(value, tuple) and len(value) == 2
+                                                and isinstance(value[0], (type, np.dtype))):
+        return Scalar(dtype=value)
+    return Scalar(blob=value)
+
+
+class Field:
+    """A node of a record; its leaves (Scalars) are the record's blobs, in order."""
+
+    def __init__(self, children):
+        self._parent = (None, 0)
+        self._field_offsets = [0]
+        for child in children:
+            self._field_offsets.append(self._field_offsets[-1] + len(child.field_names()))
+
+    def field_names(self) -> list:
+        raise NotImplementedError
+
+    def field_types(self) -> list:
+        return [s.dtype for s in self.all_scalars()]
+
+    def field_metadata(self) -> list:
+        return [s.metadata for s in self.all_scalars()]
+
+    def field_blobs(self) -> list:
+        return [s.get() for s in self.all_scalars()]
+
+    def all_scalars(self) -> list:
+        raise NotImplementedError
+
+    def has_blobs(self) -> bool:
+        return all(s.has_blobs() for s in self.all_scalars())
+
+    def clone(self, keep_blobs=True) -> "Field":
+        raise NotImplementedError
+
+    def clone_schema(self) -> "Field":
+        return self.clone(keep_blobs=False)
+
+    def _set_parent(self, parent, index):
+        self._parent = (parent, index)
+
+    def _base_id(self, child=None) -> int:
+        parent, index = self._parent
+        pos = 0 if child is None else self._field_offsets[child]
+        return pos + (parent._base_id(index) if parent is not None else 0)
+
+    def slice(self):
+        """The positions of this field's leaves in its root record's flat lists."""
+        start = self._base_id()
+        return slice(start, start + len(self.field_names()))
+
+    def __eq__(self, other):
+        return isinstance(other, Field) and self.field_names() == other.field_names() and \
+            self.field_types() == other.field_types()
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(self.field_names())})"
+
+
+class Scalar(Field):
+    """A leaf: one tensor, given as a dtype, a blob, or array data (dtype np.void if unknown)."""
+
+    def __init__(self, dtype=None, blob=None, metadata=None):
+        self._metadata = None
+        self.set(dtype, blob, metadata, unsafe=True)
+        super().__init__([])
+
+    def field_names(self):
+        return [""]
+
+    def field_type(self):
+        return self.dtype
+
+    def all_scalars(self):
+        return [self]
+
+    def has_blobs(self):
+        return self._blob is not None
+
+    def get(self):
+        """The blob (or array) this leaf holds."""
+        if self._blob is None:
+            _fail("this record field has no blob yet",
+                  "make the record's blobs first, e.g. with NewRecord(net, schema)")
+        return self._blob
+
+    __call__ = get
+
+    @property
+    def metadata(self):
+        return self._metadata
+
+    def set_metadata(self, value):
+        if not isinstance(value, Metadata):
+            _fail(f"metadata must be a schema.Metadata, got {type(value).__name__}")
+        self._metadata = value
+
+    def clone(self, keep_blobs=True):
+        return Scalar(self._original_dtype, self._blob if keep_blobs else None, self._metadata)
+
+    def set_value(self, blob, throw_on_type_mismatch=False, unsafe=False):
+        """Replace the blob, keeping the declared dtype."""
+        if throw_on_type_mismatch and self.dtype.base != np.void:
+            if not isinstance(blob, np.ndarray) or blob.dtype.base != self.dtype.base:
+                _fail(f"expected a {self.dtype.base} array, got {blob!r}")
+        self.set(self._original_dtype, blob, unsafe=True)
+
+    def set(self, dtype=None, blob=None, metadata=None, unsafe=False):
+        if isinstance(blob, str) and not isinstance(blob, BlobReference):
+            _fail("a plain string is ambiguous as a record field's blob",
+                  "pass BlobReference(name) for a blob, or np.array(text) for string data")
+        self._original_dtype = dtype
+        if isinstance(dtype, tuple) and len(dtype) == 2 and dtype[1] == 1:
+            dtype = (dtype[0], (1,))  # numpy would drop a shape of 1
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+        if blob is not None and not isinstance(blob, BlobReference):
+            keep_shape = isinstance(blob, np.ndarray)
+            if dtype is not None and dtype.base != np.void:
+                blob = np.array(blob, dtype=dtype.base)
+                if blob.size == 0 and not keep_shape:
+                    blob = blob.reshape((0,) + dtype.shape)
+            elif not isinstance(blob, np.ndarray):
+                _fail(f"a record field's data must be a numpy array, got {type(blob).__name__}",
+                      "wrap it: np.array(...)")
+            if blob.ndim == 0 and not keep_shape:
+                blob = blob.reshape((1,))
+            if blob.ndim > 1 and dtype is not None and dtype.base != np.void:
+                dtype = np.dtype((dtype.base, blob.shape[1:]))
+        self.dtype = dtype if dtype is not None else np.dtype(np.void)
+        self._blob = blob
+        if metadata is not None:
+            self.set_metadata(metadata)
+
+    def set_type(self, dtype):
+        self._original_dtype = dtype
+        self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.void)
+
+    def id(self) -> int:
+        """This leaf's position in its root record's flat lists."""
+        return self._base_id()
+
+    def __repr__(self):
+        return f"Scalar({self.dtype}, {self._blob!r})"
+
+
+class List(Field):
+    """A variable-length list: a ``lengths`` leaf (int32) plus the ``values`` field."""
+
+    def __init__(self, values, lengths_blob=None):
+        if isinstance(lengths_blob, Field):
+            if not isinstance(lengths_blob, Scalar):
+                _fail("a List's lengths must be a Scalar")
+            self.lengths = _normalize(lengths_blob)
+        else:
+            self.lengths = Scalar(np.int32, lengths_blob)
+        self._items = _normalize(values)
+        self.lengths._set_parent(self, 0)
+        self._items._set_parent(self, 1)
+        super().__init__([self.lengths, self._items])
+
+    def field_names(self):
+        return ["lengths"] + [_join("values", v) for v in self._items.field_names()]
+
+    def all_scalars(self):
+        return self.lengths.all_scalars() + self._items.all_scalars()
+
+    def clone(self, keep_blobs=True):
+        return type(self)(_normalize(self._items, keep_blobs), _normalize(self.lengths, keep_blobs))
+
+    def __getattr__(self, item):
+        if item.startswith("__") or item.startswith("_"):
+            raise AttributeError(item)
+        if isinstance(self._items, Struct):
+            return getattr(self._items, item)
+        if item in ("value", "items"):
+            return self._items
+        raise AttributeError(f"the list has no field {item!r}")
+
+    def __getitem__(self, item):
+        head, _, rest = item.partition(FIELD_SEPARATOR)
+        if head == "lengths" and not rest:
+            return self.lengths
+        if head == "values":
+            return self._items[rest] if rest else self._items
+        raise KeyError(f"the list has no field {item!r}")
+
+
+class Struct(Field):
+    """Named children in order; ``a:b`` names make nested Structs (same-named Structs merge)."""
+
+    def __init__(self, *fields):
+        children = OrderedDict()
+        for entry in fields:
+            if not isinstance(entry, tuple) or len(entry) != 2:
+                _fail(f"a Struct field must be a (name, field) pair, got {entry!r}")
+            name, value = entry
+            if not name:
+                _fail("a Struct field name cannot be empty")
+            if name == "lengths":
+                _fail("a Struct cannot have a field named 'lengths' (it marks list lengths)",
+                      "use schema.List(...) for a list, or pick another name")
+            field = _normalize(value)
+            if FIELD_SEPARATOR in name:
+                head, rest = name.split(FIELD_SEPARATOR, 1)
+                name, field = head, Struct((rest, field))
+            if name in children:
+                if not (isinstance(field, Struct) and isinstance(children[name], Struct)):
+                    _fail(f"duplicate field name {name!r} in a Struct",
+                          "only two Structs of one name merge")
+                field = children[name] + field
+            children[name] = field
+        object.__setattr__(self, "fields", children)
+        for i, field in enumerate(children.values()):
+            field._set_parent(self, i)
+        super().__init__(children.values())
+        object.__setattr__(self, "_frozen", True)
+
+    def get_children(self):
+        return list(self.fields.items())
+
+    def field_names(self):
+        return [_join(name, f) for name, field in self.fields.items() for f in field.field_names()]
+
+    def all_scalars(self):
+        return [s for field in self.fields.values() for s in field.all_scalars()]
+
+    def clone(self, keep_blobs=True):
+        return type(self)(*[(k, _normalize(v, keep_blobs)) for k, v in self.fields.items()])
+
+    def _nested(self, name: str):
+        head, _, rest = name.partition(FIELD_SEPARATOR)
+        field = self.fields.get(head)
+        if field is None or not rest:
+            return field
+        try:
+            return field[rest]
+        except (KeyError, TypeError):
+            return None
+
+    def __contains__(self, name):
+        return self._nested(name) is not None
+
+    def __len__(self):
+        return len(self.fields)
+
+    def __getitem__(self, item):
+        if isinstance(item, (list, tuple)):
+            keys = list(self.fields)
+            return Struct(*[(keys[k] if isinstance(k, int) else k, self[k]) for k in item])
+        if isinstance(item, int):
+            return list(self.fields.values())[item]
+        field = self._nested(item)
+        if field is None:
+            raise KeyError(f"record has no field {item!r}")
+        return field
+
+    def get(self, item, default_value):
+        return getattr(self, item, default_value)
+
+    def __getattr__(self, item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        try:
+            return self.__dict__["fields"][item]
+        except KeyError:
+            raise AttributeError(f"record has no field {item!r}") from None
+
+    def __setattr__(self, key, value):
+        if getattr(self, "_frozen", False) and not key.startswith("_"):
+            raise SchemaError("a Struct cannot change after it is built", user_location(),
+                              "build a new Struct (s1 + s2 merges two)")
+        object.__setattr__(self, key, value)
+
+    def __add__(self, other):
+        if not isinstance(other, Struct):
+            return NotImplemented
+        children = OrderedDict(self.get_children())
+        for name, right in other.get_children():
+            left = children.get(name)
+            if left is None:
+                children[name] = right
+            elif isinstance(left, Struct) and isinstance(right, Struct):
+                children[name] = left + right
+            else:
+                _fail(f"cannot merge the two fields named {name!r}: both must be Structs")
+        return Struct(*children.items())
+
+
+def Map(keys, values, keys_name="keys", values_name="values", lengths_blob=None):
+    """A List of (key, value) Structs."""
+    return List(Struct((keys_name, keys), (values_name, values)), lengths_blob=lengths_blob)
+
+
+def NamedTuple(name_prefix, *fields):
+    return Struct(*[(f"{name_prefix}_{i}", f) for i, f in enumerate(fields)])
+
+
+def Tuple(*fields):
+    """A Struct with fields ``field_0``, ``field_1`` ..."""
+    return NamedTuple("field", *fields)
+
+
+def RawTuple(num_fields, name_prefix="field"):
+    """A Tuple of ``num_fields`` untyped leaves."""
+    return NamedTuple(name_prefix, *([np.void] * int(num_fields)))
+
+
+def from_column_list(col_names, col_types=None, col_blobs=None, col_metadata=None):
+    """A record from flat column names (``a``, ``b:lengths``, ``b:values``...)."""
+    n = len(col_names)
+    types, blobs, metas = (x if x is not None else [None] * n for x in (col_types, col_blobs, col_metadata))
+    if not len(types) == len(blobs) == len(metas) == n:
+        _fail("from_column_list needs one type, blob and metadata per column name")
+    root: dict = {}
+    for name, t, b, m in zip(col_names, types, blobs, metas):
+        node = root
+        parts = name.split(FIELD_SEPARATOR)
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = Scalar(t, b, m)
+    return _from_tree(root)
+
+
+def _from_tree(node) -> Field:
+    if isinstance(node, Field):
+        return node
+    if set(node) == {"lengths", "values"}:
+        return List(_from_tree(node["values"]), _from_tree(node["lengths"]))
+    return Struct(*[(k, _from_tree(v)) for k, v in node.items()])
+
+
+def from_blob_list(schema, values, throw_on_type_mismatch=False):
+    """A copy of ``schema`` whose leaves hold ``values``, in order."""
+    if not isinstance(schema, Field):
+        _fail(f"from_blob_list needs a record schema, got {type(schema).__name__}")
+    if isinstance(values, BlobReference):
+        values = [values]
+    record = schema.clone_schema()
+    leaves = record.all_scalars()
+    if len(leaves) != len(values):
+        _fail(f"the record has {len(leaves)} fields, got {len(values)} values",
+              "give one blob per field, in field_names() order")
+    for leaf, v in zip(leaves, values):
+        leaf.set_value(v, throw_on_type_mismatch, unsafe=True)
+    return record
+
+
+def as_record(value):
+    """A Field for ``value``: a Field as is; (name, value) pairs or a dict become a Struct,
+    another list or tuple a Tuple; anything else a Scalar."""
+    if isinstance(value, Field):
+        return value
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) for f in value):
+            return Struct(*[(k, as_record(v)) for k, v in value])
+        return Tuple(*[as_record(f) for f in value])
+    if isinstance(value, dict):
+        return Struct(*[(k, as_record(v)) for k, v in value.items()])
+    return _normalize(value)
+
+
+def NewRecord(net, schema):
+    """A record like ``schema`` with a fresh blob per field (``net.NextScopedBlob(field name)``)."""
+    if isinstance(schema, Scalar):
+        out = schema.clone()
+        out.set_value(net.NextScopedBlob("unnamed_scalar"), unsafe=True)
+        return out
+    if not isinstance(schema, Field):
+        _fail(f"NewRecord needs a record schema, got {type(schema).__name__}")
+    return from_blob_list(schema, [net.NextScopedBlob(prefix=name) for name in schema.field_names()])
+
+
+def ConstRecord(net, array_record):
+    """A record of constant blobs holding ``array_record``'s arrays (recorded in ``net``)."""
+    blob_record = NewRecord(net, array_record)
+    for blob, array in zip(blob_record.field_blobs(), array_record.field_blobs()):
+        net.Const(array, blob)
+    return blob_record
+
+
+_DATA_TYPES = [(np.float16, DataType.FLOAT16), (np.float32, DataType.FLOAT), (np.float64, DataType.DOUBLE),
+               (np.bool_, DataType.BOOL), (np.int8, DataType.INT8), (np.int16, DataType.INT16),
+               (np.int32, DataType.INT32), (np.int64, DataType.INT64), (np.uint8, DataType.UINT8),
+               (np.uint16, DataType.UINT16)]
+
+
+def data_type_for_dtype(dtype) -> int:
+    """The core.DataType code of a numpy dtype (TypeError for untyped or unknown ones)."""
+    base = np.dtype(dtype).base
+    if base.kind in "US":
+        return DataType.STRING
+    for np_type, code in _DATA_TYPES:
+        if base == np_type:
+            return code
+    raise TypeError(f"no core.DataType for {base}")
+
+
+def InitEmptyRecord(net, schema_or_record, enforce_types=False):
+    """Fill each field with an empty tensor of its type (untyped fields: empty float)."""
+    record = schema_or_record if schema_or_record.has_blobs() else NewRecord(net, schema_or_record)
+    for dtype, blob in zip(record.field_types(), record.field_blobs()):
+        try:
+            code = data_type_for_dtype(dtype)
+        except TypeError:
+            if enforce_types:
+                _fail(f"field {blob} has no tensor type ({dtype})", "give the schema's fields dtypes")
+            net.ConstantFill([], blob, shape=[0])
+            continue
+        net.ConstantFill([], blob, shape=[0] + list(dtype.shape), dtype=code)
+    return record
+
+
+def FetchRecord(blob_record, ws=None, throw_on_type_mismatch=False):
+    """The record's current values, fetched from ``ws`` (default: the current workspace)."""
+    from dslc import workspace
+    fetch = workspace.FetchBlob if ws is None else (lambda n: workspace._fetch(ws, n))
+    return from_blob_list(blob_record, [fetch(str(b)) for b in blob_record.field_blobs()],
+                          throw_on_type_mismatch)
+
+
+def FeedRecord(blob_record, arrays, ws=None):
+    """Feed ``arrays`` (a list, or a record of arrays) into the record's blobs."""
+    from dslc import workspace
+    if isinstance(arrays, Field):
+        arrays = arrays.field_blobs()
+    blobs = blob_record.field_blobs()
+    if len(arrays) != len(blobs):
+        _fail(f"the record has {len(blobs)} fields, got {len(arrays)} arrays")
+    for b, a in zip(blobs, arrays):
+        if ws is None:
+            workspace.FeedBlob(str(b), a)
+        else:
+            ws.feed(str(b), a)
+
+
+__all__ = ["FIELD_SEPARATOR", "Field", "Scalar", "List", "Struct", "Map", "NamedTuple", "Tuple",
+           "RawTuple", "Metadata", "from_column_list", "from_blob_list", "as_record", "NewRecord",
+           "ConstRecord", "InitEmptyRecord", "FeedRecord", "FetchRecord", "data_type_for_dtype"]
