@@ -4,7 +4,8 @@ The same bytes are written and read with plain file I/O in the same run: one fil
 ``write`` of each array then ``fsync`` (the durable baseline; a checkpoint is
 fsynced too), and ``readinto`` preallocated arrays. Save and Load run as ops in a
 LocalSession, so the figures include the whole path (workspace, kernels, codec,
-checksums, manifest). Each figure is the best of ``--repeat`` rounds.
+checksums, manifest). Each figure is the best of ``--repeat`` rounds; every write
+starts after ``os.sync()``, every read finds its file in the page cache.
 
 Usage: python bench/checkpoint.py [--mib 1024] [--blobs 100] [--repeat 3] [--dir DIR]
 """
@@ -51,6 +52,18 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def warm(path) -> None:
+    """Read ``path`` (a file, or every file of a directory) once, so the timed read finds it
+    in the page cache whichever file was written last: reads then compare the formats'
+    own costs rather than what the machine's cache happened to keep."""
+    files = [os.path.join(path, n) for n in os.listdir(path)] if os.path.isdir(path) else [path]
+    buf = bytearray(16 << 20)
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while fh.readinto(buf):
+                pass
+
+
 def _remove(path) -> None:
     if os.path.isdir(path):
         shutil.rmtree(path)
@@ -63,6 +76,7 @@ def main(argv=None):
     p.add_argument("--mib", type=int, default=1024)
     p.add_argument("--blobs", type=int, default=100)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--verbose", action="store_true", help="print every round's figures")
     p.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     args = p.parse_args(argv)
     per_blob = args.mib * (1 << 20) // args.blobs // 4
@@ -117,9 +131,13 @@ def main(argv=None):
                 os.sync()
                 t.setdefault(("write", k), []).append(timed(fn))
             for k in order:
+                warm(writes[k][0])
                 t.setdefault(("read", k), []).append(timed(reads[k]))
             for db in db_types:
                 assert np.array_equal(sessions[db].workspace.fetch("r7"), arrays[7]), "loaded values differ"
+        if args.verbose:
+            for (what, k), v in sorted(t.items()):
+                print(f"  {what:>5} {k:>6}: " + " ".join(f"{gib / x:.2f}" for x in v) + " GiB/s")
         b = {k: min(v) for k, v in t.items()}
         med = {k: statistics.median(v) for k, v in t.items()}
         print(f"{gib:.3f} GiB in {args.blobs} float32 blobs; {args.repeat} rounds, best (median); dir {root}")
