@@ -3,13 +3,25 @@
 A backend is a class with ``name``, ``run(module, workspace, **options)`` and
 ``compile(module, **options)``. Built-in ones are listed here; other packages add
 theirs through the ``dslc.backends`` entry-point group.
+
+``compile`` returns a program with ``run(workspace)``. For ``dslc compile JOB.py
+--backend NAME [-o DIR]`` a program may also provide, each optional:
+
+* ``summary() -> dict``: a few JSON-able facts (``{"kernels": 3, "cache": "hit"}``),
+  printed as ``key: value`` lines under the command's own summary line, or inside its
+  ``--json`` output;
+* ``listing() -> str``: text worth reading, printed before the summary (the text
+  backend's plan; generated kernel source, say);
+* ``write_artifacts(directory) -> list[str]``: with ``-o DIR``, write files into
+  ``directory`` (it exists) and return their paths. ``dslc compile`` itself always
+  writes the optimized IR next to them as ``job.dslir``.
 """
 from __future__ import annotations
 
 import importlib
 from importlib.metadata import entry_points
 
-BUILTIN = {"interp": "dslc.backends.interp:InterpBackend"}
+BUILTIN = {"interp": "dslc.backends.interp:InterpBackend", "text": "dslc.backends.text:TextBackend"}
 
 
 def names() -> list[str]:

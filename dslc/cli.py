@@ -1,113 +1,30 @@
-"""The ``dslc`` command: run jobs, print their IR.
+"""The ``dslc`` command: run jobs, show their IR and plan, compile them, draw them.
 
-    dslc run examples/loops.py             run a job file, print its outputs
-    dslc run examples/loops.py --json      the same, as JSON
-    dslc ir examples/loops.py              the job's typed IR, with source locations
-    dslc ir examples/loops.py -o job.dslir the same, into a file
-    dslc run job.dslir                     run an IR file
-    dslc opt job.dslir --passes a,b        run passes on an IR file, print the result
+    dslc run examples/loops.py               run a job file, print its outputs
+    dslc plan examples/loops.py              the job as a readable execution plan
+    dslc ir examples/loops.py -o job.dslir   the job's typed IR, into a file
+    dslc opt job.dslir --passes a,b          run passes on an IR file, print the result
+    dslc compile examples/loops.py -o out/   trace, optimize, compile; write artifacts
+    dslc graph examples/loops.py -o job.svg  a picture of the job (graphviz)
 
-User errors print one line (``file:line: error: message; hint``) and exit with 2;
-internal failures exit with 1 and suggest ``--debug`` for the traceback.
+Every command that prints results takes ``--json``. User errors print one line
+(``file:line: error: message; hint``) and exit with 2; internal failures exit with 1
+and suggest ``--debug`` for the traceback.
 """
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import os
 import sys
 import traceback
 
-import numpy as np
-
 import dslc
+from dslc import progress
+from dslc.cli_parser import build_parser
 from dslc.ir.diagnostics import DSLError
 
-EPILOG = """examples:
-  dslc run examples/loops.py
-  dslc run examples/loops.py --json
-  dslc ir examples/setup.py
-
-A job file defines build_job(); see the README for what it may return."""
-
-
-def _parser() -> argparse.ArgumentParser:
-    from dslc import backends
-
-    p = argparse.ArgumentParser(prog="dslc", description="Compile and run Caffe2-style jobs.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"dslc {dslc.__version__}",
-                   help="print dslc's version and exit")
-    p.add_argument("--debug", action="store_true",
-                   help="on errors, also show the full Python traceback (for bug reports)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-
-    run = sub.add_parser("run", help="run a job file and print its outputs",
-                         description="Trace JOB.py, compile it and run it; print the fetched outputs.",
-                         epilog="example:\n  dslc run examples/loops.py --backend interp --json",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("job", metavar="JOB.py", help="the job file (defines build_job()), or an IR file (.dslir)")
-    run.add_argument("--backend", default="interp", choices=backends.names(),
-                     help="where to run it (default: interp)")
-    run.add_argument("--json", action="store_true", help="print the outputs as one JSON object")
-    _pass_options(run, default="default")
-    run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                     help="on errors, also show the full Python traceback")
-
-    ir = sub.add_parser("ir", help="print the typed IR of a job file",
-                        description="Trace JOB.py and print its IR, one module per runnable.",
-                        epilog="example:\n  dslc ir examples/loops.py --no-locs",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
-    ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
-    ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
-    _pass_options(ir, default=None)
-    ir.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                    help="on errors, also show the full Python traceback")
-
-    opt = sub.add_parser("opt", help="run passes on an IR file and print the result",
-                         description="Parse FILE.dslir, run the passes, print the IR (like mlir-opt).",
-                         epilog="example:\n  dslc opt job.dslir --passes promote-blobs,dce --print-ir-after-all",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    opt.add_argument("file", metavar="FILE.dslir", help="IR text, as `dslc ir -o` writes it")
-    opt.add_argument("--no-locs", action="store_true", help="leave out source locations")
-    opt.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
-    _pass_options(opt, default="default")
-    opt.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                     help="on errors, also show the full Python traceback")
-    return p
-
-
-def _pass_options(p, default) -> None:
-    from dslc.ir.passes import DEFAULT_PIPELINE, PASSES
-
-    what = "none" if default is None else default
-    p.add_argument("--passes", metavar="A,B,...", default=default,
-                   help=f"passes to run, comma-separated: 'default' ({','.join(DEFAULT_PIPELINE)}), "
-                        f"'none', or names from: {', '.join(sorted(PASSES))} (default: {what})")
-    p.add_argument("-O", dest="passes", action="store_const", const="default",
-                   help="run the default pipeline (same as --passes default)")
-    p.add_argument("--print-ir-after-all", action="store_true",
-                   help="print the IR after every pass (runs the default pipeline if --passes is not given)")
-    p.add_argument("--print-ir-after", metavar="PASS", action="append", default=[],
-                   help="print the IR after this pass (repeatable)")
-    p.add_argument("--time-passes", action="store_true", help="print a table of the time each pass took")
-    p.add_argument("--verify-each", action="store_true",
-                   help="verify the IR after every pass (debug mode; also set by DSLC_DEBUG=1)")
-
-
-def _session_options(args, out) -> dict:
-    passes = args.passes
-    if passes is None:
-        passes = "default" if (args.print_ir_after_all or args.print_ir_after) else "none"
-    print_after = "all" if args.print_ir_after_all else set(args.print_ir_after) or None
-    return {"passes": passes, "print_after": print_after, "ir_out": out,
-            "verify_each": True if args.verify_each else None}
-
-
-def _report_times(session, args) -> None:
-    if args.time_passes and session.pass_manager is not None:
-        sys.stderr.write(session.pass_manager.timing_table())
+from . import cli_output as out
 
 
 def cmd_run(args) -> int:
@@ -116,37 +33,38 @@ def cmd_run(args) -> int:
     from dslc.session import LocalSession
 
     options = _session_options(args, sys.stderr)
-    if args.job.endswith(".dslir"):
-        module = _read_ir(args.job)
-        with LocalSession(backend=args.backend, source=args.job, **options) as session:
-            values = session.run_module(module)
-    else:
-        job = jobfile.load(args.job)
-        with LocalSession(backend=args.backend, source=args.job, **options) as session:
-            for r in job.runnables:
-                session.run(r)
-            values = {name: out.fetch() for name, out in job.outputs.items()}
+    shown = progress.showing(sys.stderr) if progress.wanted(args.quiet, sys.stdout, sys.stderr) \
+        else contextlib.nullcontext()
+    with shown:
+        if args.job.endswith(".dslir"):
+            module = _read_ir(args.job)
+            with LocalSession(backend=args.backend, source=args.job, **options) as session:
+                values = session.run_module(module)
+        else:
+            job = jobfile.load(args.job)
+            with LocalSession(backend=args.backend, source=args.job, **options) as session:
+                for r in job.runnables:
+                    session.run(r)
+                values = {name: o.fetch() for name, o in job.outputs.items()}
     _report_times(session, args)
     if args.json:
-        print(json.dumps({"outputs": {k: _jsonable(v) for k, v in values.items()}}))
+        out.emit_json({"outputs": {k: out.jsonable(v) for k, v in values.items()}})
     else:
         for name, v in values.items():
-            print(f"{name} = {_text(v)}")
+            print(f"{name} = {out.text(v)}")
     return 0
 
 
 def cmd_ir(args) -> int:
     """``dslc ir``: print (or write to ``-o FILE``) the verified IR of each runnable."""
-    from dslc import jobfile
     from dslc.ir import print_module
-    from dslc.session import LocalSession
 
-    job = jobfile.load(args.job)
-    session = LocalSession(source=args.job, **_session_options(args, sys.stdout))
-    texts = [print_module(session.compile(session.as_group(r)).module, with_locs=not args.no_locs)
-             for r in job.runnables]
+    session, compiled = _compile(args, "interp", _session_options(args, sys.stdout))
+    texts = [print_module(m, with_locs=not args.no_locs) for m, _ in compiled]
     _report_times(session, args)
-    _write(args, "\n".join(texts))
+    if args.json:
+        return _json_or_file(args, {"modules": texts})
+    out.write(args.output, "\n".join(texts))
     return 0
 
 
@@ -159,7 +77,190 @@ def cmd_opt(args) -> int:
     session = LocalSession(source=args.file, **_session_options(args, sys.stdout))
     session.optimize(module)
     _report_times(session, args)
-    _write(args, print_module(module, with_locs=not args.no_locs))
+    text = print_module(module, with_locs=not args.no_locs)
+    if args.json:
+        return _json_or_file(args, {"module": text})
+    out.write(args.output, text)
+    return 0
+
+
+def cmd_plan(args) -> int:
+    """``dslc plan``: the job as a readable plan (``--after-passes``: once optimized)."""
+    passes = args.passes or ("default" if args.after_passes else "none")
+    options = {"passes": passes, "with_locs": not args.no_locs}
+    _, compiled = _compile(args, "text", options)
+    plans = [p for _, p in compiled]
+    if args.json:
+        return _json_or_file(args, {"plans": [p.as_json() for p in plans]})
+    out.write(args.output, "\n".join(p.text for p in plans))
+    return 0
+
+
+def cmd_compile(args) -> int:
+    """``dslc compile``: trace, optimize and compile for a backend; summarize; ``-o DIR`` writes
+    the optimized IR (``job.dslir``) and whatever the backend's program writes."""
+    options = _session_options(args, sys.stderr)
+    if options["passes"] == "none" and args.passes is None:
+        options["passes"] = "default"
+    session, compiled = _compile(args, args.backend, options)
+    _report_times(session, args)
+    written: list[str] = []
+    if args.output:
+        written = out.write_artifacts(args.output, compiled)
+    reports = [out.describe_program(m, p) for m, p in compiled]
+    if args.json:
+        out.emit_json({"backend": args.backend, "source": args.job,
+                       "passes": session.passes, "modules": reports, "artifacts": written})
+        return 0
+    for r in reports:
+        if r["listing"]:
+            sys.stdout.write(r["listing"] if r["listing"].endswith("\n") else r["listing"] + "\n")
+    for i, r in enumerate(reports, 1):
+        where = f" (runnable {i} of {len(reports)})" if len(reports) > 1 else ""
+        print(out.summary_line(args.job, args.backend, r, len(session.passes)) + where)
+        for k, v in r["summary"].items():
+            print(f"  {k}: {v}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_graph(args) -> int:
+    """``dslc graph``: the job's structure, or one task's or net's dataflow, via graphviz."""
+    from dslc import backends
+
+    passes = args.passes or ("default" if args.after_passes else "none")
+    session, compiled = _compile(args, "text", {"passes": passes})
+    text_backend = backends.get("text")()
+    what, name, dot_text = _graph(args, compiled, text_backend)
+    fmt = out.graph_format(args.output)
+    if args.output:
+        out.render_dot(dot_text, args.output, fmt)
+    if args.json:  # without -o the DOT text comes inside the JSON
+        result = {"written": args.output, "format": fmt, "graph": what, "name": name}
+        out.emit_json(result if args.output else {**result, "dot": dot_text})
+    elif not args.output:
+        sys.stdout.write(dot_text)
+    elif not args.quiet:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _graph(args, compiled, text_backend):
+    """(kind, name, DOT text) of what ``--net`` selects: nothing (structure), a task, a net."""
+    modules = [m for m, _ in compiled]
+    if not args.net:
+        return "structure", None, text_backend.dot([p for _, p in compiled])
+    tasks = [(m, str(op.attrs["name"])) for m in modules for op in m.walk() if op.name == "task"]
+    hits = [(m, t) for m, t in tasks if t == args.net] or \
+           [(m, t) for m, t in tasks if t.rsplit("/", 1)[-1] == args.net]
+    if len(hits) == 1:
+        return "task", hits[0][1], text_backend.dot(hits[0][0], task=hits[0][1])
+    nets = _recorded_nets(args)
+    if args.net in nets:
+        ops = [(o.type, list(o.inputs), list(o.outputs)) for o in nets[args.net].ops()]
+        return "net", args.net, text_backend.net_dot(args.net, ops)
+    if len(hits) > 1:
+        raise DSLError(f"--net {args.net!r} matches several tasks: {', '.join(t for _, t in hits)}",
+                       hint="give the task's full name")
+    known = sorted({t for _, t in tasks} | set(nets))
+    raise DSLError(f"no task or net called {args.net!r} in {args.job}",
+                   hint=f"choose one of: {', '.join(known) if known else '(none)'}")
+
+
+def _recorded_nets(args) -> dict:
+    """The job's recorded nets by name (from its tasks' steps; none for an IR file)."""
+    if args.job.endswith(".dslir") or not hasattr(args, "_job"):
+        return {}
+    from dslc.core import Net
+    from dslc.lower.records import walk
+    from dslc.session import Session
+
+    nets: dict = {}
+    for _, r, _ in _units(args._job.runnables):
+        for task in Session.as_group(r).tasks():
+            for item in walk(task.get_step()):
+                if isinstance(item, Net):
+                    nets.setdefault(item.Name(), item)
+    return nets
+
+
+def _compile(args, backend: str, options: dict):
+    """(session, [(module, program)]) for the job file (or .dslir) of ``args``: traced,
+    optimized with the session's passes, compiled by ``backend``. A Job counts as its
+    groups (init, each epoch, download, exit); a text plan says which one it is."""
+    from dslc import jobfile
+    from dslc.session import LocalSession
+
+    session = LocalSession(backend=backend, source=args.job, **options)
+    if args.job.endswith(".dslir"):
+        module = _read_ir(args.job)
+        session.optimize(module)
+        return session, [(module, session.backend.compile(module))]
+    from dslc.ir.types import join
+    from dslc.lower import lower_group
+
+    args._job = jobfile.load(args.job)
+    lowered = []
+    known: dict = {}  # blob -> type, of what the runnables before this one store
+    for title, runnable, stops in _units(args._job.runnables):
+        module = lower_group(session.as_group(runnable), args.job, dict(known))
+        for op in module.walk():
+            if op.name == "store":
+                b, t = str(op.attrs["blob"]), op.operands[0].type
+                known[b] = join(known[b], t) if b in known else t
+        session.optimize(module)
+        lowered.append((title, module, stops))
+    if hasattr(session.backend, "extra_live"):  # a plan shows what later runnables read
+        session.backend.extra_live = {str(op.attrs["blob"]) for _, m, _ in lowered
+                                      for op in m.walk() if op.name in ("load", "flag")}
+    done = []
+    for title, module, stops in lowered:
+        program = session.backend.compile(module)
+        if title and hasattr(program, "retitle"):
+            if stops:
+                title += ", until " + " or ".join(program.writer.names.blob(n) for n in stops)
+            program.retitle(f"plan of {args.job}, {title}")
+        done.append((module, program))
+    return session, done
+
+
+def _units(runnables):
+    """(title, runnable, stop blobs) for each thing to compile: a Job's non-empty groups
+    one by one (the epoch group with its stop conditions), anything else as it is."""
+    from dslc.checkpoint import Job
+
+    for r in runnables:
+        if not isinstance(r, Job):
+            yield None, r, ()
+            continue
+        stops = [str(n) for o in r.stop_conditions for n in getattr(o, "names", [o])]
+        for title, group, until in (("init group", r.init_group, ()), ("each epoch", r.epoch_group, stops),
+                                    ("download group", r.download_group, ()),
+                                    ("exit group", r.exit_group, ())):
+            if group.tasks():
+                yield title, group, until
+
+
+def _session_options(args, stream) -> dict:
+    passes = args.passes
+    if passes is None:
+        passes = "default" if (args.print_ir_after_all or args.print_ir_after) else "none"
+    print_after = "all" if args.print_ir_after_all else set(args.print_ir_after) or None
+    return {"passes": passes, "print_after": print_after, "ir_out": stream,
+            "verify_each": True if args.verify_each else None}
+
+
+def _report_times(session, args) -> None:
+    if args.time_passes and session.pass_manager is not None:
+        sys.stderr.write(session.pass_manager.timing_table())
+
+
+def _json_or_file(args, obj) -> int:
+    if getattr(args, "output", None):
+        out.write(args.output, json.dumps(obj, indent=1) + "\n")
+    else:
+        out.emit_json(obj)
     return 0
 
 
@@ -174,37 +275,8 @@ def _read_ir(path: str):
     return parse(text, path)
 
 
-def _write(args, text: str) -> None:
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise DSLError(f"cannot write {args.output!r}: {e.strerror}",
-                           hint="check that its directory exists and is writable") from None
-    else:
-        sys.stdout.write(text)
-
-
-def _text(v) -> str:
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        return str(v[()])
-    if isinstance(v, list):
-        return "[" + ", ".join(_text(x) for x in v) + "]"
-    return np.array2string(v, separator=", ") if isinstance(v, np.ndarray) else str(v)
-
-
-def _jsonable(v):
-    if isinstance(v, np.ndarray):
-        return v.tolist() if v.dtype != object else [str(x) for x in v.reshape(-1)]
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, list):
-        return [_jsonable(x) for x in v]
-    return v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
-
-
-COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt}
+COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,
+            "compile": cmd_compile, "graph": cmd_graph}
 
 
 def main(argv=None) -> int:
@@ -212,21 +284,22 @@ def main(argv=None) -> int:
 
     0: success; 2: a user error (bad job, missing file, bad arguments), reported as one
     ``file:line: error: message; hint`` line on stderr; 1: an internal failure of dslc.
-    ``--debug`` adds the traceback to either kind of error.
+    ``--debug`` adds the traceback to either kind of error. With ``--json`` the error is
+    also printed to stdout as ``{"error": {...}}``.
     """
-    parser = _parser()
+    parser = build_parser(dslc.__version__, COMMANDS)
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, --version, or a usage error argparse already printed
+    except SystemExit as e:  # --help, --version, or a usage error already printed
         return e.code if isinstance(e.code, int) else 2
     if not args.command:
-        parser.print_usage(sys.stderr)
-        print("dslc: error: choose a command (run or ir); dslc --help explains them", file=sys.stderr)
+        print("dslc: error: choose a command: " + ", ".join(COMMANDS) +
+              " (usage: dslc COMMAND JOB.py ...); dslc --help explains them", file=sys.stderr)
         return 2
     try:
         return COMMANDS[args.command](args)
     except DSLError as e:
-        return _report(args, e.one_line(), 2)
+        return _report(args, e.one_line(), 2, out.error_json(e, 2))
     except KeyboardInterrupt:
         print("dslc: interrupted", file=sys.stderr)
         return 130
@@ -234,8 +307,9 @@ def main(argv=None) -> int:
         _silence_stdout()
         return 1
     except Exception as e:
-        return _report(args, f"dslc: internal error: {type(e).__name__}: {e}; this is a bug in dslc, "
-                             "not in the job: rerun with --debug for the traceback", 1)
+        line = (f"dslc: internal error: {type(e).__name__}: {e}; this is a bug in dslc, "
+                "not in the job: rerun with --debug for the traceback")
+        return _report(args, " ".join(line.split()), 1, out.internal_json(e))
 
 
 def _silence_stdout() -> None:
@@ -248,11 +322,13 @@ def _silence_stdout() -> None:
         pass
 
 
-def _report(args, line: str, code: int) -> int:
+def _report(args, line: str, code: int, as_json: dict) -> int:
     """Print the traceback (with --debug) and the one-line message; return ``code``."""
     if args.debug:
         traceback.print_exc()
     print(line, file=sys.stderr)
+    if getattr(args, "json", False):
+        out.emit_json(as_json)
     return code
 
 

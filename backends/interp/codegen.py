@@ -190,7 +190,12 @@ class _Emitter:
         carried = [self.var(a) for a in body.args[1:]]
         self.assign(indent, carried, [self.var(v) for v in op.operands[1:]], op)
         n = self.var(op.operands[0])
+        top = indent == 2  # a loop at the top of a phase: long runs show its progress
+        if top:
+            self.emit(indent, f"_pg = rt.progress({self.bind('L', op.loc)}, {n})", op)
         self.emit(indent, f"for {self.var(body.args[0])} in rt.arange(rt.trip({n})):", op)
+        if top:
+            self.emit(indent + 1, "if _pg is not None: _pg()", op)
         self.loop_body(op, body, indent, carried)
 
     def op_loop(self, op, indent, _):

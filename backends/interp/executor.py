@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from dslc import progress
 from dslc.backends.runtime.cancel import Cancelled, swap_token
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import Module
@@ -98,6 +99,14 @@ class Run:
 
     def cancelled(self):
         raise Cancelled()
+
+    @staticmethod
+    def progress(loc, count):
+        """The tick of a top-level loop's progress counter, or None when progress is off."""
+        if not progress.active():
+            return None
+        n = int(count)
+        return progress.counter(f"loop at {loc}", n).tick if n > 1 else None
 
     def plan(self, child: ChildPlan, ws) -> None:
         self.executor.run_child(child, ws, self)

@@ -1,0 +1,57 @@
+"""Ops the plan writes in their own words instead of ``Op(args, attr=value)``.
+
+Each entry takes the op, its operand expressions and its non-default attributes (as
+text, already formatted) and returns the right-hand side of its line::
+
+    q = Queue(capacity=4)            CreateBlobsQueue {capacity = 4}
+    q.put(a, b)                      EnqueueBlobs(%q, %a, %b)
+    a, b = q.get()                   DequeueBlobs(%q)
+    a, b, done = q.get_unless_closed()
+    Save(x, y, db='/ck/n.3')         Save(%x, %y) {db = "/ck/n.3", input_names = [...]}
+
+An op missing here (or not declared at all) is written the generic way. ``ALIASES``
+lists results that are an operand again (a queue write hands back its inputs).
+"""
+from __future__ import annotations
+
+
+def _kw(attrs: dict, drop=()) -> list[str]:
+    return [f"{k}={v}" for k, v in attrs.items() if k not in drop]
+
+
+def _method(name: str):
+    def write(op, args, attrs):
+        return f"{args[0]}.{name}({', '.join(args[1:] + _kw(attrs))})"
+    return write
+
+
+def _call(shown: str, drop=()):
+    def write(op, args, attrs):
+        return f"{shown}({', '.join(args + _kw(attrs, drop))})"
+    return write
+
+
+SPECIAL = {
+    "CreateBlobsQueue": _call("Queue", drop=("enforce_unique_name",)),
+    "EnqueueBlobs": _method("put"),
+    "SafeEnqueueBlobs": _method("put_unless_closed"),
+    "DequeueBlobs": _method("get"),
+    "SafeDequeueBlobs": _method("get_unless_closed"),
+    "CloseBlobsQueue": _method("close"),
+    # the blob names these carry are for the runtime; the plan shows the values
+    "Save": _call("Save", drop=("input_names",)),
+    "Load": _call("Load", drop=("output_names",)),
+    "Print": _call("Print", drop=("blob",)),
+}
+
+# op -> index of the first operand its results repeat, in order (the rest are new)
+ALIASES = {"EnqueueBlobs": 1, "SafeEnqueueBlobs": 1}
+
+
+def aliased(op) -> list[tuple[int, int]]:
+    """(result index, operand index) pairs of results that are an operand again."""
+    first = ALIASES.get(op.name)
+    if first is None:
+        return []
+    n = len(op.operands) - first
+    return [(k, first + k) for k in range(min(n, len(op.results)))]
