@@ -21,7 +21,8 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-BUILTIN = {"interp": "dslc.backends.interp:InterpBackend", "text": "dslc.backends.text:TextBackend"}
+BUILTIN = {"interp": "dslc.backends.interp:InterpBackend", "text": "dslc.backends.text:TextBackend",
+           "numba": "dslc.backends.numba:NumbaBackend"}
 
 
 def names() -> list[str]:

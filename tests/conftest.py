@@ -1,12 +1,23 @@
-"""Shared fixtures: every test starts with fresh Caffe2-style names and workspace."""
+"""Shared fixtures: every test starts with fresh Caffe2-style names and workspace.
+
+Tests that take the ``backend`` or ``session`` fixture run once per backend and must
+give the interpreter's answers. Under test the numba backend compiles every island
+it can (no work threshold), so the suite exercises its generated code, not just its
+interpreter fallback; kernels are cached under .pytest_cache unless DSLC_CACHE_DIR
+says otherwise.
+"""
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from dslc import names, workspace
 from dslc.session import LocalSession
 
-BACKENDS = ["interp"]
+BACKENDS = ["interp", "numba"]
+
+os.environ.setdefault("DSLC_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "dslc"))
 
 
 @pytest.fixture(autouse=True)
@@ -14,6 +25,12 @@ def fresh_state():
     names.reset()
     workspace.ResetWorkspace()
     yield
+
+
+@pytest.fixture(autouse=True)
+def compile_everything(monkeypatch):
+    from dslc.backends.numba import islands
+    monkeypatch.setattr(islands, "MIN_WORK", 0)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -64,13 +64,16 @@ class ChildPlan:
         self.op, self.codes = op, codes
 
 
-def compile_region(region: Region, cfg) -> RegionCode:
-    e = _Emitter(cfg)
+def compile_region(region: Region, cfg, emitter=None) -> RegionCode:
+    """Compile ``region`` with ``emitter`` (a subclass of Emitter; default: the interpreter's)."""
+    e = (emitter or Emitter)(cfg)
     e.region(region, 2, [], None)
     return e.finish()
 
 
-class _Emitter:
+class Emitter:
+    """Writes the Python function for one region; backends subclass it (see ``partition``)."""
+
     def __init__(self, cfg):
         self.cfg = cfg
         self.body: list[tuple[str, Operation | None]] = []
@@ -107,13 +110,22 @@ class _Emitter:
     # --- regions and ops
     def region(self, r: Region, indent: int, targets: list[str], loop_targets) -> None:
         start = len(self.body)
-        for op in r.ops:
-            if op.name == "yield":
-                self.assign(indent, targets, [self.var(v) for v in op.operands], op)
+        for item in self.partition(r):
+            if not isinstance(item, Operation):
+                self.island(item, indent, loop_targets)
+            elif item.name == "yield":
+                self.assign(indent, targets, [self.var(v) for v in item.operands], item)
             else:
-                self.op(op, indent, loop_targets)
+                self.op(item, indent, loop_targets)
         if len(self.body) == start:
             self.emit(indent, "pass")
+
+    def partition(self, r: Region) -> list:
+        """The region's ops, some grouped into islands a backend compiles its own way."""
+        return r.ops
+
+    def island(self, item, indent: int, loop_targets) -> None:
+        raise NotImplementedError  # only emitters whose partition makes islands
 
     def assign(self, indent, targets, values, op) -> None:
         pairs = [(t, v) for t, v in zip(targets, values) if t != v]
@@ -224,7 +236,7 @@ class _Emitter:
             self.region(other, indent + 1, outs, loop_targets)
 
     def plan(self, op, indent):
-        codes = [compile_region(r, self.cfg) for r in op.regions]
+        codes = [compile_region(r, self.cfg, type(self)) for r in op.regions]
         if op.name != "scope":
             for c in codes:
                 self.eager += c.names + c.eager

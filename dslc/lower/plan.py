@@ -6,12 +6,15 @@ workspace); the module is lowered again until the loads agree.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from dslc.ir import Module, Region, Symbol, make_op, verify
 from dslc.ir.diagnostics import UNKNOWN_LOC, TraceError, VerifyError
 from dslc.ir.types import ANY, join
 from dslc.task import Task, TaskGroup, get_setup_nets
 
 from .blocks import Block
+from .records import read_counts
 from .steps import lower_seq, lower_step, lower_step_parts
 
 MAX_ROUNDS = 6
@@ -20,8 +23,10 @@ MAX_ROUNDS = 6
 class LowerContext:
     """What the lowering of one module shares: blob types, loop indices, If chains."""
 
-    def __init__(self, assumed: dict):
+    def __init__(self, assumed: dict, read_counts=None, protected=frozenset()):
         self.assumed = assumed          # blob -> type to give its loads
+        self.read_counts = read_counts if read_counts is not None else Counter()  # reads per blob
+        self.protected = protected      # task outputs: blobs whose final value is fetched
         self.stored: dict = {}          # blob -> join of the types stored to it so far
         self.loads: list = []           # (blob, load result, loc)
         self.iter_names: dict = {}      # loop index blob -> the loop's location
@@ -53,8 +58,10 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
     assumed = dict(existing)
     tasks = group.tasks()
     setup = _group_setup(group, tasks)
+    counts = read_counts(_all_items(tasks, setup))
+    protected = frozenset(n for t in tasks for n in t.output_names())
     for _ in range(MAX_ROUNDS):
-        ctx = LowerContext(assumed)
+        ctx = LowerContext(assumed, counts, protected)
         module = _lower(ctx, group, tasks, setup, source)
         final = dict(existing)
         for name, t in ctx.stored.items():
@@ -67,6 +74,16 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
     module.body.ops[0].attrs["existing"] = [Symbol(n) for n in sorted(used & set(existing))]
     verify(module)
     return module
+
+
+def _all_items(tasks, setup) -> list:
+    """Every recorded item the group runs: all phases of all tasks, and the node setup."""
+    items = list(setup[0]) + list(setup[1])
+    for t in tasks:
+        p = t.get_step().phases
+        items += p.init + p.instance_init + p.reporters + ([p.body] if p.body else []) + \
+            p.instance_exit + p.exit
+    return items
 
 
 def _group_setup(group: TaskGroup, tasks):

@@ -1,6 +1,8 @@
 """Walking recorded front-end items: which blob names a subtree reads and writes."""
 from __future__ import annotations
 
+from collections import Counter
+
 from dslc.core import ExecutionStep, Net
 from dslc.net_builder import NetBuilder, StopIf
 
@@ -23,21 +25,26 @@ def walk(item):
 
 
 def names_read(items) -> set[str]:
-    out = set()
+    return set(read_counts(items))
+
+
+def read_counts(items) -> Counter:
+    """How many times each blob name is read in the subtrees (op inputs, conditions, stops)."""
+    out: Counter = Counter()
     for root in items:
         for it in walk(root):
             if isinstance(it, Net):
                 for op in it._ops:
                     out.update(op.inputs)
             elif isinstance(it, StopIf):
-                out.add(it.cond)
+                out[it.cond] += 1
             elif isinstance(it, ExecutionStep) and it._should_stop_blob:
-                out.add(it._should_stop_blob)
+                out[it._should_stop_blob] += 1
             else:
                 for attr in ("cond", "_count"):
                     v = getattr(it, attr, None)
                     if v is not None and not isinstance(v, int):
-                        out.add(str(v))
+                        out[str(v)] += 1
     return out
 
 

@@ -12,9 +12,12 @@
 """
 from __future__ import annotations
 
-from dslc.core import DataType, ExecutionStep, Net
+from collections import Counter
+
+from dslc.core import FILL_ALIASES, DataType, ExecutionStep, Net
 from dslc.ir import Region, Symbol
 from dslc.ir.diagnostics import DSLTypeError, TraceError
+from dslc.ir.opdef import OPS
 from dslc.ir.types import I64, INT_DTYPES, TensorType
 from dslc.net_builder import NetBuilder, StopIf
 
@@ -39,7 +42,15 @@ class _StopCheck:
 
 def lower_seq(blk: Block, items, in_loop: bool) -> None:
     """Lower items in order; a stop check breaks the loop, or skips the rest of a block."""
-    for i, item in enumerate(items):
+    i = 0
+    while i < len(items):
+        item = items[i]
+        end = _nestable_chain(blk, items, i)
+        if end is not None:
+            _nested_chain(blk, items[i:end])
+            i = end
+            continue
+        i += 1
         if isinstance(item, (StopIf, _StopCheck)):
             if isinstance(item, StopIf):
                 cond = blk.read(item.cond, item.loc)
@@ -50,7 +61,7 @@ def lower_seq(blk: Block, items, in_loop: bool) -> None:
                 blk.create("break_if", [cond, *blk.break_values], loc=item.loc)
                 continue
             op, _, rest = _if(blk, cond, item.loc)
-            lower_seq(rest, items[i + 1:], False)
+            lower_seq(rest, items[i:], False)
             rest.flush()
             blk.forget(op)
             return
@@ -193,6 +204,70 @@ def lower_if(blk: Block, item) -> None:
     blk.ctx.if_ran[id(chain)] = ran
     lower_seq(region, item._children, in_loop=False)
     _finish(region)
+    blk.forget(op)
+
+
+def _member(item, chain) -> bool:
+    return getattr(item, "kind", None) == "if" and item.chain is chain and item.branch != "if"
+
+
+def _nestable_chain(blk: Block, items, i: int):
+    """The end of the If/Elif/Else chain starting at ``items[i]``, if it may be nested.
+
+    Caffe2 computes each Elif's condition after the earlier branch ran, in the parent's
+    net. When those condition nets are pure, read nothing the earlier branches write,
+    and make only blobs nothing else reads, computing them in the else branch changes
+    nothing, and the chain lowers as ``if c1 {A} else { c2; if c2 {B} else {C} }``.
+    """
+    first = items[i]
+    if getattr(first, "kind", None) != "if" or first.branch != "if":
+        return None
+    j, members, nets = i + 1, [first], []
+    while j < len(items):
+        if isinstance(items[j], Net) and j + 1 < len(items) and _member(items[j + 1], first.chain):
+            nets.append(items[j])
+            j += 1
+        elif _member(items[j], first.chain):
+            members.append(items[j])
+            j += 1
+        else:
+            break
+    if len(members) < 2 or not all(_pure_net(n) for n in nets):
+        return None
+    written = names_written(members)
+    reads = Counter(name for n in nets for op in n._ops for name in op.inputs)
+    reads.update(m.cond for m in members if m.cond is not None)
+    for n in nets:
+        for op in n._ops:
+            if written & set(op.inputs):
+                return None
+            for out in op.outputs:
+                if not out.startswith(n.Name() + "/") or out in blk.ctx.protected or \
+                        blk.ctx.read_counts[out] > reads[out]:
+                    return None
+    return j
+
+
+def _pure_net(net: Net) -> bool:
+    return all(op.type in FILL_ALIASES or (op.type in OPS and OPS[op.type].is_pure) for op in net._ops)
+
+
+def _nested_chain(blk: Block, items) -> None:
+    """Lower a chain whose Elif conditions may be computed inside the else branches."""
+    item, rest = items[0], items[1:]
+    if isinstance(item, Net):
+        lower_item(blk, item)
+        item, rest = rest[0], rest[1:]
+    if item.branch == "else":
+        lower_seq(blk, item._children, in_loop=False)
+        return
+    cond = blk.read(item.cond, item._loc)
+    op, then, other = _if(blk, cond, item._loc)
+    lower_seq(then, item._children, in_loop=False)
+    _finish(then)
+    if rest:
+        _nested_chain(other, rest)
+        _finish(other)
     blk.forget(op)
 
 

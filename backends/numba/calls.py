@@ -1,0 +1,90 @@
+"""What the interpreter's generated code calls: compiled islands and fused kernels.
+
+An ``IslandCall`` passes the island's inputs to the numba function and turns its
+outputs back into the runtime's values (numpy scalars, arrays). A ``FusedCall``
+runs one fused elementwise group, writing into the output blob's existing buffer
+when nothing else holds that buffer and its shape and dtype fit (as Caffe2 reuses
+output tensors): a fresh 40 MB output costs more in page faults than the kernel.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+from dslc.ir.types import NUMPY_DTYPES
+
+from .kernels import tensor
+
+_parallel_lock = threading.Lock()  # numba's default threading layer is not re-entrant
+
+
+def _to_value(v):
+    t = tensor(v)
+    if t.shape == ():
+        ctor = np.bool_ if t.dtype == "bool" else NUMPY_DTYPES[t.dtype]
+        return ctor
+    return None
+
+
+class IslandCall:
+    """Calls one compiled island; ``consts`` are its array constants."""
+
+    def __init__(self, fn, outputs, consts, name):
+        self.fn = fn
+        self.consts = tuple(consts)
+        self.convert = [_to_value(v) for v in outputs]
+        self.single = len(outputs) == 1
+        self.name = name
+
+    def __call__(self, *args):
+        res = self.fn(*(args + self.consts))
+        if not self.convert:
+            return None
+        out = [c(r) if c is not None else r for c, r in zip(self.convert, res)]
+        return out[0] if self.single else tuple(out)
+
+
+class FusedCall:
+    """Runs a fused group: numba for arrays of the expected shape, else ``fallback``."""
+
+    def __init__(self, serial, parallel, n_inputs, out_types, fallback, par_min):
+        self.serial, self.parallel = serial, parallel
+        self.n_inputs = n_inputs
+        self.out_dtypes = [np.dtype(NUMPY_DTYPES[t.dtype]) for t in out_types]
+        self.fallback = fallback
+        self.par_min = par_min
+
+    def __call__(self, *args):
+        ins, cells = args[:self.n_inputs], args[self.n_inputs:]
+        shape = None
+        for x in ins:
+            if isinstance(x, np.ndarray):
+                if shape is None:
+                    shape = x.shape
+                elif x.shape != shape:
+                    return self.fallback(*ins)  # broadcasting at run time: the interpreter's way
+        if shape is None:
+            return self.fallback(*ins)
+        ins = tuple(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x for x in ins)
+        outs = [self.buffer(c, shape, dt) for c, dt in zip(cells, self.out_dtypes)]
+        size = outs[0].size
+        if self.parallel is not None and size >= self.par_min:
+            with _parallel_lock:
+                self.parallel(*ins, *outs)
+        else:
+            self.serial(*ins, *outs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def buffer(cell, shape, dtype):
+        """The cell's array if only the cell holds it and it fits, else a new one."""
+        if cell is not None:
+            buf = cell.v
+            # three references: the cell, `buf`, and getrefcount's argument
+            if isinstance(buf, np.ndarray) and sys.getrefcount(buf) <= 3 and buf.shape == shape and \
+                    buf.dtype == dtype and buf.flags.c_contiguous and buf.flags.writeable and \
+                    buf.base is None:
+                return buf
+        return np.empty(shape, dtype)

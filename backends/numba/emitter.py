@@ -1,0 +1,127 @@
+"""The numba backend's region compiler: the interpreter's, with islands compiled.
+
+Each region is compiled as the interpreter compiles it, except that worthwhile runs
+of numeric ops (``islands.partition``) become one call to a numba function, and
+standalone fused groups call a fused kernel. If an island input is unset at run
+time (a blob nothing wrote yet), the same ops run on the interpreter instead.
+"""
+from __future__ import annotations
+
+import time
+
+from dslc.backends.interp.codegen import Emitter
+
+from . import islands
+from .cache import module_for
+from .calls import FusedCall, IslandCall
+from .kernels import scalar, tensor
+from .source import Writer, fused_source
+
+
+class NumbaEmitter(Emitter):
+    interpreting = False  # set while writing an island's interpreter fallback
+
+    def partition(self, r):
+        if self.interpreting:
+            return r.ops
+        items = islands.partition(r)
+        stats = self.cfg.stats
+        for item in items:
+            if isinstance(item, islands.Island):
+                continue
+            if item.name not in ("yield", "break_if", "fused") and item.name not in islands.STRUCTURE:
+                stats.interpreted(item, "cold" if islands.compilable(item) else None)
+            elif item.name in islands.STRUCTURE:
+                stats.interpreted(item, "cold" if islands.compilable(item) else None)
+        return items
+
+    def island(self, island, indent, loop_targets):
+        call, args = self.cfg.stats.timed(lambda: build_island(island, self.cfg))
+        self.cfg.stats.islands.append((island, call))
+        cond = " or ".join(f"{self.var(v)} is None" for v in args) or "False"
+        self.emit(indent, f"if {cond}:", island.ops[0])
+        self.interpreting = True
+        for op in island.ops:  # the interpreter's way, for unset inputs
+            super().op(op, indent + 1, loop_targets)
+        self.interpreting = False
+        self.emit(indent, "else:", island.ops[0])
+        outs = [self.var(v) for v in island.outputs]
+        lhs = (", ".join(outs) + (" = " if len(outs) == 1 else ", = ")) if outs else ""
+        self.emit(indent + 1, f"{lhs}{self.bind('n', call)}({', '.join(self.var(v) for v in args)})",
+                  island.ops[0])
+
+    def op_fused(self, op, indent, loop_targets):
+        if self.interpreting or not islands.compilable(op) or islands.work(op) < islands.MIN_WORK:
+            self.cfg.stats.interpreted(op, "cold" if islands.compilable(op) else None)
+            return super().op_fused(op, indent, loop_targets)
+        call = self.cfg.stats.timed(lambda: build_fused(op, self.cfg))
+        cells = []
+        for res in op.results:  # a store of the result in this region may lend its buffer
+            stores = [u for u, _ in res.uses if u.name == "store" and u.parent is op.parent]
+            cells.append(self.cell(stores[0].attrs["blob"]) if stores else "None")
+        outs = [self.var(r) for r in op.results]
+        lhs = ", ".join(outs) + (" = " if len(outs) == 1 else ", = ")
+        args = [self.var(v) for v in op.operands] + cells
+        self.emit(indent, f"{lhs}{self.bind('n', call)}({', '.join(args)})", op)
+
+
+def build_island(island, cfg):
+    """Generate, write, import and compile the island's function."""
+    w = Writer(_source_file(island.ops[0]))
+    params = w.island(island)
+    source = w.module("kernel", params)
+    mod = module_for(source)
+    cfg.stats.sources.append(source)
+    args = [v for v in island.inputs if v in w.names and w.names[v] in params]
+    fn = mod.kernel
+    cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts])
+    return IslandCall(fn, island.outputs, [c for _, c in w.consts], "island"), args
+
+
+def build_fused(op, cfg):
+    serial_src = _fused_module(op, parallel=False)
+    mod = module_for(serial_src)
+    cfg.stats.sources.append(serial_src)
+    cfg.stats.fused += 1
+    types = [v.type for v in op.operands] + [r.type for r in op.results]
+    cfg.stats.compile(mod.kernel, types, [])
+    parallel = None
+    if cfg.parallel:
+        par_src = _fused_module(op, parallel=True)
+        par = module_for(par_src)
+        cfg.stats.sources.append(par_src)
+        cfg.stats.compile(par.kernel, types, [])
+        parallel = par.kernel
+    return FusedCall(mod.kernel, parallel, len(op.operands), [r.type for r in op.results],
+                     _fallback(op, cfg), cfg.par_min)
+
+
+def _fused_module(op, parallel: bool) -> str:
+    from .source import HEADER
+    return HEADER.format(source=_source_file(op)) + "\n\n" + fused_source(op, "kernel", parallel) + "\n"
+
+
+def _fallback(op, cfg):
+    """The fused group run op by op with the interpreter's kernels."""
+    from dslc.backends.interp.kernels import KERNELS, Constant
+    body = op.regions[0]
+    steps = []
+    for o in body.ops[:-1]:
+        k = KERNELS[o.name][0](o, cfg)
+        steps.append((o, k))
+    outputs = body.ops[-1].operands
+
+    def run(*values):
+        env = dict(zip(body.args, values))
+        for o, k in steps:
+            env[o.result] = k.value if isinstance(k, Constant) else k(*[env[v] for v in o.operands])
+        outs = [env[v] for v in outputs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return run
+
+
+def _source_file(op) -> str:
+    return op.loc.file if op.loc and op.loc.line else ""
+
+
+__all__ = ["NumbaEmitter", "build_fused", "build_island", "scalar", "tensor", "time"]

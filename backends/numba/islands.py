@@ -1,0 +1,129 @@
+"""Choosing what the numba backend compiles: islands of a region's ops.
+
+An island is a run of consecutive ops of one region that numba can compile as one
+function: numeric ops, ``fused`` groups and structured control flow (``for``,
+``loop``, ``if``) made only of such ops. Blob access, counters, Python ops and the
+like stay on the interpreter, which calls the island with its inputs and gets its
+outputs back. A run becomes an island only if it is worth compiling: numba takes
+about 3 ms per statement to compile, so a loop nest expected to run a few dozen
+ops stays interpreted; estimates use the loop counts the IR knows (an unknown
+count counts as ``UNKNOWN_TRIPS``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from dslc.ir import Operation, Region
+
+from .kernels import supported, tensor
+
+UNKNOWN_TRIPS = 1000
+MIN_WORK = int(os.environ.get("DSLC_NUMBA_MIN_WORK", 5000))   # estimated op executions
+MAX_OPS = int(os.environ.get("DSLC_NUMBA_MAX_OPS", 400))      # ops per generated function
+STRUCTURE = ("for", "loop", "if")
+EXITS = ("yield", "break_if")
+
+
+@dataclass
+class Island:
+    ops: list                                   # consecutive top-level ops of one region
+    inputs: list = field(default_factory=list)  # values used inside, defined before it
+    outputs: list = field(default_factory=list)  # its results used after it
+    work: float = 0.0
+
+
+def compilable(op: Operation) -> bool:
+    """Whether numba can compile ``op`` (with everything nested in it)."""
+    if op.name in STRUCTURE:
+        carried = list(op.results) + [a for r in op.regions for a in r.args]
+        if any(tensor(v) is None for v in carried + list(op.operands)):
+            return False
+        return all(o.name in EXITS or compilable(o) for r in op.regions for o in r.ops)
+    if op.name == "fused":
+        body = op.regions[0].ops
+        return all(tensor(v) is not None for v in op.operands) and \
+            all(o.name == "yield" or supported(o) for o in body)
+    return supported(op)
+
+
+def work(op: Operation) -> float:
+    """Estimated op executions for one run of ``op``."""
+    if op.name == "for":
+        count = op.operands[0].owner if hasattr(op.operands[0], "owner") else None
+        trips = int(count.attrs["value"]) if count is not None and count.name == "Const" else UNKNOWN_TRIPS
+        return 1 + trips * _region_work(op.regions[0])
+    if op.name == "loop":
+        return 1 + UNKNOWN_TRIPS * _region_work(op.regions[0])
+    if op.name == "if":
+        return 1 + max(_region_work(r) for r in op.regions)
+    if op.name == "fused":
+        t = tensor(op.results[0])
+        size = 1
+        for d in t.shape:
+            size *= UNKNOWN_TRIPS if d is None else d
+        return size * len(op.regions[0].ops)
+    return 1
+
+
+def _region_work(r: Region) -> float:
+    return sum(work(o) for o in r.ops)
+
+
+def nested_ops(op: Operation) -> int:
+    return len(op.walk())
+
+
+def partition(r: Region) -> list:
+    """The region's ops, with worthwhile runs of compilable ops replaced by Islands."""
+    out, run = [], []
+
+    def close():
+        for chunk in _chunks(run):
+            island = Island(chunk, work=sum(work(o) for o in chunk))
+            # a lone fused group is a kernel call of its own (op_fused), which can reuse buffers
+            if island.work >= MIN_WORK and any(o.name in STRUCTURE for o in chunk):
+                _connect(island)
+                out.append(island)
+            else:
+                out.extend(chunk)
+        run.clear()
+
+    for op in r.ops:
+        if op.name not in EXITS and compilable(op):
+            run.append(op)
+        else:
+            close()
+            out.append(op)
+    close()
+    return out
+
+
+def _chunks(run: list):
+    """Split a run into functions of at most about MAX_OPS ops (compile time grows with size)."""
+    chunk, size = [], 0
+    for op in run:
+        n = nested_ops(op)
+        if chunk and size + n > MAX_OPS:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(op)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def _connect(island: Island) -> None:
+    inside = [o for op in island.ops for o in op.walk()]
+    inside_set = set(inside)
+    defined = {v for o in inside for v in o.results} | {a for o in inside for r in o.regions for a in r.args}
+    for o in inside:
+        for v in o.operands:
+            if v not in defined and v not in island.inputs:
+                island.inputs.append(v)
+    for op in island.ops:
+        if op.name == "Const":
+            continue  # the interpreter binds constants itself: users read them directly
+        for res in op.results:
+            if any(user not in inside_set for user, _ in res.uses):
+                island.outputs.append(res)
