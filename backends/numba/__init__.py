@@ -18,6 +18,10 @@ from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
 from dslc.ir import Module
 
+from dslc.ir.passes.analysis import volatile_blobs
+from dslc.ir.types import COUNTER
+
+from . import islands
 from .emitter import NumbaEmitter
 
 PAR_MIN = 1 << 22  # elements before a fused kernel's parallel variant pays for its threads
@@ -72,6 +76,8 @@ def _numba_type(t):
     import numba
     from numba import types as nt
 
+    if t == COUNTER:
+        return numba.types.Array(nt.int64, 1, "C")  # a thread-local counter's count
     base = {"bool": nt.boolean, "i8": nt.int8, "i16": nt.int16, "i32": nt.int32, "i64": nt.int64,
             "u8": nt.uint8, "u16": nt.uint16, "f16": nt.float16, "f32": nt.float32, "f64": nt.float64}[t.dtype]
     if t.shape == ():
@@ -90,6 +96,7 @@ class Config:
     stats: Stats = field(default_factory=Stats)
     parallel: bool = False
     par_min: int = PAR_MIN
+    local_counters: frozenset = frozenset()
 
 
 class NumbaProgram:
@@ -131,6 +138,21 @@ class NumbaProgram:
         return paths
 
 
+def local_counters(module: Module) -> frozenset:
+    """Counter handles only one thread uses: loaded from, or stored only to, private blobs."""
+    volatile = volatile_blobs(module)
+    out = set()
+    for op in module.walk():
+        if op.name == "load" and op.result.type == COUNTER and op.attrs["blob"] not in volatile:
+            out.add(op.result)
+        elif op.name == "CreateCounter":
+            stores = [u for u, _ in op.result.uses if u.name == "store"]
+            if all(u.attrs["blob"] not in volatile for u in stores) and \
+                    all(u.name in ("store", *islands.COUNTER_OPS) for u, _ in op.result.uses):
+                out.add(op.result)
+    return frozenset(out)
+
+
 class NumbaBackend:
     name = "numba"
 
@@ -143,7 +165,7 @@ class NumbaBackend:
         self.parallel = parallel
 
     def compile(self, module: Module) -> NumbaProgram:
-        cfg = Config(self.log, Stats(), self.parallel)
+        cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module))
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
         return NumbaProgram(module, executor, cfg.stats)
 

@@ -31,15 +31,35 @@ def _to_value(v):
 class IslandCall:
     """Calls one compiled island; ``consts`` are its array constants."""
 
-    def __init__(self, fn, outputs, consts, name):
+    def __init__(self, fn, outputs, consts, counters=()):
         self.fn = fn
         self.consts = tuple(consts)
         self.convert = [_to_value(v) for v in outputs]
         self.single = len(outputs) == 1
-        self.name = name
+        self.counters = tuple(counters)  # argument positions holding (thread-local) Counters
 
     def __call__(self, *args):
+        if self.counters:
+            return self.with_counters(args)
         res = self.fn(*(args + self.consts))
+        return self.results(res)
+
+    def with_counters(self, args):
+        """Counters go in as int64[1] arrays and their counts come back out."""
+        args = list(args)
+        held = []
+        for i in self.counters:
+            c = args[i]
+            args[i] = np.array([c.count], dtype=np.int64)
+            held.append((c, args[i]))
+        try:
+            res = self.fn(*(tuple(args) + self.consts))
+        finally:
+            for c, arr in held:
+                c.count = int(arr[0])
+        return self.results(res)
+
+    def results(self, res):
         if not self.convert:
             return None
         out = [c(r) if c is not None else r for c, r in zip(self.convert, res)]

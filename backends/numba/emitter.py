@@ -14,6 +14,8 @@ from dslc.backends.interp.codegen import Emitter
 from . import islands
 from .cache import module_for
 from .calls import FusedCall, IslandCall
+from dslc.ir.types import COUNTER
+
 from .kernels import scalar, tensor
 from .source import Writer, fused_source
 
@@ -24,15 +26,11 @@ class NumbaEmitter(Emitter):
     def partition(self, r):
         if self.interpreting:
             return r.ops
-        items = islands.partition(r)
-        stats = self.cfg.stats
+        local = self.cfg.local_counters
+        items = islands.partition(r, local)
         for item in items:
-            if isinstance(item, islands.Island):
-                continue
-            if item.name not in ("yield", "break_if", "fused") and item.name not in islands.STRUCTURE:
-                stats.interpreted(item, "cold" if islands.compilable(item) else None)
-            elif item.name in islands.STRUCTURE:
-                stats.interpreted(item, "cold" if islands.compilable(item) else None)
+            if not isinstance(item, islands.Island) and item.name not in ("yield", "break_if", "fused"):
+                self.cfg.stats.interpreted(item, "cold" if islands.compilable(item, local) else None)
         return items
 
     def island(self, island, indent, loop_targets):
@@ -75,7 +73,8 @@ def build_island(island, cfg):
     args = [v for v in island.inputs if v in w.names and w.names[v] in params]
     fn = mod.kernel
     cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts])
-    return IslandCall(fn, island.outputs, [c for _, c in w.consts], "island"), args
+    counters = [i for i, v in enumerate(args) if v.type == COUNTER]
+    return IslandCall(fn, island.outputs, [c for _, c in w.consts], counters), args
 
 
 def build_fused(op, cfg):

@@ -33,13 +33,19 @@ class Island:
     work: float = 0.0
 
 
-def compilable(op: Operation) -> bool:
-    """Whether numba can compile ``op`` (with everything nested in it)."""
+COUNTER_OPS = ("CountUp", "CountDown", "RetrieveCount", "CheckCounterDone", "ResetCounter")
+def compilable(op: Operation, local=frozenset()) -> bool:
+    """Whether numba can compile ``op`` (with everything nested in it).
+
+    ``local`` holds the counter handles only one thread uses (those can be compiled).
+    """
+    if op.name in COUNTER_OPS:
+        return op.operands[0] in local
     if op.name in STRUCTURE:
         carried = list(op.results) + [a for r in op.regions for a in r.args]
-        if any(tensor(v) is None for v in carried + list(op.operands)):
+        if any(tensor(v) is None and v not in local for v in carried + list(op.operands)):
             return False
-        return all(o.name in EXITS or compilable(o) for r in op.regions for o in r.ops)
+        return all(o.name in EXITS or compilable(o, local) for r in op.regions for o in r.ops)
     if op.name == "fused":
         body = op.regions[0].ops
         return all(tensor(v) is not None for v in op.operands) and \
@@ -74,7 +80,7 @@ def nested_ops(op: Operation) -> int:
     return len(op.walk())
 
 
-def partition(r: Region) -> list:
+def partition(r: Region, local=frozenset()) -> list:
     """The region's ops, with worthwhile runs of compilable ops replaced by Islands."""
     out, run = [], []
 
@@ -90,7 +96,7 @@ def partition(r: Region) -> list:
         run.clear()
 
     for op in r.ops:
-        if op.name not in EXITS and compilable(op):
+        if op.name not in EXITS and compilable(op, local):
             run.append(op)
         else:
             close()

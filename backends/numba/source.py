@@ -46,7 +46,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9_]")
 def convert(v, name: str) -> str:
     """``name`` as exactly ``v``'s type (loop-carried values must keep one type)."""
     t = tensor(v)
-    if t.shape != ():
+    if t is None or t.shape != ():
         return name
     return f"bool({name})" if t.dtype == "bool" else f"{NP[t.dtype]}({name})"
 
@@ -76,6 +76,13 @@ class Writer:
             got = self.names[v] = f"{base}_{k}"
             self.used.add(got)
         return got
+
+    def temp(self, base: str) -> str:
+        k = 0
+        while f"{base}_{k}" in self.used:
+            k += 1
+        self.used.add(f"{base}_{k}")
+        return f"{base}_{k}"
 
     def emit(self, indent: int, text: str) -> None:
         self.lines.append("    " * indent + text)
@@ -188,6 +195,30 @@ class Writer:
         if other.ops or outs:
             self.emit(indent, "else:")
             self.region(other, indent + 1, outs, loop_targets)
+
+    # counters local to one thread: an int64[1] holding the count
+    def op_CountUp(self, op, indent, _):
+        c, prev = self.names[op.operands[0]], self.name(op.result)
+        self.emit(indent, f"{prev} = {c}[0]")
+        self.emit(indent, f"{c}[0] = {prev} + 1")
+
+    def op_CountDown(self, op, indent, _):
+        c, prev = self.names[op.operands[0]], self.temp("count")
+        self.emit(indent, f"{prev} = {c}[0]")
+        self.emit(indent, f"{c}[0] = {prev} - 1")
+        self.emit(indent, f"{self.name(op.result)} = {prev} <= 0")
+
+    def op_RetrieveCount(self, op, indent, _):
+        self.emit(indent, f"{self.name(op.result)} = {self.names[op.operands[0]]}[0]")
+
+    def op_CheckCounterDone(self, op, indent, _):
+        self.emit(indent, f"{self.name(op.result)} = {self.names[op.operands[0]]}[0] <= 0")
+
+    def op_ResetCounter(self, op, indent, _):
+        c = self.names[op.operands[0]]
+        if op.results:
+            self.emit(indent, f"{self.name(op.result)} = {c}[0]")
+        self.emit(indent, f"{c}[0] = {int(op.attrs['init_count'])}")
 
     def op_fused(self, op, indent, _):
         kname = f"_fused{len(self.fused)}"
