@@ -84,9 +84,10 @@ class Block:
         v = self.env.get(key)
         if v is None:
             self._check_not_branch_local(key, loc)
+            after = key in self.ctx.stored
             v = self.b.value("load", attrs={"blob": Symbol(key)}, result_types=[self.ctx.blob_type(key)],
                              loc=loc, hints=[hint(key)])
-            self.ctx.loads.append((key, v, loc))
+            self.ctx.loads.append((key, v, loc, after))
             self.env[key] = v
         return v
 

@@ -23,22 +23,29 @@ MAX_ROUNDS = 6
 class LowerContext:
     """What the lowering of one module shares: blob types, loop indices, If chains."""
 
-    def __init__(self, assumed: dict, read_counts=None, protected=frozenset()):
+    def __init__(self, assumed: dict, read_counts=None, protected=frozenset(), assumed_written=None):
         self.assumed = assumed          # blob -> type to give its loads
+        self.assumed_written = assumed_written or {}  # blob -> type of what the module stores
         self.read_counts = read_counts if read_counts is not None else Counter()  # reads per blob
         self.protected = protected      # task outputs: blobs whose final value is fetched
         self.stored: dict = {}          # blob -> join of the types stored to it so far
-        self.loads: list = []           # (blob, load result, loc)
+        self.loads: list = []           # (blob, load result, loc, after a store in this run)
         self.iter_names: dict = {}      # loop index blob -> the loop's location
         self.if_ran: dict = {}          # If chain -> SSA value "an earlier branch ran"
         self.opaque_writes = False      # a Python op with the workspace may write any blob
         self._tags = 0
 
     def blob_type(self, name: str):
+        """The type a load of ``name`` here gets.
+
+        Once this run has stored to the blob (earlier in program order), a load sees
+        what the run wrote, not what an earlier run left in the workspace.
+        """
+        if name in self.stored:
+            t = self.assumed_written.get(name)
+            return t if t is not None else self.stored[name]
         t = self.assumed.get(name)
-        if t is None:
-            t = self.stored.get(name, ANY)
-        return t
+        return t if t is not None else ANY
 
     def note_store(self, name: str, t) -> None:
         old = self.stored.get(name)
@@ -60,15 +67,18 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
     setup = _group_setup(group, tasks)
     counts = read_counts(_all_items(tasks, setup))
     protected = frozenset(n for t in tasks for n in t.output_names())
+    written: dict = {}
     for _ in range(MAX_ROUNDS):
-        ctx = LowerContext(assumed, counts, protected)
+        ctx = LowerContext(assumed, counts, protected, written)
         module = _lower(ctx, group, tasks, setup, source)
         final = dict(existing)
         for name, t in ctx.stored.items():
             final[name] = join(final[name], t) if name in final else t
-        if all(v.type == final.get(name, v.type) for name, v, _ in ctx.loads):
+        want = {id(v): (ctx.stored if after else final).get(name, v.type)
+                for name, v, _, after in ctx.loads}
+        if all(v.type == want[id(v)] for _, v, _, _ in ctx.loads):
             break
-        assumed = final
+        assumed, written = final, dict(ctx.stored)
     _check_reads(ctx, final)
     used = {op.attrs["blob"] for op in module.walk() if op.name in ("load", "store", "flag")}
     module.body.ops[0].attrs["existing"] = [Symbol(n) for n in sorted(used & set(existing))]
@@ -97,7 +107,7 @@ def _group_setup(group: TaskGroup, tasks):
 def _check_reads(ctx: LowerContext, final: dict) -> None:
     if ctx.opaque_writes:
         return
-    for name, _, loc in ctx.loads:
+    for name, _, loc, _ in ctx.loads:
         if name not in final:
             raise VerifyError(f"blob {name!r} is read here, but nothing writes it", loc,
                               "write it earlier in the job, or feed it into the workspace before running")
