@@ -2,7 +2,7 @@
 
 The same bytes are written and read with plain file I/O in the same run: one file,
 ``write`` of each array then ``fsync`` (the durable baseline; a checkpoint is
-fsynced too), and ``readinto`` preallocated arrays. Save and Load run as ops in a
+fsynced too), and ``preadv`` into new arrays. Save and Load run as ops in a
 LocalSession, so the figures include the whole path (workspace, kernels, codec,
 checksums, manifest). Each figure is the best of ``--repeat`` rounds; every write
 starts after ``os.sync()``, every read finds its file in the page cache.
@@ -37,12 +37,18 @@ def plain_write(path, arrays, sync=True):
 
 
 def plain_read(path, arrays):
+    """Read the bytes back into new arrays like the ones written (one preadv per array)."""
     out = [np.empty_like(a) for a in arrays]
-    with open(path, "rb", buffering=0) as f:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = 0
         for a in out:
-            view = memoryview(a).cast("B")
-            while view.nbytes:
-                view = view[f.readinto(view):]
+            view, done = memoryview(a).cast("B"), 0
+            while done < view.nbytes:
+                done += os.preadv(fd, [view[done:]], pos + done)
+            pos += view.nbytes
+    finally:
+        os.close(fd)
     return out
 
 

@@ -271,3 +271,15 @@ def test_save_then_load_in_one_task_keeps_their_order(session, db_type, tmp_path
         return ops.Load([], ["x"], db=path, db_type=db_type, absolute_path=True)
 
     assert run(session, build) == [8]
+
+
+def test_two_blobs_under_one_key_is_refused(session, tmp_path):
+    def build():
+        a = ops.Const(np.int64(1), blob_out="p/x")
+        b = ops.Const(np.int64(2), blob_out="q/x")
+        ops.Save([a, b], [], db=str(tmp_path / "ck"), absolute_path=True, strip_prefix="/")  # @dupkey
+        return []
+
+    with pytest.raises(DSLTypeError) as info:
+        run(session, build)
+    assert_error_at(info.value, "dupkey", "'x'")

@@ -13,6 +13,7 @@ import numpy as np
 
 from dslc.backends.runtime import blobcodec, blobdb
 from dslc.ir.diagnostics import DSLError
+from dslc.ir.ops.db import save_keys, stripped
 
 from .kernels import kernel
 
@@ -20,15 +21,6 @@ from .kernels import kernel
 def _path(db: str, absolute: bool) -> str:
     """Caffe2 reads a relative db name from the workspace's root folder: ours is the working directory."""
     return db if absolute else os.path.join(os.getcwd(), db)
-
-
-def _stripped(name: str, prefix: str) -> str:
-    """``name`` after the first occurrence of ``prefix`` (Caffe2's strip_prefix rule)."""
-    if prefix:
-        at = name.find(prefix)
-        if at >= 0:
-            return name[at + len(prefix):]
-    return name
 
 
 @kernel("DBExists")
@@ -42,11 +34,7 @@ def _db_exists(op, cfg):
 def _save(op, cfg):
     a = op.attrs
     path = _path(a["db"], bool(a["absolute_path"]))
-    keys = list(a["blob_name_overrides"]) or [_stripped(n, a["strip_prefix"]) for n in a["input_names"]]
-    dup = next((k for k in keys if keys.count(k) > 1), None)
-    if dup is not None:
-        raise DSLError(f"Save would store two blobs under the key {dup!r}",
-                       hint="give each blob its own name (check strip_prefix and blob_name_overrides)")
+    keys = save_keys(a)  # (distinct: the declaration checked them)
 
     def save(*values):
         db = blobdb.get(a["db_type"])
@@ -65,7 +53,7 @@ def _load(op, cfg):
     partial = bool(a["allow_incomplete"])
 
     def blob_name(key: str) -> str:
-        return a["add_prefix"] + _stripped(key, a["strip_prefix"])
+        return a["add_prefix"] + stripped(key, a["strip_prefix"])
 
     def read_all() -> dict:
         """name -> value for every wanted name found, over all the dbs."""

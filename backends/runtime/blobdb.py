@@ -17,6 +17,7 @@ blob, when one blob is at fault) with a hint.
 """
 from __future__ import annotations
 
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -100,6 +101,7 @@ class _Unavailable:
 
 _PARALLEL_BYTES = 1 << 20
 _pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 
 
 class _Done:
@@ -117,6 +119,7 @@ def crc32_async(data):
     global _pool
     if data.nbytes < _PARALLEL_BYTES:
         return _Done(zlib.crc32(data))
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dslc-crc")
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dslc-crc")
     return _pool.submit(zlib.crc32, data)

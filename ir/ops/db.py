@@ -26,12 +26,28 @@ def _names(op: str, attr: str, names, count: int) -> None:
                    f"give {attr} one entry per blob")
 
 
+def stripped(name: str, prefix: str) -> str:
+    """``name`` after the first occurrence of ``prefix`` (Caffe2's strip_prefix rule)."""
+    at = name.find(prefix) if prefix else -1
+    return name[at + len(prefix):] if at >= 0 else name
+
+
+def save_keys(attrs) -> list[str]:
+    """The keys Save stores its inputs under: the overrides, else the names less strip_prefix."""
+    return list(attrs["blob_name_overrides"]) or [stripped(n, attrs["strip_prefix"]) for n in attrs["input_names"]]
+
+
 def _save(types, attrs, n):
     _names("Save", "input_names", attrs["input_names"], len(types))
     if attrs["blob_name_overrides"]:
         _names("Save", "blob_name_overrides", attrs["blob_name_overrides"], len(types))
     if not attrs["db"]:
         type_error("Save needs a db name", "pass db='path/to/checkpoint'")
+    seen: set = set()
+    dup = next((k for k in save_keys(attrs) if k in seen or seen.add(k)), None)
+    if dup is not None:
+        type_error(f"Save would store two blobs under the key {dup!r}",
+                   "give each blob its own key (check strip_prefix and blob_name_overrides)")
     return []
 
 
