@@ -505,3 +505,36 @@ def test_text_backend_run_raises_a_user_error():
     module = parse('module {\n  group body {\n  }\n}\n')
     with pytest.raises(DSLError, match="writes plans"):
         TextBackend().run(module, None)
+
+
+def test_values_handed_round_a_loop_are_assigned_together(capsys, tmp_path, monkeypatch):
+    # Fibonacci: the body yields (b, a + b); copying one by one would lose the old b
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fib.dslir").write_text(textwrap.dedent("""\
+        module {
+          group body {
+            task @"t" {outputs = [@"a", @"b"]} body {
+              %one = Const {value = dense<i64: 1>} : i64
+              %two = Const {value = dense<i64: 2>} : i64
+              %n = Const {value = dense<i64: 3>} : i64
+              %ra, %rb = for(%n, %one, %two) : i64, i64 {
+              ^(%i: i64, %a: i64, %b: i64):
+                %c = Add(%a, %b) : i64
+                yield(%b, %c)
+              }
+              store @"a"(%ra)
+              store @"b"(%rb)
+            }
+          }
+        }
+        """), encoding="utf-8")
+    assert plan(capsys, "fib.dslir") == expected("""
+        plan:
+          group on node local:
+            task t, outputs a, b:
+              a = 1
+              b = 2
+              for _ in range(3):
+                c = Add(a, b)
+                a, b = b, c
+        """)

@@ -13,7 +13,7 @@
 """
 from __future__ import annotations
 
-from dslc.ir import OpResult, RegionArg
+from dslc.ir import OpResult
 
 from .render import PlanWriter, literal
 

@@ -47,15 +47,40 @@ class Positions:
         self.pos: dict = {}
         self.op_at: dict = {}
         self.region_at: dict = {}
+        self.first: dict = {}  # op -> its number in program order
+        self.last: dict = {}   # op -> the number of the last op nested in it
         self._index(module.op, ())
 
     def _index(self, op, path):
         self.pos[op] = path
         self.op_at[path] = op
+        self.first[op] = len(self.first)
         for r, region in enumerate(op.regions):
             self.region_at[id(region)] = path + (r,)
             for i, child in enumerate(region.ops):
                 self._index(child, path + (r, i))
+        self.last[op] = len(self.first) - 1
+
+    def span(self, v, uses) -> tuple[float, float]:
+        """From where ``v`` is defined to the last op number at which it may still be needed
+        (a use inside a loop keeps a value from outside alive to the loop's end). Values
+        whose spans do not overlap never interfere; the converse needs ``reaches``."""
+        if isinstance(v, OpResult):
+            start, home = self.last[v.owner] + 0.5, v.owner.parent
+        else:
+            start, home = self.first[v.region.parent] + 0.25, v.region
+        stop = start
+        for u in uses:
+            x, op = self.first[u], u
+            while op.parent is not None and op.parent is not home:
+                outer = op.parent.parent
+                if outer is None:
+                    break
+                if outer.name in LOOPS:
+                    x = max(x, self.last[outer])
+                op = outer
+            stop = max(stop, x)
+        return start, stop
 
     def defpoint(self, v) -> tuple:
         if isinstance(v, OpResult):

@@ -54,6 +54,7 @@ class Names:
         for v in self._order:
             self._members.setdefault(self.canon(v), []).append(v)
         self._uses = {c: self._shown_uses(ms) for c, ms in self._members.items()}
+        self._spans: dict = {}
         self._parent: dict = {}
         self._group_members: dict = {}
         self._unite(module.op)
@@ -79,12 +80,25 @@ class Names:
         """Whether two values are one variable (so copying one to the other prints nothing)."""
         return self._root(self.canon(a)) is self._root(self.canon(b))
 
+    def anonymous(self, v) -> bool:
+        """A needed value nobody named (no hint, source name or blob), alone in its variable:
+        the plan may write it inside its user."""
+        v = self.canon(v)
+        return self.needed(v) and self._pref[v][0] >= 4 and len(self._group(self._root(v))) == 1
+
+    def shown_uses(self, v) -> list:
+        """The ops whose lines use ``v``."""
+        return self._uses.get(self.canon(v), [])
+
     def blob(self, name) -> str:
         return self.blobs.get(str(name), _base(str(name)))
 
     def interferes(self, a, b) -> bool:
         """Whether ``a`` is still needed where ``b`` is defined, or the other way round."""
         a, b = self.canon(a), self.canon(b)
+        (sa, ea), (sb, eb) = self._span(a), self._span(b)
+        if ea <= sb or eb <= sa:
+            return False  # one is dead before the other exists (the cheap, common answer)
         p = self.positions
         da, db = p.defpoint(a), p.defpoint(b)
         if da == db:
@@ -94,6 +108,12 @@ class Names:
         if p.dominates(db, da):
             return any(p.reaches(da, p.pos[u], db) for u in self._uses.get(b, ()))
         return False
+
+    def _span(self, v):
+        got = self._spans.get(v)
+        if got is None:
+            got = self._spans[v] = self.positions.span(v, self._uses.get(v, ()))
+        return got
 
     # --- structure
     def _walk(self, op, depth: int) -> None:
@@ -307,24 +327,32 @@ class Names:
 
     # --- allocation
     def _allocate(self) -> dict:
-        holders: dict[str, list] = {}
+        holders: dict[str, list] = {}  # name -> [(end of span, group)] of groups holding it
         names = {}
         blob_names = set(self.blobs.values())
-        for v in sorted(self._pref, key=self._order.get):
-            root = self._root(v)
-            if root in names or not self.needed(v) or _is_const(v):
-                continue
+        roots = {self._root(v) for v in self._pref if self.needed(v) and not _is_const(v)}
+        spans = {r: self._group_span(r) for r in roots}
+        # groups in the order they start, so a holder whose span ended is done for good
+        for root in sorted(roots, key=lambda r: (spans[r][0], self._order[r])):
+            start = spans[root][0]
             base = _identifier(self._group_pref(root))
             # a made-up name must not pass for a blob the value has nothing to do with
             own = self._group_blobs(root) if self._group_rank(root) >= 2 else None
             k, name = 1, base
-            while (own is not None and name in blob_names and name not in own) or \
-                    any(self._groups_interfere(root, other) for other in holders.get(name, ())):
+            while True:
+                live = holders[name] = [(e, g) for e, g in holders.get(name, ()) if e > start]
+                taken = own is not None and name in blob_names and name not in own
+                if not taken and not any(self._groups_interfere(root, g) for _, g in live):
+                    break
                 k += 1
                 name = f"{base}_{k}"
-            holders.setdefault(name, []).append(root)
+            holders[name].append((spans[root][1], root))
             names[root] = name
         return names
+
+    def _group_span(self, root):
+        spans = [self._span(m) for m in self._group(root)]
+        return min(s for s, _ in spans), max(e for _, e in spans)
 
     def _groups_interfere(self, a, b) -> bool:
         return any(self.interferes(x, y) for x in self._group(a) for y in self._group(b))

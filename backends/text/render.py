@@ -18,7 +18,6 @@ special form for prints as ``out = OpName(in, attr=value)``, its regions labelle
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,19 +26,15 @@ from dslc.ir.pyrefs import PyRef
 from dslc.ir.types import Type, dtype_of_numpy
 
 from .liveness import BLOB_READS, CONTROL
-from .names import Names, is_dummy_output
+from .control import ControlFlow
+from .lines import Line
+from .layout import Layout
+from .names import Names
 from .special import SPECIAL, aliased
 
 MAX_INLINE = 60      # longest expression written inside its user
 MAX_LITERAL = 8      # longest constant written out element by element
 COMMENT_COLUMN = 56  # where location comments start, at most
-
-
-@dataclass
-class Line:
-    depth: int
-    text: str
-    loc: object = None
 
 
 class _Inline:
@@ -51,7 +46,7 @@ class _Inline:
         self.text, self.mentions = text, mentions
 
 
-class PlanWriter:
+class PlanWriter(Layout, ControlFlow):
     """Writes one module's plan as lines (``lines``), then as text (``text()``)."""
 
     def __init__(self, module, source=None, extra_live=()):
@@ -98,97 +93,6 @@ class PlanWriter:
     def retitle(self, title: str) -> None:
         self.lines[0] = Line(0, title + ":")
 
-    # --- plan structure
-    def write(self) -> None:
-        head = f"plan of {self.source}" if self.source else "plan"
-        self.block(0, head, lambda: self.region(self.module.body, 1))
-
-    def op_group(self, op, depth: int, node=None) -> None:
-        init, body, exit_ = op.regions
-        node = op.attrs["node"]
-        head = f"group on node {node}"
-        existing = op.attrs.get("existing") or []
-        if existing:
-            head += ", reads " + ", ".join(self.names.blob(b) for b in existing)
-
-        def fill():
-            self.block(depth + 1, "node init", lambda: self.region(init, depth + 2), keep_empty=False)
-            self.region(body, depth + 1, node=node)
-            self.block(depth + 1, "node exit", lambda: self.region(exit_, depth + 2), keep_empty=False)
-        self.block(depth, head, fill, op.loc if op.loc.line else None)
-
-    def op_task(self, op, depth: int, node=None) -> None:
-        a = op.attrs
-        parts = [f"task {a['name']}"]
-        n = int(a["instances"] or 1)
-        if n > 1:
-            parts.append(f"{n} instances")
-        if a["workspace"] == "global":
-            parts.append("global workspace")
-        if node is not None and a["node"] != node:
-            parts.append(f"on node {a['node']}")
-        outs = [self.names.blob(b) for b in a["outputs"] if not is_dummy_output(b)]
-        if outs:
-            parts.append("outputs " + ", ".join(outs))
-        init, iinit, body, iexit, exit_ = op.regions
-        shown = [r for r in op.regions if self._shows(r)]
-
-        def phase(label, region, d):
-            self.block(d, label, lambda: self.region(region, d + 1), keep_empty=False)
-
-        def fill():
-            if n > 1:
-                phase("init (once)", init, depth + 1)
-                self.block(depth + 1, "each instance", lambda: inner(depth + 2))
-                phase("exit (once)", exit_, depth + 1)
-            elif shown == [body]:
-                self.region(body, depth + 1)
-            else:
-                phase("init", init, depth + 1)
-                phase("instance init", iinit, depth + 1)
-                phase("body", body, depth + 1)
-                phase("instance exit", iexit, depth + 1)
-                phase("exit", exit_, depth + 1)
-
-        def inner(d):
-            if [r for r in (iinit, body, iexit) if r in shown] == [body]:
-                return self.region(body, d)
-            phase("init", iinit, d)
-            phase("body", body, d)
-            phase("exit", iexit, d)
-        self.block(depth, ", ".join(parts), fill, op.loc if op.loc.line else None)
-
-    def _shows(self, region) -> bool:
-        """Whether the region writes any line (a trial run, thrown away)."""
-        start = len(self.lines)
-        self.region(region, 0)
-        got = len(self.lines) > start
-        del self.lines[start:]
-        return got
-
-    def op_parallel(self, op, depth: int, node=None) -> None:
-        n = int(op.attrs["instances"] or 1)
-        if len(op.regions) == 1:
-            head = f"{n} instances, concurrently" if n > 1 else "concurrently"
-            return self.block(depth, head, lambda: self.region(op.regions[0], depth + 1), op.loc)
-        head = "concurrently" + (f", {n} instances of each" if n > 1 else "")
-
-        def fill():
-            for i, r in enumerate(op.regions, 1):
-                self.block(depth + 1, f"step {i}", lambda r=r: self.region(r, depth + 2))
-        self.block(depth, head, fill, op.loc)
-
-    def op_scope(self, op, depth: int, node=None) -> None:
-        self.block(depth, "in a fresh workspace", lambda: self.region(op.regions[0], depth + 1), op.loc)
-
-    def op_reporting(self, op, depth: int, node=None) -> None:
-        def fill():
-            self.block(depth + 1, "run", lambda: self.region(op.regions[0], depth + 2, node=node))
-            for ms, r in zip(op.attrs["intervals_ms"], op.regions[1:]):
-                self.block(depth + 1, f"every {ms} ms, and once at the end",
-                           lambda r=r: self.region(r, depth + 2))
-        self.block(depth, "with reporters", fill, op.loc)
-
     # --- regions of ops
     def region(self, r, depth: int, node=None) -> None:
         pending: dict = {}
@@ -224,11 +128,10 @@ class PlanWriter:
             return False
         if not op.opdef.is_pure or op.name in ("Const", "must"):
             return False
-        n = self.names
         v = op.result
-        if not n.needed(v) or n._pref[v][0] < 4 or len(n._group(n._root(v))) != 1:
+        if not self.names.anonymous(v):
             return False
-        uses = n._uses.get(v, [])
+        uses = self.names.shown_uses(v)
         return len(uses) == 1 and uses[0].parent is region
 
     def _inline(self, op, pending: dict) -> bool:
@@ -293,107 +196,6 @@ class PlanWriter:
     def ctl_Const(self, op, depth, pending):
         pass  # written as a literal where it is used
 
-    # --- control flow
-    def copies(self, depth, targets, values, pending, loc) -> None:
-        """``t = v`` for each target that is not already the value's variable."""
-        pairs = [(t, v) for t, v in zip(targets, values) if not self.names.same(t, v)]
-        if not pairs:
-            return
-        lhs = [self.names.of(t) for t, _ in pairs]
-        rhs = [self.expr(v, pending) for _, v in pairs]
-        if len(pairs) > 1 and set(lhs) & set(rhs):  # a swap: assign them all at once
-            self.emit(depth, f"{', '.join(lhs)} = {', '.join(rhs)}", loc)
-            return
-        for t, e in zip(lhs, rhs):
-            self.emit(depth, f"{t} = {e}", loc)
-
-    def _carried(self, op):
-        """(carried args, their start values) of a loop, for the slots the plan needs."""
-        first = 1 if op.name == "for" else 0
-        body = op.regions[0]
-        slots = [k for k in range(len(body.args) - first) if self.names.vis.slot_needed(op, k)]
-        return [body.args[first + k] for k in slots], [op.operands[first + k] for k in slots]
-
-    def ctl_for(self, op, depth, pending):
-        args, inits = self._carried(op)
-        self.copies(depth, args, inits, pending, op.loc)
-        body = op.regions[0]
-        index = self.names.of(body.args[0]) if self.names.needed(body.args[0]) else "_"
-        count = self.expr(op.operands[0], pending)
-        self.block(depth, f"for {index} in range({count})", lambda: self.region(body, depth + 1), op.loc)
-        self._loop_results(op, depth, pending)
-
-    def ctl_loop(self, op, depth, pending):
-        args, inits = self._carried(op)
-        self.copies(depth, args, inits, pending, op.loc)
-        self.block(depth, "while True", lambda: self.region(op.regions[0], depth + 1), op.loc)
-        self._loop_results(op, depth, pending)
-
-    def _loop_results(self, op, depth, pending):
-        if op.name != "for":
-            return
-        first = 1
-        body = op.regions[0]
-        pairs = [(r, body.args[first + k]) for k, r in enumerate(op.results) if self.names.needed(r)]
-        self.copies(depth, [r for r, _ in pairs], [a for _, a in pairs], pending, op.loc)
-
-    def ctl_yield(self, op, depth, pending):
-        parent = op.parent.parent
-        if parent.name in ("for", "loop"):
-            first = 1 if parent.name == "for" else 0
-            pairs = [(op.parent.args[first + k], v) for k, v in enumerate(op.operands)
-                     if self.names.vis.slot_needed(parent, k)]
-        else:
-            pairs = [(r, v) for r, v in zip(parent.results, op.operands) if self.names.needed(r)]
-        self.copies(depth, [t for t, _ in pairs], [v for _, v in pairs], pending, op.loc)
-
-    def ctl_break_if(self, op, depth, pending):
-        loop = op.parent.parent
-        cond = self.expr(op.operands[0], pending)
-        pairs = [(r, v) for r, v in zip(loop.results, op.operands[1:]) if self.names.needed(r)]
-        pairs = [(r, v) for r, v in pairs if not self.names.same(r, v)]
-        if not pairs:
-            return self.emit(depth, f"if {cond}: break", op.loc)
-
-        def fill():
-            self.copies(depth + 1, [r for r, _ in pairs], [v for _, v in pairs], pending, op.loc)
-            self.emit(depth + 1, "break", op.loc)
-        self.block(depth, f"if {cond}", fill, op.loc)
-
-    def ctl_if(self, op, depth, pending):
-        if not self.names.vis.has_effect(op) and not any(self.names.needed(r) for r in op.results):
-            return
-        cond = self.expr(op.operands[0], pending)
-        then, other = op.regions
-        start = len(self.lines)
-        self.region(then, depth + 1)
-        then_lines = self.lines[start:]
-        del self.lines[start:]
-        self.region(other, depth + 1)
-        else_lines = self.lines[start:]
-        del self.lines[start:]
-        if not then_lines and else_lines:
-            self.emit(depth, f"if not {cond}:", op.loc)
-            self.lines += else_lines
-            return
-        self.emit(depth, f"if {cond}:", op.loc)
-        self.lines += then_lines or [Line(depth + 1, "pass")]
-        if _one_chain(else_lines, depth + 1):  # else: if ... -> elif ...
-            first = else_lines[0]
-            self.lines.append(Line(depth, "el" + first.text, first.loc))
-            self.lines += [Line(ln.depth - 1, ln.text, ln.loc) for ln in else_lines[1:]]
-        elif else_lines:
-            self.emit(depth, "else:")
-            self.lines += else_lines
-
-    def ctl_fused(self, op, depth, pending):
-        if any(self.names.needed(r) for r in op.results):
-            self.block(depth, "fused", lambda: self.region(op.regions[0], depth + 1), op.loc)
-
-    def ctl_concurrent(self, op, depth, pending):
-        if any(self.names.needed(r) for r in op.results):
-            self.block(depth, "at the same time", lambda: self.region(op.regions[0], depth + 1), op.loc)
-
     # --- ops
     def generic(self, op, depth, pending) -> None:
         n = self.names
@@ -439,21 +241,12 @@ class PlanWriter:
         return literal(v)
 
 
-def _one_chain(lines, depth: int) -> bool:
-    """Whether ``lines`` are exactly one if/elif/else chain starting at ``depth``."""
-    if not lines or lines[0].depth != depth or not (lines[0].text.startswith("if ")
-                                                    and lines[0].text.endswith(":")):
-        return False
-    return all(ln.depth > depth or ln.text == "else:" or (ln.text.startswith("elif ") and ln.text.endswith(":"))
-               for ln in lines[1:])
-
-
 def literal(v) -> str:
     """A constant as Python would write it: ``3``, ``0.5``, ``'a'``, ``[1, 2]``, ``array(f32[100])``."""
     if isinstance(v, np.ndarray):
         if v.size > MAX_LITERAL:
             return f"array({dtype_of_numpy(v.dtype)}[{', '.join(map(str, v.shape))}])"
-        v = v.tolist() if v.dtype != object else v.tolist()
+        v = v.tolist()
     if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, bytes):
