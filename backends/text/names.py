@@ -253,9 +253,12 @@ class Names:
         names = self.source.names_at(op.loc)
         if not names or len(names) != len(op.results):
             return None
-        if self.source.calls_at(op.loc) == 1:
-            return names[v.index]  # the line's only call (perhaps run several times)
-        for r in op.results:  # only the outermost op of the line gets the line's names
+        outer, count = self.source.called_at(op.loc)
+        if outer is None or outer.lower() != op.name.lower():
+            return None  # the line's names belong to another op (or to a library call)
+        if count == 1:
+            return names[v.index]  # the line's only call of this op (perhaps run several times)
+        for r in op.results:  # several: only the outermost op of the line gets the names
             for user, _ in r.uses:
                 if user.name not in NOT_COMPUTING and user.loc == op.loc:
                     return None

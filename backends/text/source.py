@@ -26,10 +26,11 @@ class SourceNames:
         got = self._at(loc)
         return got[0] if got else None
 
-    def calls_at(self, loc) -> int:
-        """How many calls the named statement at ``loc`` makes (1: its op is the only one)."""
+    def called_at(self, loc) -> tuple[str | None, int]:
+        """(the statement's outermost op call, how many calls of that name it makes):
+        ``x = ops.Add([a, ops.Const(1)])`` -> ("Add", 1); ``q = pipe(...)`` -> (None, 0)."""
         got = self._at(loc)
-        return got[1] if got else 0
+        return (got[1], got[2]) if got else (None, 0)
 
     def _at(self, loc):
         if loc is None or loc.line <= 0 or loc.file.startswith("<"):
@@ -47,16 +48,39 @@ def _scan(path: str) -> dict[int, tuple[list[str], int]]:
             tree = ast.parse(f.read())
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return {}
-    table: dict[int, tuple[list[str], int]] = {}
+    table: dict[int, tuple[list[str], str | None, int]] = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.Expr, ast.AnnAssign, ast.Return)):
             names = _statement_names(node)
             if names:
-                calls = sum(isinstance(n, ast.Call) for n in ast.walk(node))
+                outer = _op_call(node.value)
+                same = sum(_callee(n) == outer for n in ast.walk(node) if isinstance(n, ast.Call))
                 # every line of a multi-line statement: the recorded line is the call's
                 for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
-                    table.setdefault(line, (names, calls))
+                    table.setdefault(line, (names, outer, same))
     return table
+
+
+def _callee(call) -> str | None:
+    """``ops.Add(...)`` -> "Add"; ``ops.Python(f)(...)`` -> "Python"; ``f(...)`` -> None."""
+    func = call.func
+    if isinstance(func, ast.Call):
+        func = func.func
+    return func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _op_call(value) -> str | None:
+    """The op the statement's value comes from, through wrappers of one call such as
+    ``final_output(ops.RetrieveCount(c))``; None for anything else (``pipe(reader, ...)``
+    makes many ops, none of them the statement's)."""
+    while isinstance(value, ast.Call):
+        name = _callee(value)
+        if name is not None:
+            return name
+        if len(value.args) != 1 or value.keywords:
+            return None
+        value = value.args[0]
+    return None
 
 
 def _statement_names(node) -> list[str] | None:
