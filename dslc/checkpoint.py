@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 
-from dslc import core
+from dslc import core, progress
 from dslc.context import Managed
 from dslc.ir.diagnostics import TraceError
 from dslc.net_builder import ops
@@ -482,8 +482,10 @@ class JobRunner:
                 if timed:
                     cm.report_checkpoint_stats("checkpoint_load")
         epoch = 1 if from_scratch else self.resume_from_epoch + 1
+        epochs = progress.counter("epochs")  # a line on a terminal, when the CLI shows progress
         while True:
             session.run(job.epoch_group)
+            epochs.tick()
             stop = [o.fetch() for o in job.stop_conditions]  # read before the save, as Caffe2 does
             if cm is not None:
                 self.save_checkpoints(epoch, session)

@@ -319,3 +319,30 @@ def test_a_later_runnable_may_read_what_an_earlier_one_wrote(capsys, tmp_path, m
     for command in ("ir", "compile"):
         code, _, err = run(capsys, command, job, "-o", tmp_path / command)
         assert code == 0, err
+
+
+def test_a_job_runners_epochs_show_on_a_terminal(tmp_path, monkeypatch):
+    job = write_job(tmp_path, monkeypatch, """
+        from dslc import core
+        from dslc.checkpoint import Job, epoch_limiter
+        from dslc.net_builder import ops
+        from dslc.task import Task
+
+        def build_job():
+            with Job() as job:
+                with job.init_group:
+                    init = core.Net("init")
+                    total = init.Const(0, blob_out="total")
+                    Task(step=init)
+                with Task():
+                    ops.Add([total, ops.Const(2)], [total])
+                epoch_limiter(job, 3)
+            fetch = Task(step=core.Net("empty"), outputs=[total])
+            return job, fetch
+        """)
+    out, err = terminal(monkeypatch)
+    assert cli.main(["run", job]) == 0
+    assert out.getvalue() == "total = 6\n"  # three epochs of +2
+    shown = err.getvalue()
+    assert "\repochs: 1\x1b[K" in shown and "\repochs: 3\x1b[K" in shown and "epochs: 4" not in shown
+    assert shown.endswith("\r\x1b[K")
