@@ -23,6 +23,9 @@ def _need_blobs(ds, what):
     if not ds.field_blobs:
         raise TraceError(f"dataset {ds.name!r} has no blobs yet, so it has no {what}", user_location(),
                          "build it from a record of blobs, or call init_empty(net) first")
+    if what in ("reader", "writer") and not all(isinstance(b, core.BlobReference) for b in ds.field_blobs):
+        raise TraceError(f"dataset {ds.name!r} holds arrays, not blobs, so it has no {what}",
+                         user_location(), "make its blobs first: Dataset(ConstRecord(net, record))")
 
 
 class _DatasetReader(Reader):

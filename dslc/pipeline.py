@@ -41,6 +41,10 @@ class Output:
 
     def __init__(self, nets=None, record=None, should_stop=None):
         children = NetBuilder.current().get()
+        if isinstance(nets, (core.BlobReference, str)):
+            raise PipelineError(f"a processor returned the blob {nets!r}, not a record or nets",
+                                user_location(), "return a record (e.g. schema.NewRecord(ops, ...)), "
+                                "(record, stop_blob), nets, or nothing")
         if nets is not None and children:
             raise PipelineError("a processor both recorded ops and returned nets", user_location(),
                                 "either record with ops.* or build and return your own nets")
