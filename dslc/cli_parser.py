@@ -6,6 +6,7 @@ exit with 2, like every other user error.
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 EPILOG = """examples:
   dslc run examples/loops.py              run a job, print its outputs
@@ -115,7 +116,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
 
 def _command(sub, name: str, help: str, description: str, examples: list[str]):
     epilog = ("example:\n" if len(examples) == 1 else "examples:\n") + "".join(f"  {e}\n" for e in examples)
-    return sub.add_parser(name, help=help, description=description, epilog=epilog,
+    return sub.add_parser(name, help=help, description=textwrap.fill(description, 78, break_on_hyphens=False), epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 

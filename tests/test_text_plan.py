@@ -538,3 +538,27 @@ def test_values_handed_round_a_loop_are_assigned_together(capsys, tmp_path, monk
                 c = Add(a, b)
                 a, b = b, c
         """)
+
+
+def test_checkpoint_ops_name_their_blobs(capsys, tmp_path, monkeypatch):
+    job = job_file(tmp_path, monkeypatch, """
+        from dslc.net_builder import ops
+        from dslc.task import Task, final_output
+
+        def build_job():
+            with Task():
+                w = ops.Const(3, blob_out="w")
+                ops.Save([w], [], db="ck.db", db_type="dslcdb", input_names=["w"])
+                back = ops.Load([], ["w2"], db="ck.db", db_type="dslcdb", source_blob_names=["w"])
+                return final_output(ops.Add([back, w]))
+        """)
+    # the saved value is a constant, but a checkpoint is about the blob: Save(w)
+    assert plan(capsys, job, "--no-locs") == expected("""
+        plan of job.py:
+          group on node local:
+            task local/task, outputs Add:
+              w = 3
+              Save(w, db='ck.db', db_type='dslcdb')
+              w2 = Load(db='ck.db', db_type='dslcdb', source_blob_names=['w'])
+              Add = Add(w2, w)
+        """)

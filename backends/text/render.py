@@ -226,7 +226,7 @@ class PlanWriter(Layout, ControlFlow):
         kw = {k: self.attr(v) for k, v in shown.items()}
         special = SPECIAL.get(op.name)
         if special is not None:
-            return special(op, args, kw)
+            return special(op, args, kw, self.names.blob)
         return f"{op.name}({', '.join(args + [f'{k}={v}' for k, v in kw.items()])})"
 
     def attr(self, v) -> str:
