@@ -39,16 +39,20 @@ def scalar(v) -> bool:
 
 
 def literal(value, dtype: str) -> str:
-    """A scalar constant as source with its exact type."""
+    """A scalar constant as source with its exact type.
+
+    numba types a plain int literal as int64 and a float literal as float64; other
+    types are written ``np.float32(0.5)`` and become module constants (see ``Writer``).
+    """
     if dtype == "bool":
         return "True" if bool(value) else "False"
     if dtype in FLOAT_DTYPES:
         f = float(value)
-        if f != f:
-            return f"{NP[dtype]}(np.nan)"
-        if f in (float("inf"), float("-inf")):
-            return f"{NP[dtype]}({'-' if f < 0 else ''}np.inf)"
-        return f"{NP[dtype]}({f!r})"
+        text = "np.nan" if f != f else ("-np.inf" if f < 0 else "np.inf") if f in (float("inf"), float("-inf")) \
+            else repr(f)
+        return text if dtype == "f64" else f"{NP[dtype]}({text})"
+    if dtype == "i64" and abs(int(value)) < 1 << 31:  # larger ones numba may type as uint64
+        return f"({int(value)})" if int(value) < 0 else str(int(value))
     return f"{NP[dtype]}({int(value)})"
 
 

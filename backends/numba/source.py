@@ -235,15 +235,34 @@ class Writer:
     # --- the module
     def module(self, fname: str, params: list[str], parallel=False) -> str:
         deco = "@njit(cache=True, nogil=True)"
-        text = HEADER.format(source=os.path.basename(self.source_file) or "a job")
-        text += "".join(sorted(self.helpers))
+        body = "".join(sorted(self.helpers))
         for f in self.fused:
-            text += "\n\n" + f
-        text += f"\n\n{deco}\ndef {fname}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
-        return text
+            body += "\n\n" + f
+        body += f"\n\n{deco}\ndef {fname}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
+        return HEADER.format(source=os.path.basename(self.source_file) or "a job") + hoist_constants(body)
+
+
+_TYPED_LITERAL = re.compile(r"np\.(int8|int16|int32|int64|uint8|uint16|float16|float32)\((-?np\.inf|np\.nan|-?[0-9.eE+-]+)\)")
+
+
+def hoist_constants(text: str) -> str:
+    """``np.float32(0.5)`` literals become module constants: numba types a global once,
+    a constructor call at every use (and compile time is what it costs)."""
+    names: dict = {}
+
+    def name(m):
+        return names.setdefault(m.group(0), f"_K{len(names)}")
+
+    body = _TYPED_LITERAL.sub(name, text)
+    consts = "".join(f"{n} = {lit}\n" for lit, n in names.items())
+    return ("\n" + consts if consts else "") + body
 
 
 def fused_source(op: Operation, fname: str, parallel: bool) -> str:
+    return hoist_constants(_fused_source(op, fname, parallel))
+
+
+def _fused_source(op: Operation, fname: str, parallel: bool) -> str:
     """A fused elementwise group as one loop over the elements (``prange`` if parallel)."""
     w = Writer()
     body = op.regions[0]
