@@ -5,7 +5,6 @@ from .core import Module, Operation, OpResult, Region, RegionArg, Symbol, Value
 from .diagnostics import (DSLError, DSLTypeError, ExecutionError, JobFileError, Location,
                           TraceError, UnknownOperatorError, VerifyError)
 from .opdef import OPS, OpDef
-from .parser import ParseError, parse
 from .printer import print_module, print_op
 from .types import ANY, AnyType, HandleType, TensorType, Type
 from .verifier import verify
@@ -16,3 +15,11 @@ __all__ = [
     "RegionArg", "Symbol", "TensorType", "TraceError", "Type", "UnknownOperatorError", "Value",
     "VerifyError", "make_op", "print_module", "print_op", "verify",
 ]
+
+
+def __getattr__(name):
+    # the parser (and lark) load on first use: most runs never parse text
+    if name in ("parse", "ParseError"):
+        from . import parser
+        return getattr(parser, name)
+    raise AttributeError(f"module 'dslc.ir' has no attribute {name!r}")

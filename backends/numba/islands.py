@@ -53,12 +53,26 @@ def compilable(op: Operation, local=frozenset()) -> bool:
     return supported(op)
 
 
+def trips(op: Operation) -> float:
+    """How many times a ``for`` runs, as far as the IR knows.
+
+    A constant count is exact; a count that is an enclosing loop's index is below
+    that loop's count; anything else is UNKNOWN_TRIPS.
+    """
+    v = op.operands[0]
+    owner = getattr(v, "owner", None)
+    if owner is not None and owner.name == "Const":
+        return int(owner.attrs["value"])
+    region = getattr(v, "region", None)
+    if region is not None and region.parent is not None and region.parent.name == "for" and v.index == 0:
+        return trips(region.parent)
+    return UNKNOWN_TRIPS
+
+
 def work(op: Operation) -> float:
     """Estimated op executions for one run of ``op``."""
     if op.name == "for":
-        count = op.operands[0].owner if hasattr(op.operands[0], "owner") else None
-        trips = int(count.attrs["value"]) if count is not None and count.name == "Const" else UNKNOWN_TRIPS
-        return 1 + trips * _region_work(op.regions[0])
+        return 1 + trips(op) * _region_work(op.regions[0])
     if op.name == "loop":
         return 1 + UNKNOWN_TRIPS * _region_work(op.regions[0])
     if op.name == "if":

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
-
 from ..builder import make_op
 from ..core import Module, Operation, Region
 from ..opdef import PURE
@@ -43,7 +41,8 @@ class Schedule(Pass):
             if op.name in ("fused", "concurrent"):
                 continue
             for r in op.regions:
-                if len(r.ops) > 2:
+                # ordering by generation pays only where large ops can then run together
+                if len(r.ops) > 2 and sum(map(_large_pure, r.ops)) >= 2:
                     self.block(r)
 
     # --- effects of an op (and everything nested in it)
@@ -72,6 +71,8 @@ class Schedule(Pass):
 
     # --- one block
     def block(self, r: Region) -> None:
+        import networkx as nx  # imported when a block is scheduled: it costs a CLI start 0.3 s
+
         ops = r.ops
         g = nx.DiGraph()
         g.add_nodes_from(range(len(ops)))
