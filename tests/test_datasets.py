@@ -193,3 +193,10 @@ def test_uninitialized_dataset_is_a_located_error():
     with pytest.raises(TraceError, match="no blobs yet") as e:
         ds.reader()
     assert e.value.loc.file.endswith("test_datasets.py") and "init_empty" in e.value.hint
+
+
+def test_a_dataset_of_arrays_needs_blobs_to_be_read():
+    ds = Dataset(Struct(("a", np.arange(3))))  # arrays, not blobs yet
+    with pytest.raises(TraceError, match="holds arrays, not blobs") as e:
+        ds.writer()
+    assert "ConstRecord" in e.value.hint

@@ -19,7 +19,7 @@ treats it as writing the workspace.
 from __future__ import annotations
 
 from ..opdef import Effect, declare, type_error
-from ..types import ANY, BOOL, CURSOR, I64, MUTEX, QUEUE, HandleType, TensorType
+from ..types import ANY, BOOL, CURSOR, MUTEX, QUEUE, HandleType, TensorType
 from .infer import tensors
 
 W_QUEUE = (Effect("queue", "write"),)
