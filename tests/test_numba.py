@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def compile_json(tmp_path, cache):
-    env = dict(os.environ, DSLC_CACHE_DIR=str(cache))
+    env = dict(os.environ, DSLC_CACHE_DIR=str(cache), DSLC_NUMBA_MIN_WORK="0")  # compile even this tiny job
     out = subprocess.run([sys.executable, "-m", "dslc.cli", "compile", "examples/loops.py", "--backend",
                           "numba", "--json", "-o", str(tmp_path / "out")],
                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
