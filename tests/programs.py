@@ -32,7 +32,7 @@ CMP_OPS = ("GE", "GT", "LT", "LE", "EQ", "NE")
 LOGIC_OPS = ("And", "Or", "Xor")
 EXTREME_INTS = (2**31, 3037000500, 2**62, 2**63 - 1, -2**63, -(2**40) + 7)
 MAX_TOTAL_ITERATIONS = 400  # loop bodies run at most this many times, over the whole program
-MAX_STATEMENTS = 30         # statements in a program (a few more with the clamps)
+MAX_STATEMENTS = 32         # statements in a program (a few more with the clamps)
 MAX_COUNT = 6               # iterations of one loop execution
 MAX_DEPTH = 3               # nesting of loops and Ifs
 
@@ -100,6 +100,11 @@ class CountDown:
     counter: int  # side effect: the count is decremented whatever it was
 
 
+@dataclass(frozen=True)
+class CounterDone:
+    counter: int  # CheckCounterDone: count <= 0, no side effect
+
+
 # statements
 @dataclass(frozen=True)
 class IntOp:
@@ -111,7 +116,8 @@ class IntOp:
 
 @dataclass(frozen=True)
 class Clamp:
-    k: int   # v[k] = Min(Max(v[k], 0), hi): keeps a loop count blob small and >= 0
+    k: int   # v[k] = Min(Max(v[k], lo), hi): keeps a loop count blob small and >= 0
+    lo: int
     hi: int
 
 
@@ -179,6 +185,13 @@ class If:
 class Loop:
     count: object  # an int, a Var (clamped before the loop) or an Iter
     body: tuple
+    exit_to: int | None = None  # v[exit_to] = the loop's index blob after it: where it stopped
+
+
+@dataclass(frozen=True)
+class Guard:
+    dst: int  # ops.stop_guard(has_stopped_blob=b[dst]): True while the body runs, False at its end
+    body: tuple
 
 
 @dataclass(frozen=True)
@@ -238,7 +251,7 @@ class _Ctx:
 
 
 def _int_operand(draw, ctx: _Ctx):
-    kinds = ["var", "lit", "extreme"] + (["iter"] if ctx.loops else [])
+    kinds = ["var", "var", "lit", "lit", "extreme"] + (["iter", "iter"] if ctx.loops else [])
     kind = draw(st.sampled_from(kinds))
     if kind == "var":
         return Var(draw(st.integers(0, ctx.n_ints - 1)))
@@ -257,7 +270,8 @@ def _float_operand(draw, ctx: _Ctx):
 
 def _cond(draw, ctx: _Ctx, depth: int = 0):
     kinds = ["cmp", "cmp", "lit"] + (["bvar"] if ctx.n_bools else []) \
-        + (["countdown"] if ctx.n_counters else []) + (["not", "logic"] if depth < 2 else [])
+        + (["countdown", "countdown", "done"] if ctx.n_counters else []) \
+        + (["not", "logic"] if depth < 2 else [])
     kind = draw(st.sampled_from(kinds))
     if kind == "cmp":
         return Cmp(draw(st.sampled_from(CMP_OPS)), _int_operand(draw, ctx), _int_operand(draw, ctx))
@@ -267,6 +281,8 @@ def _cond(draw, ctx: _Ctx, depth: int = 0):
         return BVar(draw(st.integers(0, ctx.n_bools - 1)))
     if kind == "countdown":
         return CountDown(draw(st.integers(0, ctx.n_counters - 1)))
+    if kind == "done":
+        return CounterDone(draw(st.integers(0, ctx.n_counters - 1)))
     if kind == "not":
         return Not(_cond(draw, ctx, depth + 1))
     return Logic(draw(st.sampled_from(LOGIC_OPS)), _cond(draw, ctx, depth + 1), _cond(draw, ctx, depth + 1))
@@ -275,7 +291,7 @@ def _cond(draw, ctx: _Ctx, depth: int = 0):
 def _clamped(ctx: _Ctx, stmt, dst) -> list:
     """``stmt``, followed by a Clamp if it writes a var that an enclosing loop counts with."""
     hi = None if dst is None else ctx.bound_of(dst)
-    return [stmt] if hi is None else [stmt, Clamp(dst, hi)]
+    return [stmt] if hi is None else [stmt, Clamp(dst, 0, hi)]
 
 
 def _simple(draw, ctx: _Ctx) -> list:
@@ -283,6 +299,8 @@ def _simple(draw, ctx: _Ctx) -> list:
         + (["bool"] if ctx.n_bools else []) + (["countup", "retrieve", "reset"] if ctx.n_counters else [])
     kind = draw(st.sampled_from(kinds))
     var = st.integers(0, ctx.n_ints - 1)
+    if kind == "int" and ctx.bounded and draw(st.booleans()):
+        return _recount(draw, ctx)
     if kind == "int":
         dst = draw(var)
         stmt = IntOp(dst, draw(st.sampled_from(INT_OPS)), _int_operand(draw, ctx), _int_operand(draw, ctx))
@@ -303,6 +321,16 @@ def _simple(draw, ctx: _Ctx) -> list:
     return _clamped(ctx, (CountUp if kind == "countup" else Retrieve)(dst, counter), dst)
 
 
+def _recount(draw, ctx: _Ctx) -> list:
+    """Change an enclosing loop's count inside the loop (it is read again every iteration):
+    ``v = v - 1``, ``v = Min(v, i)``, ``v = v + 2``..., then clamped back into its range."""
+    k = draw(st.sampled_from([var for var, _ in ctx.bounded]))
+    op = draw(st.sampled_from(["Sub", "Min", "Add"]))
+    operand = Lit(draw(st.integers(1, 2))) if op != "Min" or not ctx.loops \
+        else Iter(draw(st.integers(0, len(ctx.loops) - 1)))
+    return _clamped(ctx, IntOp(k, op, Var(k), operand), k)
+
+
 def _body(draw, ctx: _Ctx, lo=0, hi=3) -> tuple:
     out = []
     for _ in range(draw(st.integers(lo, hi))):
@@ -316,9 +344,9 @@ def _body(draw, ctx: _Ctx, lo=0, hi=3) -> tuple:
 def _statement(draw, ctx: _Ctx) -> list:
     kinds = ["simple"] * 6  # weights: mostly straight-line code, some control flow
     if ctx.depth < MAX_DEPTH:
-        kinds += ["if", "if", "loop", "loop", "while"]
+        kinds += ["if", "if", "loop", "loop", "while"] + (["guard"] if ctx.n_bools else [])
     if ctx.in_block:
-        kinds += ["break"]
+        kinds += ["break", "break"]
     kind = draw(st.sampled_from(kinds))
     if kind == "simple":
         return _simple(draw, ctx)
@@ -326,6 +354,8 @@ def _statement(draw, ctx: _Ctx) -> list:
         return [Break(_cond(draw, ctx))]
     if kind == "if":
         return [_if(draw, ctx)]
+    if kind == "guard":
+        return [_guard(draw, ctx)]
     room = min(MAX_COUNT, ctx.left.iterations // max(ctx.mult, 1))
     if kind == "while":
         return _while(draw, ctx, room)
@@ -344,8 +374,15 @@ def _if(draw, ctx: _Ctx) -> If:
 
 
 def _count(draw, room: int) -> int:
-    """A loop count in 0..room, mostly not 0 (a loop that never runs tests little)."""
-    return 0 if room <= 0 else draw(st.integers(1, room) | st.just(0))
+    """A loop count in 0..room, rarely 0 (a loop that never runs tests little)."""
+    if room <= 0 or _rarely(draw):
+        return 0
+    return draw(st.integers(1, room))
+
+
+def _rarely(draw) -> bool:
+    """True about one time in eight; also what hypothesis shrinks toward (the draw 0)."""
+    return draw(st.integers(0, 7)) == 0
 
 
 def _spend(ctx: _Ctx, most: int) -> _Ctx:
@@ -355,23 +392,34 @@ def _spend(ctx: _Ctx, most: int) -> _Ctx:
 
 
 def _loop(draw, ctx: _Ctx, room: int) -> list:
+    """A counted loop: a constant count, an int var clamped first, or an outer loop's index."""
     kinds = ["const"] + (["var"] if room > 0 else []) \
         + (["iter"] if any(0 < n <= room + 1 for n in ctx.loops) else [])
     kind = draw(st.sampled_from(kinds))
+    before, bounded = [], ctx.bounded
     if kind == "const":
-        n = _count(draw, room)
-        inner = _spend(ctx, n)
-        return [Loop(n, _body(draw, replace(inner, loops=ctx.loops + (n,))))]
-    if kind == "iter":
+        count = most = _count(draw, room)
+    elif kind == "iter":
         level = draw(st.sampled_from([j for j, n in enumerate(ctx.loops) if 0 < n <= room + 1]))
-        most = ctx.loops[level] - 1  # the index is below the enclosing loop's count
-        inner = _spend(ctx, most)
-        return [Loop(Iter(level), _body(draw, replace(inner, loops=ctx.loops + (most,))))]
-    k = draw(st.integers(0, ctx.n_ints - 1))
-    hi = _count(draw, room if ctx.bound_of(k) is None else min(room, ctx.bound_of(k)))
-    inner = _spend(ctx, hi)
-    inner = replace(inner, loops=ctx.loops + (hi,), bounded=ctx.bounded + ((k, hi),))
-    return [Clamp(k, hi), Loop(Var(k), _body(draw, inner))]
+        count, most = Iter(level), ctx.loops[level] - 1  # the index is below that loop's count
+    else:
+        k = draw(st.integers(0, ctx.n_ints - 1))
+        most = _count(draw, room if ctx.bound_of(k) is None else min(room, ctx.bound_of(k)))
+        lo = 0 if _rarely(draw) else min(1, most)  # a negative var would make most such loops empty
+        count, before, bounded = Var(k), [Clamp(k, lo, most)], ctx.bounded + ((k, most),)
+    inner = replace(_spend(ctx, most), loops=ctx.loops + (most,), bounded=bounded)
+    body = _body(draw, inner)
+    exit_to = draw(st.none() | st.integers(0, ctx.n_ints - 1))
+    return before + _clamped(ctx, Loop(count, body, exit_to), exit_to)
+
+
+def _guard(draw, ctx: _Ctx) -> Guard:
+    """A stop_guard whose body mostly holds a stop_if (else has_stopped is always False)."""
+    inner = replace(ctx, depth=ctx.depth + 1, in_block=True)
+    body = list(_body(draw, inner))
+    if not _rarely(draw):
+        body.insert(draw(st.integers(0, len(body))), Break(_cond(draw, inner)))
+    return Guard(draw(st.integers(0, ctx.n_bools - 1)), tuple(body))
 
 
 def _while(draw, ctx: _Ctx, room: int) -> list:
@@ -388,9 +436,9 @@ def programs(draw) -> Program:
     ints = tuple(draw(st.lists(st.integers(-5, 12) | st.sampled_from(EXTREME_INTS), min_size=1, max_size=4)))
     floats = tuple(draw(st.lists(st.floats(-4, 4, width=32), max_size=2)))
     bools = tuple(draw(st.lists(st.booleans(), max_size=2)))
-    counters = tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
+    counters = tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=2)))
     ctx = _Ctx(len(ints), len(floats), len(bools), len(counters), _Left())
-    body = _body(draw, ctx, 1, 6)
+    body = _body(draw, ctx, 2, 6)
     return Program(ints, floats, bools, counters, ctx.left.guards, body)
 
 
@@ -447,6 +495,8 @@ class _Recorder:
             return ops.Not([self.cond_blob(c.c)], outs)
         if isinstance(c, Logic):
             return getattr(ops, c.op)([self.cond_blob(c.a), self.cond_blob(c.b)], outs)
+        if isinstance(c, CounterDone):
+            return ops.CheckCounterDone([f"c{c.counter}"], outs)
         return ops.CountDown([f"c{c.counter}"], outs)
 
     def block(self, stmts):
@@ -458,7 +508,7 @@ class _Recorder:
 
     def do_Clamp(self, s):
         v = f"v{s.k}"
-        ops.Max([v, ops.Const(0)], [v])
+        ops.Max([v, ops.Const(s.lo)], [v])
         ops.Min([v, ops.Const(s.hi)], [v])
 
     def do_FloatOp(self, s):
@@ -503,6 +553,12 @@ class _Recorder:
             self.loops.append(loop)
             self.block(s.body)
             self.loops.pop()
+        if s.exit_to is not None:
+            ops.Copy([loop.iter()], [f"v{s.exit_to}"])
+
+    def do_Guard(self, s):
+        with ops.stop_guard(has_stopped_blob=f"b{s.dst}"):
+            self.block(s.body)
 
     def do_While(self, s):
         g = f"g{s.guard}"
@@ -566,7 +622,8 @@ class _Machine:
             a = self.cond(c.a)
             return _LOGIC[c.op](a, self.cond(c.b))
         done = self.counts[c.counter] <= 0
-        self.counts[c.counter] -= 1  # even when already done (spec 1.8)
+        if isinstance(c, CountDown):
+            self.counts[c.counter] -= 1  # even when already done (spec 1.8)
         return done
 
     def block(self, stmts) -> None:
@@ -584,7 +641,7 @@ class _Machine:
         self.ints[s.dst] = wrap64(_INT[s.op](self.int(s.a), self.int(s.b)))
 
     def do_Clamp(self, s):
-        self.ints[s.k] = min(max(self.ints[s.k], 0), s.hi)
+        self.ints[s.k] = min(max(self.ints[s.k], s.lo), s.hi)
 
     def do_FloatOp(self, s):
         self.floats[s.dst] = np.float32(_FLOAT[s.op](self.float(s.a), self.float(s.b)))
@@ -635,6 +692,16 @@ class _Machine:
             finally:
                 self.iters.pop()
             i += 1
+        if s.exit_to is not None:  # the index blob: the count, or where a stop fired (2.5)
+            self.ints[s.exit_to] = i
+
+    def do_Guard(self, s):
+        self.bools[s.dst] = True
+        try:
+            self.seq(s.body)
+        except _Stop:
+            return  # has_stopped stays True (or what the body set it to)
+        self.bools[s.dst] = False
 
     def loop_count(self, count) -> int:
         return count if isinstance(count, int) else self.int(count)
@@ -680,8 +747,8 @@ def _show(x) -> str:
         return f"{x.op}({_show(x.a)}, {_show(x.b)})"
     if isinstance(x, Not):
         return f"Not({_show(x.c)})"
-    if isinstance(x, CountDown):
-        return f"CountDown(c{x.counter})"
+    if isinstance(x, (CountDown, CounterDone)):
+        return f"{type(x).__name__}(c{x.counter})"
     return repr(x)
 
 
@@ -709,6 +776,11 @@ def _render_block(stmts, depth: int, level: int, lines: list) -> None:
             count = s.count if isinstance(s.count, int) else _show(s.count)
             lines.append(f"{pad}for i{level} in loop({count}):")
             _render_block(s.body, depth + 1, level + 1, lines)
+            if s.exit_to is not None:
+                lines.append(f"{pad}v{s.exit_to} = i{level}  # the index blob after the loop")
+        elif isinstance(s, Guard):
+            lines.append(f"{pad}with stop_guard(has_stopped=b{s.dst}):")
+            _render_block(s.body, depth + 1, level, lines)
         else:
             lines.append(pad + _render_simple(s))
 
@@ -718,7 +790,7 @@ def _render_simple(s) -> str:
         prefix = "v" if isinstance(s, IntOp) else "f"
         return f"{prefix}{s.dst} = {s.op}({_show(s.a)}, {_show(s.b)})"
     if isinstance(s, Clamp):
-        return f"v{s.k} = clamp(v{s.k}, 0, {s.hi})"
+        return f"v{s.k} = clamp(v{s.k}, {s.lo}, {s.hi})"
     if isinstance(s, Scale):
         return f"f{s.dst} = Scale(f{s.src}, {s.scale})"
     if isinstance(s, SetBool):

@@ -1,9 +1,9 @@
 """Random programs (tests/programs.py): every way of running one gives the evaluator's answer.
 
-For each drawn program: the backend with the default pipeline and with no passes,
-and the plain-Python evaluator agree; the IR text round-trips (print, parse, print)
-straight from the lowering and after each pass of the default pipeline; and the
-modules parsed back from text run to the same outputs.
+For each drawn program, on each backend: the default pipeline, no passes, and the
+lowered and optimized modules parsed back from their text all give the outputs the
+plain-Python evaluator computes. And the IR text round-trips (print, parse, print)
+straight from the lowering and after each pass of the default pipeline.
 
 CI runs a fixed, derandomized set of examples; set DSLC_HYPOTHESIS_EXAMPLES=N to
 explore N random ones instead.
@@ -60,10 +60,11 @@ def assert_same(got: dict, want: dict, how: str) -> None:
             assert g.dtype == np.int64 and int(g) == w, f"{how}: {name} = {g!r}, expected {w}"
 
 
-def run_task(task, outputs, backend, passes) -> dict:
+def run_task(task, outputs, backend, passes):
+    """Run ``task`` in a fresh session: its outputs, and the module the backend compiled."""
     with LocalSession(Workspace(), backend=backend, passes=passes) as session:
         session.run(task)
-        return {name: out.fetch() for name, out in outputs.items()}
+        return {name: out.fetch() for name, out in outputs.items()}, session.compile(task).module
 
 
 def run_text(text: str, backend, passes) -> dict:
@@ -80,34 +81,38 @@ def assert_round_trips(module, when: str) -> str:
     return text
 
 
-def lowered(task, backend):
-    session = LocalSession(Workspace(), backend=backend, passes="none")
-    return lower_group(session.as_group(task), "", {})
+def lowered(task):
+    """The module straight from the lowering, before any pass."""
+    return lower_group(LocalSession.as_group(task), "", {})
 
 
 @_settings()
 @given(program=P.programs())
-def test_pipelines_and_evaluator_agree(backend, program):
+def test_pipelines_text_and_evaluator_agree(backend, program):
+    """The default pipeline, no passes, the lowered and the optimized module read back
+    from their text: all give the evaluator's outputs."""
     fresh()
     note(P.render(program))
     task, outputs = P.build(program)
     want = P.evaluate(program)
-    assert_same(run_task(task, outputs, backend, "default"), want, "default pipeline")
-    assert_same(run_task(task, outputs, backend, "none"), want, "no passes")
+    got, optimized = run_task(task, outputs, backend, "default")
+    assert_same(got, want, "default pipeline")
+    got, unoptimized = run_task(task, outputs, backend, "none")
+    assert_same(got, want, "no passes")
+    assert_same(run_text(print_module(unoptimized), backend, "default"), want, "lowered module parsed from text")
+    assert_same(run_text(print_module(optimized), backend, "none"), want, "optimized module parsed from text")
 
 
 @_settings()
 @given(program=P.programs())
-def test_ir_text_round_trips_after_every_pass(backend, program):
+def test_ir_text_round_trips_after_lowering_and_after_every_pass(program):
+    """The text does not depend on the backend: this runs once."""
     fresh()
     note(P.render(program))
     task, _ = P.build(program)
-    want = P.evaluate(program)
-    module = lowered(task, backend)
+    module = lowered(task)
     text = assert_round_trips(module, "after lowering")
-    assert_same(run_text(text, backend, "default"), want, "lowered module parsed from text")
     for name in DEFAULT_PIPELINE:
         PassManager([name]).run(module)
         if print_module(module) != text:  # the same text again would parse the same
             text = assert_round_trips(module, f"after {name}")
-    assert_same(run_text(text, backend, "none"), want, "optimized module parsed from text")
