@@ -112,7 +112,8 @@ class Block:
         if value.hint is None:
             value.hint = hint(key)
         self.env[key] = value
-        self.dirty[key] = loc
+        if key not in self.ctx.ephemeral:
+            self.dirty[key] = loc
 
     def flush(self) -> None:
         for key, loc in self.dirty.items():

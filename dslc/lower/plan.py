@@ -33,6 +33,7 @@ class LowerContext:
         self.iter_names: dict = {}      # loop index blob -> the loop's location
         self.if_ran: dict = {}          # If chain -> SSA value "an earlier branch ran"
         self.opaque_writes = False      # a Python op with the workspace may write any blob
+        self.ephemeral: set = set()     # blobs kept as SSA values only (If-chain conditions)
         self._tags = 0
 
     def blob_type(self, name: str):

@@ -245,6 +245,9 @@ def _nestable_chain(blk: Block, items, i: int):
                 if not out.startswith(n.Name() + "/") or out in blk.ctx.protected or \
                         blk.ctx.read_counts[out] > reads[out]:
                     return None
+    # nothing outside the chain reads them: keep them SSA values, never stored (a blob
+    # written in only some branches costs a loop nest a carried value updated in branches)
+    blk.ctx.ephemeral.update(out for n in nets for op in n._ops for out in op.outputs)
     return j
 
 
