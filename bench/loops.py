@@ -6,12 +6,11 @@ ratio. Usage: python bench/loops.py [n] [--backend interp]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 from dslc.net_builder import ops
 from dslc.session import LocalSession
 from dslc.task import Task, final_output
+from timing import median_time  # noqa: E402  (bench/timing.py)
 
 
 def loops_py(n):
@@ -49,16 +48,6 @@ def build(n):
                 ops.Add([total, val], [total])
         outs = [final_output(b) for b in (total, large, small, tiny)]
     return task, outs
-
-
-def median_time(f, reps):
-    f()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def main():

@@ -7,9 +7,7 @@ Usage: python bench/numba_fusion.py [n]
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import numba
 import numpy as np
@@ -18,16 +16,7 @@ from dslc import workspace
 from dslc.net_builder import ops
 from dslc.session import LocalSession
 from dslc.task import Task, TaskGroup
-
-
-def median(f, reps=7):
-    f()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import median_time  # noqa: E402  (bench/timing.py)
 
 
 @numba.njit(nogil=True)
@@ -62,11 +51,11 @@ def main():
         return t - a
 
     with LocalSession(backend="numba") as session:
-        t_dsl = median(lambda: session.run(task))
+        t_dsl = median_time(lambda: session.run(task))
         got = workspace.FetchBlob("y")
         summary = session.compile(task).program.summary()
-    t_hand = median(lambda: hand_fused(a, b, c, out))
-    t_np = median(eager)
+    t_hand = median_time(lambda: hand_fused(a, b, c, out))
+    t_np = median_time(eager)
     np.testing.assert_allclose(got, eager(), rtol=1e-6, atol=1e-6)
     print(f"fusion n={n}: numpy eager {t_np * 1e3:.2f} ms, hand-fused numba {t_hand * 1e3:.2f} ms, "
           f"dslc numba {t_dsl * 1e3:.2f} ms (kernels fused: {summary['kernels fused']})")

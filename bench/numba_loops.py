@@ -6,9 +6,7 @@ Usage: python bench/numba_loops.py [n]
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import numba
 
@@ -16,16 +14,7 @@ from dslc.session import LocalSession
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from loops import build, loops_py  # noqa: E402
-
-
-def median(f, reps=5):
-    f()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import median_time  # noqa: E402  (bench/timing.py)
 
 
 def main():
@@ -33,9 +22,9 @@ def main():
     hand = numba.njit(loops_py)
     task, outs = build(n)
     with LocalSession(backend="numba") as session:
-        t_dsl = median(lambda: session.run(task))
+        t_dsl = median_time(lambda: session.run(task))
         got = tuple(int(o.fetch()) for o in outs)
-    t_hand = median(lambda: hand(n))
+    t_hand = median_time(lambda: hand(n))
     assert got == tuple(int(x) for x in hand(n)), (got, hand(n))
     print(f"loops n={n}: hand-written numba {t_hand * 1e3:.1f} ms, dslc numba {t_dsl * 1e3:.1f} ms, "
           f"ratio {t_dsl / t_hand:.2f}x (target <= 1.5x)")

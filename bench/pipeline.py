@@ -11,8 +11,6 @@ Usage: python bench/pipeline.py [--records N] [--batch B] [--backend interp] [--
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
@@ -23,6 +21,7 @@ from dslc.pipeline import pipe
 from dslc.schema import NewRecord, Struct, from_column_list
 from dslc.session import LocalSession
 from dslc.task import Task, TaskGroup, WorkspaceType
+from timing import median_time  # noqa: E402  (bench/timing.py)
 
 
 def python_loop(xs: list) -> list:
@@ -61,16 +60,6 @@ def build(n: int, batch: int, threads: int, via_queue: bool):
         else:
             pipe(src.reader(batch_size=batch), dst.writer(), processor=processor, num_runtime_threads=threads)
     return init, tg, dst
-
-
-def median_time(f, reps: int) -> float:
-    f()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def main():
