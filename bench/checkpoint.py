@@ -150,11 +150,11 @@ def main(argv=None):
         print(f"plain file: write+fsync {gib / b['write', 'plain']:5.2f} ({gib / med['write', 'plain']:.2f}) GiB/s"
               f"   read {gib / b['read', 'plain']:5.2f} ({gib / med['read', 'plain']:.2f}) GiB/s")
         for db in db_types:
-            s, l = b["write", db], b["read", db]
-            print(f"{db:>10}: save {gib / s:5.2f} ({gib / med['write', db]:.2f}) GiB/s = "
-                  f"{b['write', 'plain'] / s:6.1%} of plain write+fsync"
-                  f"   load {gib / l:5.2f} ({gib / med['read', db]:.2f}) GiB/s = "
-                  f"{b['read', 'plain'] / l:6.1%} of plain read")
+            save, load = b["write", db], b["read", db]
+            print(f"{db:>10}: save {gib / save:5.2f} ({gib / med['write', db]:.2f}) GiB/s = "
+                  f"{b['write', 'plain'] / save:6.1%} of plain write+fsync"
+                  f"   load {gib / load:5.2f} ({gib / med['read', db]:.2f}) GiB/s = "
+                  f"{b['read', 'plain'] / load:6.1%} of plain read")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -385,7 +385,8 @@ def test_get_step_has_the_phases_in_order():
             ops.Const(3, blob_out="e")
     step = task.get_step()
     assert step is task.get_step()  # computed once
-    outs = lambda items: [o for item in items for n in core.iter_nets(item) for op in n.ops() for o in op.outputs]
+    def outs(items):
+        return [o for item in items for n in core.iter_nets(item) for op in n.ops() for o in op.outputs]
     assert outs(step.phases.init) == ["i"]
     assert outs([step.phases.body]) == ["b"]
     assert outs(step.phases.exit) == ["e", "local/task:output/ConstantFill:0"]
