@@ -55,7 +55,11 @@ def _lark() -> lark.Lark:
 
 
 def parse(text: str, filename: str = "<text>", check: bool = True) -> Module:
-    """The module the text describes; ``check`` runs the verifier on it."""
+    """The module the text describes.
+
+    Bad text raises ParseError (``file:line:column``, the text found there, what was
+    expected); with ``check`` the verifier runs too, and its errors name the text's line.
+    """
     if not text.endswith("\n"):
         text += "\n"
     try:
@@ -82,7 +86,7 @@ def _syntax_error(e, text: str, filename: str) -> ParseError:
     if isinstance(e, lark.exceptions.UnexpectedToken):
         if e.token.type == "$END":
             found = "end of the text"
-            line, col = len(lines), len(lines[-1]) + 1 if lines else 1
+            line, col = len(lines), (len(lines[-1]) + 1 if lines else 1)
         elif e.token.type == "_NL":
             found = "end of the line"
         else:

@@ -32,7 +32,7 @@ CMP_OPS = ("GE", "GT", "LT", "LE", "EQ", "NE")
 LOGIC_OPS = ("And", "Or", "Xor")
 EXTREME_INTS = (2**31, 3037000500, 2**62, 2**63 - 1, -2**63, -(2**40) + 7)
 MAX_TOTAL_ITERATIONS = 400  # loop bodies run at most this many times, over the whole program
-MAX_STATEMENTS = 32         # statements in a program (a few more with the clamps)
+MAX_STATEMENTS = 26         # statements in a program (a few more with the clamps)
 MAX_COUNT = 6               # iterations of one loop execution
 MAX_DEPTH = 3               # nesting of loops and Ifs
 
@@ -342,9 +342,9 @@ def _body(draw, ctx: _Ctx, lo=0, hi=3) -> tuple:
 
 
 def _statement(draw, ctx: _Ctx) -> list:
-    kinds = ["simple"] * 6  # weights: mostly straight-line code, some control flow
+    kinds = ["simple"] * 5  # weights: straight-line code, and control flow (mostly If chains)
     if ctx.depth < MAX_DEPTH:
-        kinds += ["if", "if", "loop", "loop", "while"] + (["guard"] if ctx.n_bools else [])
+        kinds += ["if", "if", "if", "loop", "loop", "while"] + (["guard"] if ctx.n_bools else [])
     if ctx.in_block:
         kinds += ["break", "break"]
     kind = draw(st.sampled_from(kinds))
@@ -366,7 +366,7 @@ def _if(draw, ctx: _Ctx) -> If:
     inner = replace(ctx, depth=ctx.depth + 1, in_block=True)
     cond, body = _cond(draw, ctx), _body(draw, inner)
     elifs = []
-    for _ in range(draw(st.integers(0, 2))):
+    for _ in range(draw(st.integers(0, 3))):
         before = tuple(s for _ in range(draw(st.integers(0, 1))) for s in _simple(draw, ctx))
         elifs.append(Elif(_cond(draw, ctx), _body(draw, inner), before))
     orelse = _body(draw, inner) if draw(st.booleans()) else None

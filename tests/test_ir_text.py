@@ -6,7 +6,6 @@ Negative tests are .dslir text in which the offending line ends with
 """
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
 from dslc.lower import lower_group
 from dslc.net_builder import ops
 from dslc.session import LocalSession
-from dslc.task import Task, final_output
+from dslc.task import Task
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
