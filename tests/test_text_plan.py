@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dslc import cli
@@ -343,7 +344,8 @@ def test_concurrency_reporters_and_fresh_workspaces(capsys, tmp_path, monkeypatc
 
 def test_a_helper_called_twice_gets_two_names(capsys, tmp_path, monkeypatch):
     # both Adds come from the helper's line `d = ...`; the first is still needed when the
-    # second is made, so the second is d_2. The unnamed output keeps its blob's base name.
+    # second is made, so the second is d_2. The unnamed output keeps its blob's base name,
+    # in lower case (Add_3 -> add_3), as every name Caffe2 made up from an op type
     job = job_file(tmp_path, monkeypatch, """
         from dslc.net_builder import ops
         from dslc.task import Task, final_output
@@ -361,10 +363,10 @@ def test_a_helper_called_twice_gets_two_names(capsys, tmp_path, monkeypatch):
     assert plan(capsys, job, "--no-locs") == expected("""
         plan of job.py:
           group on node local:
-            task local/task, outputs Add_3:
+            task local/task, outputs add_3:
               d = Add(1, 1)
               d_2 = Add(d, d)
-              Add_3 = Add(d, d_2)
+              add_3 = Add(d, d_2)
         """)
 
 
@@ -391,13 +393,13 @@ def test_names_the_user_gave_blobs_win(capsys, tmp_path, monkeypatch):
     assert plan(capsys, job, "--no-locs") == expected("""
         plan of job.py:
           group on node local:
-            task local/task, outputs RetrieveCount, half, small, label, as_int:
+            task local/task, outputs retrievecount, half, small, label, as_int:
               hits = CreateCounter(init_count=3)
               half = Scale(Sum(array(f32[20]), array(f32[20])), scale=0.5)
               as_int = Cast(2.0, to=10)
               small = [1.5, 2.5]
               label = 'spam'
-              RetrieveCount = RetrieveCount(hits)
+              retrievecount = RetrieveCount(hits)
         """)
 
 
@@ -556,9 +558,120 @@ def test_checkpoint_ops_name_their_blobs(capsys, tmp_path, monkeypatch):
     assert plan(capsys, job, "--no-locs") == expected("""
         plan of job.py:
           group on node local:
-            task local/task, outputs Add:
+            task local/task, outputs add:
               w = 3
               Save(w, db='ck.db', db_type='dslcdb')
               w2 = Load(db='ck.db', db_type='dslcdb', source_blob_names=['w'])
-              Add = Add(w2, w)
+              add = Add(w2, w)
         """)
+
+
+# ----------------------------------------------------------------------------- plans that run
+#
+# The strongest check that the plan's names never mislead: run the plan's own lines as
+# Python (ops as numpy functions below, blocks of the outline as `if True:`) and compare
+# with the plain-Python evaluator of random programs (tests/programs.py).
+
+
+class _Counter:
+    def __init__(self, n):
+        self.n = int(n)
+
+
+def _num(x):
+    """Plan literals are Python numbers: give them the dtypes the programs use."""
+    if isinstance(x, bool):
+        return np.bool_(x)
+    if isinstance(x, int):
+        return np.int64(x)
+    if isinstance(x, float):
+        return np.float32(x)
+    return x
+
+
+def _binary(f):
+    return lambda a, b: f(np.asarray(_num(a)), np.asarray(_num(b)))[()]
+
+
+def _count_down(c):
+    done = c.n <= 0
+    c.n -= 1
+    return np.bool_(done)
+
+
+def _reset(c, init_count=0):
+    old, c.n = c.n, int(init_count)
+    return np.int64(old)
+
+
+def _count_up(c):
+    old, c.n = c.n, c.n + 1
+    return np.int64(old)
+
+
+CASTS = {1: np.float32, 5: np.bool_, 10: np.int64}
+PLAN_OPS = {
+    "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
+    "Max": _binary(np.maximum), "Min": _binary(np.minimum),
+    "GE": _binary(np.greater_equal), "GT": _binary(np.greater), "LE": _binary(np.less_equal),
+    "LT": _binary(np.less), "EQ": _binary(np.equal), "NE": _binary(np.not_equal),
+    "And": _binary(np.logical_and), "Or": _binary(np.logical_or), "Xor": _binary(np.logical_xor),
+    "Not": lambda a: np.logical_not(_num(a)),
+    "Scale": lambda a, scale=1.0: (np.asarray(_num(a)) * np.float32(scale))[()],
+    "Cast": lambda a, to: CASTS[to](_num(a)),
+    "Copy": lambda a: _num(a),
+    "CreateCounter": lambda init_count=0: _Counter(init_count),
+    "CountUp": _count_up, "CountDown": _count_down, "ResetCounter": _reset,
+    "RetrieveCount": lambda c: np.int64(c.n), "CheckCounterDone": lambda c: np.bool_(c.n <= 0),
+}
+PYTHON_HEADS = ("for ", "while ", "if ", "elif ", "else:")
+
+
+def run_plan(writer) -> dict:
+    """Execute a plan's lines; returns the namespace they leave."""
+    code = []
+    for ln in writer.lines:
+        outline = ln.text.endswith(":") and not ln.text.startswith(PYTHON_HEADS)
+        code.append("  " * ln.depth + ("if True:" if outline else ln.text))
+    ns = dict(PLAN_OPS)
+    with np.errstate(all="ignore"):
+        exec(compile("\n".join(code) + "\n", "<plan>", "exec"), ns)
+    return ns
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("passes", ["none", "default"])
+def test_random_programs_plans_compute_what_the_programs_compute(passes):
+    from hypothesis import HealthCheck, given, note, settings
+
+    import programs as P
+    from dslc import names as dslc_names, workspace
+    from dslc.backends.text.render import PlanWriter
+    from dslc.backends.text.source import SourceNames
+    from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
+    from dslc.lower import lower_group
+    from dslc.session import LocalSession
+
+    asked = os.environ.get("DSLC_HYPOTHESIS_EXAMPLES")  # wider runs on request, as elsewhere
+    @settings(max_examples=int(asked) if asked else 40, derandomize=not asked, database=None,
+              deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(program=P.programs())
+    def check(program):
+        dslc_names.reset()
+        workspace.ResetWorkspace()
+        task, _ = P.build(program)
+        module = lower_group(LocalSession.as_group(task), "", {})
+        if passes == "default":
+            PassManager(list(DEFAULT_PIPELINE)).run(module)
+        writer = PlanWriter(module, SourceNames())
+        note(P.render(program))
+        note(writer.text())
+        ns = run_plan(writer)
+        for name, want in P.evaluate(program).items():
+            got = np.asarray(ns[writer.names.blob(name)])
+            if isinstance(want, np.float32):
+                assert np.isclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), name
+            else:
+                assert got.item() == want, name
+
+    check()

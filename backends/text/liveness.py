@@ -23,6 +23,7 @@ EXCLUSIVE = frozenset({"if"})                      # regions of which exactly on
 CONCURRENT = frozenset({"parallel", "reporting"})  # regions that run at the same time
 CONTROL = frozenset({"for", "loop", "if", "yield", "break_if"})
 BLOB_READS = frozenset({"load", "flag"})
+SEQUENTIAL = frozenset({"task", "group"})          # regions that run one after the other
 STRUCTURAL = CONTROL | BLOB_READS | {"store", "fused", "concurrent", "must"}
 
 _AUTO = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")
@@ -90,12 +91,19 @@ class Positions:
             return self.region_at[id(v.region)] + (-0.5,)
         raise TypeError(f"not an IR value: {v!r}")
 
-    @staticmethod
-    def dominates(a: tuple, b: tuple) -> bool:
-        """Whether the definition point ``a`` comes before point or position ``b`` on every path."""
+    def dominates(self, a: tuple, b: tuple, phases: bool = True) -> bool:
+        """Whether the definition point ``a`` comes before point or position ``b`` on every
+        path: later in ``a``'s region, or (``phases``) in a later phase of the task (or
+        group) whose phase ``a`` is directly in."""
         region = a[:-1]
         k = len(region)
-        return len(b) > k and b[:k] == region and b[k] > a[-1]
+        if len(b) > k and b[:k] == region:
+            return b[k] > a[-1]
+        if not phases:
+            return False
+        owner = region[:-1]
+        return (k >= 1 and len(b) >= k and b[:k - 1] == owner and b[k - 1] > region[-1]
+                and self.op_at[owner].name in SEQUENTIAL)
 
     def reaches(self, x: tuple, u: tuple, d: tuple) -> bool:
         """Whether the op at ``u`` can run after point ``x`` while the value defined at ``d`` lives."""
@@ -234,6 +242,9 @@ class Visibility:
         return True
 
     def slot_needed(self, op, k: int) -> bool:
+        """Whether carried value ``k`` of a loop matters. A ``for``'s results are its carried
+        values; a ``loop``'s come from its break_ifs, so only the argument counts there."""
         first = 1 if op.name == "for" else 0
-        return self.canon(op.regions[0].args[first + k]) in self.needed or (
-            k < len(op.results) and self.canon(op.results[k]) in self.needed)
+        if self.canon(op.regions[0].args[first + k]) in self.needed:
+            return True
+        return op.name == "for" and k < len(op.results) and self.canon(op.results[k]) in self.needed

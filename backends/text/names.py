@@ -20,6 +20,7 @@ Constants have no name: the plan writes them as literals.
 """
 from __future__ import annotations
 
+import keyword
 import re
 
 from dslc.ir import OpResult, RegionArg
@@ -28,6 +29,7 @@ from .special import aliased
 from .liveness import Positions, Visibility, is_auto_blob, looks_made_up
 
 INDEX_NAMES = "ijklmnpq"
+_FILL = re.compile(r"^GivenTensor\w*Fill")  # what Const records
 _DUMMY = re.compile(r":output(_\d+)?/ConstantFill(_\d+)?:0$")
 
 
@@ -55,6 +57,7 @@ class Names:
             self._members.setdefault(self.canon(v), []).append(v)
         self._uses = {c: self._shown_uses(ms) for c, ms in self._members.items()}
         self._spans: dict = {}
+        self._carry: dict = {}  # value -> loads of the blob it was stored to (it lives till then)
         self._parent: dict = {}
         self._group_members: dict = {}
         self._unite(module.op)
@@ -91,7 +94,7 @@ class Names:
         return self._uses.get(self.canon(v), [])
 
     def blob(self, name) -> str:
-        return self.blobs.get(str(name), _base(str(name)))
+        return self.blobs.get(str(name)) or _not_a_word(_base(str(name)))
 
     def interferes(self, a, b) -> bool:
         """Whether ``a`` is still needed where ``b`` is defined, or the other way round."""
@@ -104,15 +107,24 @@ class Names:
         if da == db:
             return a is not b  # two results of one op, or two args of one region
         if p.dominates(da, db):
-            return any(p.reaches(db, p.pos[u], da) for u in self._uses.get(a, ()))
+            return self._live_at(a, db)
         if p.dominates(db, da):
-            return any(p.reaches(da, p.pos[u], db) for u in self._uses.get(b, ()))
+            return self._live_at(b, da)
         return False
+
+    def _live_uses(self, v):
+        return self._uses.get(v, []) + self._carry.get(v, [])
+
+    def _live_at(self, v, point) -> bool:
+        """Whether ``v`` (defined before ``point``) may still be needed after ``point``."""
+        p = self.positions
+        d = p.defpoint(v)
+        return any(p.reaches(point, p.pos[u], d) for u in self._live_uses(v))
 
     def _span(self, v):
         got = self._spans.get(v)
         if got is None:
-            got = self._spans[v] = self.positions.span(v, self._uses.get(v, ()))
+            got = self._spans[v] = self.positions.span(v, self._live_uses(v))
         return got
 
     # --- structure
@@ -148,7 +160,9 @@ class Names:
         return live
 
     def _shown_uses(self, members) -> list:
-        return [op for m in members for op, i in m.uses if self.vis.shown_use(op, i)]
+        # (a use by an op no longer in the module is stale: a pass dropped the op)
+        pos = self.positions.pos
+        return [op for m in members for op, i in m.uses if op in pos and self.vis.shown_use(op, i)]
 
     # --- groups: values that are one variable
     def _root(self, v):
@@ -210,8 +224,10 @@ class Names:
             if op.name not in ("load", "flag"):
                 continue
             only = stores.get(str(op.attrs["blob"]), [])
-            if len(only) != 1 or not p.dominates(p.pos[only[0]][:-1] + (p.pos[only[0]][-1] + 0.5,),
-                                                   p.pos[op]):
+            if len(only) != 1:
+                continue
+            after = p.pos[only[0]][:-1] + (p.pos[only[0]][-1] + 0.5,)
+            if not p.dominates(after, p.pos[op], phases=False):  # (in one phase only)
                 continue
             w, u = self.canon(op.result), self.canon(only[0].operands[0])
             if _is_const(u) or not (self.needed(w) and self.needed(u)):
@@ -220,8 +236,13 @@ class Names:
             if rw is ru:
                 continue
             same = copies.setdefault(u, {u})  # values that all hold what u holds
+            # between the store and the load the blob holds u: u's name must stay its own
+            self._carry.setdefault(u, []).append(op)
+            self._spans.pop(u, None)
             if any(self.interferes(x, y) for x in self._group(rw) for y in self._group(ru)
                    if not (x is w and y in same)):
+                self._carry[u].pop()
+                self._spans.pop(u, None)
                 continue
             same.add(w)
             self._parent[rw] = ru
@@ -264,13 +285,15 @@ class Names:
                     return None
         return names[v.index]
 
-    def _group_pref(self, root, ranks=(0, 1, 2, 3, 4)):
+    def _group_pref(self, root, chosen_only: bool = False):
+        """The best name among the group's members (earliest on a tie); ``chosen_only``:
+        only names someone chose (hints, the source), not ones made up from blobs or ops."""
         best = None
         for m in self._group(root):
             rank, text = self._pref[m] if m in self._pref else (9, None)
-            if rank == 4 and ranks != (0, 1):
+            if rank == 4 and not chosen_only:
                 rank, text = self._blob_pref(m) or (rank, text)
-            if rank in ranks and (best is None or (rank, self._order[m]) < best[:2]):
+            if (rank <= 1 or not chosen_only) and (best is None or (rank, self._order[m]) < best[:2]):
                 best = (rank, self._order[m], text)
         return best[2] if best else None
 
@@ -284,7 +307,8 @@ class Names:
             if isinstance(m, OpResult) and m.owner.name in ("load", "flag"):
                 got.add(self.blob(m.owner.attrs["blob"]))
             for x in self._members.get(m, [m]):
-                got.update(self.blob(u.attrs["blob"]) for u, _ in x.uses if u.name == "store")
+                got.update(self.blob(u.attrs["blob"]) for u, _ in x.uses
+                           if u.name == "store" and u in self.positions.pos)
         return got
 
     def _blob_pref(self, v):
@@ -293,7 +317,7 @@ class Names:
             return 2, self.blob(v.owner.attrs["blob"])
         for m in self._members.get(v, [v]):
             for user, _ in m.uses:
-                if user.name == "store" and self.vis.shown_use(user, 0):
+                if user.name == "store" and user in self.positions.pos and self.vis.shown_use(user, 0):
                     return 2, self.blob(user.attrs["blob"])
         return None
 
@@ -313,7 +337,7 @@ class Names:
             else:
                 chosen.setdefault(blob, None)
         taken: set = set()
-        return {blob: _unique(name or _base(blob), taken) for blob, name in chosen.items()}
+        return {blob: _unique(_not_a_word(name or _base(blob)), taken) for blob, name in chosen.items()}
 
     def _stored_name(self, store) -> str | None:
         """What the job calls the value a store writes: the names on the store's own line
@@ -326,13 +350,14 @@ class Names:
             got = names[0] if names and len(names) == 1 else None
         if got or _is_const(v):
             return got
-        return self._group_pref(self._root(v), ranks=(0, 1))
+        return self._group_pref(self._root(v), chosen_only=True)
 
     # --- allocation
     def _allocate(self) -> dict:
         holders: dict[str, list] = {}  # name -> [(end of span, group)] of groups holding it
         names = {}
         blob_names = set(self.blobs.values())
+        events = self._blob_events()
         roots = {self._root(v) for v in self._pref if self.needed(v) and not _is_const(v)}
         spans = {r: self._group_span(r) for r in roots}
         # groups in the order they start, so a holder whose span ended is done for good
@@ -344,7 +369,8 @@ class Names:
             k, name = 1, base
             while True:
                 live = holders[name] = [(e, g) for e, g in holders.get(name, ()) if e > start]
-                taken = own is not None and name in blob_names and name not in own
+                taken = (own is not None and name in blob_names and name not in own) or \
+                    self._overwritten(root, events.get(name, ()))
                 if not taken and not any(self._groups_interfere(root, g) for _, g in live):
                     break
                 k += 1
@@ -352,6 +378,47 @@ class Names:
             holders[name].append((spans[root][1], root))
             names[root] = name
         return names
+
+    def _blob_events(self) -> dict:
+        """Blob display name -> the ops that write or read it by that name in the plan
+        (shown stores, loads): while a variable of that name is needed, they would clash."""
+        events: dict = {}
+        for op in self.positions.pos:
+            if op.name == "store" and self.vis.shown_use(op, 0):
+                events.setdefault(self.blob(op.attrs["blob"]), []).append((op, op.operands[0]))
+            elif op.name in ("load", "flag") and self.needed(op.result):
+                events.setdefault(self.blob(op.attrs["blob"]), []).append((op, op.result))
+        return events
+
+    def _overwritten(self, root, events) -> bool:
+        """Whether naming the group after a blob (``events``: that blob's stores and loads)
+        would mislead: a value of the group still needed where the plan writes or reads
+        the blob holding something else, or a value of the group defined (so the name
+        rebound) while the blob's content waits for a later read, when the group is never
+        that content itself (stored there, or read from there)."""
+        p = self.positions
+        group = self._group(root)
+        own = False
+        for op, v in events:
+            if self._root(self.canon(v)) is root:
+                own = True
+                continue
+            at = p.pos[op][:-1] + (p.pos[op][-1] + 0.5,)
+            for m in group:
+                if p.dominates(p.defpoint(m), at) and self._live_at(m, at):
+                    return True
+        if own:
+            return False
+        reads = [op for op, v in events if op.name != "store"]
+        stores = [p.pos[op][:-1] + (p.pos[op][-1] + 0.5,) for op, _ in events if op.name == "store"]
+        for m in group:
+            d = p.defpoint(m)
+            for r in reads:
+                # a store after the definition and before the read on every path refreshes it
+                fresh = any(p.dominates(d, s) and p.dominates(s, p.pos[r]) for s in stores)
+                if not fresh and p.reaches(d, p.pos[r], ()):
+                    return True
+        return False
 
     def _group_span(self, root):
         spans = [self._span(m) for m in self._group(root)]
@@ -366,17 +433,31 @@ def _is_const(v) -> bool:
 
 
 def _base(blob: str) -> str:
+    """The name a blob is shown by: its last path part; a name Caffe2 made up from an op
+    type in lower case (``GE_2`` -> ``ge_2``: never the op's own name), a constant's
+    ``const``."""
     base = blob.rsplit("/", 1)[-1] or blob
     base = base.split("@", 1)[0] or base  # x@if3: the branch-local copy of x
     if base.endswith(":0"):
         base = base[:-2]
+    if looks_made_up(base):
+        base = _FILL.sub("const", base).lower()
     return base.replace(":", "_")
 
 
 def _identifier(text: str | None) -> str:
     text = text or "v"
     out = "".join(c if (c.isalnum() or c in "_.") else "_" for c in text)
-    return "_" + out if out[0].isdigit() else out
+    out = "_" + out if out[0].isdigit() else out
+    return _not_a_word(out)
+
+
+def _not_a_word(name: str) -> str:
+    """``and`` -> ``and_``: a name must not read as Python's own words."""
+    return name + "_" if keyword.iskeyword(name) or name in _BUILTIN_NAMES else name
+
+
+_BUILTIN_NAMES = frozenset({"range", "True", "False", "None"})  # the plan's own words
 
 
 def _unique(name: str, taken: set) -> str:
