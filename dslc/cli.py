@@ -59,7 +59,7 @@ def cmd_ir(args) -> int:
     """``dslc ir``: print (or write to ``-o FILE``) the verified IR of each runnable."""
     from dslc.ir import print_module
 
-    session, compiled = _compile(args, "interp", _session_options(args, sys.stdout))
+    session, compiled = _compile(args, "interp", _session_options(args, sys.stdout), build=False)
     texts = [print_module(m, with_locs=not args.no_locs) for m, _ in compiled]
     _report_times(session, args)
     if args.json:
@@ -185,10 +185,11 @@ def _recorded_nets(args) -> dict:
     return nets
 
 
-def _compile(args, backend: str, options: dict):
+def _compile(args, backend: str, options: dict, build: bool = True):
     """(session, [(module, program)]) for the job file (or .dslir) of ``args``: traced,
-    optimized with the session's passes, compiled by ``backend``. A Job counts as its
-    groups (init, each epoch, download, exit); a text plan says which one it is."""
+    optimized with the session's passes, compiled by ``backend`` (unless not ``build``:
+    then the programs are None). A Job counts as its groups (init, each epoch, download,
+    exit); a text plan says which one it is."""
     from dslc import jobfile
     from dslc.session import LocalSession
 
@@ -196,7 +197,7 @@ def _compile(args, backend: str, options: dict):
     if args.job.endswith(".dslir"):
         module = _read_ir(args.job)
         session.optimize(module)
-        return session, [(module, session.backend.compile(module))]
+        return session, [(module, session.backend.compile(module) if build else None)]
     from dslc.ir.types import join
     from dslc.lower import lower_group
 
@@ -214,6 +215,8 @@ def _compile(args, backend: str, options: dict):
     if hasattr(session.backend, "extra_live"):  # a plan shows what later runnables read
         session.backend.extra_live = {str(op.attrs["blob"]) for _, m, _ in lowered
                                       for op in m.walk() if op.name in ("load", "flag")}
+    if not build:
+        return session, [(module, None) for _, module, _ in lowered]
     done = []
     for title, module, stops in lowered:
         program = session.backend.compile(module)
