@@ -127,13 +127,10 @@ def cmd_compile(args) -> int:
 
 def cmd_graph(args) -> int:
     """``dslc graph``: the job's structure, or one task's or net's dataflow, via graphviz."""
-    from dslc import backends
-
+    fmt = out.graph_format(args.output)  # a bad file name fails before any tracing
     passes = args.passes or ("default" if args.after_passes else "none")
     session, compiled = _compile(args, "text", {"passes": passes})
-    text_backend = backends.get("text")()
-    what, name, dot_text = _graph(args, compiled, text_backend)
-    fmt = out.graph_format(args.output)
+    what, name, dot_text = _graph(args, compiled, session.backend)
     if args.output:
         out.render_dot(dot_text, args.output, fmt)
     if args.json:  # without -o the DOT text comes inside the JSON
