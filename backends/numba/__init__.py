@@ -97,6 +97,19 @@ class Config:
     parallel: bool = False
     par_min: int = PAR_MIN
     local_counters: frozenset = frozenset()
+    module: Module | None = None
+    _names: object = None
+
+    def namer(self):
+        """Variable names for generated code: the text plan's (the job's own names), made once."""
+        if self._names is None:
+            from dslc.backends.text.names import Names
+            from dslc.backends.text.source import SourceNames
+            try:
+                self._names = Names(self.module, SourceNames()).of
+            except Exception:  # names are cosmetic: never let them stop a compile
+                self._names = lambda v: None
+        return self._names
 
 
 class NumbaProgram:
@@ -165,7 +178,7 @@ class NumbaBackend:
         self.parallel = parallel
 
     def compile(self, module: Module) -> NumbaProgram:
-        cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module))
+        cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module)
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
         return NumbaProgram(module, executor, cfg.stats)
 

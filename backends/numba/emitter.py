@@ -65,7 +65,7 @@ class NumbaEmitter(Emitter):
 
 def build_island(island, cfg):
     """Generate, write, import and compile the island's function."""
-    w = Writer(_source_file(island.ops[0]))
+    w = Writer(_source_file(island.ops[0]), cfg.namer())
     params = w.island(island)
     source = w.module("kernel", params)
     mod = module_for(source)

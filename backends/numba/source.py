@@ -54,7 +54,9 @@ def convert(v, name: str) -> str:
 class Writer:
     """Writes one function (an island or a fused kernel) and the helpers it uses."""
 
-    def __init__(self, source_file: str = ""):
+    def __init__(self, source_file: str = "", namer=None):
+        """``namer(value)`` suggests a base name (the text plan's variable names)."""
+        self.namer = namer
         self.lines: list[str] = []
         self.names: dict = {}
         self.used: set = set()
@@ -67,7 +69,10 @@ class Writer:
     def name(self, v) -> str:
         got = self.names.get(v)
         if got is None:
-            base = _SAFE.sub("_", v.hint or "v")[:24] or "v"
+            suggested = self.namer(v) if self.namer is not None else None
+            if not suggested or suggested == "_":
+                suggested = v.hint
+            base = _SAFE.sub("_", suggested or "v")[:24] or "v"
             if base[0].isdigit():
                 base = "v" + base
             k = 0
