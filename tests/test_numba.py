@@ -84,7 +84,7 @@ def _fused_job(n):
 
 def test_fused_output_reuses_the_blobs_buffer_when_nothing_else_holds_it():
     tg, want = _fused_job(1 << 12)
-    with LocalSession(backend="numba") as s:
+    with LocalSession(backend="numba", passes="default") as s:  # fusion is a pass
         assert s.compile(tg).program.summary()["kernels fused"] == 1
         s.run(tg)
         first_id = id(workspace.current().fetch("y"))
@@ -95,7 +95,7 @@ def test_fused_output_reuses_the_blobs_buffer_when_nothing_else_holds_it():
 
 def test_fused_output_never_overwrites_an_array_someone_holds():
     tg, want = _fused_job(1 << 12)
-    with LocalSession(backend="numba") as s:
+    with LocalSession(backend="numba", passes="default") as s:
         s.run(tg)
         held = workspace.FetchBlob("y")  # the user keeps the array
         kept = held.copy()
