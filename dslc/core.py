@@ -635,14 +635,19 @@ class ExecutionStep:
 
 
 def iter_nets(item):
-    """Every Net reachable from a step, builder block or net, in program order."""
-    if isinstance(item, Net):
-        yield item
-        return
-    for child in getattr(item, "_items", None) or getattr(item, "_children", None) or ():
-        yield from iter_nets(child)
-    for extra in getattr(item, "_extra_regions", lambda: ())():
-        yield from iter_nets(extra)
+    """Every Net reachable from a step, builder block or net, in program order.
+
+    Walked with a stack (nested generators cost a step per level for every net).
+    """
+    stack = [item]
+    while stack:
+        it = stack.pop()
+        if isinstance(it, Net):
+            yield it
+            continue
+        parts = list(getattr(it, "_items", None) or getattr(it, "_children", None) or ())
+        parts += getattr(it, "_extra_regions", lambda: ())()
+        stack.extend(reversed(parts))
 
 
 def execution_step(default_name, steps_or_nets, num_iter=None, report_net=None, report_interval=None,

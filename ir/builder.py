@@ -28,7 +28,7 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
         inferred = None
         if opdef.infer is not None:
             opdef.check_arity(len(types), n_results)
-            inferred = opdef.infer(types, full, n_results)
+            inferred = opdef.inferred(types, full, n_results)
         if inferred is None:
             if result_types is None and n_results == 0:
                 result_types = []

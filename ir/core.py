@@ -36,7 +36,10 @@ class OpResult(Value):
     __slots__ = ("owner", "index")
 
     def __init__(self, type, owner, index, hint=None):
-        super().__init__(type, hint)
+        # Value's fields set here, not through super(): ops are made by the hundred thousand
+        self.type = type
+        self.hint = hint
+        self.uses = {}
         self.owner = owner
         self.index = index
 
@@ -45,7 +48,9 @@ class RegionArg(Value):
     __slots__ = ("region", "index")
 
     def __init__(self, type, region, index, hint=None):
-        super().__init__(type, hint)
+        self.type = type
+        self.hint = hint
+        self.uses = {}
         self.region = region
         self.index = index
 
@@ -78,11 +83,14 @@ class Region:
         return op
 
     def walk(self) -> list[Operation]:
-        out = []
+        """Every op of the region and nested in it, in program order."""
+        out: list = []
         for op in self.ops:
-            out.extend(op.walk())
+            if op.regions:
+                _walk_into(op, out)
+            else:
+                out.append(op)
         return out
-
 
     @property
     def empty(self) -> bool:
@@ -98,17 +106,19 @@ class Operation:
                  loc: Location = UNKNOWN_LOC, hints=None):
         self.opdef = opdef
         self.name: str = opdef.name  # a plain attribute: passes read it constantly
-        self.operands: list[Value] = []
-        self.attrs: dict = dict(attrs or {})
+        self.attrs: dict = dict(attrs) if attrs else {}
         self.loc = loc
         self.parent: Region | None = None
-        self.results = [OpResult(t, self, i, hints[i] if hints else None)
-                        for i, t in enumerate(result_types)]
-        self.regions: list[Region] = []
-        for v in operands:
-            self.add_operand(v)
-        for r in regions:
-            self.add_region(r)
+        if hints:
+            self.results = [OpResult(t, self, i, hints[i]) for i, t in enumerate(result_types)]
+        else:
+            self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
+        self.operands: list[Value] = list(operands)
+        for i, v in enumerate(self.operands):
+            v.uses[(self, i)] = None
+        self.regions: list[Region] = list(regions)
+        for r in self.regions:
+            r.parent = self
 
     @property
     def result(self) -> Value:
@@ -141,18 +151,25 @@ class Operation:
     def walk(self) -> list[Operation]:
         """This op, then every op nested in its regions, in program order.
 
-        A list, built without recursion: passes walk large modules many times.
+        A list, filled in one pass: passes walk large modules many times. (It recurses
+        once per level of region nesting, which the lowering's own recursion bounds.)
         """
-        out, stack = [], [self]
-        while stack:
-            op = stack.pop()
-            out.append(op)
-            for r in reversed(op.regions):
-                stack.extend(reversed(r.ops))
-        return out
+        return _walk_into(self, [])
 
     def __repr__(self) -> str:
         return f"<{self.name} at {self.loc}>"
+
+
+def _walk_into(op: Operation, out: list) -> list:
+    """Append ``op`` and every op nested in it to ``out``, in program order."""
+    out.append(op)
+    for r in op.regions:
+        for o in r.ops:
+            if o.regions:
+                _walk_into(o, out)
+            else:
+                out.append(o)
+    return out
 
 
 class Module:

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from .core import Symbol
 from .diagnostics import DSLTypeError, VerifyError
 from .types import Type
 
@@ -89,18 +90,18 @@ class OpDef:
 
     def full_attrs(self, attrs: dict) -> dict:
         """``attrs`` with defaults filled in; unknown or missing required ones are errors."""
-        unknown = set(attrs) - set(self.attrs)
-        if unknown:
-            bad = sorted(unknown)[0]
-            close = difflib.get_close_matches(bad, list(self.attrs), n=1, cutoff=0.6)
-            known = f"its arguments are: {', '.join(sorted(self.attrs))}" if self.attrs \
-                else "it takes no arguments"
-            raise VerifyError(f"{self.name} has no argument {bad!r}",
-                              hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
+        if not attrs.keys() <= self.attrs.keys():
+            self._unknown_attr(attrs)
         out = {}
+        kinds = self._kinds
         for k, default in self.attrs.items():
             if k in attrs:
-                out[k] = self._checked_kind(k, default, attrs[k])
+                value = attrs[k]
+                want = kinds[k]
+                if want is not None and not isinstance(value, _ACCEPTS[want]):
+                    raise VerifyError(f"{self.name} argument {k!r} must be {want}, got {value!r}",
+                                      hint=f"pass {k}=<{want}> (its default is {default!r})")
+                out[k] = value
             elif default is REQUIRED:
                 raise VerifyError(f"{self.name} needs the argument {k!r}",
                                   hint=f"pass {k}=... to {self.name}")
@@ -108,20 +109,59 @@ class OpDef:
                 out[k] = default
         return out
 
+    def _unknown_attr(self, attrs: dict):
+        bad = sorted(set(attrs) - set(self.attrs))[0]
+        close = difflib.get_close_matches(bad, list(self.attrs), n=1, cutoff=0.6)
+        known = f"its arguments are: {', '.join(sorted(self.attrs))}" if self.attrs \
+            else "it takes no arguments"
+        raise VerifyError(f"{self.name} has no argument {bad!r}",
+                          hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
 
-    def _checked_kind(self, name: str, default, value):
-        """``value``, if it has the kind of the attribute's default (an int, a float...).
+    @property
+    def _kinds(self) -> dict:
+        """Attribute name -> the kind its default implies (``"an int"``...), or None.
 
         Attributes without a default, or defaulting to None, take anything; their op's
-        type inference checks them.
+        type inference checks them. Worked out once per declaration.
         """
-        for kinds, want in _KINDS:
-            if isinstance(default, kinds):
-                if not isinstance(value, _ACCEPTS[want]):
-                    raise VerifyError(f"{self.name} argument {name!r} must be {want}, got {value!r}",
-                                      hint=f"pass {name}=<{want}> (its default is {default!r})")
-                break
-        return value
+        kinds = self.__dict__.get("_kinds_cache")
+        if kinds is None:
+            kinds = {k: _kind_of(default) for k, default in self.attrs.items()}
+            object.__setattr__(self, "_kinds_cache", kinds)  # a cache on a frozen dataclass
+        return kinds
+
+    def inferred(self, types, attrs: dict, n_results: int):
+        """``infer(types, attrs, n_results)`` as a tuple (None if the creator gives them).
+
+        Type inference is a pure function of its arguments, so the answer is remembered
+        when the attributes are plain scalars (the key holds each value's class too:
+        ``1``, ``1.0`` and ``True`` are equal in Python but not to inference). Operand
+        types are keyed by identity, which is cheap to hash: the entry keeps those type
+        objects alive, so a hit means the very same (immutable) types. Errors are not
+        remembered: they are raised again on every call.
+        """
+        classes = tuple(map(type, attrs.values()))
+        if not _PLAIN.issuperset(classes):
+            out = self.infer(list(types), attrs, n_results)
+            return None if out is None else tuple(out)
+        key = (self.name, n_results, tuple(map(id, types)), tuple(attrs.items()), classes)
+        hit = _INFERRED.get(key)
+        if hit is not None:
+            return hit[1]
+        out = self.infer(list(types), attrs, n_results)
+        out = None if out is None else tuple(out)
+        if len(_INFERRED) >= _INFERRED_MAX:
+            _INFERRED.clear()
+        _INFERRED[key] = (tuple(types), out)  # the types: their ids in the key stay theirs
+        return out
+
+
+def _kind_of(default) -> str | None:
+    """The kind of attribute value that ``default`` implies (a key of ``_ACCEPTS``)."""
+    for kinds, want in _KINDS:
+        if isinstance(default, kinds):
+            return want
+    return None
 
 
 # The kind an attribute's default implies, and the Python values that have that kind
@@ -130,6 +170,12 @@ _KINDS = [((bool, int, np.integer), "an int"), ((float, np.floating), "a number"
           (str, "a string"), ((list, tuple), "a list")]
 _ACCEPTS = {"an int": (bool, int, np.integer), "a number": (bool, int, float, np.integer, np.floating),
             "a string": str, "a list": (list, tuple)}
+
+# Remembered type inference (OpDef.inferred): attribute values of these classes are
+# immutable and hash by value, so they can be part of a key.
+_PLAIN = frozenset({int, float, bool, str, Symbol, type(None)})
+_INFERRED: dict = {}  # key -> (the operand types, the inferred result types)
+_INFERRED_MAX = 1 << 16  # distinct (op, operand types, attributes) answers kept
 
 
 def _count(lo, hi, what):

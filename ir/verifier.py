@@ -18,45 +18,60 @@ def verify(module: Module) -> None:
     """Raise VerifyError if the module breaks an IR invariant."""
     if module.op.name != "module":
         raise VerifyError("the top-level op must be a module", module.op.loc)
-    _Verifier(module.origin).op(module.op, set())
+    _Verifier(module.origin).op(module.op)
 
 
 class _Verifier:
     def __init__(self, origin=None):
         self.origin = origin or {}
+        # value -> how many isolated regions enclose its definition; a value is visible
+        # where it was defined at the same isolation depth, in an enclosing region
+        self.level: dict = {}
+        self.depth = 0
 
-    def op(self, op: Operation, visible: set) -> None:
+    def op(self, op: Operation) -> None:
         d = op.opdef
+        level, depth = self.level, self.depth
         for i, v in enumerate(op.operands):
-            if v not in visible:
+            if level.get(v) != depth:
                 self.fail(op, f"operand {i} is used before it is defined (or outside its region)")
         try:
             d.check_arity(len(op.operands), len(op.results))
-            unknown = set(op.attrs) - set(d.attrs)
-            if unknown:
-                raise VerifyError(f"unknown attribute {sorted(unknown)[0]!r}")
+            if not op.attrs.keys() <= d.attrs.keys():
+                raise VerifyError(f"unknown attribute {sorted(set(op.attrs) - set(d.attrs))[0]!r}")
             if d.infer is not None:
-                inferred = d.infer([v.type for v in op.operands], op.attrs, len(op.results))
+                inferred = d.inferred([v.type for v in op.operands], op.attrs, len(op.results))
                 if op.name in LOOPS:
                     inferred = None  # carried types may be wider than the initial values: see below
-                if inferred is not None and list(inferred) != [r.type for r in op.results]:
+                if inferred is not None and inferred != tuple(r.type for r in op.results):
                     got = ", ".join(str(r.type) for r in op.results)
                     want = ", ".join(map(str, inferred))
                     raise VerifyError(f"result types ({got}) differ from the inferred ({want})")
         except DSLError as e:
             self.fail(op, e.message, e.hint)
         self.structure(op)
-        inner = set() if op.name in ISOLATED else visible
-        for r in op.regions:
-            self.region(r, set(inner))
+        if op.regions:
+            isolated = op.name in ISOLATED
+            self.depth += isolated
+            for r in op.regions:
+                self.region(r)
+            self.depth -= isolated
 
-    def region(self, r: Region, visible: set) -> None:
-        visible.update(r.args)
+    def region(self, r: Region) -> None:
+        level, depth = self.level, self.depth
+        added = list(r.args)
+        for a in r.args:
+            level[a] = depth
+        last = len(r.ops) - 1
         for i, op in enumerate(r.ops):
-            if op.opdef.has(TERMINATOR) and i != len(r.ops) - 1:
+            if TERMINATOR in op.opdef.traits and i != last:
                 self.fail(op, "yield must be the last op of its region")
-            self.op(op, visible)
-            visible.update(op.results)
+            self.op(op)
+            for res in op.results:
+                level[res] = depth
+            added.extend(op.results)
+        for v in added:
+            level.pop(v, None)
 
     def structure(self, op: Operation) -> None:
         d = op.opdef
@@ -65,6 +80,8 @@ class _Verifier:
                 self.fail(op, "needs at least one region")
         elif len(op.regions) != len(d.regions):
             self.fail(op, f"has {len(op.regions)} regions, declared {len(d.regions)}")
+        if op.name not in _PLACED and PLAN not in d.traits:
+            return  # the checks below are about plan ops and control flow
         parent = op.parent.parent if op.parent is not None else None
         pname = parent.name if parent is not None else None
         if op.name in PLACEMENT and pname not in PLACEMENT[op.name]:
@@ -73,9 +90,9 @@ class _Verifier:
         if d.has(PLAN) and op.name not in ("module", "group", "task") and pname in ("module", "group") \
                 and not group_reporters:
             self.fail(op, "must be inside a task")
-        check = getattr(self, "check_" + op.name, None)
-        if check:
-            check(op, parent)
+        check = _CHECKS.get(op.name)
+        if check is not None:
+            check(self, op, parent)
 
     def check_break_if(self, op, parent):
         if parent is None or parent.name not in LOOPS:
@@ -131,3 +148,9 @@ class _Verifier:
 
     def fail(self, op: Operation, msg: str, hint=None):
         raise VerifyError(f"{op.name}: {msg}", self.origin.get(op, op.loc), hint)
+
+
+# Per-op structural checks beyond the declaration (control-flow ops).
+_CHECKS = {"break_if": _Verifier.check_break_if, "for": _Verifier.check_for,
+           "loop": _Verifier.check_loop, "if": _Verifier.check_if}
+_PLACED = frozenset(PLACEMENT) | frozenset(_CHECKS)  # ops whose parent structure() checks

@@ -7,6 +7,7 @@ Python ops), so concurrent steps and tasks see what Caffe2 would show them.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -19,6 +20,7 @@ from dslc.ir.passes.analysis import is_barrier
 _AUTO = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def hint(name: str) -> str | None:
     """A readable SSA name for a blob: its last path part, unless it was auto-generated."""
     base = name.rsplit("/", 1)[-1]
@@ -127,10 +129,12 @@ class Block:
         if op is None:
             self.env = {k: v for k, v in self.env.items() if k in self.dirty}
             return
-        written = {o.attrs["blob"] for o in op.walk() if o.name == "store"}
+        inside = op.walk()
         if op.name in ("parallel", "scope", "reporting") or \
-                any(o.name == "Python" or is_barrier(o) for o in op.walk()):
+                any(o.name == "Python" or is_barrier(o) for o in inside):
             written = set(self.env)
+        else:
+            written = {o.attrs["blob"] for o in inside if o.name == "store"}
         for k in written:
             if k not in self.dirty:
                 self.env.pop(k, None)

@@ -18,10 +18,12 @@ def children(item) -> list:
 
 
 def walk(item):
-    """Every item in the subtree, parents before children."""
-    yield item
-    for c in children(item):
-        yield from walk(c)
+    """Every item in the subtree, parents before children (in program order)."""
+    stack = [item]
+    while stack:
+        it = stack.pop()
+        yield it
+        stack.extend(reversed(children(it)))
 
 
 def names_read(items) -> set[str]:

@@ -207,8 +207,17 @@ def lower_if(blk: Block, item) -> None:
     blk.forget(op)
 
 
+def _kind(item) -> str | None:
+    """A builder block's kind (``"if"``, ``"loop"``...), None for anything else.
+
+    Nets are not asked: ``net.kind`` would be taken for an operator name and fail
+    slowly, with a spelling suggestion.
+    """
+    return item.kind if isinstance(item, NetBuilder) else None
+
+
 def _member(item, chain) -> bool:
-    return getattr(item, "kind", None) == "if" and item.chain is chain and item.branch != "if"
+    return _kind(item) == "if" and item.chain is chain and item.branch != "if"
 
 
 def _nestable_chain(blk: Block, items, i: int):
@@ -220,7 +229,7 @@ def _nestable_chain(blk: Block, items, i: int):
     nothing, and the chain lowers as ``if c1 {A} else { c2; if c2 {B} else {C} }``.
     """
     first = items[i]
-    if getattr(first, "kind", None) != "if" or first.branch != "if":
+    if _kind(first) != "if" or first.branch != "if":
         return None
     j, members, nets = i + 1, [first], []
     while j < len(items):

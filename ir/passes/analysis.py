@@ -14,7 +14,19 @@ def is_barrier(op: Operation) -> bool:
     """An op after which any blob may have changed (runs other code on the workspace, or
     writes blobs by name: an effect ``write workspace``, as AtomicAppend has)."""
     return op.name in PLAN_OPS or (op.name == "Python" and bool(op.attrs.get("pass_workspace"))) \
-        or any(e.resource == "workspace" and e.mode == "write" for e in op.opdef.effects)
+        or writes_workspace(op.opdef)
+
+
+_WORKSPACE_WRITERS: dict = {}  # op name -> whether its declaration writes the workspace
+
+
+def writes_workspace(opdef) -> bool:
+    """Whether the op declares an effect ``write workspace`` (worked out once per op name)."""
+    got = _WORKSPACE_WRITERS.get(opdef.name)
+    if got is None:
+        got = any(e.resource == "workspace" and e.mode == "write" for e in opdef.effects)
+        _WORKSPACE_WRITERS[opdef.name] = got
+    return got
 
 
 class BlobRefs:

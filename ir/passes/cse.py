@@ -36,25 +36,30 @@ class CommonSubexpressions(Pass):
     name = "cse"
 
     def run(self, module: Module) -> None:
-        self.region(module.body, [])
+        self.region(module.body, {})
 
-    def region(self, r: Region, scopes: list) -> None:
-        seen: dict = {}
-        scopes = scopes + [seen]
+    def region(self, r: Region, seen: dict) -> None:
+        """CSE in ``r``; ``seen`` holds the pure ops visible here (of enclosing regions),
+        by key. What this region adds is taken out again at its end."""
+        added = []
         keep = []
         for op in r.ops:
-            if op.opdef.has(PURE) and not op.regions and op.results:
+            if not op.regions and op.results and PURE in op.opdef.traits:
                 key = op_key(op)
-                first = next((s[key] for s in reversed(scopes) if key in s), None)
+                first = seen.get(key)
                 if first is not None:
                     for old, new in zip(op.results, first.results):
                         old.replace_all_uses_with(new)
                     op.drop_operands()
                     continue
                 seen[key] = op
+                added.append(key)
             keep.append(op)
-            isolated = op.name in PLAN_OPS or op.name in ("group", "task", "module")
-            for sub in op.regions:
-                self.region(sub, [] if isolated else scopes)
+            if op.regions:
+                isolated = op.name in PLAN_OPS or op.name in ("group", "task", "module")
+                for sub in op.regions:
+                    self.region(sub, {} if isolated else seen)
+        for key in added:
+            del seen[key]
         if len(keep) != len(r.ops):
             set_ops(r, keep)

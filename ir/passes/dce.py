@@ -28,12 +28,13 @@ class DeadCode(Pass):
     name = "dce"
 
     def run(self, module: Module) -> None:
+        ops = module.walk()  # marking adds nothing and removes nothing: one walk serves all
         self.dead_stores: set = set()
-        self.drop_dead_stores(module)
+        self.drop_dead_stores(module, ops)
         self.live_ops: set = set()
         self.live_vals: set = set()
         self.work: list = []
-        for op in module.walk():
+        for op in ops:
             if not self.removable(op):
                 self.mark_op(op)
         while self.work:
@@ -41,18 +42,19 @@ class DeadCode(Pass):
         self.sweep(module.body)
 
     # --- dead stores
-    def drop_dead_stores(self, module: Module) -> None:
+    def drop_dead_stores(self, module: Module, ops: list) -> None:
+        """Note the stores that vanish unread (``ops``: the module, walked)."""
         # an optional load only keeps a blob unchanged when nothing writes it; real reads
         # are plain loads, stop flags and the `must` checks promotion leaves at old reads
-        read = {op.attrs["blob"] for op in module.walk()
+        read = {op.attrs["blob"] for op in ops
                 if op.name in ("flag", "must") or (op.name == "load" and not op.attrs.get("optional"))}
-        if any(op.name == "GetAllBlobNames" for op in module.walk()):
+        if any(op.name == "GetAllBlobNames" for op in ops):
             return  # blob names are observable: every blob the job writes must exist
         kept = set()
         for g in module.body.ops:
             kept |= {str(s) for s in g.attrs.get("existing", [])}
             kept |= {str(s) for t in g.walk() if t.name == "task" for s in t.attrs["outputs"]}
-        for op in module.walk():
+        for op in ops:
             if op.name == "task":
                 per_instance = int(op.attrs["instances"]) > 1
                 for i, r in enumerate(op.regions):
@@ -64,7 +66,7 @@ class DeadCode(Pass):
     def _drop_stores(self, r: Region, private: bool, needed: set) -> None:
         if not private:
             return
-        for op in list(_walk_region(r)):
+        for op in r.walk():
             if op.name == "store" and op.attrs["blob"] not in needed:
                 self.dead_stores.add(op)  # removed by the sweep (never marked live)
 
@@ -101,7 +103,7 @@ class DeadCode(Pass):
             for v in op.operands:
                 self.mark_val(v)
             if op.name == "fused":  # a kernel is kept whole
-                for inner in _walk_region(op.regions[0]):
+                for inner in op.regions[0].walk():
                     self.live_ops.add(inner)
                     for v in inner.operands:
                         self.mark_val(v)
@@ -179,11 +181,6 @@ class DeadCode(Pass):
                 _remove_operand(op, skip + k)
                 _remove_arg(body, skip + k)
             _remove_result(op, k)
-
-
-def _walk_region(r: Region):
-    for op in r.ops:
-        yield from op.walk()
 
 
 def _remove_operand(op: Operation, i: int) -> None:

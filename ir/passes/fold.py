@@ -48,6 +48,9 @@ IDENTITIES = [
     ("Or", "x or false -> x", 0, lambda b: _is(b, False)),
     ("Or", "false or x -> x", 1, lambda a: _is(a, False)),
 ]
+_IDENTITIES_OF: dict = {}  # op name -> its rules, in table order
+for _rule in IDENTITIES:
+    _IDENTITIES_OF.setdefault(_rule[0], []).append(_rule)
 
 
 @register
@@ -77,8 +80,8 @@ class FoldConstants(Pass):
         if op.name == "Not" and getattr(op.operands[0], "owner", None) is not None and \
                 op.operands[0].owner.name == "Not" and op.operands[0].type == op.result.type:
             return self.replace(op, op.operands[0].owner.operands[0])  # not not x -> x
-        for name, _law, keep, cond in IDENTITIES:
-            if op.name == name and cond(op.operands[1 - keep]) and op.operands[keep].type == op.result.type:
+        for _name, _law, keep, cond in _IDENTITIES_OF.get(op.name, ()):
+            if cond(op.operands[1 - keep]) and op.operands[keep].type == op.result.type:
                 return self.replace(op, op.operands[keep])
         return self.evaluate(op)
 

@@ -40,31 +40,44 @@ class InferTypes(Pass):
 
     def region(self, r: Region) -> None:
         for op in r.ops:
-            self.op(op)
+            if op.regions or op.name == "load":
+                self.op(op)
+            else:
+                self.infer(op)
 
     def op(self, op: Operation) -> None:
         n = op.name
-        if n == "load" and op.attrs["blob"] in self.stored:
-            self.set(op.result, join(op.result.type, self.stored[op.attrs["blob"]]))
-        elif n in ("for", "loop"):
+        if n == "load":
+            if op.attrs["blob"] in self.stored:
+                self.set(op.result, join(op.result.type, self.stored[op.attrs["blob"]]))
+            return
+        if n in ("for", "loop"):
             return self.loop(op)
-        elif n == "if":
+        if n == "if":
             for r in op.regions:
                 self.region(r)
             self.widen_results(op, [r.ops[-1].operands for r in op.regions if r.ops and r.ops[-1].name == "yield"])
             return
         for r in op.regions:
             self.region(r)
-        if op.opdef.infer is not None and n not in ("load",):
-            try:
-                types = op.opdef.infer([v.type for v in op.operands], op.attrs, len(op.results))
-            except DSLError as e:
-                if e.loc is None:
-                    e.loc = op.loc
-                raise
-            if types is not None:
-                for res, t in zip(op.results, types):
-                    self.set(res, t)
+        self.infer(op)
+
+    def infer(self, op: Operation) -> None:
+        """Set the results of ``op`` (not a load, loop or if) to what its declaration infers."""
+        d = op.opdef
+        if d.infer is None:
+            return
+        try:
+            types = d.inferred([v.type for v in op.operands], op.attrs, len(op.results))
+        except DSLError as e:
+            if e.loc is None:
+                e.loc = op.loc
+            raise
+        if types is not None:
+            for res, t in zip(op.results, types):
+                if res.type != t:
+                    res.type = t
+                    self.changed = True
 
     def loop(self, op: Operation) -> None:
         body = op.regions[0]
