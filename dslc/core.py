@@ -208,13 +208,14 @@ class OpRecord:
     extra: dict = field(default_factory=dict)  # name, engine, device_option: kept, unused
 
 
-def _as_names(blobs, what: str, loc) -> list:
+def _as_names(blobs, op_type: str, role: str, loc) -> list:
+    """The blobs of an op's ``role`` ("inputs", "outputs") as BlobReferences (strings get the NameScope)."""
     if blobs is None:
         return []
     if isinstance(blobs, (str, BlobReference)):
         blobs = [blobs]
     if not isinstance(blobs, (list, tuple)):
-        raise TraceError(f"{what} must be blob names or BlobReferences, got {type(blobs).__name__}",
+        raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(blobs).__name__}",
                          loc, "pass a BlobReference, a string, or a list of them")
     out = []
     for b in blobs:
@@ -223,7 +224,7 @@ def _as_names(blobs, what: str, loc) -> list:
         elif isinstance(b, str):
             out.append(ScopedBlobReference(b))
         else:
-            raise TraceError(f"{what} must be blob names or BlobReferences, got {type(b).__name__}",
+            raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(b).__name__}",
                              loc, "make a constant with ops.Const(value) and pass its blob")
     return out
 
@@ -380,9 +381,8 @@ class Net:
         return recorder
 
     def _record(self, op_type, inputs, outputs, args, loc):
-        ins = _as_names(inputs, f"{op_type} inputs", loc)
-        for b in ins:
-            name = str(b)
+        ins = [str(b) for b in _as_names(inputs, op_type, "inputs", loc)]
+        for name in ins:
             if name not in self._produced:
                 self._external_inputs.setdefault(name)
         if outputs is None:
@@ -392,11 +392,11 @@ class Net:
         elif isinstance(outputs, int) and not isinstance(outputs, bool):
             outs = [ScopedName(self.NextName(op_type, i)) for i in range(outputs)]
         else:
-            outs = [str(b) for b in _as_names(outputs, f"{op_type} outputs", loc)]
+            outs = [str(b) for b in _as_names(outputs, op_type, "outputs", loc)]
         # A Python op's "name" is its function's name (an attribute kernels report), not Caffe2's op name.
         keep = ("name",) if op_type == "Python" else ()
-        extra = {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep}
-        self._ops.append(OpRecord(op_type, tuple(str(b) for b in ins), tuple(outs), args, loc, extra))
+        extra = {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep} if args else {}
+        self._ops.append(OpRecord(op_type, tuple(ins), tuple(outs), args, loc, extra))
         self._produced.update(outs)
         refs = [BlobReference(n, self) for n in outs]
         if not refs:

@@ -13,7 +13,6 @@ from typing import Callable
 
 import numpy as np
 
-from .core import Symbol
 from .diagnostics import DSLTypeError, VerifyError
 from .types import Type
 
@@ -89,11 +88,31 @@ class OpDef:
         return out
 
     def full_attrs(self, attrs: dict) -> dict:
-        """``attrs`` with defaults filled in; unknown or missing required ones are errors."""
+        """``attrs`` with defaults filled in; unknown or missing required ones are errors.
+
+        The keys come in declaration order. The usual case (every value of its kind,
+        required ones given) is a copy of the defaults updated with ``attrs``; anything
+        else goes through ``_checked_attrs``, which raises the first error in order.
+        """
         if not attrs.keys() <= self.attrs.keys():
             self._unknown_attr(attrs)
+        out = dict(self.attrs)
+        kinds, required = self._attr_rules
+        if attrs:
+            for k, value in attrs.items():
+                want = kinds[k]
+                if want is not None and not isinstance(value, _ACCEPTS[want]):
+                    return self._checked_attrs(attrs)
+            out.update(attrs)
+        for k in required:
+            if out[k] is REQUIRED:
+                return self._checked_attrs(attrs)
+        return out
+
+    def _checked_attrs(self, attrs: dict) -> dict:
+        """``full_attrs``, one attribute at a time in declaration order."""
         out = {}
-        kinds = self._kinds
+        kinds = self._attr_rules[0]
         for k, default in self.attrs.items():
             if k in attrs:
                 value = attrs[k]
@@ -118,17 +137,18 @@ class OpDef:
                           hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
 
     @property
-    def _kinds(self) -> dict:
-        """Attribute name -> the kind its default implies (``"an int"``...), or None.
+    def _attr_rules(self) -> tuple:
+        """(attribute name -> the kind its default implies, or None; the required names).
 
         Attributes without a default, or defaulting to None, take anything; their op's
         type inference checks them. Worked out once per declaration.
         """
-        kinds = self.__dict__.get("_kinds_cache")
-        if kinds is None:
-            kinds = {k: _kind_of(default) for k, default in self.attrs.items()}
-            object.__setattr__(self, "_kinds_cache", kinds)  # a cache on a frozen dataclass
-        return kinds
+        rules = self.__dict__.get("_attr_rules_cache")
+        if rules is None:
+            rules = ({k: _kind_of(default) for k, default in self.attrs.items()},
+                     tuple(k for k, default in self.attrs.items() if default is REQUIRED))
+            object.__setattr__(self, "_attr_rules_cache", rules)  # a cache on a frozen dataclass
+        return rules
 
     def inferred(self, types, attrs: dict, n_results: int):
         """``infer(types, attrs, n_results)`` as a tuple (None if the creator gives them).
@@ -142,18 +162,30 @@ class OpDef:
         """
         classes = tuple(map(type, attrs.values()))
         if not _PLAIN.issuperset(classes):
-            out = self.infer(list(types), attrs, n_results)
-            return None if out is None else tuple(out)
+            return _canonical(self.infer(list(types), attrs, n_results))
         key = (self.name, n_results, tuple(map(id, types)), tuple(attrs.items()), classes)
         hit = _INFERRED.get(key)
         if hit is not None:
             return hit[1]
-        out = self.infer(list(types), attrs, n_results)
-        out = None if out is None else tuple(out)
+        out = _canonical(self.infer(list(types), attrs, n_results))
         if len(_INFERRED) >= _INFERRED_MAX:
             _INFERRED.clear()
         _INFERRED[key] = (tuple(types), out)  # the types: their ids in the key stay theirs
         return out
+
+
+def _canonical(types):
+    """``types`` as a tuple of shared instances (None stays None).
+
+    Types are immutable and compare by value, so one object per distinct type changes
+    nothing but speed: inferred types are then the same objects, and the identity keys
+    of ``OpDef.inferred`` hit for the ops that use them.
+    """
+    if types is None:
+        return None
+    if len(_CANONICAL) >= _INFERRED_MAX:
+        _CANONICAL.clear()
+    return tuple([_CANONICAL.setdefault(t, t) for t in types])
 
 
 def _kind_of(default) -> str | None:
@@ -172,9 +204,12 @@ _ACCEPTS = {"an int": (bool, int, np.integer), "a number": (bool, int, float, np
             "a string": str, "a list": (list, tuple)}
 
 # Remembered type inference (OpDef.inferred): attribute values of these classes are
-# immutable and hash by value, so they can be part of a key.
-_PLAIN = frozenset({int, float, bool, str, Symbol, type(None)})
+# immutable and hash by value, so they can be part of a key. (Blob names, ``Symbol``,
+# are left out on purpose: nearly every blob op names another blob, so remembering
+# their trivial inference would only fill the table.)
+_PLAIN = frozenset({int, float, bool, str, type(None)})
 _INFERRED: dict = {}  # key -> (the operand types, the inferred result types)
+_CANONICAL: dict = {}  # type -> the one instance inferred types share
 _INFERRED_MAX = 1 << 16  # distinct (op, operand types, attributes) answers kept
 
 

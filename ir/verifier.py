@@ -43,7 +43,7 @@ class _Verifier:
                 inferred = d.inferred([v.type for v in op.operands], op.attrs, len(op.results))
                 if op.name in LOOPS:
                     inferred = None  # carried types may be wider than the initial values: see below
-                if inferred is not None and inferred != tuple(r.type for r in op.results):
+                if inferred is not None and inferred != tuple([r.type for r in op.results]):
                     got = ", ".join(str(r.type) for r in op.results)
                     want = ", ".join(map(str, inferred))
                     raise VerifyError(f"result types ({got}) differ from the inferred ({want})")

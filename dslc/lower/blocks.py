@@ -153,7 +153,13 @@ SYNC_RESOURCES = frozenset({"counter", "python", "workspace", "queue", "db", "mu
 
 def is_sync(opdef) -> bool:
     """Ops other threads may synchronise through: the workspace must be current around them."""
-    return any(e.resource in SYNC_RESOURCES for e in opdef.effects)
+    got = _SYNC.get(opdef.name)
+    if got is None:
+        got = _SYNC[opdef.name] = any(e.resource in SYNC_RESOURCES for e in opdef.effects)
+    return got
+
+
+_SYNC: dict = {}  # op name -> is_sync (declarations do not change)
 
 
 __all__ = ["Block", "Scope", "hint", "is_sync", "OPS"]

@@ -74,15 +74,17 @@ def volatile_blobs(module: Module) -> set:
         if g.name != "group":
             continue
         existing = {str(s) for s in g.attrs.get("existing", [])}
-        tasks = [t for t in g.walk() if t.name == "task"]
+        inside = g.walk()
+        tasks = [t for t in inside if t.name == "task"]
         refs = [set().union(*(region_refs(r) for r in t.regions)) for t in tasks]
         for i in range(len(refs)):
             for j in range(i + 1, len(refs)):
                 out |= refs[i] & refs[j]
         for t in tasks:
             out |= _task_shared(t, existing)
-        for op in g.walk():
-            out |= _plan_shared(op, existing)
+        for op in inside:
+            if op.name in ("parallel", "reporting"):
+                out |= _plan_shared(op, existing)
     return out
 
 

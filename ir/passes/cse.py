@@ -15,7 +15,12 @@ from .analysis import PLAN_OPS, set_ops
 from .manager import Pass, register
 
 
+_SCALARS = (int, float, bool, str, type(None))
+
+
 def _freeze(v):
+    if type(v) in _SCALARS:
+        return (type(v).__name__, v)
     if isinstance(v, np.ndarray):
         return ("nd", v.dtype.str, v.shape, v.tobytes() if v.dtype != object else tuple(v.reshape(-1)))
     if isinstance(v, (list, tuple)):

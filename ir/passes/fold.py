@@ -31,8 +31,12 @@ def const_value(v):
 
 
 def _is(v, x) -> bool:
+    """Whether ``v`` is a non-empty constant whose every element equals ``x``."""
     c = const_value(v)
-    return c is not None and c.size > 0 and bool(np.all(c == x))
+    if c is None or c.size == 0:
+        return False
+    # a scalar's one comparison is what np.all would reduce (and much cheaper to ask)
+    return bool(c == x) if c.ndim == 0 else bool(np.all(c == x))
 
 
 # (op, law, which operand is kept, condition on the other operand)

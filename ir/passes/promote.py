@@ -134,7 +134,8 @@ class _Forwarder:
     # --- carrying blobs through structured ops
     def carry(self, op: Operation, env, dirty, out) -> None:
         refs = blob_refs(op)
-        top = {o.attrs["blob"] for r in op.regions for o in r.ops if o.name in ("load", "store")}
+        types = self.blob_types(op)
+        top = types.keys()
         blobs = sorted(b for b in top if b not in self.volatile and b not in refs.flags) \
             if not refs.barrier else []
         others = refs.all - set(blobs)
@@ -148,29 +149,34 @@ class _Forwarder:
         if not blobs:
             out.append(op)
             return
-        inits = {b: env.get(b) or self.optional_load(op, b, out, env) for b in blobs}
-        results = self.carry_if(op, blobs, inits) if op.name == "if" else self.carry_loop(op, blobs, inits)
+        inits = {b: env.get(b) or self.optional_load(op, b, types[b], out, env) for b in blobs}
+        results = self.carry_if(op, blobs, inits) if op.name == "if" else \
+            self.carry_loop(op, blobs, inits, types)
         out.append(op)
         for b, res in zip(blobs, results):
             env[b], dirty[b] = res, op.loc
 
-    def optional_load(self, op, blob, out, env):
+    def optional_load(self, op, blob, t, out, env):
         ld = make_op("load", attrs={"blob": Symbol(blob), "optional": 1},
-                     result_types=[self.blob_type(op, blob)], loc=op.loc, hints=[_hint(blob)])
+                     result_types=[t], loc=op.loc, hints=[_hint(blob)])
         out.append(ld)
         self.maybe.add(ld.result)
         env[blob] = ld.result
         return ld.result
 
     @staticmethod
-    def blob_type(op, blob):
-        t = None
+    def blob_types(op) -> dict:
+        """Blob -> the join of the types loaded from and stored to it by the ops directly in
+        ``op``'s regions (in program order), for every blob those ops load or store."""
+        types: dict = {}
         for r in op.regions:
             for o in r.ops:
-                if o.name in ("load", "store") and o.attrs["blob"] == blob:
+                if o.name in ("load", "store"):
+                    b = o.attrs["blob"]
                     ot = o.result.type if o.name == "load" else o.operands[0].type
-                    t = ot if t is None else join(t, ot)
-        return t
+                    t = types.get(b)
+                    types[b] = ot if t is None else join(t, ot)
+        return types
 
     def new_result(self, op, t, maybe: bool):
         res = OpResult(t, op, len(op.results))
@@ -179,11 +185,11 @@ class _Forwarder:
             self.maybe.add(res)
         return res
 
-    def carry_loop(self, op, blobs, inits):
+    def carry_loop(self, op, blobs, inits, types):
         body = op.regions[0]
         cur, results = {}, []
         for b in blobs:
-            t = join(inits[b].type, self.blob_type(op, b))
+            t = join(inits[b].type, types[b])
             arg = body.add_arg(t, _hint(b))
             op.add_operand(inits[b])
             maybe = inits[b] in self.maybe
@@ -239,9 +245,12 @@ class _Forwarder:
         return results
 
 
-def maybe_unset(module: Module) -> set:
-    """Values that may be 'unset': optional loads, and what carries them (to a fixpoint)."""
-    ops = module.walk()
+def maybe_unset(module: Module, ops=None) -> set:
+    """Values that may be 'unset': optional loads, and what carries them (to a fixpoint).
+
+    ``ops``: the module walked, when the caller has that list at hand.
+    """
+    ops = module.walk() if ops is None else ops
     maybe = {op.result for op in ops if op.name == "load" and op.attrs.get("optional")}
     if not maybe:
         return maybe
@@ -273,10 +282,11 @@ def _flows(op: Operation):
             yield res, [e[i] for e in ends]
 
 
-def drop_needless_musts(module: Module) -> None:
-    """Remove ``must`` checks on values that are always set."""
-    maybe = maybe_unset(module)
-    for r in [r for op in module.walk() for r in op.regions]:
+def drop_needless_musts(module: Module, ops=None) -> None:
+    """Remove ``must`` checks on values that are always set (``ops``: the module walked)."""
+    ops = module.walk() if ops is None else ops
+    maybe = maybe_unset(module, ops)
+    for r in [r for op in ops for r in op.regions]:
         keep = []
         for op in r.ops:
             if op.name == "must" and op.operands[0] not in maybe:
@@ -288,9 +298,13 @@ def drop_needless_musts(module: Module) -> None:
             set_ops(r, keep)
 
 
-def drop_invariant_carried(module: Module) -> None:
-    """A carried value every exit passes on unchanged is just its initial value."""
-    for op in list(module.walk()):
+def drop_invariant_carried(module: Module, ops=None) -> None:
+    """A carried value every exit passes on unchanged is just its initial value.
+
+    It changes operands only, never which ops there are: ``ops`` (the module walked)
+    stays valid after it.
+    """
+    for op in module.walk() if ops is None else ops:
         if op.name not in ("for", "loop"):
             continue
         body = op.regions[0]
@@ -328,6 +342,7 @@ class PromoteBlobs(Pass):
 
     def run(self, module: Module) -> None:
         _Forwarder(module, carry=True).run(module)
-        drop_invariant_carried(module)
-        drop_needless_musts(module)
+        ops = module.walk()
+        drop_invariant_carried(module, ops)
+        drop_needless_musts(module, ops)
         InferTypes().run(module)
