@@ -139,6 +139,12 @@ class Operation:
             del v.uses[(self, i)]
         self.operands = []
 
+    def erase(self) -> None:
+        """Drop the operands of this op and of every op nested in it (it leaves the IR):
+        values defined outside must not keep uses from ops that are gone."""
+        for op in self.walk():
+            op.drop_operands()
+
     def add_region(self, r: Region) -> Region:
         r.parent = self
         self.regions.append(r)

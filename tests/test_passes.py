@@ -396,12 +396,26 @@ module {
 """)
 
 
+def assert_uses_are_live(module):
+    """Every use recorded on a value is an op still in the module, with that operand."""
+    ops = module.walk()
+    live = set(map(id, ops))
+    values = [v for op in ops for v in op.operands]
+    values += [a for op in ops for r in op.regions for a in r.args]
+    values += [res for op in ops for res in op.results]
+    for v in values:
+        for user, i in v.uses:
+            assert id(user) in live, f"{v} keeps a use by {user.name}, which left the module"
+            assert user.operands[i] is v
+
+
 @pytest.mark.parametrize("before, passes, after", CASES)
 def test_pass(before, passes, after):
     module = parse(before)
     PassManager(passes.split(","), verify_each=True).run(module)
     verify(module)
     assert print_module(module, with_locs=False).strip() == after.strip()
+    assert_uses_are_live(module)
     # every pass output is valid text again
     assert print_module(parse(print_module(module))) == print_module(module)
 

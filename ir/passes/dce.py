@@ -162,7 +162,7 @@ class DeadCode(Pass):
                     self.sweep(sub)
                 keep.append(op)
             else:
-                op.drop_operands()
+                op.erase()
         set_ops(r, keep)
 
     def drop_dead_slots(self, op: Operation) -> None:

@@ -126,5 +126,9 @@ class FoldConstants(Pass):
             for res, v in zip(op.results, y.operands):
                 res.replace_all_uses_with(v)
             y.drop_operands()
+        for other in op.regions:
+            if other is not taken:
+                for o in other.ops:
+                    o.erase()
         op.drop_operands()
         return body
