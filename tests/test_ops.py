@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -409,6 +410,37 @@ def test_integer_division_by_zero_is_a_clear_error(session):
     with pytest.raises(ExecutionError) as info:
         session.run(task)
     assert_error_at(info.value, "div-zero", "division by zero")
+
+
+def test_overflow_wraps_and_float_limits_are_ieee_without_warnings(session):
+    """As in Caffe2's C++ kernels: int64 wraps around, float overflow and x/0 give inf/nan."""
+    big = np.array([2**62, -2**62, 5], np.int64)
+    # the wrapped answers, by hand: 2**62 + 2**62 = 2**63 -> -2**63; (-2**63) * 3 -> -2**63 (mod 2**64)
+    wrapped_sum = np.array([-2**63, -2**63, 10], np.int64)
+    wrapped_mul = np.array([-2**63, -2**63, 30], np.int64)
+    x = np.array([1.0, -1.0, 0.0], np.float32)
+    zero = np.zeros(3, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any RuntimeWarning from numpy fails the test
+        got = run(session, lambda: [
+            ops.Add([ops.Const(big), ops.Const(big)]),
+            ops.Mul([ops.Add([ops.Const(big), ops.Const(big)]), ops.Const(np.int64(3))]),
+            ops.Div([ops.Const(x), ops.Const(zero)]),
+            ops.Exp([ops.Const(np.array([1000.0], np.float32))])])
+    check(got[0], wrapped_sum)
+    check(got[1], wrapped_mul)
+    assert got[2][0] == np.inf and got[2][1] == -np.inf and np.isnan(got[2][2])
+    assert got[3].dtype == np.float32 and got[3][0] == np.inf
+
+
+def test_python_op_functions_keep_numpy_warnings(session):
+    """The user's own numpy code inside a Python op warns as it would in plain Python."""
+    def inverse(inputs, outputs):
+        outputs[0].feed(np.float32(1.0) / inputs[0].data)
+
+    with pytest.warns(RuntimeWarning, match="divide by zero"):
+        got = run(session, lambda: ops.Python(inverse)([ops.Const(np.float32(0.0))], 1))
+    assert got == np.inf
 
 
 @pytest.mark.parametrize("name, fn, x", [

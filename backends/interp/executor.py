@@ -14,6 +14,7 @@ import numpy as np
 
 from dslc import progress
 from dslc.backends.runtime.cancel import Cancelled, swap_token
+from dslc.backends.runtime.ieee import ieee, in_ieee
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import Module
 from dslc.ir.diagnostics import DSLError, ExecutionError
@@ -144,6 +145,10 @@ class Executor:
 
     # --- entry
     def run(self, root: Workspace) -> None:
+        with ieee():
+            self.run_groups(root)
+
+    def run_groups(self, root: Workspace) -> None:
         token = CancelToken()
         for init, tasks, reporters, exit_ in self.groups:
             rt = Run(token, self, None)
@@ -216,7 +221,7 @@ class Executor:
             except BaseException as e:
                 errors.append(e)
 
-        threads = [threading.Thread(target=report, args=(b, ms), daemon=True)
+        threads = [threading.Thread(target=in_ieee(report), args=(b, ms), daemon=True)
                    for b, ms in zip(reporters, intervals)]
         for t in threads:
             t.start()
@@ -246,7 +251,7 @@ class Executor:
                 errors.append(e)
                 tok.cancel()
 
-        threads = [threading.Thread(target=guarded, args=(fn,), daemon=True) for fn in fns]
+        threads = [threading.Thread(target=in_ieee(guarded), args=(fn,), daemon=True) for fn in fns]
         try:
             for t in threads:
                 t.start()

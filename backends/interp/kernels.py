@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from dslc.backends.runtime.ieee import user_numpy
 from dslc.backends.runtime.resources import Counter, Timer
 from dslc.backends.runtime.workspace import to_value
 from dslc.ir import pyrefs
@@ -371,7 +372,8 @@ def _python(op, cfg):
             inputs = [TensorCPU(v) for v in values]
             outputs = [TensorCPU() for _ in range(n_out)]
             try:
-                fn(inputs, outputs, *extra)
+                with user_numpy():
+                    fn(inputs, outputs, *extra)
             except Exception as e:
                 raise PythonOpError(f"Python op {name!r} raised {type(e).__name__}: {e}") from e
             res = []

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from dslc.backends.runtime.ieee import in_ieee
+
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -17,6 +19,6 @@ def together(*thunks):
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
                                    thread_name_prefix="dslc-op")
-    futures = [_pool.submit(t) for t in thunks[1:]]
+    futures = [_pool.submit(in_ieee(t)) for t in thunks[1:]]
     first = thunks[0]()
     return (first, *[f.result() for f in futures])
