@@ -14,27 +14,47 @@ ISOLATED = ("module", "group", "task", "parallel", "scope", "reporting")
 PLACEMENT = {"group": ("module",), "task": ("group", "reporting")}  # reporting: a group's local reporters
 
 
-def verify(module: Module) -> None:
-    """Raise VerifyError if the module breaks an IR invariant."""
+def verify(module: Module, built: bool = False) -> None:
+    """Raise VerifyError if the module breaks an IR invariant.
+
+    ``built``: every op was made by ``make_op`` and none has changed since (no operand,
+    result type or attribute), as after lowering. ``make_op`` already checked each op's
+    attributes, and the arity and result types of ops with type inference; for those,
+    only what it cannot see is checked: where values are used, regions, placement and
+    control-flow structure.
+    """
     if module.op.name != "module":
         raise VerifyError("the top-level op must be a module", module.op.loc)
-    _Verifier(module.origin).op(module.op)
+    _Verifier(module.origin, built).op(module.op)
 
 
 class _Verifier:
-    def __init__(self, origin=None):
+    def __init__(self, origin=None, built: bool = False):
         self.origin = origin or {}
+        self.built = built
         # value -> how many isolated regions enclose its definition; a value is visible
         # where it was defined at the same isolation depth, in an enclosing region
         self.level: dict = {}
         self.depth = 0
 
     def op(self, op: Operation) -> None:
-        d = op.opdef
         level, depth = self.level, self.depth
         for i, v in enumerate(op.operands):
             if level.get(v) != depth:
                 self.fail(op, f"operand {i} is used before it is defined (or outside its region)")
+        if not self.built or op.opdef.infer is None:  # make_op checks arity only with inference
+            self.declaration(op)
+        self.structure(op)
+        if op.regions:
+            isolated = op.name in ISOLATED
+            self.depth += isolated
+            for r in op.regions:
+                self.region(r)
+            self.depth -= isolated
+
+    def declaration(self, op: Operation) -> None:
+        """The op agrees with its declaration: arity, attribute names, inferred result types."""
+        d = op.opdef
         try:
             d.check_arity(len(op.operands), len(op.results))
             if not op.attrs.keys() <= d.attrs.keys():
@@ -49,13 +69,6 @@ class _Verifier:
                     raise VerifyError(f"result types ({got}) differ from the inferred ({want})")
         except DSLError as e:
             self.fail(op, e.message, e.hint)
-        self.structure(op)
-        if op.regions:
-            isolated = op.name in ISOLATED
-            self.depth += isolated
-            for r in op.regions:
-                self.region(r)
-            self.depth -= isolated
 
     def region(self, r: Region) -> None:
         level, depth = self.level, self.depth
