@@ -11,7 +11,8 @@ A database type is an object with three methods (paths are used as given):
     keys(path)                     the blob names stored at ``path`` (its manifest)
 
 ``get(db_type)`` finds one by name: ``dslcdb`` (the default, one file of our own
-format; ``minidb`` is an alias) and ``lmdb``. Values go through ``blobcodec``, so
+format; ``minidb`` is an alias) and ``lmdb``; Caffe2's ``leveldb`` is refused with a
+pointer to those. Values go through ``blobcodec``, so
 nothing is ever unpickled. Every failure is a ``DBError`` naming the file (and the
 blob, when one blob is at fault) with a hint.
 """
@@ -52,6 +53,8 @@ class DBTypeError(DBError):
 
 _TYPES: dict[str, object] = {}
 _ALIASES = {"minidb": DEFAULT_DB_TYPE}
+# Caffe2 types dslc deliberately lacks (docs/differences.md), by lower-case name
+_UNSUPPORTED = {"leveldb": "it would need the leveldb library; lmdb stores the same data"}
 
 
 def register(name: str, db) -> None:
@@ -64,9 +67,13 @@ def get(db_type: str):
     name = _ALIASES.get(db_type or DEFAULT_DB_TYPE, db_type or DEFAULT_DB_TYPE)
     db = _TYPES.get(name)
     if db is None:
-        known = sorted(set(_TYPES) | set(_ALIASES))
-        raise DBTypeError(f"unknown db_type {db_type!r}",
-                          hint=f"use one of: {', '.join(repr(k) for k in known)}")
+        known = ", ".join(repr(k) for k in sorted(set(_TYPES) | set(_ALIASES)))
+        why = _UNSUPPORTED.get(name.lower())
+        if why is not None:
+            raise DBTypeError(f"db_type {db_type!r} is not supported by dslc ({why})",
+                              hint=f"use db_type='lmdb', or leave db_type out for the default (known types: "
+                                   f"{known})")
+        raise DBTypeError(f"unknown db_type {db_type!r}", hint=f"use one of: {known}")
     return db
 
 
