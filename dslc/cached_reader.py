@@ -78,13 +78,16 @@ class CachedReader(DBFileReader):
         if not overwrite and self._cache_is_there():
             return core.execution_step("build_step", [])
         check = core.Net("check_cache")
-        exists = check.ConstantFill([], 1, shape=[], value=False, dtype=core.DataType.BOOL)
-        if not overwrite:
+        with core.NameScope(self.name):
+            exists = check.NextScopedBlob("cache_exists")
+        if overwrite:
+            check.ConstantFill([], [exists], shape=[], value=False, dtype=core.DataType.BOOL)
+        else:
             check.DBExists([], [exists], db_name=self.db_path, db_type=self.db_type, absolute_path=True)
         init_net = core.Net("init")
         self._init_field_blobs_as_empty(init_net)
         with Cluster(), core.NameScope(self.name), TaskGroup() as copy_tg:
-            pipe(self.original_reader, self.ds.writer(), num_runtime_threads=BUILD_THREADS)
+            pipe(self.original_reader, self.ds.writer(), num_threads=BUILD_THREADS)
         copy_step = copy_tg.tasks()[0].get_step()
         save_net = core.Net("save")
         self._save_field_blobs(save_net)

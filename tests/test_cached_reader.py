@@ -95,7 +95,7 @@ def test_cached_reader_builds_once_then_reads_the_cache(session, db_type, tmp_pa
     # the cache is there: the build step is empty and the 200-row source is never read
     second = CachedReader(source_reader(200), path, db_type=db_type)
     step = second.build_cache_step()
-    assert step.Name() == "build_step" and not step.get_all_attributes("x") and not step._items
+    assert step.Name() == "build_step" and step.is_empty()
     session.run(step)
     assert labels(session, second) == list(range(100))
 
@@ -148,6 +148,51 @@ def test_a_reader_without_the_cache_built_says_so(tmp_path):
     with TaskGroup(), pytest.raises(TraceError) as info:
         pipe(reader, processor=lambda rec: None)  # @no_build
     assert_error_at(info.value, "no_build", "before its cache was built")
+
+
+def test_each_run_of_the_reading_task_reads_the_cache_once(session, tmp_path):
+    path = str(tmp_path / "cache.db")
+    reader = CachedReader(source_reader(30), path, batch_size=7)
+    session.run(reader.build_cache_step())
+    with TaskGroup(workspace_type=GLOBAL) as init, Task(), core.NameScope("dst"):
+        dst = Dataset(Struct(("label", np.int64)), name="dst")
+        dst.init_empty(ops)
+    session.run(init)
+    with TaskGroup() as tg:
+        pipe(reader, dst.writer(), num_runtime_threads=4)
+    session.run(tg)
+    session.run(tg)  # the task's init loads the cache and makes its cursor again
+    assert sorted(workspace.FetchBlob(str(dst.content().label())).tolist()) == sorted(list(range(30)) * 2)
+
+
+def test_loop_over_reads_the_cache_again_and_again(session, tmp_path):
+    from collections import Counter
+
+    from dslc.dataio import ReaderWithLimit
+    path = str(tmp_path / "cache.db")
+    session.run(CachedReader(source_reader(10), path).build_cache_step())
+    reader = ReaderWithLimit(DBFileReader(path, batch_size=4, loop_over=True), num_iter=5)
+    counts = Counter(read_all(session, reader, threads=1)["label"].tolist())
+    # batches of 4, 4, 2 (the end of one pass), then 4 and 4 of the next pass
+    assert sum(counts.values()) == 18 and set(counts) == set(range(10))
+    assert sorted(counts.values()) == [1, 1] + [2] * 8
+
+
+def test_string_fields_and_an_empty_source(session, db_type, tmp_path):
+    names = ["a", "bé", "", "d\x00e"]
+    cols = {"name": np.array(names, dtype=object), "n": np.arange(4)}
+    blobs = [core.BlobReference(f"s/{k}") for k in cols]
+    for b, v in zip(blobs, cols.values()):
+        workspace.FeedBlob(str(b), v)
+    src = Dataset(from_column_list(list(cols), col_blobs=blobs), name="s")
+    path = str(tmp_path / "s.db")
+    session.run(CachedReader(src.reader(), path, db_type=db_type).build_cache_step())
+    got = read_all(session, DBFileReader(path, db_type))
+    assert sorted(zip(got["n"].tolist(), got["name"].tolist())) == list(enumerate(names))
+
+    empty = str(tmp_path / "empty.db")
+    session.run(CachedReader(source_reader(0), empty, db_type=db_type).build_cache_step())
+    assert labels(session, DBFileReader(empty, db_type)) == []
 
 
 # ----------------------------------------------------------------------------- realistic sizes
