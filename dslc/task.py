@@ -281,9 +281,16 @@ class TaskStep(ExecutionStep):
         self.phases = phases
         self.num_instances = task._num_instances or 1
         self._kind = "substeps"
-        self._items = (phases.init + phases.instance_init + phases.reporters +
-                       ([phases.body] if phases.body is not None else []) +
-                       phases.instance_exit + phases.exit)
+        instance = (phases.instance_init + phases.reporters +
+                    ([phases.body] if phases.body is not None else []) + phases.instance_exit)
+        if self.num_instances > 1:
+            # Nested in another step, the task runs as Caffe2 shapes it: each instance in
+            # a workspace of its own, all of them at once. (A task run directly is
+            # lowered from its phases, not from these items.)
+            one = core.execution_step(f"{task.name}:instance", instance, create_workspace=True)
+            instance = [core.execution_step(f"{task.name}:parallel", [one],
+                                            num_concurrent_instances=self.num_instances)]
+        self._items = phases.init + instance + phases.exit
         self._used = True
 
 

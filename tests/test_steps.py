@@ -518,3 +518,36 @@ def test_parallel_region_in_a_long_loop_leaves_no_cancel_tokens(session, backend
         CancelToken.child = original
     assert len(made) == 50
     assert all(t not in parent.children for parent, t in made)
+
+
+def test_a_task_nested_in_a_step_keeps_its_instances(session):
+    """Task.get_step() inside another step: N concurrent instances, each with its own
+    workspace for instance blobs, around one task init and one task exit."""
+    n, k = 4, 3
+    threads, lock = set(), threading.Lock()
+
+    def note_thread(inputs, outputs):
+        with lock:
+            threads.add(threading.get_ident())
+        time.sleep(0.02)  # long enough that instances overlap
+
+    with Task(num_instances=n) as inner:
+        with ops.task_init():
+            shared = ops.CreateCounter([], init_count=0)
+        with ops.task_instance_init():
+            mine = ops.CreateCounter([], init_count=0)
+        with ops.loop(k):
+            ops.CountUp([shared])
+            ops.CountUp([mine])
+        ops.Python(note_thread)([], [])
+        with ops.task_instance_exit():
+            with ops.loop(ops.RetrieveCount([mine])):  # k more per instance, if `mine` is its own
+                ops.CountUp([shared])
+        with ops.task_exit():
+            total = ops.RetrieveCount([shared])
+    with Task() as outer:
+        ops.net(core.execution_step("outer", [inner.get_step()]))
+    session.run(outer)
+    assert fetch(session, total) == n * (k + k)
+    assert len(threads) == n
+    assert not has_blob(session, mine)  # instance blobs lived in the instances' workspaces
