@@ -166,37 +166,36 @@ class DeadCode(Pass):
         set_ops(r, keep)
 
     def drop_dead_slots(self, op: Operation) -> None:
-        dead = [k for k, res in enumerate(op.results) if res not in self.live_vals]
-        for k in reversed(dead):
-            if op.name == "if":
-                for r in op.regions:
-                    if r.ops and r.ops[-1].name == "yield":
-                        _remove_operand(r.ops[-1], k)
-            else:
-                skip = 1 if op.name == "for" else 0
-                body = op.regions[0]
-                for o in body.ops:
-                    if o.name in ("break_if", "yield"):
-                        _remove_operand(o, (1 if o.name == "break_if" else 0) + k)
-                _remove_operand(op, skip + k)
-                _remove_arg(body, skip + k)
-            _remove_result(op, k)
+        """Remove the carried values / if results nothing live needs, all at once (one
+        rebuild of each operand list, not one per slot: loops may carry many blobs)."""
+        dead = {k for k, res in enumerate(op.results) if res not in self.live_vals}
+        if not dead:
+            return
+        if op.name == "if":
+            for r in op.regions:
+                if r.ops and r.ops[-1].name == "yield":
+                    _remove_operands(r.ops[-1], dead, 0)
+        else:
+            skip = 1 if op.name == "for" else 0
+            body = op.regions[0]
+            for o in body.ops:
+                if o.name in ("break_if", "yield"):
+                    _remove_operands(o, dead, 1 if o.name == "break_if" else 0)
+            _remove_operands(op, dead, skip)
+            body.args[:] = _renumbered([a for k, a in enumerate(body.args) if k - skip not in dead])
+        op.results[:] = _renumbered([res for k, res in enumerate(op.results) if k not in dead])
 
 
-def _remove_operand(op: Operation, i: int) -> None:
-    values = list(op.operands)
+def _remove_operands(op: Operation, slots: set, skip: int) -> None:
+    """Remove operand ``skip + k`` of ``op`` for every ``k`` in ``slots``."""
+    keep = [v for i, v in enumerate(op.operands) if i - skip not in slots]
     op.drop_operands()
-    for v in values[:i] + values[i + 1:]:
+    for v in keep:
         op.add_operand(v)
 
 
-def _remove_arg(r: Region, i: int) -> None:
-    del r.args[i]
-    for k, a in enumerate(r.args):
-        a.index = k
-
-
-def _remove_result(op: Operation, i: int) -> None:
-    del op.results[i]
-    for k, res in enumerate(op.results):
-        res.index = k
+def _renumbered(values: list) -> list:
+    """``values`` (region arguments or op results), their ``index`` set to their position."""
+    for k, v in enumerate(values):
+        v.index = k
+    return values
