@@ -17,38 +17,24 @@ from dslc.backends.runtime import blobdb
 from dslc.cached_reader import CachedReader
 from dslc.dataset import Dataset
 from dslc.db_file_reader import DBFileReader
-from dslc.ir.diagnostics import DSLError, ExecutionError, TraceError
+from dslc.ir.diagnostics import ExecutionError, TraceError
 from dslc.net_builder import ops
 from dslc.pipeline import pipe
 from dslc.schema import Struct, from_column_list
 from dslc.task import Task, TaskGroup, WorkspaceType
+from markers import Markers
 
 GLOBAL = WorkspaceType.GLOBAL
 # "" is the default type (dslcdb, one file); lmdb keeps a directory
 DB_TYPES = ["", "lmdb"]
 
-with open(__file__, encoding="utf-8") as _f:
-    _LINES = _f.read().splitlines()
-
-
-def line_of(tag: str) -> int:
-    hits = [i + 1 for i, text in enumerate(_LINES) if text.rstrip().endswith(f"# @{tag}")]
-    assert len(hits) == 1, f"marker @{tag} must appear exactly once"
-    return hits[0]
-
-
-def assert_error_at(err: DSLError, tag: str, *words: str) -> None:
-    assert isinstance(err, DSLError)
-    assert err.loc is not None and os.path.abspath(err.loc.file) == os.path.abspath(__file__)
-    assert err.loc.line == line_of(tag), str(err)
-    assert err.hint, f"no hint on: {err}"
-    for w in words:
-        assert w in err.message, f"{w!r} not in {err.message!r}"
-
-
 @pytest.fixture(params=DB_TYPES, ids=["dslcdb", "lmdb"])
 def db_type(request):
     return request.param
+
+
+MARKERS = Markers(__file__)
+line_of, assert_error_at = MARKERS.line_of, MARKERS.assert_error_at
 
 
 def delete_path(path):

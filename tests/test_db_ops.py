@@ -12,35 +12,21 @@ import pytest
 
 from dslc.backends.runtime import blobdb
 from dslc.ir import parse, print_module
-from dslc.ir.diagnostics import DSLError, DSLTypeError, ExecutionError
+from dslc.ir.diagnostics import DSLTypeError, ExecutionError
 from dslc.net_builder import ops
 from dslc.session import LocalSession
 from dslc.task import Task, final_output
+from markers import Markers
 
 DB_TYPES = ["dslcdb", "minidb", "lmdb"]
-
-with open(__file__, encoding="utf-8") as _f:
-    _LINES = _f.read().splitlines()
-
-
-def line_of(tag: str) -> int:
-    hits = [i + 1 for i, text in enumerate(_LINES) if text.rstrip().endswith(f"# @{tag}")]
-    assert len(hits) == 1, f"marker @{tag} must appear exactly once"
-    return hits[0]
-
-
-def assert_error_at(err: DSLError, tag: str, *words: str) -> None:
-    assert isinstance(err, DSLError)
-    assert err.loc is not None and os.path.abspath(err.loc.file) == os.path.abspath(__file__)
-    assert err.loc.line == line_of(tag)
-    assert err.hint, f"no hint on: {err}"
-    for w in words:
-        assert w in err.message, f"{w!r} not in {err.message!r}"
-
 
 @pytest.fixture(params=DB_TYPES)
 def db_type(request):
     return request.param
+
+
+MARKERS = Markers(__file__)
+line_of, assert_error_at = MARKERS.line_of, MARKERS.assert_error_at
 
 
 @pytest.fixture(params=["none", "default"])

@@ -6,7 +6,6 @@ message and hint.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -15,23 +14,15 @@ from dslc.ir.diagnostics import (DSLError, DSLTypeError, ExecutionError, Locatio
                                  UnknownOperatorError, VerifyError)
 from dslc.net_builder import NetBuilder, ops
 from dslc.task import Task, final_output
+from markers import Markers
 
-with open(__file__, encoding="utf-8") as _f:
-    _SOURCE_LINES = _f.read().splitlines()
-
-
-def line_of(tag: str) -> int:
-    """The 1-based line of this file that carries the marker ``# @tag``."""
-    hits = [i + 1 for i, text in enumerate(_SOURCE_LINES) if text.rstrip().endswith(f"# @{tag}")]
-    assert len(hits) == 1, f"marker @{tag} must appear exactly once, found {len(hits)}"
-    return hits[0]
+MARKERS = Markers(__file__)
+line_of = MARKERS.line_of
 
 
 def assert_at(err: DSLError, tag: str) -> None:
     """``err`` is located in this file at the line marked ``tag``, and says so on one line."""
-    assert err.loc is not None, f"no location on: {err}"
-    assert os.path.abspath(err.loc.file) == os.path.abspath(__file__)
-    assert err.loc.line == line_of(tag)
+    MARKERS.assert_at(err, tag)
     text = err.one_line()
     assert "\n" not in text
     assert text.startswith(f"{err.loc.file}:{line_of(tag)}: ")

@@ -8,7 +8,6 @@ marker in this file's text.
 from __future__ import annotations
 
 import io
-import os
 import threading
 import warnings
 
@@ -18,19 +17,19 @@ import pytest
 from dslc import core, workspace
 from dslc.backends.interp.kernels import KERNELS
 from dslc.ir import OPS
-from dslc.ir.diagnostics import (DSLError, DSLTypeError, ExecutionError, UnknownOperatorError,
+from dslc.ir.diagnostics import (DSLTypeError, ExecutionError, UnknownOperatorError,
                                  VerifyError)
 from dslc.net_builder import ops
 from dslc.session import LocalSession
 from dslc.task import Task, TaskGroup, final_output
+from markers import Markers
 
 DT = core.DataType
 
-with open(__file__, encoding="utf-8") as _f:
-    _LINES = _f.read().splitlines()
-
-
 # ----------------------------------------------------------------------------- helpers
+
+MARKERS = Markers(__file__)
+line_of, assert_error_at = MARKERS.line_of, MARKERS.assert_error_at
 
 
 @pytest.fixture(params=["none", "default"])
@@ -38,23 +37,6 @@ def session(backend, request):
     """Each test runs unoptimised (the kernels compute) and optimised (constants fold)."""
     with LocalSession(backend=backend, passes=request.param) as s:
         yield s
-
-
-def line_of(tag: str) -> int:
-    """The 1-based line of this file that ends with the marker ``# @tag``."""
-    hits = [i + 1 for i, text in enumerate(_LINES) if text.rstrip().endswith(f"# @{tag}")]
-    assert len(hits) == 1, f"marker @{tag} must appear exactly once"
-    return hits[0]
-
-
-def assert_error_at(err: DSLError, tag: str, *words: str) -> None:
-    """``err`` is located at the ``tag`` line of this file, has a hint, and says ``words``."""
-    assert isinstance(err, DSLError)
-    assert err.loc is not None and os.path.abspath(err.loc.file) == os.path.abspath(__file__)
-    assert err.loc.line == line_of(tag)
-    assert err.hint, f"no hint on: {err}"
-    for w in words:
-        assert w in err.message, f"{w!r} not in {err.message!r}"
 
 
 def run(session, build):
