@@ -84,13 +84,7 @@ class Region:
 
     def walk(self) -> list[Operation]:
         """Every op of the region and nested in it, in program order."""
-        out: list = []
-        for op in self.ops:
-            if op.regions:
-                _walk_into(op, out)
-            else:
-                out.append(op)
-        return out
+        return _walk_ops(self.ops, [])
 
     @property
     def empty(self) -> bool:
@@ -170,11 +164,17 @@ def _walk_into(op: Operation, out: list) -> list:
     """Append ``op`` and every op nested in it to ``out``, in program order."""
     out.append(op)
     for r in op.regions:
-        for o in r.ops:
-            if o.regions:
-                _walk_into(o, out)
-            else:
-                out.append(o)
+        _walk_ops(r.ops, out)
+    return out
+
+
+def _walk_ops(ops, out: list) -> list:
+    """Append each of ``ops`` and every op nested in them to ``out``, in program order."""
+    for o in ops:
+        if o.regions:
+            _walk_into(o, out)
+        else:
+            out.append(o)
     return out
 
 

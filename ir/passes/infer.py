@@ -39,26 +39,11 @@ class InferTypes(Pass):
             self.changed = True
 
     def region(self, r: Region) -> None:
-        op = None
-        try:
-            for op in r.ops:
-                if op.regions or op.name == "load":
-                    self.op(op)
-                    continue
-                d = op.opdef  # a plain op: what self.infer(op) does, inline (most ops are plain)
-                if d.infer is None:
-                    continue
-                results = op.results
-                types = d.inferred([v.type for v in op.operands], op.attrs, len(results))
-                if types is not None:
-                    for res, t in zip(results, types):
-                        if res.type != t:
-                            res.type = t
-                            self.changed = True
-        except DSLError as e:
-            if e.loc is None:  # raised by a plain op's inference (nested ops set theirs)
-                e.loc = op.loc
-            raise
+        for op in r.ops:
+            if op.regions or op.name == "load":
+                self.op(op)
+            else:
+                self.infer(op)
 
     def op(self, op: Operation) -> None:
         n = op.name
