@@ -22,11 +22,11 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
         raise VerifyError(f"unknown operator {name!r}", loc)
     try:
         full = opdef.full_attrs(attrs or {})
-        types = [v.type for v in operands]
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
         inferred = None
         if opdef.infer is not None:
+            types = [v.type for v in operands]
             opdef.check_arity(len(types), n_results)
             inferred = opdef.inferred(types, full, n_results)
         if inferred is None:
@@ -36,7 +36,7 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
                 raise VerifyError(f"{name} needs explicit result types")
             inferred = list(result_types)
         elif len(inferred) != n_results:
-            opdef.check_arity(len(types), len(inferred))
+            opdef.check_arity(len(operands), len(inferred))
             raise VerifyError(f"{name} produces {len(inferred)} outputs, got {n_results} names")
     except DSLError as e:
         if e.loc is None:

@@ -105,8 +105,10 @@ class Operation:
         self.parent: Region | None = None
         if hints:
             self.results = [OpResult(t, self, i, hints[i]) for i, t in enumerate(result_types)]
-        else:
+        elif result_types:
             self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
+        else:  # stores, yields...: no comprehension to run
+            self.results = []
         self.operands: list[Value] = list(operands)
         for i, v in enumerate(self.operands):
             v.uses[(self, i)] = None

@@ -87,23 +87,34 @@ class OpDef:
             raise VerifyError(f"{self.name} produces {len(out)} outputs, got {n_results} names")
         return out
 
+    def __post_init__(self):
+        # What full_attrs checks on every new op, worked out once per declaration:
+        # (attribute name -> the kind its default implies, or None; the required names).
+        # Attributes without a default, or defaulting to None, take anything; their op's
+        # type inference checks them. (A frozen dataclass: set with object.__setattr__.)
+        kinds = {k: _kind_of(default) for k, default in self.attrs.items()}
+        required = tuple(k for k, default in self.attrs.items() if default is REQUIRED)
+        object.__setattr__(self, "_attr_rules", (kinds, required))
+
     def full_attrs(self, attrs: dict) -> dict:
-        """``attrs`` with defaults filled in; unknown or missing required ones are errors.
+        """``attrs`` with defaults filled in, as a new dict; unknown or missing required
+        ones are errors.
 
         The keys come in declaration order. The usual case (every value of its kind,
         required ones given) is a copy of the defaults updated with ``attrs``; anything
         else goes through ``_checked_attrs``, which raises the first error in order.
         """
-        if not attrs.keys() <= self.attrs.keys():
-            self._unknown_attr(attrs)
-        out = dict(self.attrs)
         kinds, required = self._attr_rules
-        if attrs:
-            for k, value in attrs.items():
-                want = kinds[k]
-                if want is not None and not isinstance(value, _ACCEPTS[want]):
-                    return self._checked_attrs(attrs)
-            out.update(attrs)
+        if not attrs:
+            return self._checked_attrs(attrs) if required else dict(self.attrs)
+        if not attrs.keys() <= kinds.keys():
+            self._unknown_attr(attrs)
+        for k, value in attrs.items():
+            want = kinds[k]
+            if want is not None and not isinstance(value, _ACCEPTS[want]):
+                return self._checked_attrs(attrs)
+        out = dict(self.attrs)
+        out.update(attrs)
         for k in required:
             if out[k] is REQUIRED:
                 return self._checked_attrs(attrs)
@@ -136,20 +147,6 @@ class OpDef:
         raise VerifyError(f"{self.name} has no argument {bad!r}",
                           hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
 
-    @property
-    def _attr_rules(self) -> tuple:
-        """(attribute name -> the kind its default implies, or None; the required names).
-
-        Attributes without a default, or defaulting to None, take anything; their op's
-        type inference checks them. Worked out once per declaration.
-        """
-        rules = self.__dict__.get("_attr_rules_cache")
-        if rules is None:
-            rules = ({k: _kind_of(default) for k, default in self.attrs.items()},
-                     tuple(k for k, default in self.attrs.items() if default is REQUIRED))
-            object.__setattr__(self, "_attr_rules_cache", rules)  # a cache on a frozen dataclass
-        return rules
-
     def inferred(self, types, attrs: dict, n_results: int):
         """``infer(types, attrs, n_results)`` as a tuple (None if the creator gives them).
 
@@ -160,10 +157,13 @@ class OpDef:
         objects alive, so a hit means the very same (immutable) types. Errors are not
         remembered: they are raised again on every call.
         """
-        classes = tuple(map(type, attrs.values()))
-        if not _PLAIN.issuperset(classes):
-            return _canonical(self.infer(list(types), attrs, n_results))
-        key = (self.name, n_results, tuple(map(id, types)), tuple(attrs.items()), classes)
+        if attrs:
+            classes = tuple(map(type, attrs.values()))
+            if not _PLAIN.issuperset(classes):
+                return _canonical(self.infer(list(types), attrs, n_results))
+            key = (self.name, n_results, tuple(map(id, types)), tuple(attrs.items()), classes)
+        else:  # most ops: no attributes, a shorter key
+            key = (self.name, n_results, tuple(map(id, types)))
         hit = _INFERRED.get(key)
         if hit is not None:
             return hit[1]
@@ -226,6 +226,7 @@ class OpTable:
 
     def __init__(self):
         self._defs: dict[str, OpDef] = {}
+        self.get = self._defs.get  # the dict's own: make_op looks up every new op by name
 
     def declare(self, opdef: OpDef) -> OpDef:
         if opdef.name in self._defs:
@@ -238,9 +239,6 @@ class OpTable:
 
     def __getitem__(self, name: str) -> OpDef:
         return self._defs[name]
-
-    def get(self, name: str) -> OpDef | None:
-        return self._defs.get(name)
 
     def __iter__(self):
         return iter(self._defs.values())

@@ -81,11 +81,18 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
             break
         assumed, written = final, dict(ctx.stored)
     _check_reads(ctx, final)
-    used = {op.attrs["blob"] for op in module.walk() if op.name in ("load", "store", "flag")}
-    module.body.ops[0].attrs["existing"] = [Symbol(n) for n in sorted(used & set(existing))]
+    module.body.ops[0].attrs["existing"] = _existing_used(module, existing)
     # lowering only makes ops (setting no more than the group's declared `existing` after)
     verify(module, built=True)
     return module
+
+
+def _existing_used(module: Module, existing: dict) -> list:
+    """The blobs of ``existing`` that the module loads or stores, sorted, as symbols."""
+    if not existing:
+        return []  # nothing to look for: skip the walk over every op
+    used = {op.attrs["blob"] for op in module.walk() if op.name in ("load", "store", "flag")}
+    return [Symbol(n) for n in sorted(used & set(existing))]
 
 
 def _all_items(tasks, setup) -> list:
