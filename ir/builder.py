@@ -46,18 +46,23 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
 
 
 class Builder:
-    """Appends new ops at the end of a region."""
+    """Appends new ops at the end of a region.
+
+    (Its methods spell out make_op's parameters: forwarding ``**kw`` costs a dict per op.)
+    """
 
     __slots__ = ("region",)
 
     def __init__(self, region: Region):
         self.region = region
 
-    def create(self, name: str, operands=(), attrs=None, **kw) -> Operation:
-        op = make_op(name, operands, attrs, **kw)
+    def create(self, name: str, operands=(), attrs=None, result_types=None, n_results=None,
+               regions=(), loc: Location = UNKNOWN_LOC, hints=None) -> Operation:
+        op = make_op(name, operands, attrs, result_types, n_results, regions, loc, hints)
         self.region.append(op)
         return op
 
-    def value(self, name: str, operands=(), attrs=None, **kw) -> Value:
+    def value(self, name: str, operands=(), attrs=None, result_types=None, n_results=None,
+              regions=(), loc: Location = UNKNOWN_LOC, hints=None) -> Value:
         """Create a single-result op and return its result."""
-        return self.create(name, operands, attrs, **kw).result
+        return self.create(name, operands, attrs, result_types, n_results, regions, loc, hints).result

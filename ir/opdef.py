@@ -89,12 +89,13 @@ class OpDef:
 
     def __post_init__(self):
         # What full_attrs checks on every new op, worked out once per declaration:
-        # (attribute name -> the kind its default implies, or None; the required names).
-        # Attributes without a default, or defaulting to None, take anything; their op's
-        # type inference checks them. (A frozen dataclass: set with object.__setattr__.)
-        kinds = {k: _kind_of(default) for k, default in self.attrs.items()}
+        # (attribute name -> the classes its default's kind accepts, or None for anything;
+        # the required names). Attributes without a default, or defaulting to None, take
+        # anything: their op's type inference checks them. (Set with object.__setattr__:
+        # a frozen dataclass.)
+        accepts = {k: _ACCEPTS.get(_kind_of(default)) for k, default in self.attrs.items()}
         required = tuple(k for k, default in self.attrs.items() if default is REQUIRED)
-        object.__setattr__(self, "_attr_rules", (kinds, required))
+        object.__setattr__(self, "_attr_rules", (accepts, required))
 
     def full_attrs(self, attrs: dict) -> dict:
         """``attrs`` with defaults filled in, as a new dict; unknown or missing required
@@ -102,16 +103,14 @@ class OpDef:
 
         The keys come in declaration order. The usual case (every value of its kind,
         required ones given) is a copy of the defaults updated with ``attrs``; anything
-        else goes through ``_checked_attrs``, which raises the first error in order.
+        else goes through ``_checked_attrs``, which raises the first error.
         """
-        kinds, required = self._attr_rules
+        accepts, required = self._attr_rules
         if not attrs:
             return self._checked_attrs(attrs) if required else dict(self.attrs)
-        if not attrs.keys() <= kinds.keys():
-            self._unknown_attr(attrs)
         for k, value in attrs.items():
-            want = kinds[k]
-            if want is not None and not isinstance(value, _ACCEPTS[want]):
+            want = accepts.get(k, ())  # an unknown name: () accepts nothing
+            if want is not None and not isinstance(value, want):
                 return self._checked_attrs(attrs)
         out = dict(self.attrs)
         out.update(attrs)
@@ -121,13 +120,15 @@ class OpDef:
         return out
 
     def _checked_attrs(self, attrs: dict) -> dict:
-        """``full_attrs``, one attribute at a time in declaration order."""
+        """``full_attrs``, checked one attribute at a time: an unknown name is reported
+        first, then the first wrong or missing attribute in declaration order."""
+        if not attrs.keys() <= self.attrs.keys():
+            self._unknown_attr(attrs)
         out = {}
-        kinds = self._attr_rules[0]
         for k, default in self.attrs.items():
             if k in attrs:
                 value = attrs[k]
-                want = kinds[k]
+                want = _kind_of(default)
                 if want is not None and not isinstance(value, _ACCEPTS[want]):
                     raise VerifyError(f"{self.name} argument {k!r} must be {want}, got {value!r}",
                                       hint=f"pass {k}=<{want}> (its default is {default!r})")
@@ -183,9 +184,11 @@ def _canonical(types):
     """
     if types is None:
         return None
+    if not types:
+        return ()
     if len(_CANONICAL) >= _INFERRED_MAX:
         _CANONICAL.clear()
-    return tuple([_CANONICAL.setdefault(t, t) for t in types])
+    return tuple(map(_CANONICAL.setdefault, types, types))
 
 
 def _kind_of(default) -> str | None:

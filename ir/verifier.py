@@ -50,8 +50,8 @@ class _Verifier:
         d = op.opdef
         if not self.built or d.infer is None:  # make_op checks arity only with inference
             self.declaration(op)
-        if op.regions or d.regions or op.name in _PLACED or PLAN in d.traits:
-            self.structure(op)  # (for any other op it would find nothing to check)
+        if op.regions or _structured(d):
+            self.structure(op)
         if op.regions:
             isolated = op.name in ISOLATED
             self.depth += isolated
@@ -94,7 +94,9 @@ class _Verifier:
             for v in op.operands:
                 if level.get(v) != depth:
                     self.undefined_operand(op)
-            self.checked(op)
+            # most ops of a built module need nothing more (asked once per op name)
+            if op.regions or not self.built or not (_ONLY_OPERANDS.get(op.name) or _only_operands(op)):
+                self.checked(op)
             for res in op.results:
                 level[res] = depth
         # the region's values are not visible after it
@@ -185,3 +187,22 @@ class _Verifier:
 _CHECKS = {"break_if": _Verifier.check_break_if, "for": _Verifier.check_for,
            "loop": _Verifier.check_loop, "if": _Verifier.check_if}
 _PLACED = frozenset(PLACEMENT) | frozenset(_CHECKS)  # ops whose parent structure() checks
+
+
+def _structured(d) -> bool:
+    """Whether ``structure()`` has anything to check on an op of this declaration
+    without regions (else it would only find that none were declared)."""
+    return bool(d.regions) or d.name in _PLACED or PLAN in d.traits
+
+
+def _only_operands(op: Operation) -> bool:
+    """Whether ``op``, built and without regions, needs no check but its operands'
+    (remembered in _ONLY_OPERANDS when it does: declarations do not change)."""
+    d = op.opdef
+    if d.infer is not None and not _structured(d):
+        _ONLY_OPERANDS[d.name] = True
+        return True
+    return False
+
+
+_ONLY_OPERANDS: dict = {}  # op name -> True: built ops of it need only the operand check
