@@ -21,12 +21,12 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
     if opdef is None:
         raise VerifyError(f"unknown operator {name!r}", loc)
     try:
-        full = opdef.full_attrs(attrs or {})
+        full = opdef.full_attrs(attrs) if attrs or opdef.attrs else {}  # most ops: none at all
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
         inferred = None
         if opdef.infer is not None:
-            types = [v.type for v in operands]
+            types = [v.type for v in operands] if operands else []
             opdef.check_arity(len(types), n_results)
             inferred = opdef.inferred(types, full, n_results)
         if inferred is None:
@@ -42,7 +42,9 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
         if e.loc is None:
             e.loc = loc
         raise
-    return Operation(opdef, operands, inferred, full, regions, loc, hints)
+    op = Operation(opdef, operands, inferred, None, regions, loc, hints)
+    op.attrs = full  # a new dict (full_attrs makes one): the op takes it instead of a copy
+    return op
 
 
 class Builder:
