@@ -16,6 +16,10 @@ from .manager import Pass, register
 
 MAX_ROUNDS = 8
 
+# Ops whose declared inference gives no results and checks nothing (``lambda t, a, n: []``):
+# inferring them can neither change a type nor raise, and they are nearly half of the ops.
+NOTHING_TO_INFER = frozenset({"store", "yield"})
+
 
 @register
 class InferTypes(Pass):
@@ -34,7 +38,7 @@ class InferTypes(Pass):
                 return
 
     def set(self, value, t) -> None:
-        if value.type != t:
+        if value.type is not t and value.type != t:  # types compare by value; most are the same object
             value.type = t
             self.changed = True
 
@@ -42,7 +46,7 @@ class InferTypes(Pass):
         for op in r.ops:
             if op.regions or op.name == "load":
                 self.op(op)
-            else:
+            elif op.name not in NOTHING_TO_INFER:
                 self.infer(op)
 
     def op(self, op: Operation) -> None:
@@ -75,7 +79,7 @@ class InferTypes(Pass):
             raise
         if types is not None:
             for res, t in zip(op.results, types):
-                if res.type != t:
+                if res.type is not t and res.type != t:
                     res.type = t
                     self.changed = True
 

@@ -29,12 +29,22 @@ load and store.
 """
 from __future__ import annotations
 
-from ..builder import make_op
-from ..core import Module, OpResult, Operation, Region, Symbol
+from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol
+from ..opdef import OPS
 from ..types import BOOL, join
 from .analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
 from .infer import InferTypes
 from .manager import Pass, register
+
+
+def _new_op(name: str, operands, attrs: dict, result_types, loc, hints=None) -> Operation:
+    """A load, store, must or yield this pass makes, without ``make_op``'s checks.
+
+    These ops are made by the thousand. Their attributes come complete (in declaration
+    order) and their result types are known (a must's is its operand's), so make_op's
+    checks would pass and its inference would give the same types.
+    """
+    return Operation(OPS[name], operands, result_types, attrs, (), loc, hints)
 
 
 def _hint(blob: str):
@@ -110,12 +120,12 @@ class _Forwarder:
             if isinstance(store, Operation):
                 store.add_operand(env[blob])
             else:
-                store = make_op("store", [env[blob]], {"blob": Symbol(blob)}, loc=store)
+                store = _new_op("store", [env[blob]], {"blob": Symbol(blob)}, (), store)
             out.append(store)
 
     def replace_load(self, load: Operation, v, out) -> None:
         if v in self.maybe and not load.attrs.get("optional"):
-            must = make_op("must", [v], {"blob": load.attrs["blob"]}, loc=load.loc)
+            must = _new_op("must", [v], {"blob": load.attrs["blob"]}, [v.type], load.loc)
             out.append(must)
             v = must.result
         load.result.replace_all_uses_with(v)
@@ -157,8 +167,7 @@ class _Forwarder:
             env[b], dirty[b] = res, op.loc
 
     def optional_load(self, op, blob, t, out, env):
-        ld = make_op("load", attrs={"blob": Symbol(blob), "optional": 1},
-                     result_types=[t], loc=op.loc, hints=[_hint(blob)])
+        ld = _new_op("load", (), {"blob": Symbol(blob), "optional": 1}, [t], op.loc, [_hint(blob)])
         out.append(ld)
         self.maybe.add(ld.result)
         env[blob] = ld.result
@@ -229,7 +238,7 @@ class _Forwarder:
                     y = o
                 else:
                     new.append(o)
-            y = y or make_op("yield", loc=op.loc)
+            y = y or _new_op("yield", (), {}, (), op.loc)
             for b in blobs:
                 y.add_operand(cur[b])
             new.append(y)
@@ -248,45 +257,75 @@ class _Forwarder:
 def maybe_unset(module: Module, ops=None) -> set:
     """Values that may be 'unset': optional loads, and what carries them (to a fixpoint).
 
-    ``ops``: the module walked, when the caller has that list at hand.
+    ``ops``: the module walked, when the caller has that list at hand. The fixpoint is
+    what the optional loads reach along the flows into carried loop values and if
+    results (see ``_flows_from``), found by following uses from those loads.
     """
     ops = module.walk() if ops is None else ops
     maybe = {op.result for op in ops if op.name == "load" and op.attrs.get("optional")}
     if not maybe:
         return maybe
-    flows = [f for op in ops if op.name in ("for", "loop", "if") for f in _flows(op)]
-    changed = True
-    while changed:
-        changed = False
-        for target, sources in flows:
-            if target not in maybe and any(v in maybe for v in sources):
+    live = set(ops)  # uses by ops no longer in the module carry nothing
+    todo = list(maybe)
+    while todo:
+        for target in _flows_from(todo.pop(), live):
+            if target not in maybe:
                 maybe.add(target)
-                changed = True
+                todo.append(target)
     return maybe
 
 
-def _flows(op: Operation):
-    """(value, values that flow into it) for carried loop values and if results."""
-    if op.name in ("for", "loop"):
-        body = op.regions[0]
-        args = body.args[1:] if op.name == "for" else body.args
-        inits = op.operands[1:] if op.name == "for" else op.operands
-        exits = [o.operands[1:] for o in body.ops if o.name == "break_if"]
-        ends = [body.ops[-1].operands] if body.ops and body.ops[-1].name == "yield" else []
-        for i, a in enumerate(args):
-            yield a, [inits[i]] + [e[i] for e in ends]
-            yield op.results[i], [a] + [e[i] for e in exits]
-    elif op.name == "if":
-        ends = [r.ops[-1].operands for r in op.regions if r.ops and r.ops[-1].name == "yield"]
-        for i, res in enumerate(op.results):
-            yield res, [e[i] for e in ends]
+def _flows_from(v, live: set) -> list:
+    """The carried loop values and if results that ``v`` flows into, directly.
+
+    A loop's initial value flows into its carried argument; the body's final yield into
+    the argument too; the argument, and each break_if's value, into the loop result;
+    each region's final yield of an ``if`` into its result. Only ops in ``live`` count.
+    """
+    out = []
+    if isinstance(v, RegionArg):
+        loop = v.region.parent
+        if loop in live and loop.name in ("for", "loop") and v.region is loop.regions[0]:
+            k = v.index - (loop.name == "for")  # a for's first argument is its counter
+            if 0 <= k < len(loop.results):
+                out.append(loop.results[k])
+    for user, i in v.uses:
+        n = user.name
+        if n not in _CARRIERS or user not in live:
+            continue
+        if n in ("for", "loop"):
+            k = i - (n == "for")  # a for's first operand is its count
+            args = user.regions[0].args
+            if 0 <= k < len(args) - (n == "for"):
+                out.append(args[k + (n == "for")])
+            continue
+        r = user.parent
+        op = r.parent
+        if op is None or op.name not in STRUCTURED:
+            continue
+        if op.name == "if":
+            if n == "yield" and user is r.ops[-1] and i < len(op.results):
+                out.append(op.results[i])
+        elif r is op.regions[0]:
+            skip = op.name == "for"
+            if n == "yield" and user is r.ops[-1] and i < len(r.args) - skip:
+                out.append(r.args[i + skip])
+            elif n == "break_if" and 1 <= i <= len(r.args) - skip:
+                out.append(op.results[i - 1])
+    return out
+
+
+_CARRIERS = ("for", "loop", "yield", "break_if")  # the ops a value flows through (see _flows_from)
 
 
 def drop_needless_musts(module: Module, ops=None) -> None:
     """Remove ``must`` checks on values that are always set (``ops``: the module walked)."""
     ops = module.walk() if ops is None else ops
+    holders = {op.parent for op in ops if op.name == "must"}
+    if not holders:
+        return
     maybe = maybe_unset(module, ops)
-    for r in [r for op in ops for r in op.regions]:
+    for r in [r for op in ops for r in op.regions if r in holders]:
         keep = []
         for op in r.ops:
             if op.name == "must" and op.operands[0] not in maybe:
