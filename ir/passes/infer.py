@@ -27,11 +27,12 @@ class InferTypes(Pass):
 
     def run(self, module: Module) -> None:
         for _ in range(MAX_ROUNDS):
-            self.stored = {}
+            self.stored = stored = {}
             for op in module.walk():
                 if op.name == "store":
                     b, t = op.attrs["blob"], op.operands[0].type
-                    self.stored[b] = join(self.stored[b], t) if b in self.stored else t
+                    before = stored.get(b)
+                    stored[b] = t if before is None or before is t else join(before, t)
             self.changed = False
             self.region(module.body)
             if not self.changed:
