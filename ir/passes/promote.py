@@ -254,77 +254,81 @@ class _Forwarder:
         return results
 
 
-def maybe_unset(module: Module, ops=None) -> set:
-    """Values that may be 'unset': optional loads, and what carries them (to a fixpoint).
+class _MaybeUnset:
+    """Whether a value may be 'unset': an optional load's result, or a carried loop value
+    or if result that one flows into (see ``_sources``), to a fixpoint.
 
-    ``ops``: the module walked, when the caller has that list at hand. The fixpoint is
-    what the optional loads reach along the flows into carried loop values and if
-    results (see ``_flows_from``), found by following uses from those loads.
+    Each question searches backwards from the value, so only what flows into the values
+    asked about is looked at. Answers are remembered; the module must not change while
+    it is asked.
     """
-    ops = module.walk() if ops is None else ops
-    maybe = {op.result for op in ops if op.name == "load" and op.attrs.get("optional")}
-    if not maybe:
-        return maybe
-    live = set(ops)  # uses by ops no longer in the module carry nothing
-    todo = list(maybe)
-    while todo:
-        for target in _flows_from(todo.pop(), live):
-            if target not in maybe:
-                maybe.add(target)
-                todo.append(target)
-    return maybe
+
+    def __init__(self):
+        self.known: dict = {}  # value -> whether it may be unset
+
+    def __call__(self, v) -> bool:
+        known = self.known
+        if v in known:
+            return known[v]
+        seen, todo = {v}, [v]
+        while todo:
+            x = todo.pop()
+            if known.get(x) or _is_optional_load(x):
+                known[v] = True
+                return True
+            if x in known:  # known to be set: so is everything that flows into it
+                continue
+            for s in _sources(x):
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+        for x in seen:  # no optional load flows into any of them
+            known[x] = False
+        return False
 
 
-def _flows_from(v, live: set) -> list:
-    """The carried loop values and if results that ``v`` flows into, directly.
+def _is_optional_load(v) -> bool:
+    return isinstance(v, OpResult) and v.owner.name == "load" and bool(v.owner.attrs.get("optional"))
 
-    A loop's initial value flows into its carried argument; the body's final yield into
-    the argument too; the argument, and each break_if's value, into the loop result;
-    each region's final yield of an ``if`` into its result. Only ops in ``live`` count.
-    """
-    out = []
+
+def _sources(v) -> list:
+    """The values that flow directly into ``v``: into a loop's carried argument, its initial
+    value and the body's final yield; into a loop's result, the argument and each break_if
+    of the body; into an if's result, each region's final yield. Other values: none."""
     if isinstance(v, RegionArg):
         loop = v.region.parent
-        if loop in live and loop.name in ("for", "loop") and v.region is loop.regions[0]:
-            k = v.index - (loop.name == "for")  # a for's first argument is its counter
-            if 0 <= k < len(loop.results):
-                out.append(loop.results[k])
-    for user, i in v.uses:
-        n = user.name
-        if n not in _CARRIERS or user not in live:
-            continue
-        if n in ("for", "loop"):
-            k = i - (n == "for")  # a for's first operand is its count
-            args = user.regions[0].args
-            if 0 <= k < len(args) - (n == "for"):
-                out.append(args[k + (n == "for")])
-            continue
-        r = user.parent
-        op = r.parent
-        if op is None or op.name not in STRUCTURED:
-            continue
-        if op.name == "if":
-            if n == "yield" and user is r.ops[-1] and i < len(op.results):
-                out.append(op.results[i])
-        elif r is op.regions[0]:
-            skip = op.name == "for"
-            if n == "yield" and user is r.ops[-1] and i < len(r.args) - skip:
-                out.append(r.args[i + skip])
-            elif n == "break_if" and 1 <= i <= len(r.args) - skip:
-                out.append(op.results[i - 1])
-    return out
-
-
-_CARRIERS = ("for", "loop", "yield", "break_if")  # the ops a value flows through (see _flows_from)
+        if loop is None or loop.name not in ("for", "loop") or v.region is not loop.regions[0]:
+            return []
+        skip = loop.name == "for"  # a for's first argument is its counter, its first operand the count
+        k = v.index - skip
+        if k < 0:
+            return []
+        body = v.region
+        ends = [body.ops[-1].operands[k]] if body.ops and body.ops[-1].name == "yield" else []
+        return [loop.operands[k + skip]] + ends
+    op = getattr(v, "owner", None)
+    if op is None:
+        return []
+    if op.name in ("for", "loop"):
+        body = op.regions[0]
+        exits = [o.operands[1 + v.index] for o in body.ops if o.name == "break_if"]
+        return [body.args[v.index + (op.name == "for")]] + exits
+    if op.name == "if":
+        return [r.ops[-1].operands[v.index] for r in op.regions if r.ops and r.ops[-1].name == "yield"]
+    return []
 
 
 def drop_needless_musts(module: Module, ops=None) -> None:
     """Remove ``must`` checks on values that are always set (``ops``: the module walked)."""
     ops = module.walk() if ops is None else ops
-    holders = {op.parent for op in ops if op.name == "must"}
-    if not holders:
+    musts = [op for op in ops if op.name == "must"]
+    if not musts:
         return
-    maybe = maybe_unset(module, ops)
+    # Asked before anything changes: a dropped must passes its operand (another must's,
+    # in a chain of them) on to the ops that used it.
+    unset = _MaybeUnset()
+    maybe = {m.operands[0] for m in musts if unset(m.operands[0])}
+    holders = {m.parent for m in musts}
     for r in [r for op in ops for r in op.regions if r in holders]:
         keep = []
         for op in r.ops:
