@@ -43,6 +43,11 @@ class InferTypes(Pass):
             value.type = t
             self.changed = True
 
+    def widen(self, value, t) -> None:
+        """Widen ``value``'s type to cover ``t`` as well."""
+        if value.type is not t:  # the usual case: the very same type, nothing to join
+            self.set(value, join(value.type, t))
+
     def region(self, r: Region) -> None:
         for op in r.ops:
             if op.regions or op.name == "load":
@@ -54,7 +59,7 @@ class InferTypes(Pass):
         n = op.name
         if n == "load":
             if op.attrs["blob"] in self.stored:
-                self.set(op.result, join(op.result.type, self.stored[op.attrs["blob"]]))
+                self.widen(op.result, self.stored[op.attrs["blob"]])
             return
         if n in ("for", "loop"):
             return self.loop(op)
@@ -91,14 +96,14 @@ class InferTypes(Pass):
         for _ in range(MAX_ROUNDS):
             before = [a.type for a in args]
             for a, v in zip(args, inits):
-                self.set(a, join(a.type, v.type))
+                self.widen(a, v.type)
             self.region(body)
             flows = [o.operands[1:] for o in body.ops if o.name == "break_if"]
             if body.ops and body.ops[-1].name == "yield":
                 flows.append(body.ops[-1].operands)
             for vals in flows:
                 for a, v in zip(args, vals):
-                    self.set(a, join(a.type, v.type))
+                    self.widen(a, v.type)
             if [a.type for a in args] == before:
                 break
         for res, a in zip(op.results, args):
@@ -108,6 +113,6 @@ class InferTypes(Pass):
         for i, res in enumerate(op.results):
             t = None
             for vals in flows:
-                t = vals[i].type if t is None else join(t, vals[i].type)
+                t = vals[i].type if t is None or t is vals[i].type else join(t, vals[i].type)
             if t is not None:
                 self.set(res, t)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol
 from ..opdef import OPS
 from ..types import BOOL, join
-from .analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
+from .analysis import BLOB_OPS, STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
 from .infer import InferTypes
 from .manager import Pass, register
 
@@ -50,6 +50,10 @@ def _new_op(name: str, operands, attrs: dict, result_types, loc, hints=None) -> 
 def _hint(blob: str):
     base = blob.rsplit("/", 1)[-1]
     return base if base and base[0].islower() else None
+
+
+# The ops a block's forwarding looks at (besides barriers); it keeps every other op as it is.
+_FORWARDING = frozenset(BLOB_OPS + STRUCTURED + ("break_if", "yield"))
 
 
 class _Forwarder:
@@ -74,7 +78,10 @@ class _Forwarder:
         env, dirty, out = {}, {}, []
         for op in r.ops:
             n = op.name
-            blob = op.attrs.get("blob") if n in ("load", "store", "flag") else None
+            if n not in _FORWARDING and not is_barrier(op):  # most ops: only kept in place
+                out.append(op)
+                continue
+            blob = op.attrs.get("blob") if n in BLOB_OPS else None
             if blob is not None and blob in self.volatile:
                 out.append(op)
             elif n == "load":
