@@ -25,10 +25,11 @@ NOTHING_TO_INFER = frozenset({"store", "yield"})
 class InferTypes(Pass):
     name = "infer-types"
 
-    def run(self, module: Module) -> None:
+    def run(self, module: Module, ops=None) -> None:
+        """``ops``: the module walked, when the caller has it at hand (every store in it)."""
         for _ in range(MAX_ROUNDS):
             self.stored = stored = {}
-            for op in module.walk():
+            for op in module.walk() if ops is None else ops:
                 if op.name == "store":
                     b, t = op.attrs["blob"], op.operands[0].type
                     before = stored.get(b)

@@ -359,15 +359,18 @@ def drop_invariant_carried(module: Module, ops=None) -> None:
             continue
         body = op.regions[0]
         skip = 1 if op.name == "for" else 0
-        exits = [o for o in body.ops if o.name in ("yield", "break_if")]
+        # each exit, with where its carried values start (after a break_if's condition)
+        exits = [(o, 1 if o.name == "break_if" else 0) for o in body.ops if o.name in ("yield", "break_if")]
+        if not exits:
+            continue
         for k in reversed(range(len(op.results))):
             arg = body.args[skip + k]
-            if all(e.operands[(1 if e.name == "break_if" else 0) + k] is arg for e in exits) and exits:
+            if all(e.operands[at + k] is arg for e, at in exits):
                 init = op.operands[skip + k]
                 if init.type != arg.type:
                     continue
-                for e in exits:
-                    e.set_operand((1 if e.name == "break_if" else 0) + k, init)
+                for e, at in exits:
+                    e.set_operand(at + k, init)
                 arg.replace_all_uses_with(init)
                 op.results[k].replace_all_uses_with(init)
 
@@ -395,4 +398,4 @@ class PromoteBlobs(Pass):
         ops = module.walk()
         drop_invariant_carried(module, ops)
         drop_needless_musts(module, ops)
-        InferTypes().run(module)
+        InferTypes().run(module, ops)  # ops still lists every store: only musts were dropped
