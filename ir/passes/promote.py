@@ -336,7 +336,7 @@ def drop_needless_musts(module: Module, ops=None) -> None:
     unset = _MaybeUnset()
     maybe = {m.operands[0] for m in musts if unset(m.operands[0])}
     holders = {m.parent for m in musts}
-    for r in [r for op in ops for r in op.regions if r in holders]:
+    for r in [r for op in ops if op.regions for r in op.regions if r in holders]:  # in program order
         keep = []
         for op in r.ops:
             if op.name == "must" and op.operands[0] not in maybe:
@@ -354,9 +354,8 @@ def drop_invariant_carried(module: Module, ops=None) -> None:
     It changes operands only, never which ops there are: ``ops`` (the module walked)
     stays valid after it.
     """
-    for op in module.walk() if ops is None else ops:
-        if op.name not in ("for", "loop"):
-            continue
+    ops = module.walk() if ops is None else ops
+    for op in [op for op in ops if op.name in ("for", "loop")]:
         body = op.regions[0]
         skip = 1 if op.name == "for" else 0
         # each exit, with where its carried values start (after a break_if's condition)
