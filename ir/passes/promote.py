@@ -191,7 +191,7 @@ class _Forwarder:
                     b = o.attrs["blob"]
                     ot = o.result.type if o.name == "load" else o.operands[0].type
                     t = types.get(b)
-                    types[b] = ot if t is None else join(t, ot)
+                    types[b] = ot if t is None or t is ot else join(t, ot)
         return types
 
     def new_result(self, op, t, maybe: bool):
