@@ -19,6 +19,7 @@ _SCALARS = (int, float, bool, str, type(None))
 
 
 def _freeze(v):
+    """``v`` as a hashable key: equal keys for interchangeable attribute values."""
     if type(v) in _SCALARS:
         return (type(v).__name__, v)
     if isinstance(v, np.ndarray):
@@ -26,7 +27,10 @@ def _freeze(v):
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, dict):
-        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+        # by name (names are unique); scalars, the usual attribute values, frozen inline
+        items = [(k, (type(x).__name__, x) if type(x) in _SCALARS else _freeze(x)) for k, x in v.items()]
+        items.sort()
+        return tuple(items)
     return (type(v).__name__, v)
 
 
@@ -36,22 +40,59 @@ def op_key(op):
             tuple(r.type for r in op.results))
 
 
+def _untyped_key(op):
+    """``op_key`` without the result types: hashing types (dataclasses) costs more than
+    everything else together, and pure ops alike in all the rest nearly always have the
+    same result types, so those are compared only when the rest matches."""
+    attrs = op.attrs
+    return (op.name, tuple(map(id, op.operands)), _freeze(attrs) if attrs else ())
+
+
+_CSE_ABLE: dict = {}  # op name -> whether it is pure (worked out once per name)
+
+
+def _cse_able(op) -> bool:
+    got = _CSE_ABLE.get(op.name)
+    if got is None:
+        got = _CSE_ABLE[op.name] = PURE in op.opdef.traits
+    return got
+
+
+def _same_types(a, b) -> bool:
+    """Whether ops ``a`` and ``b`` have equal result types."""
+    return len(a.results) == len(b.results) and all(x.type == y.type for x, y in zip(a.results, b.results))
+
+
 @register
 class CommonSubexpressions(Pass):
     name = "cse"
 
     def run(self, module: Module) -> None:
-        self.region(module.body, {})
+        self.region(module.body, {}, fresh=True)
 
-    def region(self, r: Region, seen: dict) -> None:
+    def region(self, r: Region, seen: dict, fresh: bool = False) -> None:
         """CSE in ``r``; ``seen`` holds the pure ops visible here (of enclosing regions),
-        by key. What this region adds is taken out again at its end."""
+        by key (``_untyped_key``, or ``op_key`` for an op whose result types differ from
+        those of the first op with its untyped key). What this region adds is taken out
+        again at its end, unless ``seen`` is ``fresh``: made for this region alone."""
         added = []
         keep = []
         for op in r.ops:
-            if not op.regions and op.results and PURE in op.opdef.traits:
-                key = op_key(op)
+            if op.regions:
+                keep.append(op)
+                isolated = op.name in PLAN_OPS or op.name in ("group", "task", "module")
+                for sub in op.regions:
+                    if isolated:
+                        self.region(sub, {}, fresh=True)
+                    else:
+                        self.region(sub, seen)
+                continue
+            if op.results and _cse_able(op):
+                key = _untyped_key(op)
                 first = seen.get(key)
+                if first is not None and not _same_types(op, first):
+                    key = op_key(op)
+                    first = seen.get(key)
                 if first is not None:
                     for old, new in zip(op.results, first.results):
                         old.replace_all_uses_with(new)
@@ -60,11 +101,8 @@ class CommonSubexpressions(Pass):
                 seen[key] = op
                 added.append(key)
             keep.append(op)
-            if op.regions:
-                isolated = op.name in PLAN_OPS or op.name in ("group", "task", "module")
-                for sub in op.regions:
-                    self.region(sub, {} if isolated else seen)
-        for key in added:
-            del seen[key]
+        if not fresh:
+            for key in added:
+                del seen[key]
         if len(keep) != len(r.ops):
             set_ops(r, keep)

@@ -28,47 +28,48 @@ class DeadCode(Pass):
     name = "dce"
 
     def run(self, module: Module) -> None:
-        ops = module.walk()  # marking adds nothing and removes nothing: one walk serves all
-        self.dead_stores: set = set()
-        self.drop_dead_stores(module, ops)
         self.live_ops: set = set()
         self.live_vals: set = set()
         self.work: list = []
-        for op in ops:
+        # One walk marks what is live for its own sake, and notes the stores, which wait
+        # for the blobs read anywhere (marking is a closure: the order does not matter).
+        stores, tasks, read = [], [], set()
+        names_observable = False
+        for op in module.walk():
+            n = op.name
+            if n == "store":
+                stores.append(op)
+                continue
+            # an optional load only keeps a blob unchanged when nothing writes it; real
+            # reads are plain loads, stop flags and the `must` checks promotion leaves
+            if n == "flag" or n == "must" or (n == "load" and not op.attrs.get("optional")):
+                read.add(op.attrs["blob"])
+            elif n == "task":
+                tasks.append(op)
+            elif n == "GetAllBlobNames":
+                names_observable = True  # every blob the job writes must exist
             if not self.removable(op):
+                self.mark_op(op)
+        self.dead_stores = set() if names_observable else self.find_dead_stores(module, stores, tasks, read)
+        for op in stores:
+            if op not in self.dead_stores:
                 self.mark_op(op)
         while self.work:
             self.mark_source(self.work.pop())
         self.sweep(module.body)
 
     # --- dead stores
-    def drop_dead_stores(self, module: Module, ops: list) -> None:
-        """Note the stores that vanish unread (``ops``: the module, walked)."""
-        # an optional load only keeps a blob unchanged when nothing writes it; real reads
-        # are plain loads, stop flags and the `must` checks promotion leaves at old reads
-        read = {op.attrs["blob"] for op in ops
-                if op.name in ("flag", "must") or (op.name == "load" and not op.attrs.get("optional"))}
-        if any(op.name == "GetAllBlobNames" for op in ops):
-            return  # blob names are observable: every blob the job writes must exist
-        kept = set()
+    @staticmethod
+    def find_dead_stores(module: Module, stores: list, tasks: list, read: set) -> set:
+        """Of ``stores``, those that vanish unread: their blob is not in ``read``, not
+        existing before, no output of one of ``tasks`` (all of the module's), and the
+        workspace they write is dropped afterwards."""
+        needed = set(read)
         for g in module.body.ops:
-            kept |= {str(s) for s in g.attrs.get("existing", [])}
-            kept |= {str(s) for t in g.walk() if t.name == "task" for s in t.attrs["outputs"]}
-        for op in ops:
-            if op.name == "task":
-                per_instance = int(op.attrs["instances"]) > 1
-                for i, r in enumerate(op.regions):
-                    private = op.attrs["workspace"] == "private" or (per_instance and i in (1, 2, 3))
-                    self._drop_stores(r, private, read | kept)
-            elif op.name == "scope":
-                self._drop_stores(op.regions[0], True, read | kept)
-
-    def _drop_stores(self, r: Region, private: bool, needed: set) -> None:
-        if not private:
-            return
-        for op in r.walk():
-            if op.name == "store" and op.attrs["blob"] not in needed:
-                self.dead_stores.add(op)  # removed by the sweep (never marked live)
+            needed |= {str(s) for s in g.attrs.get("existing", [])}
+        for t in tasks:
+            needed |= {str(s) for s in t.attrs["outputs"]}
+        return {op for op in stores if op.attrs["blob"] not in needed and _in_dropped_workspace(op)}
 
     # --- marking
     def removable(self, op: Operation) -> bool:
@@ -84,7 +85,10 @@ class DeadCode(Pass):
         if op.name == "for":
             c = getattr(op.operands[0], "owner", None)
             return c is not None and c.name == "Const" and int(c.attrs["value"]) >= 0
-        return op.opdef.has(PURE) or op.name in REMOVABLE
+        got = _REMOVABLE_KIND.get(op.name)
+        if got is None:
+            got = _REMOVABLE_KIND[op.name] = op.opdef.has(PURE) or op.name in REMOVABLE
+        return got
 
     def mark_op(self, op: Operation) -> None:
         if op in self.live_ops:
@@ -154,16 +158,21 @@ class DeadCode(Pass):
     # --- sweeping
     def sweep(self, r: Region) -> None:
         keep = []
+        live = self.live_ops
         for op in r.ops:
-            if op in self.live_ops or op.name == "yield":
-                if op.name in LOOPS or op.name == "if":
-                    self.drop_dead_slots(op)
-                for sub in op.regions:
-                    self.sweep(sub)
+            if op in live or op.name == "yield":
+                if op.regions:
+                    if op.name in LOOPS or op.name == "if":
+                        self.drop_dead_slots(op)
+                    for sub in op.regions:
+                        self.sweep(sub)
                 keep.append(op)
-            else:
+            elif op.regions:
                 op.erase()
-        set_ops(r, keep)
+            elif op.operands:
+                op.drop_operands()  # all that erase() does for an op without regions
+        if len(keep) != len(r.ops):
+            set_ops(r, keep)
 
     def drop_dead_slots(self, op: Operation) -> None:
         """Remove the carried values / if results nothing live needs, all at once (one
@@ -184,6 +193,26 @@ class DeadCode(Pass):
             _remove_operands(op, dead, skip)
             body.args[:] = _renumbered([a for k, a in enumerate(body.args) if k - skip not in dead])
         op.results[:] = _renumbered([res for k, res in enumerate(op.results) if k not in dead])
+
+
+_REMOVABLE_KIND: dict = {}  # op name -> DeadCode.removable for ops other than store/load/for
+
+
+def _in_dropped_workspace(store: Operation) -> bool:
+    """Whether ``store`` is inside a workspace dropped afterwards: a PRIVATE task's, that
+    of one instance of a multi-instance task (its phases 1-3), or a ``scope``'s."""
+    r = store.parent
+    while r is not None and r.parent is not None:
+        op = r.parent
+        if op.name == "task":
+            if op.attrs["workspace"] == "private":
+                return True
+            if int(op.attrs["instances"]) > 1 and op.regions.index(r) in (1, 2, 3):
+                return True
+        elif op.name == "scope" and r is op.regions[0]:
+            return True
+        r = op.parent
+    return False
 
 
 def _remove_operands(op: Operation, slots: set, skip: int) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..builder import make_op
-from ..core import Module, Operation, Region
+from ..core import Module, Operation, OpResult, Region
 from ..opdef import PURE
 from .analysis import set_ops
 from .manager import Pass, register
@@ -24,9 +24,8 @@ MAX_FOLD_ELEMENTS = 1 << 16  # larger constants stay computed at run time
 
 def const_value(v):
     """The constant a value holds, or None."""
-    owner = getattr(v, "owner", None)
-    if owner is not None and owner.name == "Const":
-        return owner.attrs["value"]
+    if type(v) is OpResult and v.owner.name == "Const":
+        return v.owner.attrs["value"]
     return None
 
 
@@ -35,8 +34,18 @@ def _is(v, x) -> bool:
     c = const_value(v)
     if c is None or c.size == 0:
         return False
-    # a scalar's one comparison is what np.all would reduce (and much cheaper to ask)
-    return bool(c == x) if c.ndim == 0 else bool(np.all(c == x))
+    if c.ndim == 0:
+        # a number or bool as a Python scalar compares exactly as numpy would, and faster
+        return c.item() == x if c.dtype.kind in "biuf" else bool(c == x)
+    return bool(np.all(c == x))
+
+
+def _uses_const(op: Operation) -> bool:
+    """Whether some operand of ``op`` is defined by a ``Const``."""
+    for v in op.operands:
+        if type(v) is OpResult and v.owner.name == "Const":
+            return True
+    return False
 
 
 # (op, law, which operand is kept, condition on the other operand)
@@ -56,6 +65,20 @@ _IDENTITIES_OF: dict = {}  # op name -> its rules, in table order
 for _rule in IDENTITIES:
     _IDENTITIES_OF.setdefault(_rule[0], []).append(_rule)
 
+_MAY_FOLD: dict = {}  # op name -> whether any rule of this pass applies to such ops
+
+
+def _may_fold(op: Operation) -> bool:
+    """Whether some rule may apply to ``op``'s kind of op (worked out once per name):
+    most ops (loads, stores, constants, yields...) are left as they are at a glance."""
+    got = _MAY_FOLD.get(op.name)
+    if got is None:
+        d = op.opdef
+        got = op.name in ("if", "for", "Not") or op.name in _IDENTITIES_OF or \
+            (d.fold is not None and d.has(PURE))
+        _MAY_FOLD[op.name] = got
+    return got
+
 
 @register
 class FoldConstants(Pass):
@@ -66,14 +89,27 @@ class FoldConstants(Pass):
 
     def region(self, r: Region) -> None:
         out = []
+        changed = False
         for op in r.ops:
-            for sub in op.regions:
-                self.region(sub)
-            out.extend(self.fold(op))
-        set_ops(r, out)
+            if op.regions:
+                for sub in op.regions:
+                    self.region(sub)
+            if not _may_fold(op):
+                out.append(op)
+                continue
+            new = self.fold(op)
+            if len(new) == 1 and new[0] is op:
+                out.append(op)
+            else:
+                out.extend(new)
+                changed = True
+        if changed:
+            set_ops(r, out)
 
     def fold(self, op: Operation) -> list:
         """The ops that replace ``op`` (just ``[op]`` when nothing folds)."""
+        if op.operands and op.name != "Not" and not _uses_const(op):
+            return [op]  # every other rule needs a constant operand (or no operands at all)
         if op.name == "if":
             return self.fold_if(op)
         if op.name == "for" and _is(op.operands[0], 0):
