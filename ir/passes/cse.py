@@ -15,7 +15,7 @@ from .analysis import PLAN_OPS, set_ops
 from .manager import Pass, register
 
 
-_SCALARS = (int, float, bool, str, type(None))
+_SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
 def _freeze(v):
@@ -23,7 +23,8 @@ def _freeze(v):
     if type(v) in _SCALARS:
         return (type(v).__name__, v)
     if isinstance(v, np.ndarray):
-        return ("nd", v.dtype.str, v.shape, v.tobytes() if v.dtype != object else tuple(v.reshape(-1)))
+        # dtypes compare (and hash) by value; asking for their text form costs more
+        return ("nd", v.dtype, v.shape, v.tobytes() if v.dtype.kind != "O" else tuple(v.reshape(-1)))
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, dict):
@@ -48,19 +49,13 @@ def _untyped_key(op):
     return (op.name, tuple(map(id, op.operands)), _freeze(attrs) if attrs else ())
 
 
-_CSE_ABLE: dict = {}  # op name -> whether it is pure (worked out once per name)
-
-
-def _cse_able(op) -> bool:
-    got = _CSE_ABLE.get(op.name)
-    if got is None:
-        got = _CSE_ABLE[op.name] = PURE in op.opdef.traits
-    return got
-
-
 def _same_types(a, b) -> bool:
     """Whether ops ``a`` and ``b`` have equal result types."""
-    return len(a.results) == len(b.results) and all(x.type == y.type for x, y in zip(a.results, b.results))
+    ra, rb = a.results, b.results
+    if len(ra) != len(rb):
+        return False
+    # types are mostly shared instances: identity answers before the dataclass __eq__
+    return all(x.type is y.type or x.type == y.type for x, y in zip(ra, rb))
 
 
 @register
@@ -87,7 +82,7 @@ class CommonSubexpressions(Pass):
                     else:
                         self.region(sub, seen)
                 continue
-            if op.results and _cse_able(op):
+            if op.results and PURE in op.opdef.traits:
                 key = _untyped_key(op)
                 first = seen.get(key)
                 if first is not None and not _same_types(op, first):

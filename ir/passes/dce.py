@@ -21,6 +21,7 @@ from .manager import Pass, register
 
 REMOVABLE = ("flag", "yield", "for", "if")  # besides pure ops and optional loads
 LOOPS = ("for", "loop")
+_SPECIAL_OPERANDS = frozenset(LOOPS + ("if", "yield", "break_if", "fused"))  # see mark_op
 
 
 @register
@@ -85,16 +86,19 @@ class DeadCode(Pass):
         if op.name == "for":
             c = getattr(op.operands[0], "owner", None)
             return c is not None and c.name == "Const" and int(c.attrs["value"]) >= 0
-        got = _REMOVABLE_KIND.get(op.name)
-        if got is None:
-            got = _REMOVABLE_KIND[op.name] = op.opdef.has(PURE) or op.name in REMOVABLE
-        return got
+        return PURE in op.opdef.traits or op.name in REMOVABLE
 
     def mark_op(self, op: Operation) -> None:
         if op in self.live_ops:
             return
         self.live_ops.add(op)
-        if op.name in LOOPS:
+        if op.name not in _SPECIAL_OPERANDS:  # the usual op: all its operands are needed
+            live_vals = self.live_vals
+            for v in op.operands:
+                if v not in live_vals:  # mark_val, inline: this is the hottest loop
+                    live_vals.add(v)
+                    self.work.append(v)
+        elif op.name in LOOPS:
             if op.name == "for":
                 self.mark_val(op.operands[0])
         elif op.name == "if":
@@ -103,16 +107,15 @@ class DeadCode(Pass):
             pass  # yielded values are live only for live slots (see mark_slot)
         elif op.name == "break_if":
             self.mark_val(op.operands[0])
-        else:
+        else:  # fused
             for v in op.operands:
                 self.mark_val(v)
-            if op.name == "fused":  # a kernel is kept whole
-                for inner in op.regions[0].walk():
-                    self.live_ops.add(inner)
-                    for v in inner.operands:
-                        self.mark_val(v)
+            for inner in op.regions[0].walk():  # a kernel is kept whole
+                self.live_ops.add(inner)
+                for v in inner.operands:
+                    self.mark_val(v)
         parent = op.parent.parent if op.parent is not None else None
-        if parent is not None:
+        if parent is not None and parent not in self.live_ops:
             self.mark_op(parent)
 
     def mark_val(self, v) -> None:
@@ -193,9 +196,6 @@ class DeadCode(Pass):
             _remove_operands(op, dead, skip)
             body.args[:] = _renumbered([a for k, a in enumerate(body.args) if k - skip not in dead])
         op.results[:] = _renumbered([res for k, res in enumerate(op.results) if k not in dead])
-
-
-_REMOVABLE_KIND: dict = {}  # op name -> DeadCode.removable for ops other than store/load/for
 
 
 def _in_dropped_workspace(store: Operation) -> bool:
