@@ -32,6 +32,7 @@ class DeadCode(Pass):
         self.live_ops: set = set()
         self.live_vals: set = set()
         self.work: list = []
+        self.exits: dict = {}  # loop -> loop_exits(loop)
         # One walk marks what is live for its own sake, and notes the stores, which wait
         # for the blobs read anywhere (marking is a closure: the order does not matter).
         stores, tasks, read = [], [], set()
@@ -145,18 +146,24 @@ class DeadCode(Pass):
             skip = 1 if op.name == "for" else 0
             self.mark_val(op.operands[skip + k])
             self.mark_val(op.results[k])
-            body = op.regions[0]
-            self.mark_val(body.args[skip + k])
-            for o in body.ops:
-                if o.name == "yield":
-                    self.mark_val(o.operands[k])
-                elif o.name == "break_if":
-                    self.mark_val(o.operands[1 + k])
+            self.mark_val(op.regions[0].args[skip + k])
+            for o, first in self.loop_exits(op):
+                self.mark_val(o.operands[first + k])
         else:
             self.mark_val(op.results[k])
             for r in op.regions:
                 if r.ops and r.ops[-1].name == "yield":
                     self.mark_val(r.ops[-1].operands[k])
+
+    def loop_exits(self, loop: Operation) -> list:
+        """(op, where carried value 0 is among its operands) for each ``yield`` and
+        ``break_if`` of the loop's body, in order (found once per loop: marking asks
+        for every carried value)."""
+        got = self.exits.get(loop)
+        if got is None:
+            got = self.exits[loop] = [(o, 0 if o.name == "yield" else 1) for o in loop.regions[0].ops
+                                      if o.name in ("yield", "break_if")]
+        return got
 
     # --- sweeping
     def sweep(self, r: Region) -> None:
@@ -190,9 +197,8 @@ class DeadCode(Pass):
         else:
             skip = 1 if op.name == "for" else 0
             body = op.regions[0]
-            for o in body.ops:
-                if o.name in ("break_if", "yield"):
-                    _remove_operands(o, dead, 1 if o.name == "break_if" else 0)
+            for o, first in self.loop_exits(op):
+                _remove_operands(o, dead, first)
             _remove_operands(op, dead, skip)
             body.args[:] = _renumbered([a for k, a in enumerate(body.args) if k - skip not in dead])
         op.results[:] = _renumbered([res for k, res in enumerate(op.results) if k not in dead])
