@@ -21,18 +21,24 @@ _SCALARS = frozenset({int, float, bool, str, type(None)})
 def _freeze(v):
     """``v`` as a hashable key: equal keys for interchangeable attribute values."""
     if type(v) in _SCALARS:
-        return (type(v).__name__, v)
+        return (type(v), v)
     if isinstance(v, np.ndarray):
-        # dtypes compare (and hash) by value; asking for their text form costs more
-        return ("nd", v.dtype, v.shape, v.tobytes() if v.dtype.kind != "O" else tuple(v.reshape(-1)))
+        dtype = v.dtype  # compares (and hashes) by value; its text form costs more to ask
+        return ("nd", dtype, v.shape, v.tobytes() if dtype.kind != "O" else tuple(v.reshape(-1)))
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, dict):
-        # by name (names are unique); scalars, the usual attribute values, frozen inline
-        items = [(k, (type(x).__name__, x) if type(x) in _SCALARS else _freeze(x)) for k, x in v.items()]
-        items.sort()
-        return tuple(items)
+        return _freeze_attrs(v)
     return (type(v).__name__, v)
+
+
+def _freeze_attrs(attrs: dict) -> tuple:
+    """A dict (an op's attributes) as a key, by name; scalars, nearly all attribute
+    values, are frozen inline (one tuple per entry, no call)."""
+    items = [(k, type(x), x) if type(x) in _SCALARS else (k, _freeze(x)) for k, x in attrs.items()]
+    if len(items) > 1:
+        items.sort()  # by name: names are unique
+    return tuple(items)
 
 
 def op_key(op):
@@ -46,7 +52,7 @@ def _untyped_key(op):
     everything else together, and pure ops alike in all the rest nearly always have the
     same result types, so those are compared only when the rest matches."""
     attrs = op.attrs
-    return (op.name, tuple(map(id, op.operands)), _freeze(attrs) if attrs else ())
+    return (op.name, tuple(map(id, op.operands)), _freeze_attrs(attrs) if attrs else ())
 
 
 def _same_types(a, b) -> bool:

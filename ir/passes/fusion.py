@@ -75,6 +75,8 @@ class FuseElementwise(Pass):
                 if a is not b and shape[a] == s and size[a] + size[b] <= MAX_GROUP:
                     root[b] = a
                     size[a] += size[b]
+        if len(root) < 2:
+            return  # no group to form (most blocks)
         members: dict = {}
         for op in r.ops:
             if op in root:
