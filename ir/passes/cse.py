@@ -47,12 +47,24 @@ def op_key(op):
             tuple(r.type for r in op.results))
 
 
-def _untyped_key(op):
-    """``op_key`` without the result types: hashing types (dataclasses) costs more than
-    everything else together, and pure ops alike in all the rest nearly always have the
-    same result types, so those are compared only when the rest matches."""
+def _candidate_key(op):
+    """Where to look for the earlier op that ``op`` may repeat: its name and operands, and
+    for an op without operands (a constant) its attributes too. Freezing attributes costs
+    more than all the rest, and ops on the same operands are rare, so for the others it
+    is done only when a candidate turns up (see ``_interchangeable``). Result types are
+    left out: hashing types (dataclasses) costs too, and they nearly always agree."""
+    if op.operands:
+        return (op.name, tuple(map(id, op.operands)))
     attrs = op.attrs
-    return (op.name, tuple(map(id, op.operands)), _freeze_attrs(attrs) if attrs else ())
+    return (op.name, (), _freeze_attrs(attrs) if attrs else ())
+
+
+def _interchangeable(op, first) -> bool:
+    """Whether ``op`` has the same ``op_key`` as ``first``, the op found under its
+    candidate key (which holds the name, operands and, without operands, attributes)."""
+    if not _same_types(op, first):
+        return False
+    return not op.operands or _freeze_attrs(op.attrs) == _freeze_attrs(first.attrs)
 
 
 def _same_types(a, b) -> bool:
@@ -76,8 +88,9 @@ class CommonSubexpressions(Pass):
 
     def region(self, r: Region, seen: dict, fresh: bool = False) -> None:
         """CSE in ``r``; ``seen`` holds the pure ops visible here (of enclosing regions),
-        by key (``_untyped_key``, or ``op_key`` for an op whose result types differ from
-        those of the first op with its untyped key). What this region adds is taken out
+        by key: the first op with a candidate key (``_candidate_key``) is kept under it,
+        a later one not interchangeable with that one under its ``op_key`` (so each key
+        leads to the first visible op with that ``op_key``). What this region adds is taken out
         again at its end, unless ``seen`` is ``fresh``: made for this region alone."""
         added = []
         keep = []
@@ -92,9 +105,9 @@ class CommonSubexpressions(Pass):
                         self.region(sub, seen)
                 continue
             if op.results and PURE in op.opdef.traits:
-                key = _untyped_key(op)
+                key = _candidate_key(op)
                 first = seen.get(key)
-                if first is not None and not _same_types(op, first):
+                if first is not None and not _interchangeable(op, first):
                     key = op_key(op)
                     first = seen.get(key)
                 if first is not None:
