@@ -71,7 +71,18 @@ class DeadCode(Pass):
             needed |= {str(s) for s in g.attrs.get("existing", [])}
         for t in tasks:
             needed |= {str(s) for s in t.attrs["outputs"]}
-        return {op for op in stores if op.attrs["blob"] not in needed and _in_dropped_workspace(op)}
+        dropped: dict = {}  # region -> whether the workspace it writes is dropped afterwards
+        dead = set()
+        for op in stores:
+            if op.attrs["blob"] in needed:
+                continue
+            r = op.parent
+            in_dropped = dropped.get(r)
+            if in_dropped is None:
+                in_dropped = dropped[r] = _writes_dropped_workspace(r)
+            if in_dropped:
+                dead.add(op)
+        return dead
 
     # --- marking
     def removable(self, op: Operation) -> bool:
@@ -204,10 +215,10 @@ class DeadCode(Pass):
         op.results[:] = _renumbered([res for k, res in enumerate(op.results) if k not in dead])
 
 
-def _in_dropped_workspace(store: Operation) -> bool:
-    """Whether ``store`` is inside a workspace dropped afterwards: a PRIVATE task's, that
-    of one instance of a multi-instance task (its phases 1-3), or a ``scope``'s."""
-    r = store.parent
+def _writes_dropped_workspace(r: Region) -> bool:
+    """Whether ops of region ``r`` (or nested in it) write a workspace dropped afterwards:
+    a PRIVATE task's, that of one instance of a multi-instance task (its phases 1-3), or
+    a ``scope``'s."""
     while r is not None and r.parent is not None:
         op = r.parent
         if op.name == "task":
