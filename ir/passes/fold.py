@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..builder import make_op
 from ..core import Module, Operation, OpResult, Region
-from ..opdef import PURE
+from ..opdef import OPS, PURE
 from .analysis import set_ops
 from .manager import Pass, register
 
@@ -81,6 +80,21 @@ def _may_fold(op: Operation) -> bool:
     return got
 
 
+def _become_const(op: Operation, value, t) -> None:
+    """Turn ``op`` (one result, of type ``t``, no regions) into ``Const {value}`` in place.
+
+    What ``make_op("Const", ...)`` and re-pointing every use would give, where it stands,
+    with the same result, location and hint; but nothing is made or re-pointed: a new
+    op cost several times the fold itself. (``Const`` takes no operands and only this
+    attribute, and ``t`` is what its declaration infers: no check of make_op can fail.)
+    """
+    op.drop_operands()
+    op.opdef = OPS["Const"]
+    op.name = "Const"
+    op.attrs = {"value": value}
+    op.result.type = t
+
+
 @register
 class FoldConstants(Pass):
     name = "fold-constants"
@@ -143,13 +157,12 @@ class FoldConstants(Pass):
             out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **op.attrs))
         except Exception:
             return [op]  # let it fail (or not) at run time, where the user sees it
-        c = make_op("Const", attrs={"value": out}, loc=op.loc, hints=[op.result.hint])
-        if c.result.type != op.result.type:
+        (t,) = OPS["Const"].inferred((), {"value": out}, 1)
+        if t != op.result.type:
             return [op]
         out.setflags(write=False)
-        op.result.replace_all_uses_with(c.result)
-        op.drop_operands()
-        return [c]
+        _become_const(op, out, t)
+        return [op]
 
     @staticmethod
     def replace(op: Operation, v) -> list:
