@@ -34,9 +34,9 @@ def _is(v, x) -> bool:
     if c is None or c.size == 0:
         return False
     if c.dtype.kind in "biuf":
-        # numbers and bools compare exactly so as Python scalars, or with the array's own
-        # all(): both much cheaper than numpy's generic paths below
-        return c.item() == x if c.ndim == 0 else bool((c == x).all())
+        # numbers and bools compare exactly so as Python scalars, much cheaper than numpy
+        # comparisons; the first element mostly settles it (the rest only if it equals x)
+        return c.item(0) == x and (c.size == 1 or bool((c == x).all()))
     return bool(c == x) if c.ndim == 0 else bool(np.all(c == x))
 
 
