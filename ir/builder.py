@@ -21,12 +21,12 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
     if opdef is None:
         raise VerifyError(f"unknown operator {name!r}", loc)
     try:
-        full = opdef.full_attrs(attrs or {})
-        types = [v.type for v in operands]
+        full = opdef.full_attrs(attrs) if attrs or opdef.attrs else {}  # most ops: none at all
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
         inferred = None
         if opdef.infer is not None:
+            types = [v.type for v in operands] if operands else []
             opdef.check_arity(len(types), n_results)
             inferred = opdef.inferred(types, full, n_results)
         if inferred is None:
@@ -36,28 +36,35 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
                 raise VerifyError(f"{name} needs explicit result types")
             inferred = list(result_types)
         elif len(inferred) != n_results:
-            opdef.check_arity(len(types), len(inferred))
+            opdef.check_arity(len(operands), len(inferred))
             raise VerifyError(f"{name} produces {len(inferred)} outputs, got {n_results} names")
     except DSLError as e:
         if e.loc is None:
             e.loc = loc
         raise
-    return Operation(opdef, operands, inferred, full, regions, loc, hints)
+    op = Operation(opdef, operands, inferred, None, regions, loc, hints)
+    op.attrs = full  # a new dict (full_attrs makes one): the op takes it instead of a copy
+    return op
 
 
 class Builder:
-    """Appends new ops at the end of a region."""
+    """Appends new ops at the end of a region.
+
+    (Its methods spell out make_op's parameters: forwarding ``**kw`` costs a dict per op.)
+    """
 
     __slots__ = ("region",)
 
     def __init__(self, region: Region):
         self.region = region
 
-    def create(self, name: str, operands=(), attrs=None, **kw) -> Operation:
-        op = make_op(name, operands, attrs, **kw)
+    def create(self, name: str, operands=(), attrs=None, result_types=None, n_results=None,
+               regions=(), loc: Location = UNKNOWN_LOC, hints=None) -> Operation:
+        op = make_op(name, operands, attrs, result_types, n_results, regions, loc, hints)
         self.region.append(op)
         return op
 
-    def value(self, name: str, operands=(), attrs=None, **kw) -> Value:
+    def value(self, name: str, operands=(), attrs=None, result_types=None, n_results=None,
+              regions=(), loc: Location = UNKNOWN_LOC, hints=None) -> Value:
         """Create a single-result op and return its result."""
-        return self.create(name, operands, attrs, **kw).result
+        return self.create(name, operands, attrs, result_types, n_results, regions, loc, hints).result

@@ -105,6 +105,10 @@ class Operation:
         self.parent: Region | None = None
         if hints:
             self.results = [OpResult(t, self, i, hints[i]) for i, t in enumerate(result_types)]
+        elif len(result_types) == 1:  # the usual cases first, without running a comprehension
+            self.results = [OpResult(result_types[0], self, 0)]
+        elif not result_types:
+            self.results = []
         else:
             self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
         self.operands: list[Value] = list(operands)

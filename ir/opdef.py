@@ -87,36 +87,48 @@ class OpDef:
             raise VerifyError(f"{self.name} produces {len(out)} outputs, got {n_results} names")
         return out
 
+    def __post_init__(self):
+        # What full_attrs checks on every new op, worked out once per declaration:
+        # (attribute name -> the classes its default's kind accepts, or None for anything;
+        # the required names). Attributes without a default, or defaulting to None, take
+        # anything: their op's type inference checks them. (Set with object.__setattr__:
+        # a frozen dataclass.)
+        accepts = {k: _ACCEPTS.get(_kind_of(default)) for k, default in self.attrs.items()}
+        required = tuple(k for k, default in self.attrs.items() if default is REQUIRED)
+        object.__setattr__(self, "_attr_rules", (accepts, required))
+
     def full_attrs(self, attrs: dict) -> dict:
-        """``attrs`` with defaults filled in; unknown or missing required ones are errors.
+        """``attrs`` with defaults filled in, as a new dict; unknown or missing required
+        ones are errors.
 
         The keys come in declaration order. The usual case (every value of its kind,
         required ones given) is a copy of the defaults updated with ``attrs``; anything
-        else goes through ``_checked_attrs``, which raises the first error in order.
+        else goes through ``_checked_attrs``, which raises the first error.
         """
-        if not attrs.keys() <= self.attrs.keys():
-            self._unknown_attr(attrs)
+        accepts, required = self._attr_rules
+        if not attrs:
+            return self._checked_attrs(attrs) if required else dict(self.attrs)
+        for k, value in attrs.items():
+            want = accepts.get(k, ())  # an unknown name: () accepts nothing
+            if want is not None and not isinstance(value, want):
+                return self._checked_attrs(attrs)
         out = dict(self.attrs)
-        kinds, required = self._attr_rules
-        if attrs:
-            for k, value in attrs.items():
-                want = kinds[k]
-                if want is not None and not isinstance(value, _ACCEPTS[want]):
-                    return self._checked_attrs(attrs)
-            out.update(attrs)
+        out.update(attrs)
         for k in required:
             if out[k] is REQUIRED:
                 return self._checked_attrs(attrs)
         return out
 
     def _checked_attrs(self, attrs: dict) -> dict:
-        """``full_attrs``, one attribute at a time in declaration order."""
+        """``full_attrs``, checked one attribute at a time: an unknown name is reported
+        first, then the first wrong or missing attribute in declaration order."""
+        if not attrs.keys() <= self.attrs.keys():
+            self._unknown_attr(attrs)
         out = {}
-        kinds = self._attr_rules[0]
         for k, default in self.attrs.items():
             if k in attrs:
                 value = attrs[k]
-                want = kinds[k]
+                want = _kind_of(default)
                 if want is not None and not isinstance(value, _ACCEPTS[want]):
                     raise VerifyError(f"{self.name} argument {k!r} must be {want}, got {value!r}",
                                       hint=f"pass {k}=<{want}> (its default is {default!r})")
@@ -136,20 +148,6 @@ class OpDef:
         raise VerifyError(f"{self.name} has no argument {bad!r}",
                           hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
 
-    @property
-    def _attr_rules(self) -> tuple:
-        """(attribute name -> the kind its default implies, or None; the required names).
-
-        Attributes without a default, or defaulting to None, take anything; their op's
-        type inference checks them. Worked out once per declaration.
-        """
-        rules = self.__dict__.get("_attr_rules_cache")
-        if rules is None:
-            rules = ({k: _kind_of(default) for k, default in self.attrs.items()},
-                     tuple(k for k, default in self.attrs.items() if default is REQUIRED))
-            object.__setattr__(self, "_attr_rules_cache", rules)  # a cache on a frozen dataclass
-        return rules
-
     def inferred(self, types, attrs: dict, n_results: int):
         """``infer(types, attrs, n_results)`` as a tuple (None if the creator gives them).
 
@@ -160,10 +158,13 @@ class OpDef:
         objects alive, so a hit means the very same (immutable) types. Errors are not
         remembered: they are raised again on every call.
         """
-        classes = tuple(map(type, attrs.values()))
-        if not _PLAIN.issuperset(classes):
-            return _canonical(self.infer(list(types), attrs, n_results))
-        key = (self.name, n_results, tuple(map(id, types)), tuple(attrs.items()), classes)
+        if attrs:
+            classes = tuple(map(type, attrs.values()))
+            if not _PLAIN.issuperset(classes):
+                return _canonical(self.infer(list(types), attrs, n_results))
+            key = (self.name, n_results, tuple(map(id, types)), tuple(attrs.items()), classes)
+        else:  # most ops: no attributes, a shorter key
+            key = (self.name, n_results, tuple(map(id, types)))
         hit = _INFERRED.get(key)
         if hit is not None:
             return hit[1]
@@ -183,9 +184,11 @@ def _canonical(types):
     """
     if types is None:
         return None
+    if not types:
+        return ()
     if len(_CANONICAL) >= _INFERRED_MAX:
         _CANONICAL.clear()
-    return tuple([_CANONICAL.setdefault(t, t) for t in types])
+    return tuple(map(_CANONICAL.setdefault, types, types))
 
 
 def _kind_of(default) -> str | None:
@@ -226,6 +229,7 @@ class OpTable:
 
     def __init__(self):
         self._defs: dict[str, OpDef] = {}
+        self.get = self._defs.get  # the dict's own: make_op looks up every new op by name
 
     def declare(self, opdef: OpDef) -> OpDef:
         if opdef.name in self._defs:
@@ -238,9 +242,6 @@ class OpTable:
 
     def __getitem__(self, name: str) -> OpDef:
         return self._defs[name]
-
-    def get(self, name: str) -> OpDef | None:
-        return self._defs.get(name)
 
     def __iter__(self):
         return iter(self._defs.values())

@@ -118,7 +118,7 @@ def shape_of(t: Type):
 
 def join(a: Type, b: Type) -> Type:
     """The most precise type that covers both (used where control flow merges)."""
-    if a == b:
+    if a is b or a == b:  # (types are mostly shared instances: identity is the quick answer)
         return a
     if isinstance(a, TensorType) and isinstance(b, TensorType):
         dtype = a.dtype if a.dtype == b.dtype else None

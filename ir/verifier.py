@@ -38,19 +38,30 @@ class _Verifier:
         self.depth = 0
 
     def op(self, op: Operation) -> None:
+        """Check ``op`` and everything nested in it (its operands' visibility included)."""
         level, depth = self.level, self.depth
-        for i, v in enumerate(op.operands):
+        for v in op.operands:
             if level.get(v) != depth:
-                self.fail(op, f"operand {i} is used before it is defined (or outside its region)")
-        if not self.built or op.opdef.infer is None:  # make_op checks arity only with inference
+                self.undefined_operand(op)
+        self.checked(op)
+
+    def checked(self, op: Operation) -> None:
+        """The checks on ``op`` other than its operands' visibility, then its regions."""
+        d = op.opdef
+        if not self.built or d.infer is None:  # make_op checks arity only with inference
             self.declaration(op)
-        self.structure(op)
+        if op.regions or _structured(d):
+            self.structure(op)
         if op.regions:
             isolated = op.name in ISOLATED
             self.depth += isolated
             for r in op.regions:
                 self.region(r)
             self.depth -= isolated
+
+    def undefined_operand(self, op: Operation):
+        i = next(i for i, v in enumerate(op.operands) if self.level.get(v) != self.depth)
+        self.fail(op, f"operand {i} is used before it is defined (or outside its region)")
 
     def declaration(self, op: Operation) -> None:
         """The op agrees with its declaration: arity, attribute names, inferred result types."""
@@ -71,20 +82,29 @@ class _Verifier:
             self.fail(op, e.message, e.hint)
 
     def region(self, r: Region) -> None:
+        # the hot loop of verification: every op of the module passes here once
         level, depth = self.level, self.depth
-        added = list(r.args)
         for a in r.args:
             level[a] = depth
-        last = len(r.ops) - 1
-        for i, op in enumerate(r.ops):
+        ops = r.ops
+        last = len(ops) - 1
+        for i, op in enumerate(ops):
             if TERMINATOR in op.opdef.traits and i != last:
                 self.fail(op, "yield must be the last op of its region")
-            self.op(op)
+            for v in op.operands:
+                if level.get(v) != depth:
+                    self.undefined_operand(op)
+            # most ops of a built module need nothing more (asked once per op name)
+            if op.regions or not self.built or not (_ONLY_OPERANDS.get(op.name) or _only_operands(op)):
+                self.checked(op)
             for res in op.results:
                 level[res] = depth
-            added.extend(op.results)
-        for v in added:
-            level.pop(v, None)
+        # the region's values are not visible after it
+        for a in r.args:
+            level.pop(a, None)
+        for op in ops:
+            for res in op.results:
+                level.pop(res, None)
 
     def structure(self, op: Operation) -> None:
         d = op.opdef
@@ -167,3 +187,22 @@ class _Verifier:
 _CHECKS = {"break_if": _Verifier.check_break_if, "for": _Verifier.check_for,
            "loop": _Verifier.check_loop, "if": _Verifier.check_if}
 _PLACED = frozenset(PLACEMENT) | frozenset(_CHECKS)  # ops whose parent structure() checks
+
+
+def _structured(d) -> bool:
+    """Whether ``structure()`` has anything to check on an op of this declaration
+    without regions (else it would only find that none were declared)."""
+    return bool(d.regions) or d.name in _PLACED or PLAN in d.traits
+
+
+def _only_operands(op: Operation) -> bool:
+    """Whether ``op``, built and without regions, needs no check but its operands'
+    (remembered in _ONLY_OPERANDS when it does: declarations do not change)."""
+    d = op.opdef
+    if d.infer is not None and not _structured(d):
+        _ONLY_OPERANDS[d.name] = True
+        return True
+    return False
+
+
+_ONLY_OPERANDS: dict = {}  # op name -> True: built ops of it need only the operand check

@@ -82,7 +82,8 @@ class Block:
     def read(self, name: str, loc):
         if name in self.iters:
             return self.iters[name]
-        key = self.key(name, False, loc)
+        # (self.key inlined: a read or write per recorded blob name)
+        key = self.scope.resolve(name, False, loc) if self.scope else name
         v = self.env.get(key)
         if v is None:
             self._check_not_branch_local(key, loc)
@@ -110,7 +111,7 @@ class Block:
         return self.b.value("flag", attrs={"blob": Symbol(key)}, loc=loc)
 
     def write(self, name: str, value, loc) -> None:
-        key = self.key(name, True, loc)
+        key = self.scope.resolve(name, True, loc) if self.scope else name
         if value.hint is None:
             value.hint = hint(key)
         self.env[key] = value
@@ -118,10 +119,11 @@ class Block:
             self.dirty[key] = loc
 
     def flush(self) -> None:
+        env, create, note_store = self.env, self.b.create, self.ctx.note_store
         for key, loc in self.dirty.items():
-            v = self.env[key]
-            self.b.create("store", [v], {"blob": Symbol(key)}, loc=loc)
-            self.ctx.note_store(key, v.type)
+            v = env[key]
+            create("store", [v], {"blob": Symbol(key)}, loc=loc)
+            note_store(key, v.type)
         self.dirty.clear()
 
     def forget(self, op=None) -> None:
@@ -129,12 +131,9 @@ class Block:
         if op is None:
             self.env = {k: v for k, v in self.env.items() if k in self.dirty}
             return
-        inside = op.walk()
-        if op.name in ("parallel", "scope", "reporting") or \
-                any(o.name == "Python" or is_barrier(o) for o in inside):
+        written = _stored_inside(op)
+        if written is None:
             written = set(self.env)
-        else:
-            written = {o.attrs["blob"] for o in inside if o.name == "store"}
         for k in written:
             if k not in self.dirty:
                 self.env.pop(k, None)
@@ -144,8 +143,22 @@ class Block:
         arr.setflags(write=False)
         return self.b.value("Const", attrs={"value": arr}, loc=loc)
 
-    def create(self, name, operands, attrs=None, loc=None, **kw):
-        return self.b.create(name, operands, attrs, loc=loc, **kw)
+    def create(self, name, operands, attrs=None, loc=None, result_types=None, n_results=None,
+               regions=(), hints=None):
+        return self.b.create(name, operands, attrs, result_types, n_results, regions, loc, hints)
+
+
+def _stored_inside(op) -> set | None:
+    """The blobs stored anywhere inside ``op``; None if it may write any blob."""
+    if op.name in ("parallel", "scope", "reporting"):
+        return None
+    written = set()
+    for o in op.walk():
+        if o.name == "store":  # (not a barrier: no need to ask)
+            written.add(o.attrs["blob"])
+        elif o.name == "Python" or is_barrier(o):
+            return None
+    return written
 
 
 SYNC_RESOURCES = frozenset({"counter", "python", "workspace", "queue", "db", "mutex", "cursor"})

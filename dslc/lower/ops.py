@@ -17,46 +17,70 @@ from .kept import kept_values
 def lower_op(blk: Block, rec: OpRecord) -> None:
     """Append the IR for ``rec`` to ``blk``: reads, the op, then its outputs as writes."""
     try:
-        if rec.type in FILL_ALIASES:
-            return _write(blk, rec, [blk.const(_given_fill(rec), rec.loc)])
-        if rec.type == "ConstantFill" and not rec.inputs:
-            return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
-        opdef = OPS[rec.type]
-        inputs = [blk.read(n, rec.loc) for n in rec.inputs]
-        if rec.type == "Load" and rec.args.get("allow_incomplete") and not rec.inputs:
-            inputs = kept_values(blk, rec)  # what the outputs keep if the checkpoint lacks them
-        attrs = dict(rec.args)
-        if rec.type == "Print" and rec.inputs:
-            attrs.setdefault("blob", rec.inputs[0])
-        for attr, names in (("input_names", rec.inputs), ("output_names", rec.outputs)):
-            if attr in opdef.attrs:  # ops that work on blobs by name (Save, Load) are told the names
-                attrs.setdefault(attr, list(names))
-        if rec.type == "TimerBegin" and rec.outputs and not attrs.get("counter_name"):
-            attrs["counter_name"] = rec.outputs[0]  # Caffe2 names the timer after its blob
-        sync = is_sync(opdef)
-        if sync:
-            blk.flush()
-            if rec.type == "Python" and rec.args.get("pass_workspace"):
-                blk.forget()
-        # an op declaring output_names but no results writes those blobs itself, by name
-        # (AtomicAppend appends to them under its mutex): they get no SSA values
-        by_name = opdef.results == (0, 0) and "output_names" in opdef.attrs
-        if by_name:
-            attrs.setdefault("output_names", list(rec.outputs))
-        op = blk.create(rec.type, inputs, attrs, loc=rec.loc, n_results=0 if by_name else len(rec.outputs))
-        if sync:
-            blk.forget()
-        if by_name:
-            for name in rec.outputs:
-                blk.ctx.note_store(name, ANY)  # its new type is known only when it runs
-            return
-        if rec.type == "Python" and rec.args.get("pass_workspace"):
-            blk.ctx.opaque_writes = True
-        _write(blk, rec, op.results)
+        if _PLAIN.get(rec.type) or _is_plain(rec.type):
+            loc = rec.loc
+            inputs = [blk.read(n, loc) for n in rec.inputs]
+            op = blk.create(rec.type, inputs, rec.args, loc, n_results=len(rec.outputs))
+            _write(blk, rec, op.results)
+        else:
+            _lower_special(blk, rec)
     except DSLError as e:
         if e.loc is None:
             e.loc = rec.loc
         raise
+
+
+# Op types with their own lowering below (constants, blobs named in attributes...)
+_SPECIAL = frozenset(FILL_ALIASES) | {"ConstantFill", "Load", "Print", "TimerBegin", "Python"}
+_PLAIN: dict = {}  # op type -> whether lower_op's plain path applies (declarations do not change)
+
+
+def _is_plain(op_type: str) -> bool:
+    """A declared op that lowers as: read its inputs, make the op, write its outputs."""
+    opdef = OPS.get(op_type)
+    got = _PLAIN[op_type] = opdef is not None and op_type not in _SPECIAL and not is_sync(opdef) \
+        and "input_names" not in opdef.attrs and "output_names" not in opdef.attrs
+    return got
+
+
+def _lower_special(blk: Block, rec: OpRecord) -> None:
+    """``lower_op`` for the op types that need more than the plain path."""
+    if rec.type in FILL_ALIASES:
+        return _write(blk, rec, [blk.const(_given_fill(rec), rec.loc)])
+    if rec.type == "ConstantFill" and not rec.inputs:
+        return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
+    opdef = OPS[rec.type]
+    inputs = [blk.read(n, rec.loc) for n in rec.inputs]
+    if rec.type == "Load" and rec.args.get("allow_incomplete") and not rec.inputs:
+        inputs = kept_values(blk, rec)  # what the outputs keep if the checkpoint lacks them
+    attrs = dict(rec.args)
+    if rec.type == "Print" and rec.inputs:
+        attrs.setdefault("blob", rec.inputs[0])
+    for attr, names in (("input_names", rec.inputs), ("output_names", rec.outputs)):
+        if attr in opdef.attrs:  # ops that work on blobs by name (Save, Load) are told the names
+            attrs.setdefault(attr, list(names))
+    if rec.type == "TimerBegin" and rec.outputs and not attrs.get("counter_name"):
+        attrs["counter_name"] = rec.outputs[0]  # Caffe2 names the timer after its blob
+    sync = is_sync(opdef)
+    if sync:
+        blk.flush()
+        if rec.type == "Python" and rec.args.get("pass_workspace"):
+            blk.forget()
+    # an op declaring output_names but no results writes those blobs itself, by name
+    # (AtomicAppend appends to them under its mutex): they get no SSA values
+    by_name = opdef.results == (0, 0) and "output_names" in opdef.attrs
+    if by_name:
+        attrs.setdefault("output_names", list(rec.outputs))
+    op = blk.create(rec.type, inputs, attrs, loc=rec.loc, n_results=0 if by_name else len(rec.outputs))
+    if sync:
+        blk.forget()
+    if by_name:
+        for name in rec.outputs:
+            blk.ctx.note_store(name, ANY)  # its new type is known only when it runs
+        return
+    if rec.type == "Python" and rec.args.get("pass_workspace"):
+        blk.ctx.opaque_writes = True
+    _write(blk, rec, op.results)
 
 
 def _write(blk: Block, rec: OpRecord, values) -> None:

@@ -6,6 +6,7 @@ workspace); the module is lowered again until the loads agree.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 from dslc.ir import Module, Region, Symbol, make_op, verify
@@ -23,10 +24,11 @@ MAX_ROUNDS = 6
 class LowerContext:
     """What the lowering of one module shares: blob types, loop indices, If chains."""
 
-    def __init__(self, assumed: dict, read_counts=None, protected=frozenset(), assumed_written=None):
+    def __init__(self, assumed: dict, count_reads=Counter, protected=frozenset(), assumed_written=None):
         self.assumed = assumed          # blob -> type to give its loads
         self.assumed_written = assumed_written or {}  # blob -> type of what the module stores
-        self.read_counts = read_counts if read_counts is not None else Counter()  # reads per blob
+        self._count_reads = count_reads  # () -> reads per blob (see read_counts)
+        self._read_counts = None
         self.protected = protected      # task outputs: blobs whose final value is fetched
         self.stored: dict = {}          # blob -> join of the types stored to it so far
         self.loads: list = []           # (blob, load result, loc, after a store in this run)
@@ -35,6 +37,14 @@ class LowerContext:
         self.opaque_writes = False      # a Python op with the workspace may write any blob
         self.ephemeral: set = set()     # blobs kept as SSA values only (If-chain conditions)
         self._tags = 0
+
+    @property
+    def read_counts(self) -> Counter:
+        """How many times each blob is read in the whole group; counted when first asked
+        (only If chains with Elif condition nets ask: most lowerings never walk for it)."""
+        if self._read_counts is None:
+            self._read_counts = self._count_reads()
+        return self._read_counts
 
     def blob_type(self, name: str):
         """The type a load of ``name`` here gets.
@@ -66,7 +76,7 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
     assumed = dict(existing)
     tasks = group.tasks()
     setup = _group_setup(group, tasks)
-    counts = read_counts(_all_items(tasks, setup))
+    counts = functools.cache(lambda: read_counts(_all_items(tasks, setup)))  # (shared by the rounds)
     protected = frozenset(n for t in tasks for n in t.output_names())
     written: dict = {}
     for _ in range(MAX_ROUNDS):
@@ -81,11 +91,18 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
             break
         assumed, written = final, dict(ctx.stored)
     _check_reads(ctx, final)
-    used = {op.attrs["blob"] for op in module.walk() if op.name in ("load", "store", "flag")}
-    module.body.ops[0].attrs["existing"] = [Symbol(n) for n in sorted(used & set(existing))]
+    module.body.ops[0].attrs["existing"] = _existing_used(module, existing)
     # lowering only makes ops (setting no more than the group's declared `existing` after)
     verify(module, built=True)
     return module
+
+
+def _existing_used(module: Module, existing: dict) -> list:
+    """The blobs of ``existing`` that the module loads or stores, sorted, as symbols."""
+    if not existing:
+        return []  # nothing to look for: skip the walk over every op
+    used = {op.attrs["blob"] for op in module.walk() if op.name in ("load", "store", "flag")}
+    return [Symbol(n) for n in sorted(used & set(existing))]
 
 
 def _all_items(tasks, setup) -> list:

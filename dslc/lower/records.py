@@ -17,13 +17,15 @@ def children(item) -> list:
     return []
 
 
-def walk(item):
+def walk(item) -> list:
     """Every item in the subtree, parents before children (in program order)."""
-    stack = [item]
+    out, stack = [], [item]
     while stack:
         it = stack.pop()
-        yield it
-        stack.extend(reversed(children(it)))
+        out.append(it)
+        if not isinstance(it, Net):  # (most items are nets, which have no children)
+            stack.extend(reversed(children(it)))
+    return out
 
 
 def names_read(items) -> set[str]:
@@ -32,22 +34,22 @@ def names_read(items) -> set[str]:
 
 def read_counts(items) -> Counter:
     """How many times each blob name is read in the subtrees (op inputs, conditions, stops)."""
-    out: Counter = Counter()
+    names = []  # every read, counted at once at the end
     for root in items:
         for it in walk(root):
             if isinstance(it, Net):
                 for op in it._ops:
-                    out.update(op.inputs)
+                    names += op.inputs
             elif isinstance(it, StopIf):
-                out[it.cond] += 1
+                names.append(it.cond)
             elif isinstance(it, ExecutionStep) and it._should_stop_blob:
-                out[it._should_stop_blob] += 1
+                names.append(it._should_stop_blob)
             else:
                 for attr in ("cond", "_count"):
                     v = getattr(it, attr, None)
                     if v is not None and not isinstance(v, int):
-                        out[str(v)] += 1
-    return out
+                        names.append(str(v))
+    return Counter(names)
 
 
 def names_written(items) -> set[str]:

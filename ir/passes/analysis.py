@@ -13,8 +13,13 @@ BLOB_OPS = ("load", "store", "flag")
 def is_barrier(op: Operation) -> bool:
     """An op after which any blob may have changed (runs other code on the workspace, or
     writes blobs by name: an effect ``write workspace``, as AtomicAppend has)."""
-    return op.name in PLAN_OPS or (op.name == "Python" and bool(op.attrs.get("pass_workspace"))) \
-        or writes_workspace(op.opdef)
+    by_name = _BARRIER_OPS.get(op.name)
+    if by_name is None:
+        by_name = _BARRIER_OPS[op.name] = op.name in PLAN_OPS or writes_workspace(op.opdef)
+    return by_name or (op.name == "Python" and bool(op.attrs.get("pass_workspace")))
+
+
+_BARRIER_OPS: dict = {}  # op name -> whether every op of that name is a barrier (asked per op)
 
 
 _WORKSPACE_WRITERS: dict = {}  # op name -> whether its declaration writes the workspace
@@ -76,7 +81,8 @@ def volatile_blobs(module: Module) -> set:
         existing = {str(s) for s in g.attrs.get("existing", [])}
         inside = g.walk()
         tasks = [t for t in inside if t.name == "task"]
-        refs = [set().union(*(region_refs(r) for r in t.regions)) for t in tasks]
+        # the blobs of each task, only when there are two to share them (a walk of each)
+        refs = [set().union(*(region_refs(r) for r in t.regions)) for t in tasks] if len(tasks) > 1 else []
         for i in range(len(refs)):
             for j in range(i + 1, len(refs)):
                 out |= refs[i] & refs[j]

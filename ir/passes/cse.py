@@ -15,19 +15,30 @@ from .analysis import PLAN_OPS, set_ops
 from .manager import Pass, register
 
 
-_SCALARS = (int, float, bool, str, type(None))
+_SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
 def _freeze(v):
+    """``v`` as a hashable key: equal keys for interchangeable attribute values."""
     if type(v) in _SCALARS:
-        return (type(v).__name__, v)
+        return (type(v), v)
     if isinstance(v, np.ndarray):
-        return ("nd", v.dtype.str, v.shape, v.tobytes() if v.dtype != object else tuple(v.reshape(-1)))
+        dtype = v.dtype  # compares (and hashes) by value; its text form costs more to ask
+        return ("nd", dtype, v.shape, v.tobytes() if dtype.kind != "O" else tuple(v.reshape(-1)))
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, dict):
-        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+        return _freeze_attrs(v)
     return (type(v).__name__, v)
+
+
+def _freeze_attrs(attrs: dict) -> tuple:
+    """A dict (an op's attributes) as a key, by name; scalars, nearly all attribute
+    values, are frozen inline (one tuple per entry, no call)."""
+    items = [(k, type(x), x) if type(x) in _SCALARS else (k, _freeze(x)) for k, x in attrs.items()]
+    if len(items) > 1:
+        items.sort()  # by name: names are unique
+    return tuple(items)
 
 
 def op_key(op):
@@ -36,22 +47,69 @@ def op_key(op):
             tuple(r.type for r in op.results))
 
 
+def _candidate_key(op):
+    """Where to look for the earlier op that ``op`` may repeat: its name and operands, and
+    for an op without operands (a constant) its attributes too. Freezing attributes costs
+    more than all the rest, and ops on the same operands are rare, so for the others it
+    is done only when a candidate turns up (see ``_interchangeable``). Result types are
+    left out: hashing types (dataclasses) costs too, and they nearly always agree."""
+    if op.operands:
+        return (op.name, tuple(map(id, op.operands)))
+    attrs = op.attrs
+    return (op.name, (), _freeze_attrs(attrs) if attrs else ())
+
+
+def _interchangeable(op, first) -> bool:
+    """Whether ``op`` has the same ``op_key`` as ``first``, the op found under its
+    candidate key (which holds the name, operands and, without operands, attributes)."""
+    if not _same_types(op, first):
+        return False
+    return not op.operands or _freeze_attrs(op.attrs) == _freeze_attrs(first.attrs)
+
+
+def _same_types(a, b) -> bool:
+    """Whether ops ``a`` and ``b`` have equal result types."""
+    ra, rb = a.results, b.results
+    if len(ra) != len(rb):
+        return False
+    # types are mostly shared instances: identity answers before the dataclass __eq__
+    if len(ra) == 1:  # the usual case, without a generator
+        ta, tb = ra[0].type, rb[0].type
+        return ta is tb or ta == tb
+    return all(x.type is y.type or x.type == y.type for x, y in zip(ra, rb))
+
+
 @register
 class CommonSubexpressions(Pass):
     name = "cse"
 
     def run(self, module: Module) -> None:
-        self.region(module.body, {})
+        self.region(module.body, {}, fresh=True)
 
-    def region(self, r: Region, seen: dict) -> None:
+    def region(self, r: Region, seen: dict, fresh: bool = False) -> None:
         """CSE in ``r``; ``seen`` holds the pure ops visible here (of enclosing regions),
-        by key. What this region adds is taken out again at its end."""
+        by key: the first op with a candidate key (``_candidate_key``) is kept under it,
+        a later one not interchangeable with that one under its ``op_key`` (so each key
+        leads to the first visible op with that ``op_key``). What this region adds is taken out
+        again at its end, unless ``seen`` is ``fresh``: made for this region alone."""
         added = []
         keep = []
         for op in r.ops:
-            if not op.regions and op.results and PURE in op.opdef.traits:
-                key = op_key(op)
+            if op.regions:
+                keep.append(op)
+                isolated = op.name in PLAN_OPS or op.name in ("group", "task", "module")
+                for sub in op.regions:
+                    if isolated:
+                        self.region(sub, {}, fresh=True)
+                    else:
+                        self.region(sub, seen)
+                continue
+            if op.results and PURE in op.opdef.traits:
+                key = _candidate_key(op)
                 first = seen.get(key)
+                if first is not None and not _interchangeable(op, first):
+                    key = op_key(op)
+                    first = seen.get(key)
                 if first is not None:
                     for old, new in zip(op.results, first.results):
                         old.replace_all_uses_with(new)
@@ -60,11 +118,8 @@ class CommonSubexpressions(Pass):
                 seen[key] = op
                 added.append(key)
             keep.append(op)
-            if op.regions:
-                isolated = op.name in PLAN_OPS or op.name in ("group", "task", "module")
-                for sub in op.regions:
-                    self.region(sub, {} if isolated else seen)
-        for key in added:
-            del seen[key]
+        if not fresh:
+            for key in added:
+                del seen[key]
         if len(keep) != len(r.ops):
             set_ops(r, keep)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..builder import make_op
-from ..core import Module, Operation, Region
-from ..opdef import PURE
+from ..core import Module, Operation, OpResult, Region
+from ..opdef import OPS, PURE
 from .analysis import set_ops
 from .manager import Pass, register
 
@@ -24,9 +23,8 @@ MAX_FOLD_ELEMENTS = 1 << 16  # larger constants stay computed at run time
 
 def const_value(v):
     """The constant a value holds, or None."""
-    owner = getattr(v, "owner", None)
-    if owner is not None and owner.name == "Const":
-        return owner.attrs["value"]
+    if type(v) is OpResult and v.owner.name == "Const":
+        return v.owner.attrs["value"]
     return None
 
 
@@ -35,8 +33,19 @@ def _is(v, x) -> bool:
     c = const_value(v)
     if c is None or c.size == 0:
         return False
-    # a scalar's one comparison is what np.all would reduce (and much cheaper to ask)
+    if c.dtype.kind in "biuf":
+        # numbers and bools compare exactly so as Python scalars, much cheaper than numpy
+        # comparisons; the first element mostly settles it (the rest only if it equals x)
+        return c.item(0) == x and (c.size == 1 or bool((c == x).all()))
     return bool(c == x) if c.ndim == 0 else bool(np.all(c == x))
+
+
+def _uses_const(op: Operation) -> bool:
+    """Whether some operand of ``op`` is defined by a ``Const``."""
+    for v in op.operands:
+        if type(v) is OpResult and v.owner.name == "Const":
+            return True
+    return False
 
 
 # (op, law, which operand is kept, condition on the other operand)
@@ -56,24 +65,70 @@ _IDENTITIES_OF: dict = {}  # op name -> its rules, in table order
 for _rule in IDENTITIES:
     _IDENTITIES_OF.setdefault(_rule[0], []).append(_rule)
 
+_MAY_FOLD: dict = {}  # op name -> whether any rule of this pass applies to such ops
+
+
+def _may_fold(op: Operation) -> bool:
+    """Whether some rule may apply to ``op``'s kind of op (worked out once per name):
+    most ops (loads, stores, constants, yields...) are left as they are at a glance."""
+    got = _MAY_FOLD.get(op.name)
+    if got is None:
+        d = op.opdef
+        got = op.name in ("if", "for", "Not") or op.name in _IDENTITIES_OF or \
+            (d.fold is not None and d.has(PURE))
+        _MAY_FOLD[op.name] = got
+    return got
+
+
+def _become_const(op: Operation, value, t) -> None:
+    """Turn ``op`` (one result, of type ``t``, no regions) into ``Const {value}`` in place.
+
+    What ``make_op("Const", ...)`` and re-pointing every use would give, where it stands,
+    with the same result, location and hint; but nothing is made or re-pointed: a new
+    op cost several times the fold itself. (``Const`` takes no operands and only this
+    attribute, and ``t`` is what its declaration infers: no check of make_op can fail.)
+    """
+    op.drop_operands()
+    op.opdef = OPS["Const"]
+    op.name = "Const"
+    op.attrs = {"value": value}
+    op.result.type = t
+
 
 @register
 class FoldConstants(Pass):
     name = "fold-constants"
 
     def run(self, module: Module) -> None:
-        self.region(module.body)
+        # Folds run with floating-point errors raised (``evaluate`` then leaves the op to
+        # fail at run time). Set once for the pass: per fold it cost as much as the fold;
+        # nothing else in this pass does floating-point arithmetic.
+        with np.errstate(all="raise"):
+            self.region(module.body)
 
     def region(self, r: Region) -> None:
         out = []
+        changed = False
         for op in r.ops:
-            for sub in op.regions:
-                self.region(sub)
-            out.extend(self.fold(op))
-        set_ops(r, out)
+            if op.regions:
+                for sub in op.regions:
+                    self.region(sub)
+            if not _may_fold(op):
+                out.append(op)
+                continue
+            new = self.fold(op)
+            if len(new) == 1 and new[0] is op:
+                out.append(op)
+            else:
+                out.extend(new)
+                changed = True
+        if changed:
+            set_ops(r, out)
 
     def fold(self, op: Operation) -> list:
         """The ops that replace ``op`` (just ``[op]`` when nothing folds)."""
+        if op.operands and op.name != "Not" and not _uses_const(op):
+            return [op]  # every other rule needs a constant operand (or no operands at all)
         if op.name == "if":
             return self.fold_if(op)
         if op.name == "for" and _is(op.operands[0], 0):
@@ -90,24 +145,24 @@ class FoldConstants(Pass):
         return self.evaluate(op)
 
     def evaluate(self, op: Operation) -> list:
+        """``[Const]`` if ``op`` computes a constant (``[op]`` if not); expects the
+        floating-point error state that ``run`` sets."""
         d = op.opdef
         if d.fold is None or not d.has(PURE) or len(op.results) != 1 or op.regions:
             return [op]
         values = [const_value(v) for v in op.operands]
         if any(v is None for v in values) or any(v.size > MAX_FOLD_ELEMENTS for v in values):
             return [op]
-        try:
-            with np.errstate(all="raise"):
-                out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **op.attrs))
+        try:  # floating-point errors raise here: see run()
+            out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **op.attrs))
         except Exception:
             return [op]  # let it fail (or not) at run time, where the user sees it
-        c = make_op("Const", attrs={"value": out}, loc=op.loc, hints=[op.result.hint])
-        if c.result.type != op.result.type:
+        (t,) = OPS["Const"].inferred((), {"value": out}, 1)
+        if t != op.result.type:
             return [op]
         out.setflags(write=False)
-        op.result.replace_all_uses_with(c.result)
-        op.drop_operands()
-        return [c]
+        _become_const(op, out, t)
+        return [op]
 
     @staticmethod
     def replace(op: Operation, v) -> list:

@@ -29,7 +29,8 @@ MAX_GROUP = 32
 
 def _array_shape(op):
     """The op's iteration space if it can join a group, else None."""
-    if not (op.opdef.has(ELEMENTWISE) and op.opdef.has(PURE)) or op.regions or len(op.results) != 1:
+    traits = op.opdef.traits
+    if ELEMENTWISE not in traits or PURE not in traits or op.regions or len(op.results) != 1:
         return None
     t = op.result.type
     if not isinstance(t, TensorType) or t.dtype is None or not t.shape:
@@ -46,9 +47,9 @@ class FuseElementwise(Pass):
     name = "fuse-elementwise"
 
     def run(self, module: Module) -> None:
-        for op in list(module.walk()):
-            for r in op.regions:
-                if op.name != "fused":
+        for op in module.walk():  # a list made before any rewrite
+            if op.regions and op.name != "fused":
+                for r in op.regions:
                     self.block(r)
 
     def block(self, r: Region) -> None:
@@ -74,6 +75,8 @@ class FuseElementwise(Pass):
                 if a is not b and shape[a] == s and size[a] + size[b] <= MAX_GROUP:
                     root[b] = a
                     size[a] += size[b]
+        if len(root) < 2:
+            return  # no group to form (most blocks)
         members: dict = {}
         for op in r.ops:
             if op in root:

@@ -16,40 +16,51 @@ from .manager import Pass, register
 
 MAX_ROUNDS = 8
 
+# Ops whose declared inference gives no results and checks nothing (``lambda t, a, n: []``):
+# inferring them can neither change a type nor raise, and they are nearly half of the ops.
+NOTHING_TO_INFER = frozenset({"store", "yield"})
+
 
 @register
 class InferTypes(Pass):
     name = "infer-types"
 
-    def run(self, module: Module) -> None:
+    def run(self, module: Module, ops=None) -> None:
+        """``ops``: the module walked, when the caller has it at hand (every store in it)."""
         for _ in range(MAX_ROUNDS):
-            self.stored = {}
-            for op in module.walk():
+            self.stored = stored = {}
+            for op in module.walk() if ops is None else ops:
                 if op.name == "store":
                     b, t = op.attrs["blob"], op.operands[0].type
-                    self.stored[b] = join(self.stored[b], t) if b in self.stored else t
+                    before = stored.get(b)
+                    stored[b] = t if before is None or before is t else join(before, t)
             self.changed = False
             self.region(module.body)
             if not self.changed:
                 return
 
     def set(self, value, t) -> None:
-        if value.type != t:
+        if value.type is not t and value.type != t:  # types compare by value; most are the same object
             value.type = t
             self.changed = True
+
+    def widen(self, value, t) -> None:
+        """Widen ``value``'s type to cover ``t`` as well."""
+        if value.type is not t:  # the usual case: the very same type, nothing to join
+            self.set(value, join(value.type, t))
 
     def region(self, r: Region) -> None:
         for op in r.ops:
             if op.regions or op.name == "load":
                 self.op(op)
-            else:
+            elif op.name not in NOTHING_TO_INFER:
                 self.infer(op)
 
     def op(self, op: Operation) -> None:
         n = op.name
         if n == "load":
             if op.attrs["blob"] in self.stored:
-                self.set(op.result, join(op.result.type, self.stored[op.attrs["blob"]]))
+                self.widen(op.result, self.stored[op.attrs["blob"]])
             return
         if n in ("for", "loop"):
             return self.loop(op)
@@ -75,7 +86,7 @@ class InferTypes(Pass):
             raise
         if types is not None:
             for res, t in zip(op.results, types):
-                if res.type != t:
+                if res.type is not t and res.type != t:
                     res.type = t
                     self.changed = True
 
@@ -86,14 +97,14 @@ class InferTypes(Pass):
         for _ in range(MAX_ROUNDS):
             before = [a.type for a in args]
             for a, v in zip(args, inits):
-                self.set(a, join(a.type, v.type))
+                self.widen(a, v.type)
             self.region(body)
             flows = [o.operands[1:] for o in body.ops if o.name == "break_if"]
             if body.ops and body.ops[-1].name == "yield":
                 flows.append(body.ops[-1].operands)
             for vals in flows:
                 for a, v in zip(args, vals):
-                    self.set(a, join(a.type, v.type))
+                    self.widen(a, v.type)
             if [a.type for a in args] == before:
                 break
         for res, a in zip(op.results, args):
@@ -103,6 +114,6 @@ class InferTypes(Pass):
         for i, res in enumerate(op.results):
             t = None
             for vals in flows:
-                t = vals[i].type if t is None else join(t, vals[i].type)
+                t = vals[i].type if t is None or t is vals[i].type else join(t, vals[i].type)
             if t is not None:
                 self.set(res, t)

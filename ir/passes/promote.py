@@ -29,17 +29,31 @@ load and store.
 """
 from __future__ import annotations
 
-from ..builder import make_op
-from ..core import Module, OpResult, Operation, Region, Symbol
+from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol
+from ..opdef import OPS
 from ..types import BOOL, join
-from .analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
+from .analysis import BLOB_OPS, STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
 from .infer import InferTypes
 from .manager import Pass, register
+
+
+def _new_op(name: str, operands, attrs: dict, result_types, loc, hints=None) -> Operation:
+    """A load, store, must or yield this pass makes, without ``make_op``'s checks.
+
+    These ops are made by the thousand. Their attributes come complete (in declaration
+    order) and their result types are known (a must's is its operand's), so make_op's
+    checks would pass and its inference would give the same types.
+    """
+    return Operation(OPS[name], operands, result_types, attrs, (), loc, hints)
 
 
 def _hint(blob: str):
     base = blob.rsplit("/", 1)[-1]
     return base if base and base[0].islower() else None
+
+
+# The ops a block's forwarding looks at (besides barriers); it keeps every other op as it is.
+_FORWARDING = frozenset(BLOB_OPS + STRUCTURED + ("break_if", "yield"))
 
 
 class _Forwarder:
@@ -64,7 +78,10 @@ class _Forwarder:
         env, dirty, out = {}, {}, []
         for op in r.ops:
             n = op.name
-            blob = op.attrs.get("blob") if n in ("load", "store", "flag") else None
+            if n not in _FORWARDING and not is_barrier(op):  # most ops: only kept in place
+                out.append(op)
+                continue
+            blob = op.attrs.get("blob") if n in BLOB_OPS else None
             if blob is not None and blob in self.volatile:
                 out.append(op)
             elif n == "load":
@@ -110,12 +127,12 @@ class _Forwarder:
             if isinstance(store, Operation):
                 store.add_operand(env[blob])
             else:
-                store = make_op("store", [env[blob]], {"blob": Symbol(blob)}, loc=store)
+                store = _new_op("store", [env[blob]], {"blob": Symbol(blob)}, (), store)
             out.append(store)
 
     def replace_load(self, load: Operation, v, out) -> None:
         if v in self.maybe and not load.attrs.get("optional"):
-            must = make_op("must", [v], {"blob": load.attrs["blob"]}, loc=load.loc)
+            must = _new_op("must", [v], {"blob": load.attrs["blob"]}, [v.type], load.loc)
             out.append(must)
             v = must.result
         load.result.replace_all_uses_with(v)
@@ -157,8 +174,7 @@ class _Forwarder:
             env[b], dirty[b] = res, op.loc
 
     def optional_load(self, op, blob, t, out, env):
-        ld = make_op("load", attrs={"blob": Symbol(blob), "optional": 1},
-                     result_types=[t], loc=op.loc, hints=[_hint(blob)])
+        ld = _new_op("load", (), {"blob": Symbol(blob), "optional": 1}, [t], op.loc, [_hint(blob)])
         out.append(ld)
         self.maybe.add(ld.result)
         env[blob] = ld.result
@@ -175,7 +191,7 @@ class _Forwarder:
                     b = o.attrs["blob"]
                     ot = o.result.type if o.name == "load" else o.operands[0].type
                     t = types.get(b)
-                    types[b] = ot if t is None else join(t, ot)
+                    types[b] = ot if t is None or t is ot else join(t, ot)
         return types
 
     def new_result(self, op, t, maybe: bool):
@@ -229,7 +245,7 @@ class _Forwarder:
                     y = o
                 else:
                     new.append(o)
-            y = y or make_op("yield", loc=op.loc)
+            y = y or _new_op("yield", (), {}, (), op.loc)
             for b in blobs:
                 y.add_operand(cur[b])
             new.append(y)
@@ -245,48 +261,82 @@ class _Forwarder:
         return results
 
 
-def maybe_unset(module: Module, ops=None) -> set:
-    """Values that may be 'unset': optional loads, and what carries them (to a fixpoint).
+class _MaybeUnset:
+    """Whether a value may be 'unset': an optional load's result, or a carried loop value
+    or if result that one flows into (see ``_sources``), to a fixpoint.
 
-    ``ops``: the module walked, when the caller has that list at hand.
+    Each question searches backwards from the value, so only what flows into the values
+    asked about is looked at. Answers are remembered; the module must not change while
+    it is asked.
     """
-    ops = module.walk() if ops is None else ops
-    maybe = {op.result for op in ops if op.name == "load" and op.attrs.get("optional")}
-    if not maybe:
-        return maybe
-    flows = [f for op in ops if op.name in ("for", "loop", "if") for f in _flows(op)]
-    changed = True
-    while changed:
-        changed = False
-        for target, sources in flows:
-            if target not in maybe and any(v in maybe for v in sources):
-                maybe.add(target)
-                changed = True
-    return maybe
+
+    def __init__(self):
+        self.known: dict = {}  # value -> whether it may be unset
+
+    def __call__(self, v) -> bool:
+        known = self.known
+        if v in known:
+            return known[v]
+        seen, todo = {v}, [v]
+        while todo:
+            x = todo.pop()
+            if known.get(x) or _is_optional_load(x):
+                known[v] = True
+                return True
+            if x in known:  # known to be set: so is everything that flows into it
+                continue
+            for s in _sources(x):
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+        for x in seen:  # no optional load flows into any of them
+            known[x] = False
+        return False
 
 
-def _flows(op: Operation):
-    """(value, values that flow into it) for carried loop values and if results."""
+def _is_optional_load(v) -> bool:
+    return isinstance(v, OpResult) and v.owner.name == "load" and bool(v.owner.attrs.get("optional"))
+
+
+def _sources(v) -> list:
+    """The values that flow directly into ``v``: into a loop's carried argument, its initial
+    value and the body's final yield; into a loop's result, the argument and each break_if
+    of the body; into an if's result, each region's final yield. Other values: none."""
+    if isinstance(v, RegionArg):
+        loop = v.region.parent
+        if loop is None or loop.name not in ("for", "loop") or v.region is not loop.regions[0]:
+            return []
+        skip = loop.name == "for"  # a for's first argument is its counter, its first operand the count
+        k = v.index - skip
+        if k < 0:
+            return []
+        body = v.region
+        ends = [body.ops[-1].operands[k]] if body.ops and body.ops[-1].name == "yield" else []
+        return [loop.operands[k + skip]] + ends
+    op = getattr(v, "owner", None)
+    if op is None:
+        return []
     if op.name in ("for", "loop"):
         body = op.regions[0]
-        args = body.args[1:] if op.name == "for" else body.args
-        inits = op.operands[1:] if op.name == "for" else op.operands
-        exits = [o.operands[1:] for o in body.ops if o.name == "break_if"]
-        ends = [body.ops[-1].operands] if body.ops and body.ops[-1].name == "yield" else []
-        for i, a in enumerate(args):
-            yield a, [inits[i]] + [e[i] for e in ends]
-            yield op.results[i], [a] + [e[i] for e in exits]
-    elif op.name == "if":
-        ends = [r.ops[-1].operands for r in op.regions if r.ops and r.ops[-1].name == "yield"]
-        for i, res in enumerate(op.results):
-            yield res, [e[i] for e in ends]
+        exits = [o.operands[1 + v.index] for o in body.ops if o.name == "break_if"]
+        return [body.args[v.index + (op.name == "for")]] + exits
+    if op.name == "if":
+        return [r.ops[-1].operands[v.index] for r in op.regions if r.ops and r.ops[-1].name == "yield"]
+    return []
 
 
 def drop_needless_musts(module: Module, ops=None) -> None:
     """Remove ``must`` checks on values that are always set (``ops``: the module walked)."""
     ops = module.walk() if ops is None else ops
-    maybe = maybe_unset(module, ops)
-    for r in [r for op in ops for r in op.regions]:
+    musts = [op for op in ops if op.name == "must"]
+    if not musts:
+        return
+    # Asked before anything changes: a dropped must passes its operand (another must's,
+    # in a chain of them) on to the ops that used it.
+    unset = _MaybeUnset()
+    maybe = {m.operands[0] for m in musts if unset(m.operands[0])}
+    holders = {m.parent for m in musts}
+    for r in [r for op in ops if op.regions for r in op.regions if r in holders]:  # in program order
         keep = []
         for op in r.ops:
             if op.name == "must" and op.operands[0] not in maybe:
@@ -304,20 +354,22 @@ def drop_invariant_carried(module: Module, ops=None) -> None:
     It changes operands only, never which ops there are: ``ops`` (the module walked)
     stays valid after it.
     """
-    for op in module.walk() if ops is None else ops:
-        if op.name not in ("for", "loop"):
-            continue
+    ops = module.walk() if ops is None else ops
+    for op in [op for op in ops if op.name in ("for", "loop")]:
         body = op.regions[0]
         skip = 1 if op.name == "for" else 0
-        exits = [o for o in body.ops if o.name in ("yield", "break_if")]
+        # each exit, with where its carried values start (after a break_if's condition)
+        exits = [(o, 1 if o.name == "break_if" else 0) for o in body.ops if o.name in ("yield", "break_if")]
+        if not exits:
+            continue
         for k in reversed(range(len(op.results))):
             arg = body.args[skip + k]
-            if all(e.operands[(1 if e.name == "break_if" else 0) + k] is arg for e in exits) and exits:
+            if all(e.operands[at + k] is arg for e, at in exits):
                 init = op.operands[skip + k]
                 if init.type != arg.type:
                     continue
-                for e in exits:
-                    e.set_operand((1 if e.name == "break_if" else 0) + k, init)
+                for e, at in exits:
+                    e.set_operand(at + k, init)
                 arg.replace_all_uses_with(init)
                 op.results[k].replace_all_uses_with(init)
 
@@ -345,4 +397,4 @@ class PromoteBlobs(Pass):
         ops = module.walk()
         drop_invariant_carried(module, ops)
         drop_needless_musts(module, ops)
-        InferTypes().run(module)
+        InferTypes().run(module, ops)  # ops still lists every store: only musts were dropped

@@ -36,14 +36,23 @@ class Schedule(Pass):
     name = "schedule"
 
     def run(self, module: Module) -> None:
-        self.volatile = volatile_blobs(module)
-        for op in list(module.walk()):
-            if op.name in ("fused", "concurrent"):
+        self.module = module
+        self._volatile = None
+        for op in module.walk():  # a list made before any rewrite
+            if not op.regions or op.name in ("fused", "concurrent"):
                 continue
             for r in op.regions:
                 # ordering by generation pays only where large ops can then run together
-                if len(r.ops) > 2 and sum(map(_large_pure, r.ops)) >= 2:
+                if len(r.ops) > 2 and _two_large_pure(r.ops):
                     self.block(r)
+
+    @property
+    def volatile(self) -> set:
+        """``volatile_blobs`` of the module, worked out when first asked: most modules
+        have no block worth scheduling, and then no one asks."""
+        if self._volatile is None:
+            self._volatile = volatile_blobs(self.module)
+        return self._volatile
 
     # --- effects of an op (and everything nested in it)
     def accesses(self, op: Operation):
@@ -121,8 +130,19 @@ class Schedule(Pass):
         set_ops(r, order)
 
 
+def _two_large_pure(ops) -> bool:
+    """Whether at least two of ``ops`` are ``_large_pure``."""
+    found = 0
+    for op in ops:
+        if _large_pure(op):
+            found += 1
+            if found == 2:
+                return True
+    return False
+
+
 def _large_pure(op: Operation) -> bool:
-    if not op.opdef.has(PURE) or op.regions or len(op.results) != 1 or op.name == "Const":
+    if PURE not in op.opdef.traits or op.regions or len(op.results) != 1 or op.name == "Const":
         return False
     t = op.result.type
     return isinstance(t, TensorType) and t.shape is not None and None not in t.shape and \
