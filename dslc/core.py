@@ -7,6 +7,7 @@ keep working (see docs/differences.md for where dslc departs from them).
 """
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -49,11 +50,15 @@ class DataType:
 
 # ----------------------------------------------------------------------------- names
 
-_scope = threading.local()
+class _ScopeState(threading.local):
+    prefix = ""  # each thread starts outside any NameScope
+
+
+_scope = _ScopeState()
 
 
 def CurrentNameScope() -> str:
-    return getattr(_scope, "prefix", "")
+    return _scope.prefix
 
 
 class NameScope:
@@ -75,7 +80,7 @@ class NameScope:
 
 
 def ScopedName(name: str) -> str:
-    return CurrentNameScope() + name
+    return _scope.prefix + name
 
 
 def ScopedBlobReference(name, net=None) -> "BlobReference":
@@ -208,25 +213,36 @@ class OpRecord:
     extra: dict = field(default_factory=dict)  # name, engine, device_option: kept, unused
 
 
-def _as_names(blobs, op_type: str, role: str, loc) -> list:
-    """The blobs of an op's ``role`` ("inputs", "outputs") as BlobReferences (strings get the NameScope)."""
+def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> list[str]:
+    """The names of an op's ``role`` blobs ("inputs", "outputs"); plain strings get the NameScope ``scope``."""
     if blobs is None:
         return []
     if isinstance(blobs, (str, BlobReference)):
         blobs = [blobs]
-    if not isinstance(blobs, (list, tuple)):
+    elif not isinstance(blobs, (list, tuple)):
         raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(blobs).__name__}",
                          loc, "pass a BlobReference, a string, or a list of them")
     out = []
     for b in blobs:
-        if isinstance(b, BlobReference):
-            out.append(b)
+        if type(b) is BlobReference:  # the common case, checked first: this runs for every blob of every op
+            out.append(b._name)
+        elif isinstance(b, BlobReference):
+            out.append(str(b))
         elif isinstance(b, str):
-            out.append(ScopedBlobReference(b))
+            out.append(scope + str(b))
         else:
             raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(b).__name__}",
                              loc, "make a constant with ops.Const(value) and pass its blob")
     return out
+
+
+def _special_args(op_type: str, args: dict) -> dict:
+    """Take Caffe2's non-attribute arguments (name, engine, ...) out of ``args``."""
+    if args.keys().isdisjoint(SPECIAL_ARGS):
+        return {}
+    # A Python op's "name" is its function's name (an attribute kernels report), not Caffe2's op name.
+    keep = ("name",) if op_type == "Python" else ()
+    return {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep}
 
 
 class Net:
@@ -272,6 +288,10 @@ class Net:
         ``NextName('Fill', 0)`` -> ``local/task/Fill:0`` (then ``Fill_2:0``). The caller
         adds the NameScope; candidates are checked with it, as Caffe2 does.
         """
+        return self._next_name(prefix, output_id, _scope.prefix)
+
+    def _next_name(self, prefix, output_id, scope: str) -> str:
+        """``NextName`` under the NameScope ``scope`` (callers naming several outputs look it up once)."""
         if not prefix:
             name = f"{self._name}_blob_{self._next_blob}"
             while self.BlobIsDefined(name):  # Caffe2 does not check; a collision helps nobody
@@ -282,14 +302,18 @@ class Net:
         base = f"{self._name}/{prefix}"
         suffix = "" if output_id is None else f":{output_id}"
         candidate, index = base + suffix, 2
-        while self.BlobIsDefined(ScopedName(candidate)):
+        produced, external = self._produced, self._external_inputs
+        scoped = scope + candidate
+        while scoped in produced or scoped in external:  # BlobIsDefined, inlined: runs per auto name
             candidate = f"{base}_{index}{suffix}"
+            scoped = scope + candidate
             index += 1
         return candidate
 
     def _reserve(self, prefix, output_id=None) -> str:
         """Take an auto name as if an op produced it (keeps later auto names in step with Caffe2)."""
-        name = ScopedName(self.NextName(prefix, output_id))
+        scope = _scope.prefix
+        name = scope + self._next_name(prefix, output_id, scope)
         self._produced.add(name)
         return name
 
@@ -381,27 +405,26 @@ class Net:
         return recorder
 
     def _record(self, op_type, inputs, outputs, args, loc):
-        ins = [str(b) for b in _as_names(inputs, op_type, "inputs", loc)]
+        scope = _scope.prefix
+        produced = self._produced
+        ins = _blob_names(inputs, op_type, "inputs", loc, scope)
         for name in ins:
-            if name not in self._produced:
+            if name not in produced:
                 self._external_inputs.setdefault(name)
         if outputs is None:
             opdef = OPS.get(op_type)
             outs = [] if opdef is not None and opdef.results[1] == 0 else \
-                [ScopedName(self.NextName(op_type))]
+                [scope + self._next_name(op_type, None, scope)]
         elif isinstance(outputs, int) and not isinstance(outputs, bool):
-            outs = [ScopedName(self.NextName(op_type, i)) for i in range(outputs)]
+            outs = [scope + self._next_name(op_type, i, scope) for i in range(outputs)]
         else:
-            outs = [str(b) for b in _as_names(outputs, op_type, "outputs", loc)]
-        # A Python op's "name" is its function's name (an attribute kernels report), not Caffe2's op name.
-        keep = ("name",) if op_type == "Python" else ()
-        extra = {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep} if args else {}
+            outs = _blob_names(outputs, op_type, "outputs", loc, scope)
+        extra = _special_args(op_type, args) if args else {}
         self._ops.append(OpRecord(op_type, tuple(ins), tuple(outs), args, loc, extra))
-        self._produced.update(outs)
-        refs = [BlobReference(n, self) for n in outs]
-        if not refs:
-            return None
-        return refs[0] if len(refs) == 1 else tuple(refs)
+        produced.update(outs)
+        if len(outs) == 1:
+            return BlobReference(outs[0], self)
+        return tuple(BlobReference(n, self) for n in outs) if outs else None
 
     def Const(self, array, blob_out=None, dtype=None):
         """Record a constant: a Python bool is a bool scalar, an int int64, a float float32.
@@ -506,9 +529,14 @@ def is_operator(op_type: str) -> bool:
 
 
 def _builder_prefix() -> str:
-    from dslc.net_builder import NetBuilder  # the builder module needs Net; resolve at call time
-    nb = NetBuilder.current(required=False)
+    nb = _net_builder_class().current(required=False)
     return nb.name if nb is not None and nb.name else ""
+
+
+@functools.cache
+def _net_builder_class():
+    from dslc.net_builder import NetBuilder  # the builder module needs Net; resolve at first use
+    return NetBuilder
 
 
 # ----------------------------------------------------------------------------- steps

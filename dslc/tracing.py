@@ -57,16 +57,51 @@ def display_path(filename: str) -> str:
     return shown
 
 
+# What a frame's file is to user_location: the user's code, dslc's own (skipped), or the
+# CLI launcher (the search stops). Cached per file name: the check is a prefix test on
+# every frame of every recorded op.
+_USER, _SKIPPED, _LAUNCHER = 0, 1, 2
+_frame_kinds: dict[str, int] = {}
+# Locations handed out, by (file, line), valid for the working directory _locs_cwd[0].
+_locs: dict[tuple[str, int], Location] = {}
+_locs_cwd: list = [None]
+
+
+def _frame_kind(filename: str) -> int:
+    kind = _frame_kinds.get(filename)
+    if kind is None:
+        if filename == _CLI:
+            kind = _LAUNCHER
+        elif filename.startswith(_SKIP):  # code objects of imported modules carry absolute paths
+            kind = _SKIPPED
+        else:
+            kind = _USER
+        _frame_kinds[filename] = kind
+    return kind
+
+
+def _location(filename: str, line: int) -> Location:
+    """``Location(display_path(filename), line)``, one shared object per place."""
+    cwd = os.getcwd()  # checked every time: a job may chdir, and display paths are relative to it
+    if cwd != _locs_cwd[0]:
+        _locs.clear()
+        _locs_cwd[0] = cwd
+    loc = _locs.get((filename, line))
+    if loc is None:
+        loc = _locs[filename, line] = Location(display_path(filename), line)
+    return loc
+
+
 def user_location(depth: int = 1) -> Location:
     """The file and line of the innermost caller outside dslc (``depth`` frames up
     from the caller of this function is where the search starts); ``UNKNOWN_LOC``
     when dslc was called by its own CLI rather than from the user's code."""
     f = sys._getframe(depth)
     while f is not None:
-        fn = f.f_code.co_filename
-        if fn == _CLI:
+        kind = _frame_kind(f.f_code.co_filename)
+        if kind == _USER:
+            return _location(f.f_code.co_filename, f.f_lineno)
+        if kind == _LAUNCHER:
             break
-        if not fn.startswith(_SKIP):  # code objects of imported modules carry absolute paths
-            return Location(display_path(fn), f.f_lineno)
         f = f.f_back
     return UNKNOWN_LOC
