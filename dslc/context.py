@@ -10,18 +10,19 @@ import threading
 from dslc.ir.diagnostics import TraceError
 from dslc.tracing import user_location
 
-_local = threading.local()
+class _Stacks(threading.local):
+    def __init__(self):  # runs once in each thread that uses contexts
+        self.by_root: dict[type, list] = {}  # context root class -> its open instances, innermost last
+
+
+_local = _Stacks()
 
 
 def _stack(key) -> list:
     """This thread's stack for the context root class ``key``."""
-    try:
-        stacks = _local.stacks
-    except AttributeError:
-        stacks = _local.stacks = {}
-    stack = stacks.get(key)
+    stack = _local.by_root.get(key)
     if stack is None:
-        stack = stacks[key] = []
+        stack = _local.by_root[key] = []
     return stack
 
 
@@ -53,7 +54,7 @@ class Managed:
     def current(cls, value=None, required: bool = True):
         """``value`` if given, else the innermost open instance; None or an error if none."""
         if value is None:
-            stack = _stack(cls._context_root)
+            stack = _local.by_root.get(cls._context_root)
             if stack:
                 return stack[-1]
         return cls._current_slow(value, required)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +26,7 @@ FILL_ALIASES = {
     "GivenTensorBoolFill": np.bool_, "GivenTensorStringFill": np.object_,
 }
 ALIASES = frozenset(FILL_ALIASES)
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 SPECIAL_ARGS = ("name", "engine", "device_option", "control_input")
 
 
@@ -236,10 +236,49 @@ def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> list[str]:
     return out
 
 
+_NO_RESULTS: dict[str, bool] = {}  # declared op name -> whether it has no results (declarations never change)
+
+
+def _has_no_results(op_type: str) -> bool:
+    """Whether ``op_type`` is declared with no results (an op without outputs gets no auto name)."""
+    known = _NO_RESULTS.get(op_type)
+    if known is None:
+        opdef = OPS.get(op_type)
+        if opdef is None:
+            return False
+        known = _NO_RESULTS[op_type] = opdef.results[1] == 0
+    return known
+
+
+class _OpRecorder:
+    """``net.<Op>`` for an operator name, as an attribute of the Net class.
+
+    Net.__getattr__ puts one there the first time the name is used (operators are
+    never undeclared): a lookup that falls through to ``__getattr__`` costs about a
+    microsecond, as Python raises an AttributeError first, and it happened for every op.
+    A Net subclass with its own ``__getattr__`` still gets its answer.
+    """
+
+    __slots__ = ("op_type",)
+
+    def __init__(self, op_type: str):
+        self.op_type = op_type
+
+    def __get__(self, net, owner=None):
+        if net is None:
+            return self
+        if type(net) is not Net and type(net).__getattr__ is not Net.__getattr__:
+            return type(net).__getattr__(net, self.op_type)
+        op_type = self.op_type
+
+        def recorder(inputs=None, outputs=None, **kwargs):
+            return net._record(op_type, inputs, outputs, kwargs, user_location())
+
+        return recorder
+
+
 def _special_args(op_type: str, args: dict) -> dict:
     """Take Caffe2's non-attribute arguments (name, engine, ...) out of ``args``."""
-    if args.keys().isdisjoint(SPECIAL_ARGS):
-        return {}
     # A Python op's "name" is its function's name (an attribute kernels report), not Caffe2's op name.
     keep = ("name",) if op_type == "Python" else ()
     return {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep}
@@ -259,10 +298,11 @@ class Net:
         self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
         self._external_outputs: list[str] = []
         self._registered: set[str] = set()
-        self._attributes: dict[str, list] = defaultdict(list)
+        self._attributes: dict[str, list] = {}
         self._input_record = None
         self._output_record = None
         self._next_blob = 0
+        self._next_index: dict[tuple, int] = {}  # (scope, base, suffix) -> where _next_name's scan resumes
         if src is not None:
             self.AppendNet(src)
 
@@ -301,13 +341,22 @@ class Net:
             return name
         base = f"{self._name}/{prefix}"
         suffix = "" if output_id is None else f":{output_id}"
-        candidate, index = base + suffix, 2
+        candidate = base + suffix
         produced, external = self._produced, self._external_inputs
         scoped = scope + candidate
-        while scoped in produced or scoped in external:  # BlobIsDefined, inlined: runs per auto name
+        if not (scoped in produced or scoped in external):  # BlobIsDefined, inlined: runs per auto name
+            return candidate
+        # The first free index from 2 up. Names are never undefined, so the scan resumes
+        # where the last one for these parts stopped (from 2 each time it was quadratic).
+        key = (scope, base, suffix)
+        index = self._next_index.get(key, 2)
+        while True:
             candidate = f"{base}_{index}{suffix}"
             scoped = scope + candidate
+            if not (scoped in produced or scoped in external):
+                break
             index += 1
+        self._next_index[key] = index  # not past it: NextName() alone does not define the name
         return candidate
 
     def _reserve(self, prefix, output_id=None) -> str:
@@ -367,7 +416,7 @@ class Net:
 
     # --- attributes (setup blocks, report steps)
     def add_attribute(self, key, obj):
-        self._attributes[key].append(obj)
+        self._attributes.setdefault(key, []).append(obj)
 
     def get_attributes(self, key):
         return self._attributes.get(key, [])
@@ -389,6 +438,7 @@ class Net:
 
     # --- recording
     def __getattr__(self, op_type):
+        """``net.<Op>``: a function recording ``Op`` (from then on found on the class, see _OpRecorder)."""
         if op_type.startswith("_"):
             raise AttributeError(op_type)
         if not is_operator(op_type):
@@ -398,11 +448,9 @@ class Net:
                 f"unknown operator {op_type!r}", user_location(),
                 f"did you mean {' or '.join(repr(c) for c in close)}?" if close
                 else f"see docs/ir.md for the {len(known)} declared operators")
-
-        def recorder(inputs=None, outputs=None, **kwargs):
-            return self._record(op_type, inputs, outputs, kwargs, user_location())
-
-        return recorder
+        recorder = _OpRecorder(op_type)
+        setattr(Net, op_type, recorder)
+        return recorder.__get__(self)
 
     def _record(self, op_type, inputs, outputs, args, loc):
         scope = _scope.prefix
@@ -412,14 +460,17 @@ class Net:
             if name not in produced:
                 self._external_inputs.setdefault(name)
         if outputs is None:
-            opdef = OPS.get(op_type)
-            outs = [] if opdef is not None and opdef.results[1] == 0 else \
-                [scope + self._next_name(op_type, None, scope)]
+            no_results = _NO_RESULTS.get(op_type)  # _has_no_results(), inlined: this runs for every op
+            if no_results is None:
+                no_results = _has_no_results(op_type)
+            outs = [] if no_results else [scope + self._next_name(op_type, None, scope)]
         elif isinstance(outputs, int) and not isinstance(outputs, bool):
-            outs = [scope + self._next_name(op_type, i, scope) for i in range(outputs)]
+            outs = []
+            for i in range(outputs):
+                outs.append(scope + self._next_name(op_type, i, scope))
         else:
             outs = _blob_names(outputs, op_type, "outputs", loc, scope)
-        extra = _special_args(op_type, args) if args else {}
+        extra = {} if not args or args.keys().isdisjoint(SPECIAL_ARGS) else _special_args(op_type, args)
         self._ops.append(OpRecord(op_type, tuple(ins), tuple(outs), args, loc, extra))
         produced.update(outs)
         if len(outs) == 1:
@@ -441,17 +492,18 @@ class Net:
             arr = np.array(array, dtype=dtype)
         except (TypeError, ValueError) as e:
             raise TraceError(f"Const cannot make a tensor of {array!r}: {e}", loc) from None
-        kind = arr.dtype.kind
+        dt = arr.dtype
+        kind = dt.kind
         if kind in "USO":
             op, arr = "GivenTensorStringFill", arr.astype(object)
-        elif arr.dtype == np.int32:
+        elif dt == _INT32:  # (a dtype object: comparing with np.int32 converts it on every call)
             op = "GivenTensorIntFill"
-        elif arr.dtype == np.int64:
+        elif dt == _INT64:
             op = "GivenTensorInt64Fill"
         elif kind == "b":
             op = "GivenTensorBoolFill"
         else:
-            op, arr = "GivenTensorFill", arr.astype(np.float32)
+            op, arr = "GivenTensorFill", arr.astype(np.float32, copy=False)  # arr is our own copy
         return self._record(op, [], blob_out or 1,
                             {"shape": list(arr.shape), "values": arr.reshape(-1)}, loc)
 

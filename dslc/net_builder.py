@@ -42,7 +42,8 @@ class NetBuilder(Managed):
         if _fullname and name:
             raise TraceError("NetBuilder takes name or _fullname, not both", user_location(),
                              "pass name= (joined to the parent builder's name) or _fullname= (used as is)")
-        self.name = _fullname or "/".join(n for n in (parent.name if parent else None, name) if n)
+        parent_name = parent.name if parent else None
+        self.name = _fullname or ("/".join(n for n in (parent_name, name) if n) if name else parent_name or "")
         self._loc = _loc or user_location()  # subclasses that located the call already pass it
         self._frozen = False
         self._current_net = None
@@ -78,7 +79,8 @@ class NetBuilder(Managed):
         return net
 
     def add(self, child):
-        self._assert_mutable()
+        if self._frozen:
+            self._assert_mutable()
         if self._use_control_ops and not (isinstance(child, Net) or
                                           (isinstance(child, NetBuilder) and child._use_control_ops)):
             raise TraceError(f"{type(child).__name__} cannot be used inside ops.IfNet/ops.WhileNet",
@@ -498,10 +500,14 @@ class Operations:
             return net
         return builder.current_net(name)
 
-    def __getattr__(self, op_type):
-        if op_type.startswith("__"):
-            raise AttributeError(op_type)
-        return getattr(_builder().current_net(), op_type)
+    def __getattr__(self, name):
+        """``ops.<name>``: the current net's ``<name>`` (for operators, from then on a class attribute)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        found = getattr(_builder().current_net(), name)
+        if core.is_operator(name) or hasattr(Net, name):  # an operator, or a method such as Const
+            setattr(Operations, name, _OfCurrentNet(name))
+        return found
 
     def stop(self):
         """Leave the innermost block (break out of a loop, skip the rest of an If branch)."""
@@ -580,6 +586,31 @@ class Operations:
     def task_group(self):
         raise TraceError("ops.task_group() is not supported", user_location(),
                          "create a TaskGroup() outside the builder and add Tasks to it")
+
+
+class _OfCurrentNet:
+    """``ops.<Op>``: the current net's ``<Op>``, looked up at each access.
+
+    What Operations.__getattr__ does, as a class attribute it installs for each operator
+    name it resolves: a lookup that falls through to ``__getattr__`` costs about a
+    microsecond (Python raises an AttributeError first), for every recorded op.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, ops_, owner=None):
+        if ops_ is None:
+            return self
+        if type(ops_) is not Operations and type(ops_).__getattr__ is not Operations.__getattr__:
+            return type(ops_).__getattr__(ops_, self.name)
+        builder = NetBuilder.current(required=False) or _builder()  # (_builder raises the error)
+        net = builder._current_net
+        if net is None or builder._frozen:  # current_net(), inlined for its common case
+            net = builder.current_net()
+        return getattr(net, self.name)
 
 
 def _builder() -> NetBuilder:

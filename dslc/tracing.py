@@ -62,9 +62,6 @@ def display_path(filename: str) -> str:
 # every frame of every recorded op.
 _USER, _SKIPPED, _LAUNCHER = 0, 1, 2
 _frame_kinds: dict[str, int] = {}
-# Locations handed out, by (file, line), valid for the working directory _locs_cwd[0].
-_locs: dict[tuple[str, int], Location] = {}
-_locs_cwd: list = [None]
 
 
 def _frame_kind(filename: str) -> int:
@@ -80,16 +77,34 @@ def _frame_kind(filename: str) -> int:
     return kind
 
 
-def _location(filename: str, line: int) -> Location:
-    """``Location(display_path(filename), line)``, one shared object per place."""
-    cwd = os.getcwd()  # checked every time: a job may chdir, and display paths are relative to it
-    if cwd != _locs_cwd[0]:
-        _locs.clear()
-        _locs_cwd[0] = cwd
-    loc = _locs.get((filename, line))
-    if loc is None:
-        loc = _locs[filename, line] = Location(display_path(filename), line)
-    return loc
+class _LocationCache:
+    """The Location of each call site seen, for one working directory.
+
+    Keyed by (id of the code object, instruction offset): a frame's line number is
+    found by scanning its code's line table, which costs more the longer the user's
+    function is. The entry holds the code object, so its id stays unique while cached.
+    """
+
+    LIMIT = 100_000  # entries; past it the cache starts over (it only saves work)
+
+    def __init__(self):
+        self.cwd = None
+        self.by_site: dict[tuple[int, int], tuple] = {}
+
+    def get(self, frame) -> Location:
+        cwd = os.getcwd()  # checked every time: a job may chdir, and display paths are relative to it
+        if cwd != self.cwd or len(self.by_site) > self.LIMIT:
+            self.by_site.clear()
+            self.cwd = cwd
+        code = frame.f_code
+        site = (id(code), frame.f_lasti)
+        entry = self.by_site.get(site)
+        if entry is None:
+            entry = self.by_site[site] = (code, Location(display_path(code.co_filename), frame.f_lineno))
+        return entry[1]
+
+
+_locations = _LocationCache()
 
 
 def user_location(depth: int = 1) -> Location:
@@ -98,9 +113,12 @@ def user_location(depth: int = 1) -> Location:
     when dslc was called by its own CLI rather than from the user's code."""
     f = sys._getframe(depth)
     while f is not None:
-        kind = _frame_kind(f.f_code.co_filename)
+        filename = f.f_code.co_filename
+        kind = _frame_kinds.get(filename)  # _frame_kind(), inlined: this loop runs for every op
+        if kind is None:
+            kind = _frame_kind(filename)
         if kind == _USER:
-            return _location(f.f_code.co_filename, f.f_lineno)
+            return _locations.get(f)
         if kind == _LAUNCHER:
             break
         f = f.f_back
