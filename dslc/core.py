@@ -250,26 +250,40 @@ def _has_no_results(op_type: str) -> bool:
     return known
 
 
-class _OpRecorder:
-    """``net.<Op>`` for an operator name, as an attribute of the Net class.
+class GetattrShortcut:
+    """A class attribute standing in for ``owner.__getattr__`` for one name.
 
-    Net.__getattr__ puts one there the first time the name is used (operators are
-    never undeclared): a lookup that falls through to ``__getattr__`` costs about a
-    microsecond, as Python raises an AttributeError first, and it happened for every op.
-    A Net subclass with its own ``__getattr__`` still gets its answer.
+    Classes whose ``__getattr__`` records ops (Net, ``ops``) install one per operator
+    name on first use (operators are never undeclared): a lookup that falls through
+    to ``__getattr__`` costs about a microsecond, as Python raises an AttributeError
+    first, and it happened for every recorded op. Subclasses define ``__get__``; an
+    instance of a subclass of ``owner`` with its own ``__getattr__`` gets that one's
+    answer (``overridden``).
     """
 
-    __slots__ = ("op_type",)
+    __slots__ = ("name",)
+    owner: type  # the class whose __getattr__ this stands in for
 
-    def __init__(self, op_type: str):
-        self.op_type = op_type
+    def __init__(self, name: str):
+        self.name = name
+
+    def overridden(self, obj):
+        """``type(obj).__getattr__`` when it is not ``owner``'s, else None."""
+        own = type(obj).__getattr__
+        return None if own is self.owner.__getattr__ else own
+
+
+class _OpRecorder(GetattrShortcut):
+    """``net.<Op>``: a function recording ``Op`` into ``net``."""
+
+    __slots__ = ()
 
     def __get__(self, net, owner=None):
         if net is None:
             return self
-        if type(net) is not Net and type(net).__getattr__ is not Net.__getattr__:
-            return type(net).__getattr__(net, self.op_type)
-        op_type = self.op_type
+        if type(net) is not Net and self.overridden(net):
+            return self.overridden(net)(net, self.name)
+        op_type = self.name
 
         def recorder(inputs=None, outputs=None, **kwargs):
             return net._record(op_type, inputs, outputs, kwargs, user_location())
@@ -573,6 +587,9 @@ class Net:
 
 
 _IR_ONLY = frozenset(d.name for d in OPS if d.name[0].islower() or d.name == "Const")
+
+
+_OpRecorder.owner = Net
 
 
 def is_operator(op_type: str) -> bool:

@@ -588,24 +588,16 @@ class Operations:
                          "create a TaskGroup() outside the builder and add Tasks to it")
 
 
-class _OfCurrentNet:
-    """``ops.<Op>``: the current net's ``<Op>``, looked up at each access.
+class _OfCurrentNet(core.GetattrShortcut):
+    """``ops.<Op>``: the current net's ``<Op>``, looked up at each access (as Operations.__getattr__)."""
 
-    What Operations.__getattr__ does, as a class attribute it installs for each operator
-    name it resolves: a lookup that falls through to ``__getattr__`` costs about a
-    microsecond (Python raises an AttributeError first), for every recorded op.
-    """
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
+    __slots__ = ()
 
     def __get__(self, ops_, owner=None):
         if ops_ is None:
             return self
-        if type(ops_) is not Operations and type(ops_).__getattr__ is not Operations.__getattr__:
-            return type(ops_).__getattr__(ops_, self.name)
+        if type(ops_) is not Operations and self.overridden(ops_):
+            return self.overridden(ops_)(ops_, self.name)
         builder = NetBuilder.current(required=False) or _builder()  # (_builder raises the error)
         net = builder._current_net
         if net is None or builder._frozen:  # current_net(), inlined for its common case
@@ -629,6 +621,7 @@ def _ordinary_builder(what: str) -> NetBuilder:
     return nb
 
 
+_OfCurrentNet.owner = Operations
 ops = Operations()
 
 __all__ = ["NetBuilder", "ops", "StopIf"]
