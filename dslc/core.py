@@ -469,7 +469,7 @@ class Net:
     def _record(self, op_type, inputs, outputs, args, loc):
         scope = _scope.prefix
         produced = self._produced
-        ins = _blob_names(inputs, op_type, "inputs", loc, scope)
+        ins = [] if inputs is None else _blob_names(inputs, op_type, "inputs", loc, scope)
         for name in ins:
             if name not in produced:
                 self._external_inputs.setdefault(name)
@@ -500,7 +500,7 @@ class Net:
         """
         loc = user_location()
         if isinstance(array, bool):
-            return self._record("ConstantFill", [], blob_out or 1,
+            return self._record("ConstantFill", None, blob_out or 1,
                                 {"dtype": DataType.BOOL, "value": array}, loc)
         try:
             arr = np.array(array, dtype=dtype)
@@ -518,7 +518,7 @@ class Net:
             op = "GivenTensorBoolFill"
         else:
             op, arr = "GivenTensorFill", arr.astype(np.float32, copy=False)  # arr is our own copy
-        return self._record(op, [], blob_out or 1,
+        return self._record(op, None, blob_out or 1,
                             {"shape": list(arr.shape), "values": arr.reshape(-1)}, loc)
 
     def Python(self, f, grad_f=None, python_func_type=None, pass_workspace=False, grad_output_indices=None,

@@ -74,7 +74,8 @@ class NetBuilder(Managed):
     def current_net(self, name=None) -> Net:
         net = self._current_net
         if net is None or name is not None or self._frozen:  # one test for the common case: runs per op
-            self._assert_mutable()
+            if self._frozen:
+                self._assert_mutable()
             net = self.add(Net(name))
         return net
 
