@@ -77,12 +77,13 @@ def _frame_kind(filename: str) -> int:
     return kind
 
 
-class _LocationCache:
-    """The Location of each call site seen, for one working directory.
+class _CallSites:
+    """The Location of each call site seen, for one working directory (``cwd``).
 
     Keyed by (id of the code object, instruction offset): a frame's line number is
     found by scanning its code's line table, which costs more the longer the user's
     function is. The entry holds the code object, so its id stays unique while cached.
+    user_location looks entries up itself (it runs for every op); ``add`` does the rest.
     """
 
     LIMIT = 100_000  # entries; past it the cache starts over (it only saves work)
@@ -91,20 +92,19 @@ class _LocationCache:
         self.cwd = None
         self.by_site: dict[tuple[int, int], tuple] = {}
 
-    def get(self, frame) -> Location:
-        cwd = os.getcwd()  # checked every time: a job may chdir, and display paths are relative to it
+    def add(self, frame) -> Location:
+        """The Location of ``frame``'s call site, cached (first emptying a stale cache)."""
+        cwd = os.getcwd()
         if cwd != self.cwd or len(self.by_site) > self.LIMIT:
             self.by_site.clear()
             self.cwd = cwd
         code = frame.f_code
-        site = (id(code), frame.f_lasti)
-        entry = self.by_site.get(site)
-        if entry is None:
-            entry = self.by_site[site] = (code, Location(display_path(code.co_filename), frame.f_lineno))
-        return entry[1]
+        loc = Location(display_path(code.co_filename), frame.f_lineno)
+        self.by_site[id(code), frame.f_lasti] = (code, loc)
+        return loc
 
 
-_locations = _LocationCache()
+_sites = _CallSites()
 
 
 def user_location(depth: int = 1) -> Location:
@@ -118,7 +118,11 @@ def user_location(depth: int = 1) -> Location:
         if kind is None:
             kind = _frame_kind(filename)
         if kind == _USER:
-            return _locations.get(f)
+            if os.getcwd() == _sites.cwd:  # checked every time: a job may chdir, display paths depend on it
+                entry = _sites.by_site.get((id(f.f_code), f.f_lasti))
+                if entry is not None:
+                    return entry[1]
+            return _sites.add(f)
         if kind == _LAUNCHER:
             break
         f = f.f_back
