@@ -86,7 +86,7 @@ class _CallSites:
     user_location looks entries up itself (it runs for every op); ``add`` does the rest.
     """
 
-    LIMIT = 100_000  # entries; past it the cache starts over (it only saves work)
+    LIMIT = 10_000  # entries; past it the cache starts over (it only saves work, and holds code objects)
 
     def __init__(self):
         self.cwd = None
