@@ -214,7 +214,7 @@ class OpRecord:
 
 
 def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> list[str]:
-    """The names of an op's ``role`` blobs ("inputs", "outputs"); plain strings get the NameScope ``scope``."""
+    """The names of an op's ``role`` blobs ("inputs", "outputs"); strings get the NameScope ``scope``."""
     if blobs is None:
         return []
     if isinstance(blobs, (str, BlobReference)):

@@ -43,7 +43,9 @@ class NetBuilder(Managed):
             raise TraceError("NetBuilder takes name or _fullname, not both", user_location(),
                              "pass name= (joined to the parent builder's name) or _fullname= (used as is)")
         parent_name = parent.name if parent else None
-        self.name = _fullname or ("/".join(n for n in (parent_name, name) if n) if name else parent_name or "")
+        # (without a name, no join: this runs for every block)
+        joined = "/".join(n for n in (parent_name, name) if n) if name else parent_name or ""
+        self.name = _fullname or joined
         self._loc = _loc or user_location()  # subclasses that located the call already pass it
         self._frozen = False
         self._current_net = None
