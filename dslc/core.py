@@ -7,8 +7,8 @@ keep working (see docs/differences.md for where dslc departs from them).
 """
 from __future__ import annotations
 
+import functools
 import threading
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +26,7 @@ FILL_ALIASES = {
     "GivenTensorBoolFill": np.bool_, "GivenTensorStringFill": np.object_,
 }
 ALIASES = frozenset(FILL_ALIASES)
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 SPECIAL_ARGS = ("name", "engine", "device_option", "control_input")
 
 
@@ -49,11 +50,15 @@ class DataType:
 
 # ----------------------------------------------------------------------------- names
 
-_scope = threading.local()
+class _ScopeState(threading.local):
+    prefix = ""  # each thread starts outside any NameScope
+
+
+_scope = _ScopeState()
 
 
 def CurrentNameScope() -> str:
-    return getattr(_scope, "prefix", "")
+    return _scope.prefix
 
 
 class NameScope:
@@ -75,7 +80,7 @@ class NameScope:
 
 
 def ScopedName(name: str) -> str:
-    return CurrentNameScope() + name
+    return _scope.prefix + name
 
 
 def ScopedBlobReference(name, net=None) -> "BlobReference":
@@ -208,25 +213,89 @@ class OpRecord:
     extra: dict = field(default_factory=dict)  # name, engine, device_option: kept, unused
 
 
-def _as_names(blobs, op_type: str, role: str, loc) -> list:
-    """The blobs of an op's ``role`` ("inputs", "outputs") as BlobReferences (strings get the NameScope)."""
+def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> list[str]:
+    """The names of an op's ``role`` blobs ("inputs", "outputs"); strings get the NameScope ``scope``."""
     if blobs is None:
         return []
     if isinstance(blobs, (str, BlobReference)):
         blobs = [blobs]
-    if not isinstance(blobs, (list, tuple)):
+    elif not isinstance(blobs, (list, tuple)):
         raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(blobs).__name__}",
                          loc, "pass a BlobReference, a string, or a list of them")
     out = []
     for b in blobs:
-        if isinstance(b, BlobReference):
-            out.append(b)
+        if type(b) is BlobReference:  # the common case, checked first: this runs for every blob of every op
+            out.append(b._name)
+        elif isinstance(b, BlobReference):
+            out.append(str(b))
         elif isinstance(b, str):
-            out.append(ScopedBlobReference(b))
+            out.append(scope + str(b))
         else:
             raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(b).__name__}",
                              loc, "make a constant with ops.Const(value) and pass its blob")
     return out
+
+
+_NO_RESULTS: dict[str, bool] = {}  # declared op name -> whether it has no results (declarations never change)
+
+
+def _has_no_results(op_type: str) -> bool:
+    """Whether ``op_type`` is declared with no results (an op without outputs gets no auto name)."""
+    known = _NO_RESULTS.get(op_type)
+    if known is None:
+        opdef = OPS.get(op_type)
+        if opdef is None:
+            return False
+        known = _NO_RESULTS[op_type] = opdef.results[1] == 0
+    return known
+
+
+class GetattrShortcut:
+    """A class attribute standing in for ``owner.__getattr__`` for one name.
+
+    Classes whose ``__getattr__`` records ops (Net, ``ops``) install one per operator
+    name on first use (operators are never undeclared): a lookup that falls through
+    to ``__getattr__`` costs about a microsecond, as Python raises an AttributeError
+    first, and it happened for every recorded op. Subclasses define ``__get__``; an
+    instance of a subclass of ``owner`` with its own ``__getattr__`` gets that one's
+    answer (``overridden``).
+    """
+
+    __slots__ = ("name",)
+    owner: type  # the class whose __getattr__ this stands in for
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def overridden(self, obj):
+        """``type(obj).__getattr__`` when it is not ``owner``'s, else None."""
+        own = type(obj).__getattr__
+        return None if own is self.owner.__getattr__ else own
+
+
+class _OpRecorder(GetattrShortcut):
+    """``net.<Op>``: a function recording ``Op`` into ``net``."""
+
+    __slots__ = ()
+
+    def __get__(self, net, owner=None):
+        if net is None:
+            return self
+        if type(net) is not Net and self.overridden(net):
+            return self.overridden(net)(net, self.name)
+        op_type = self.name
+
+        def recorder(inputs=None, outputs=None, **kwargs):
+            return net._record(op_type, inputs, outputs, kwargs, user_location())
+
+        return recorder
+
+
+def _special_args(op_type: str, args: dict) -> dict:
+    """Take Caffe2's non-attribute arguments (name, engine, ...) out of ``args``."""
+    # A Python op's "name" is its function's name (an attribute kernels report), not Caffe2's op name.
+    keep = ("name",) if op_type == "Python" else ()
+    return {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep}
 
 
 class Net:
@@ -243,10 +312,11 @@ class Net:
         self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
         self._external_outputs: list[str] = []
         self._registered: set[str] = set()
-        self._attributes: dict[str, list] = defaultdict(list)
+        self._attributes: dict[str, list] = {}
         self._input_record = None
         self._output_record = None
         self._next_blob = 0
+        self._next_index: dict[tuple, int] = {}  # (scope, base, suffix) -> where _next_name's scan resumes
         if src is not None:
             self.AppendNet(src)
 
@@ -272,6 +342,10 @@ class Net:
         ``NextName('Fill', 0)`` -> ``local/task/Fill:0`` (then ``Fill_2:0``). The caller
         adds the NameScope; candidates are checked with it, as Caffe2 does.
         """
+        return self._next_name(prefix, output_id, _scope.prefix)
+
+    def _next_name(self, prefix, output_id, scope: str) -> str:
+        """``NextName`` under the NameScope ``scope`` (callers naming several outputs look it up once)."""
         if not prefix:
             name = f"{self._name}_blob_{self._next_blob}"
             while self.BlobIsDefined(name):  # Caffe2 does not check; a collision helps nobody
@@ -281,15 +355,28 @@ class Net:
             return name
         base = f"{self._name}/{prefix}"
         suffix = "" if output_id is None else f":{output_id}"
-        candidate, index = base + suffix, 2
-        while self.BlobIsDefined(ScopedName(candidate)):
+        candidate = base + suffix
+        produced, external = self._produced, self._external_inputs
+        scoped = scope + candidate
+        if not (scoped in produced or scoped in external):  # BlobIsDefined, inlined: runs per auto name
+            return candidate
+        # The first free index from 2 up. Names are never undefined, so the scan resumes
+        # where the last one for these parts stopped (from 2 each time it was quadratic).
+        key = (scope, base, suffix)
+        index = self._next_index.get(key, 2)
+        while True:
             candidate = f"{base}_{index}{suffix}"
+            scoped = scope + candidate
+            if not (scoped in produced or scoped in external):
+                break
             index += 1
+        self._next_index[key] = index  # not past it: NextName() alone does not define the name
         return candidate
 
     def _reserve(self, prefix, output_id=None) -> str:
         """Take an auto name as if an op produced it (keeps later auto names in step with Caffe2)."""
-        name = ScopedName(self.NextName(prefix, output_id))
+        scope = _scope.prefix
+        name = scope + self._next_name(prefix, output_id, scope)
         self._produced.add(name)
         return name
 
@@ -343,7 +430,7 @@ class Net:
 
     # --- attributes (setup blocks, report steps)
     def add_attribute(self, key, obj):
-        self._attributes[key].append(obj)
+        self._attributes.setdefault(key, []).append(obj)
 
     def get_attributes(self, key):
         return self._attributes.get(key, [])
@@ -365,6 +452,7 @@ class Net:
 
     # --- recording
     def __getattr__(self, op_type):
+        """``net.<Op>``: a function recording ``Op`` (from then on found on the class, see _OpRecorder)."""
         if op_type.startswith("_"):
             raise AttributeError(op_type)
         if not is_operator(op_type):
@@ -374,34 +462,34 @@ class Net:
                 f"unknown operator {op_type!r}", user_location(),
                 f"did you mean {' or '.join(repr(c) for c in close)}?" if close
                 else f"see docs/ir.md for the {len(known)} declared operators")
-
-        def recorder(inputs=None, outputs=None, **kwargs):
-            return self._record(op_type, inputs, outputs, kwargs, user_location())
-
-        return recorder
+        recorder = _OpRecorder(op_type)
+        setattr(Net, op_type, recorder)
+        return recorder.__get__(self)
 
     def _record(self, op_type, inputs, outputs, args, loc):
-        ins = [str(b) for b in _as_names(inputs, op_type, "inputs", loc)]
+        scope = _scope.prefix
+        produced = self._produced
+        ins = [] if inputs is None else _blob_names(inputs, op_type, "inputs", loc, scope)
         for name in ins:
-            if name not in self._produced:
+            if name not in produced:
                 self._external_inputs.setdefault(name)
         if outputs is None:
-            opdef = OPS.get(op_type)
-            outs = [] if opdef is not None and opdef.results[1] == 0 else \
-                [ScopedName(self.NextName(op_type))]
+            no_results = _NO_RESULTS.get(op_type)  # _has_no_results(), inlined: this runs for every op
+            if no_results is None:
+                no_results = _has_no_results(op_type)
+            outs = [] if no_results else [scope + self._next_name(op_type, None, scope)]
         elif isinstance(outputs, int) and not isinstance(outputs, bool):
-            outs = [ScopedName(self.NextName(op_type, i)) for i in range(outputs)]
+            outs = []
+            for i in range(outputs):
+                outs.append(scope + self._next_name(op_type, i, scope))
         else:
-            outs = [str(b) for b in _as_names(outputs, op_type, "outputs", loc)]
-        # A Python op's "name" is its function's name (an attribute kernels report), not Caffe2's op name.
-        keep = ("name",) if op_type == "Python" else ()
-        extra = {k: args.pop(k) for k in SPECIAL_ARGS if k in args and k not in keep} if args else {}
+            outs = _blob_names(outputs, op_type, "outputs", loc, scope)
+        extra = {} if not args or args.keys().isdisjoint(SPECIAL_ARGS) else _special_args(op_type, args)
         self._ops.append(OpRecord(op_type, tuple(ins), tuple(outs), args, loc, extra))
-        self._produced.update(outs)
-        refs = [BlobReference(n, self) for n in outs]
-        if not refs:
-            return None
-        return refs[0] if len(refs) == 1 else tuple(refs)
+        produced.update(outs)
+        if len(outs) == 1:
+            return BlobReference(outs[0], self)
+        return tuple(BlobReference(n, self) for n in outs) if outs else None
 
     def Const(self, array, blob_out=None, dtype=None):
         """Record a constant: a Python bool is a bool scalar, an int int64, a float float32.
@@ -412,24 +500,25 @@ class Net:
         """
         loc = user_location()
         if isinstance(array, bool):
-            return self._record("ConstantFill", [], blob_out or 1,
+            return self._record("ConstantFill", None, blob_out or 1,
                                 {"dtype": DataType.BOOL, "value": array}, loc)
         try:
             arr = np.array(array, dtype=dtype)
         except (TypeError, ValueError) as e:
             raise TraceError(f"Const cannot make a tensor of {array!r}: {e}", loc) from None
-        kind = arr.dtype.kind
+        dt = arr.dtype
+        kind = dt.kind
         if kind in "USO":
             op, arr = "GivenTensorStringFill", arr.astype(object)
-        elif arr.dtype == np.int32:
+        elif dt == _INT32:  # (a dtype object: comparing with np.int32 converts it on every call)
             op = "GivenTensorIntFill"
-        elif arr.dtype == np.int64:
+        elif dt == _INT64:
             op = "GivenTensorInt64Fill"
         elif kind == "b":
             op = "GivenTensorBoolFill"
         else:
-            op, arr = "GivenTensorFill", arr.astype(np.float32)
-        return self._record(op, [], blob_out or 1,
+            op, arr = "GivenTensorFill", arr.astype(np.float32, copy=False)  # arr is our own copy
+        return self._record(op, None, blob_out or 1,
                             {"shape": list(arr.shape), "values": arr.reshape(-1)}, loc)
 
     def Python(self, f, grad_f=None, python_func_type=None, pass_workspace=False, grad_output_indices=None,
@@ -500,15 +589,23 @@ class Net:
 _IR_ONLY = frozenset(d.name for d in OPS if d.name[0].islower() or d.name == "Const")
 
 
+_OpRecorder.owner = Net
+
+
 def is_operator(op_type: str) -> bool:
     """Whether ``net.<op_type>(...)`` records an op (IR-only op names do not count)."""
     return (op_type in OPS or op_type in ALIASES) and op_type not in _IR_ONLY
 
 
 def _builder_prefix() -> str:
-    from dslc.net_builder import NetBuilder  # the builder module needs Net; resolve at call time
-    nb = NetBuilder.current(required=False)
+    nb = _net_builder_class().current(required=False)
     return nb.name if nb is not None and nb.name else ""
+
+
+@functools.cache
+def _net_builder_class():
+    from dslc.net_builder import NetBuilder  # the builder module needs Net; resolve at first use
+    return NetBuilder
 
 
 # ----------------------------------------------------------------------------- steps

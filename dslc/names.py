@@ -15,7 +15,9 @@ _step_count = [0]
 
 
 def unique_net_name(prefix: str, requested) -> str:
-    base = "/".join(x for x in (prefix, None if requested is None else str(requested)) if x) or "net"
+    """``prefix/requested`` (either part may be empty; both: ``net``), made unique."""
+    requested = "" if requested is None else str(requested)
+    base = f"{prefix}/{requested}" if prefix and requested else prefix or requested or "net"
     with _lock:
         name, k = base, _next_suffix.get(base, 1)
         if name in _net_names:

@@ -37,13 +37,16 @@ class NetBuilder(Managed):
     kind = "block"
 
     def __init__(self, name=None, initial_scope=None, _stop_blob_required=False, _stop_blob=None,
-                 _fullname=None, _use_control_ops=False):
+                 _fullname=None, _use_control_ops=False, _loc=None):
         parent = NetBuilder.current(required=False)
         if _fullname and name:
             raise TraceError("NetBuilder takes name or _fullname, not both", user_location(),
                              "pass name= (joined to the parent builder's name) or _fullname= (used as is)")
-        self.name = _fullname or "/".join(n for n in (parent.name if parent else None, name) if n)
-        self._loc = user_location()
+        parent_name = parent.name if parent else None
+        # (without a name, no join: this runs for every block)
+        joined = "/".join(n for n in (parent_name, name) if n) if name else parent_name or ""
+        self.name = _fullname or joined
+        self._loc = _loc or user_location()  # subclasses that located the call already pass it
         self._frozen = False
         self._current_net = None
         self._children: list = []
@@ -71,13 +74,16 @@ class NetBuilder(Managed):
                              user_location(), "record ops inside its `with` block")
 
     def current_net(self, name=None) -> Net:
-        self._assert_mutable()
-        if self._current_net is None or name is not None:
-            self.add(Net(name))
-        return self._current_net
+        net = self._current_net
+        if net is None or name is not None or self._frozen:  # one test for the common case: runs per op
+            if self._frozen:
+                self._assert_mutable()
+            net = self.add(Net(name))
+        return net
 
     def add(self, child):
-        self._assert_mutable()
+        if self._frozen:
+            self._assert_mutable()
         if self._use_control_ops and not (isinstance(child, Net) or
                                           (isinstance(child, NetBuilder) and child._use_control_ops)):
             raise TraceError(f"{type(child).__name__} cannot be used inside ops.IfNet/ops.WhileNet",
@@ -131,6 +137,8 @@ class NetBuilder(Managed):
 
     # --- closing
     def freeze(self):
+        if self._frozen:
+            return  # its child builders were frozen with it, and none can be added since
         self._frozen = True
         for child in self._children:
             if isinstance(child, NetBuilder):
@@ -198,8 +206,7 @@ class _Loop(NetBuilder):
             raise TraceError(f"ops.loop count must be >= 0, got {iters}", loc,
                              "a loop cannot run a negative number of times")
         parent = NetBuilder.current()
-        super().__init__(name, _stop_blob_required=iters is None)
-        self._loc = loc
+        super().__init__(name, _stop_blob_required=iters is None, _loc=loc)
         self._count = iters
         self._iter = None
         if iters is not None:
@@ -250,15 +257,14 @@ class _RunIf(_RunOnce):
 
     kind = "if"
 
-    def __init__(self, cond=None, name=None, _chain=None, _branch="if"):
-        loc = user_location()
+    def __init__(self, cond=None, name=None, _chain=None, _branch="if", _loc=None):
+        loc = _loc or user_location()
         if _branch != "else" and not isinstance(cond, (BlobReference, str)):
             raise TraceError(f"ops.{'If' if _branch == 'if' else 'Elif'} needs a bool blob, "
                              f"got {type(cond).__name__}", loc,
                              "compute the condition with an op, e.g. ops.GE([x, ops.Const(5)])")
         parent = NetBuilder.current()
-        super().__init__(name)
-        self._loc = loc
+        super().__init__(name, _loc=loc)
         self.cond = None if cond is None else str(cond)
         self.branch = _branch
         self.chain = _chain or _IfChain(parent)
@@ -290,7 +296,7 @@ class _RunIf(_RunOnce):
         if not self._frozen:
             raise TraceError(f"{what} must come after the If block closed", loc,
                              f"close the `with ops.If(...)` block first, then open `with c.{what}(...)`")
-        nxt = _RunIf(cond, name=name or self.name, _chain=self.chain, _branch=branch)
+        nxt = _RunIf(cond, name=name or self.name, _chain=self.chain, _branch=branch, _loc=loc)
         if branch == "else":
             self.chain.has_else = True
         return self.chain.parent.add(nxt)
@@ -497,10 +503,14 @@ class Operations:
             return net
         return builder.current_net(name)
 
-    def __getattr__(self, op_type):
-        if op_type.startswith("__"):
-            raise AttributeError(op_type)
-        return getattr(_builder().current_net(), op_type)
+    def __getattr__(self, name):
+        """``ops.<name>``: the current net's ``<name>`` (for operators, from then on a class attribute)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        found = getattr(_builder().current_net(), name)
+        if core.is_operator(name) or hasattr(Net, name):  # an operator, or a method such as Const
+            setattr(Operations, name, _OfCurrentNet(name))
+        return found
 
     def stop(self):
         """Leave the innermost block (break out of a loop, skip the rest of an If branch)."""
@@ -581,6 +591,23 @@ class Operations:
                          "create a TaskGroup() outside the builder and add Tasks to it")
 
 
+class _OfCurrentNet(core.GetattrShortcut):
+    """``ops.<Op>``: the current net's ``<Op>``, looked up at each access (as Operations.__getattr__)."""
+
+    __slots__ = ()
+
+    def __get__(self, ops_, owner=None):
+        if ops_ is None:
+            return self
+        if type(ops_) is not Operations and self.overridden(ops_):
+            return self.overridden(ops_)(ops_, self.name)
+        builder = NetBuilder.current(required=False) or _builder()  # (_builder raises the error)
+        net = builder._current_net
+        if net is None or builder._frozen:  # current_net(), inlined for its common case
+            net = builder.current_net()
+        return getattr(net, self.name)
+
+
 def _builder() -> NetBuilder:
     nb = NetBuilder.current(required=False)
     if nb is None:
@@ -597,6 +624,7 @@ def _ordinary_builder(what: str) -> NetBuilder:
     return nb
 
 
+_OfCurrentNet.owner = Operations
 ops = Operations()
 
 __all__ = ["NetBuilder", "ops", "StopIf"]

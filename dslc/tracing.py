@@ -57,16 +57,73 @@ def display_path(filename: str) -> str:
     return shown
 
 
+# What a frame's file is to user_location: the user's code, dslc's own (skipped), or the
+# CLI launcher (the search stops). Cached per file name: the check is a prefix test on
+# every frame of every recorded op.
+_USER, _SKIPPED, _LAUNCHER = 0, 1, 2
+_frame_kinds: dict[str, int] = {}
+
+
+def _frame_kind(filename: str) -> int:
+    kind = _frame_kinds.get(filename)
+    if kind is None:
+        if filename == _CLI:
+            kind = _LAUNCHER
+        elif filename.startswith(_SKIP):  # code objects of imported modules carry absolute paths
+            kind = _SKIPPED
+        else:
+            kind = _USER
+        _frame_kinds[filename] = kind
+    return kind
+
+
+class _CallSites:
+    """The Location of each call site seen, for one working directory (``cwd``).
+
+    Keyed by (id of the code object, instruction offset): a frame's line number is
+    found by scanning its code's line table, which costs more the longer the user's
+    function is. The entry holds the code object, so its id stays unique while cached.
+    user_location looks entries up itself (it runs for every op); ``add`` does the rest.
+    """
+
+    LIMIT = 10_000  # entries; past it the cache starts over (it only saves work, and holds code objects)
+
+    def __init__(self):
+        self.cwd = None
+        self.by_site: dict[tuple[int, int], tuple] = {}
+
+    def add(self, frame) -> Location:
+        """The Location of ``frame``'s call site, cached (first emptying a stale cache)."""
+        cwd = os.getcwd()
+        if cwd != self.cwd or len(self.by_site) > self.LIMIT:
+            self.by_site.clear()
+            self.cwd = cwd
+        code = frame.f_code
+        loc = Location(display_path(code.co_filename), frame.f_lineno)
+        self.by_site[id(code), frame.f_lasti] = (code, loc)
+        return loc
+
+
+_sites = _CallSites()
+
+
 def user_location(depth: int = 1) -> Location:
     """The file and line of the innermost caller outside dslc (``depth`` frames up
     from the caller of this function is where the search starts); ``UNKNOWN_LOC``
     when dslc was called by its own CLI rather than from the user's code."""
     f = sys._getframe(depth)
     while f is not None:
-        fn = f.f_code.co_filename
-        if fn == _CLI:
+        filename = f.f_code.co_filename
+        kind = _frame_kinds.get(filename)  # _frame_kind(), inlined: this loop runs for every op
+        if kind is None:
+            kind = _frame_kind(filename)
+        if kind == _USER:
+            if os.getcwd() == _sites.cwd:  # checked every time: a job may chdir, display paths depend on it
+                entry = _sites.by_site.get((id(f.f_code), f.f_lasti))
+                if entry is not None:
+                    return entry[1]
+            return _sites.add(f)
+        if kind == _LAUNCHER:
             break
-        if not fn.startswith(_SKIP):  # code objects of imported modules carry absolute paths
-            return Location(display_path(fn), f.f_lineno)
         f = f.f_back
     return UNKNOWN_LOC
