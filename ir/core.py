@@ -185,11 +185,14 @@ def _walk_ops(ops, out: list) -> list:
 class Module:
     """A whole compiled runnable: the ``module`` op and its body."""
 
-    __slots__ = ("op", "origin")
+    __slots__ = ("op", "origin", "types_settled")
 
     def __init__(self, op: Operation):
         self.op = op
         self.origin: dict = {}  # op -> where it stands in the text it was parsed from
+        # Every result type is what infer-types gives it (set by that inference when it
+        # reaches its fixpoint; the pass manager clears it after passes that may change that).
+        self.types_settled = False
 
     @property
     def body(self) -> Region:

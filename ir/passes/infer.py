@@ -24,9 +24,23 @@ NOTHING_TO_INFER = frozenset({"store", "yield"})
 @register
 class InferTypes(Pass):
     name = "infer-types"
+    sets_types_settled = True
 
-    def run(self, module: Module, ops=None) -> None:
-        """``ops``: the module walked, when the caller has it at hand (every store in it)."""
+    def run(self, module: Module, ops=None, stale=None) -> None:
+        """``ops``: the module walked, when the caller has it at hand (every store in it).
+
+        ``stale``: None to infer every op. Or a set of ops, given only when the module's
+        types were settled (see ``Module.types_settled``) and then changed only as the caller
+        recorded: every op (besides loads, loops and ifs, always inferred) whose operand types
+        may differ from those its result types were inferred from is in it. Inference being a
+        pure function of operand types and attributes, any other op would get the types it
+        has (and raise nothing), so only these are inferred. The set grows as types change:
+        an op using a retyped value joins it. Same rounds, same order, same result.
+
+        Sets ``module.types_settled`` to whether the types reached their fixpoint.
+        """
+        self.stale = stale
+        module.types_settled = False  # until the fixpoint (an error may leave them half done)
         for _ in range(MAX_ROUNDS):
             self.stored = stored = {}
             for op in module.walk() if ops is None else ops:
@@ -37,12 +51,20 @@ class InferTypes(Pass):
             self.changed = False
             self.region(module.body)
             if not self.changed:
+                module.types_settled = True
                 return
+        module.types_settled = False
 
     def set(self, value, t) -> None:
         if value.type is not t and value.type != t:  # types compare by value; most are the same object
             value.type = t
-            self.changed = True
+            self.retyped(value)
+
+    def retyped(self, value) -> None:
+        """``value``'s type changed: another round, and the ops using it are stale."""
+        self.changed = True
+        if self.stale is not None:
+            self.stale.update([user for user, _ in value.uses])
 
     def widen(self, value, t) -> None:
         """Widen ``value``'s type to cover ``t`` as well."""
@@ -76,7 +98,7 @@ class InferTypes(Pass):
     def infer(self, op: Operation) -> None:
         """Set the results of ``op`` (not a load, loop or if) to what its declaration infers."""
         d = op.opdef
-        if d.infer is None:
+        if d.infer is None or (self.stale is not None and op not in self.stale):
             return
         try:
             types = d.inferred([v.type for v in op.operands], op.attrs, len(op.results))
@@ -88,7 +110,7 @@ class InferTypes(Pass):
             for res, t in zip(op.results, types):
                 if res.type is not t and res.type != t:
                     res.type = t
-                    self.changed = True
+                    self.retyped(res)
 
     def loop(self, op: Operation) -> None:
         body = op.regions[0]

@@ -22,6 +22,9 @@ class Pass:
     """Base of all passes: ``run`` rewrites the module in place."""
 
     name: ClassVar[str] = ""
+    # True for passes that keep ``Module.types_settled`` right themselves (they end with
+    # a whole type inference); before any other pass the manager clears it.
+    sets_types_settled: ClassVar[bool] = False
 
     def run(self, module: Module) -> None:
         raise NotImplementedError
@@ -62,7 +65,10 @@ class PassManager:
         done = []
         for name in self.names:
             t = time.perf_counter()
-            PASSES[name]().run(module)
+            p = PASSES[name]()
+            if not p.sets_types_settled:
+                module.types_settled = False  # it may change types and not say
+            p.run(module)
             self.times.append((name, time.perf_counter() - t))
             done.append(name)
             if self.verify_each:

@@ -52,6 +52,15 @@ def _hint(blob: str):
     return base if base and base[0].islower() else None
 
 
+def _replace_uses(old, new, stale) -> None:
+    """Re-point every use of ``old`` to ``new``. Its users join ``stale`` (the ops whose
+    types the closing inference must work out again, see ``InferTypes.run``; None: all)
+    when the two types differ."""
+    if stale is not None and old.type is not new.type and old.type != new.type:
+        stale.update([user for user, _ in old.uses])
+    old.replace_all_uses_with(new)
+
+
 # The ops a block's forwarding looks at (besides barriers); it keeps every other op as it is.
 _FORWARDING = frozenset(BLOB_OPS + STRUCTURED + ("break_if", "yield"))
 
@@ -61,6 +70,10 @@ class _Forwarder:
         self.volatile = volatile_blobs(module)
         self.maybe: set = set()  # values that may be 'unset' (from optional loads)
         self.carry_enabled = carry
+        # ops whose operand types may no longer be those their types were inferred from
+        # (see InferTypes.run): the users of a load or flag replaced by a value of another
+        # type, and exits given more operands
+        self.stale: set = set()
 
     def run(self, module: Module) -> None:
         for r in list(isolated_regions(module)):
@@ -98,7 +111,7 @@ class _Forwarder:
             elif n == "flag":
                 v = env.get(blob)
                 if v is not None and v not in self.maybe and v.type == BOOL:
-                    op.result.replace_all_uses_with(v)
+                    _replace_uses(op.result, v, self.stale)
                 else:
                     self.flush(out, env, dirty, {blob})
                     out.append(op)
@@ -135,7 +148,7 @@ class _Forwarder:
             must = _new_op("must", [v], {"blob": load.attrs["blob"]}, [v.type], load.loc)
             out.append(must)
             v = must.result
-        load.result.replace_all_uses_with(v)
+        _replace_uses(load.result, v, self.stale)
 
     def around(self, op, env, dirty, out) -> None:
         """A nested op that keeps its blob ops: pending stores land first, its writes end forwarding."""
@@ -226,6 +239,7 @@ class _Forwarder:
             if o.name in ("break_if", "yield"):
                 for blob in blobs:
                     o.add_operand(cur[blob])
+                self.stale.add(o)
             new.append(o)
         set_ops(body, new)
         return results
@@ -325,8 +339,9 @@ def _sources(v) -> list:
     return []
 
 
-def drop_needless_musts(module: Module, ops=None) -> None:
-    """Remove ``must`` checks on values that are always set (``ops``: the module walked)."""
+def drop_needless_musts(module: Module, ops=None, stale=None) -> None:
+    """Remove ``must`` checks on values that are always set (``ops``: the module walked;
+    ``stale``: see ``_replace_uses``)."""
     ops = module.walk() if ops is None else ops
     musts = [op for op in ops if op.name == "must"]
     if not musts:
@@ -340,7 +355,7 @@ def drop_needless_musts(module: Module, ops=None) -> None:
         keep = []
         for op in r.ops:
             if op.name == "must" and op.operands[0] not in maybe:
-                op.result.replace_all_uses_with(op.operands[0])
+                _replace_uses(op.result, op.operands[0], stale)
                 op.drop_operands()
             else:
                 keep.append(op)
@@ -348,11 +363,11 @@ def drop_needless_musts(module: Module, ops=None) -> None:
             set_ops(r, keep)
 
 
-def drop_invariant_carried(module: Module, ops=None) -> None:
+def drop_invariant_carried(module: Module, ops=None, stale=None) -> None:
     """A carried value every exit passes on unchanged is just its initial value.
 
     It changes operands only, never which ops there are: ``ops`` (the module walked)
-    stays valid after it.
+    stays valid after it. ``stale``: see ``_replace_uses``.
     """
     ops = module.walk() if ops is None else ops
     for op in [op for op in ops if op.name in ("for", "loop")]:
@@ -370,8 +385,8 @@ def drop_invariant_carried(module: Module, ops=None) -> None:
                     continue
                 for e, at in exits:
                     e.set_operand(at + k, init)
-                arg.replace_all_uses_with(init)
-                op.results[k].replace_all_uses_with(init)
+                _replace_uses(arg, init, stale)
+                _replace_uses(op.results[k], init, stale)
 
 
 @register
@@ -379,8 +394,10 @@ class FuseNets(Pass):
     """Merge the nets of each block into one dataflow graph (store-to-load forwarding)."""
 
     name = "fuse-nets"
+    sets_types_settled = True
 
     def run(self, module: Module) -> None:
+        module.types_settled = False  # its closing inference infers every op and sets it again
         _Forwarder(module, carry=False).run(module)
         drop_needless_musts(module)
         InferTypes().run(module)
@@ -391,10 +408,15 @@ class PromoteBlobs(Pass):
     """Carry blobs through loops and conditionals as SSA values (loads/stores at the edges)."""
 
     name = "promote-blobs"
+    sets_types_settled = True
 
     def run(self, module: Module) -> None:
-        _Forwarder(module, carry=True).run(module)
+        settled = module.types_settled  # then only the ops this pass makes stale need inferring
+        module.types_settled = False
+        forwarder = _Forwarder(module, carry=True)
+        forwarder.run(module)
+        stale = forwarder.stale if settled else None
         ops = module.walk()
-        drop_invariant_carried(module, ops)
-        drop_needless_musts(module, ops)
-        InferTypes().run(module, ops)  # ops still lists every store: only musts were dropped
+        drop_invariant_carried(module, ops, stale)
+        drop_needless_musts(module, ops, stale)
+        InferTypes().run(module, ops, stale)  # ops still lists every store: only musts were dropped
