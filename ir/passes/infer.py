@@ -72,10 +72,11 @@ class InferTypes(Pass):
             self.set(value, join(value.type, t))
 
     def region(self, r: Region) -> None:
+        stale = self.stale
         for op in r.ops:
             if op.regions or op.name == "load":
                 self.op(op)
-            elif op.name not in NOTHING_TO_INFER:
+            elif op.name not in NOTHING_TO_INFER and (stale is None or op in stale):  # infer tests it too; saves a call
                 self.infer(op)
 
     def op(self, op: Operation) -> None:
