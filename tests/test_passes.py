@@ -396,6 +396,36 @@ module {
 """)
 
 
+case('promote-blobs after infer-types: users of a forwarded load take the stored value\'s type',
+     "infer-types,promote-blobs", """
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %s = Const {value = dense<f32: 1.0>} : f32
+      store @"x"(%s)
+      %v = Const {value = dense<f32[2]: 1.0, 2.0>} : f32[2]
+      store @"x"(%v)
+      %x = load @"x" : f32
+      %y = Add(%x, %x) : f32
+      store @"y"(%y)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %s = Const {value = dense<f32: 1.0>} : f32
+      %v = Const {value = dense<f32[2]: 1.0, 2.0>} : f32[2]
+      %y = Add(%v, %v) : f32[2]
+      store @"x"(%v)
+      store @"y"(%y)
+    }
+  }
+}
+""")
+
+
 def assert_uses_are_live(module):
     """Every use recorded on a value is an op still in the module, with that operand."""
     ops = module.walk()
@@ -433,3 +463,26 @@ def test_loop_nest_of_the_loops_example_is_pure_dataflow(capsys):
     inside = [op.name for op in loops[0].walk()]
     assert "load" not in inside and "store" not in inside and "flag" not in inside
     assert inside.count("Add") == 5  # val, and the four accumulators
+
+
+def test_only_type_keeping_passes_leave_the_settled_mark():
+    """infer-types sets the mark; the pass manager clears it before any pass that may change
+    types without saying so (here cse), so a later promote-blobs infers every op."""
+    module = parse('''
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %a = Const {value = dense<i64: 2>} : i64
+      %b = Add(%a, %a) : i64
+      store @"y"(%b)
+    }
+  }
+}
+''')
+    assert not module.types_settled
+    PassManager(["infer-types"]).run(module)
+    assert module.types_settled
+    PassManager(["cse"]).run(module)
+    assert not module.types_settled
+    PassManager(["infer-types", "promote-blobs"]).run(module)
+    assert module.types_settled
