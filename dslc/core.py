@@ -728,7 +728,20 @@ class ExecutionStep:
         return self
 
     def get_all_attributes(self, key):
-        return [obj for net in iter_nets(self) for obj in net.get_attributes(key)]
+        return self.attributes_by_key((key,))[key]
+
+    def attributes_by_key(self, keys) -> dict:
+        """{key: ``get_all_attributes(key)``} for each of ``keys``, in one walk of the nets
+        (a task asks for several keys, and its step may hold many thousand nets)."""
+        found = {k: [] for k in keys}
+        for net in iter_nets(self):
+            attrs = net._attributes
+            if attrs:  # most nets have none
+                for k in keys:
+                    objs = attrs.get(k)
+                    if objs:
+                        found[k] += objs
+        return found
 
 
 def iter_nets(item):
@@ -742,8 +755,10 @@ def iter_nets(item):
         if isinstance(it, Net):
             yield it
             continue
-        parts = list(getattr(it, "_items", None) or getattr(it, "_children", None) or ())
-        parts += getattr(it, "_extra_regions", lambda: ())()
+        parts = getattr(it, "_items", None) or getattr(it, "_children", None) or ()
+        extra_regions = getattr(it, "_extra_regions", None)  # If/While blocks only
+        if extra_regions is not None:
+            parts = list(parts) + list(extra_regions())
         stack.extend(reversed(parts))
 
 

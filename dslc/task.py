@@ -83,14 +83,27 @@ class SetupNets:
 
 def get_setup_nets(key, steps_or_nets, target):
     """The init and exit nets/steps of the setup objects attached under ``key`` (each used once)."""
+    return _setup_nets_of(key, _attached((key,), steps_or_nets)[key], target)
+
+
+def _attached(keys, steps_or_nets) -> dict:
+    """{key: the objects attached under it to ``steps_or_nets``, in order} for each of
+    ``keys``, with one walk of each step's nets."""
+    found = {k: [] for k in keys}
+    for s in steps_or_nets:
+        if hasattr(s, "attributes_by_key"):
+            for k, objs in s.attributes_by_key(keys).items():
+                found[k] += objs
+        elif hasattr(s, "get_attributes"):
+            for k in keys:
+                found[k] += s.get_attributes(k)
+    return found
+
+
+def _setup_nets_of(key, objs, target):
+    """``get_setup_nets`` for the setup objects ``objs`` found under ``key``."""
     init_net, exit_net = core.Net(key + "/init"), core.Net(key + "/exit")
     init_nets, exit_nets = [], []
-    objs = []
-    for s in steps_or_nets:
-        if hasattr(s, "get_all_attributes"):
-            objs += s.get_all_attributes(key)
-        elif hasattr(s, "get_attributes"):
-            objs += s.get_attributes(key)
     for obj in objs:
         if getattr(obj, "_setup_used", False):
             continue
@@ -409,15 +422,22 @@ class Task(Managed):
             return self._step_with_setup
         phases = TaskPhases()
         if self._step is not None:
-            reporters = [s for s in self._step.get_all_attributes(Task.REPORT_STEP)
-                         if not getattr(s, "_report_step_used", False)]
+            # one walk of the step's nets finds the reporters and both kinds of setup objects
+            setup_keys = (Task.TASK_SETUP, Task.TASK_INSTANCE_SETUP)
+            found = self._step.attributes_by_key((Task.REPORT_STEP,) + setup_keys)
+            reporters = [s for s in found[Task.REPORT_STEP] if not getattr(s, "_report_step_used", False)]
             for s in reporters:
                 s._report_step_used = True
                 if not s._run_every_ms:
                     s.RunEveryMillis(1000)
             roots = [self._step] + reporters
-            phases.init, phases.exit = get_setup_nets(Task.TASK_SETUP, roots, self)
-            phases.instance_init, phases.instance_exit = get_setup_nets(Task.TASK_INSTANCE_SETUP, roots, self)
+            for k, objs in _attached(setup_keys, reporters).items():
+                found[k] += objs
+            phases.init, phases.exit = _setup_nets_of(Task.TASK_SETUP, found[Task.TASK_SETUP], self)
+            if found[Task.TASK_SETUP]:  # setup code ran: it may have attached more objects
+                found = _attached(setup_keys, roots)
+            phases.instance_init, phases.instance_exit = _setup_nets_of(
+                Task.TASK_INSTANCE_SETUP, found[Task.TASK_INSTANCE_SETUP], self)
             phases.reporters = reporters
             phases.body = self._step
             if not self._outputs:

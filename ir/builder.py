@@ -61,7 +61,10 @@ class Builder:
     def create(self, name: str, operands=(), attrs=None, result_types=None, n_results=None,
                regions=(), loc: Location = UNKNOWN_LOC, hints=None) -> Operation:
         op = make_op(name, operands, attrs, result_types, n_results, regions, loc, hints)
-        self.region.append(op)
+        # Region.append, inline: every op the lowering makes passes here
+        region = self.region
+        op.parent = region
+        region.ops.append(op)
         return op
 
     def value(self, name: str, operands=(), attrs=None, result_types=None, n_results=None,

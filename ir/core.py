@@ -132,6 +132,19 @@ class Operation:
         v.uses[(self, i)] = None
         self.operands[i] = v
 
+    def set_operands(self, values) -> None:
+        """Make ``values`` the op's operands, all at once.
+
+        Each value's use entries for this op end up last in its ``uses``, in operand
+        order, as when the operands are dropped and added back one by one (printing
+        walks uses in order); one call instead of one per operand.
+        """
+        for i, v in enumerate(self.operands):
+            del v.uses[(self, i)]
+        self.operands = operands = list(values)
+        for i, v in enumerate(operands):
+            v.uses[(self, i)] = None
+
     def drop_operands(self) -> None:
         for i, v in enumerate(self.operands):
             del v.uses[(self, i)]

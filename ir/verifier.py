@@ -32,17 +32,17 @@ class _Verifier:
     def __init__(self, origin=None, built: bool = False):
         self.origin = origin or {}
         self.built = built
-        # value -> how many isolated regions enclose its definition; a value is visible
-        # where it was defined at the same isolation depth, in an enclosing region
-        self.level: dict = {}
-        self.depth = 0
+        # the values visible at the op being checked: those defined before it in its
+        # region and in the enclosing regions, up to the nearest isolated op (a set: one
+        # ``issuperset`` checks all operands of an op)
+        self.visible: set = set()
+        # op names whose built ops need only the operand check (none when not built)
+        self.plain = _PLAIN_WHEN_BUILT if built else frozenset()
 
     def op(self, op: Operation) -> None:
         """Check ``op`` and everything nested in it (its operands' visibility included)."""
-        level, depth = self.level, self.depth
-        for v in op.operands:
-            if level.get(v) != depth:
-                self.undefined_operand(op)
+        if not self.visible.issuperset(op.operands):
+            self.undefined_operand(op)
         self.checked(op)
 
     def checked(self, op: Operation) -> None:
@@ -52,15 +52,20 @@ class _Verifier:
             self.declaration(op)
         if op.regions or _structured(d):
             self.structure(op)
-        if op.regions:
-            isolated = op.name in ISOLATED
-            self.depth += isolated
+        if not op.regions:
+            return
+        if op.name in ISOLATED:  # nothing from outside is visible in its regions
+            outer = self.visible
+            for r in op.regions:
+                self.visible = set()
+                self.region(r, forget=False)  # the set is dropped whole afterwards
+            self.visible = outer
+        else:
             for r in op.regions:
                 self.region(r)
-            self.depth -= isolated
 
     def undefined_operand(self, op: Operation):
-        i = next(i for i, v in enumerate(op.operands) if self.level.get(v) != self.depth)
+        i = next(i for i, v in enumerate(op.operands) if v not in self.visible)
         self.fail(op, f"operand {i} is used before it is defined (or outside its region)")
 
     def declaration(self, op: Operation) -> None:
@@ -81,30 +86,33 @@ class _Verifier:
         except DSLError as e:
             self.fail(op, e.message, e.hint)
 
-    def region(self, r: Region) -> None:
-        # the hot loop of verification: every op of the module passes here once
-        level, depth = self.level, self.depth
-        for a in r.args:
-            level[a] = depth
+    def region(self, r: Region, forget: bool = True) -> None:
+        """Check the ops of ``r`` in order; ``forget``: its values are removed from
+        ``visible`` afterwards (they are not visible after the region)."""
+        # the hot loop of verification: every op of the module passes here once, and
+        # most need no more than two set operations
+        visible, plain = self.visible, self.plain
+        visible.update(r.args)
         ops = r.ops
         last = len(ops) - 1
         for i, op in enumerate(ops):
-            if TERMINATOR in op.opdef.traits and i != last:
-                self.fail(op, "yield must be the last op of its region")
-            for v in op.operands:
-                if level.get(v) != depth:
-                    self.undefined_operand(op)
-            # most ops of a built module need nothing more (asked once per op name)
-            if op.regions or not self.built or not (_ONLY_OPERANDS.get(op.name) or _only_operands(op)):
-                self.checked(op)
-            for res in op.results:
-                level[res] = depth
-        # the region's values are not visible after it
-        for a in r.args:
-            level.pop(a, None)
-        for op in ops:
-            for res in op.results:
-                level.pop(res, None)
+            if not visible.issuperset(op.operands):
+                self.undefined_operand(op)
+            if op.regions or op.name not in plain:
+                self.in_region(op, i == last)
+            visible.update(op.results)
+        if forget:
+            visible.difference_update(r.args)
+            for op in ops:
+                if op.results:
+                    visible.difference_update(op.results)
+
+    def in_region(self, op: Operation, is_last: bool) -> None:
+        """The checks on ``op`` of a region beyond its operands' visibility."""
+        if TERMINATOR in op.opdef.traits and not is_last:
+            self.fail(op, "yield must be the last op of its region")
+        if op.regions or not self.built or not _only_operands(op):
+            self.checked(op)
 
     def structure(self, op: Operation) -> None:
         d = op.opdef
@@ -197,12 +205,14 @@ def _structured(d) -> bool:
 
 def _only_operands(op: Operation) -> bool:
     """Whether ``op``, built and without regions, needs no check but its operands'
-    (remembered in _ONLY_OPERANDS when it does: declarations do not change)."""
+    (its name is remembered in _PLAIN_WHEN_BUILT when it does and is no terminator:
+    declarations do not change)."""
     d = op.opdef
     if d.infer is not None and not _structured(d):
-        _ONLY_OPERANDS[d.name] = True
+        if TERMINATOR not in d.traits:
+            _PLAIN_WHEN_BUILT.add(d.name)
         return True
     return False
 
 
-_ONLY_OPERANDS: dict = {}  # op name -> True: built ops of it need only the operand check
+_PLAIN_WHEN_BUILT: set = set()  # op names whose built ops need only the operand check

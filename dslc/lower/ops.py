@@ -19,8 +19,10 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
     try:
         if _PLAIN.get(rec.type) or _is_plain(rec.type):
             loc = rec.loc
-            inputs = [blk.read(n, loc) for n in rec.inputs]
-            op = blk.create(rec.type, inputs, rec.args, loc, n_results=len(rec.outputs))
+            read = blk.read
+            inputs = [read(n, loc) for n in rec.inputs]
+            # the Builder directly (not Block.create): most recorded ops pass here
+            op = blk.b.create(rec.type, inputs, rec.args, None, len(rec.outputs), (), loc)
             _write(blk, rec, op.results)
         else:
             _lower_special(blk, rec)

@@ -243,6 +243,8 @@ def _nestable_chain(blk: Block, items, i: int):
             break
     if len(members) < 2 or not all(_pure_net(n) for n in nets):
         return None
+    if not nets:
+        return j  # no Elif condition nets (If/Else): nothing to move into a branch
     written = names_written(members)
     reads = Counter(name for n in nets for op in n._ops for name in op.inputs)
     reads.update(m.cond for m in members if m.cond is not None)

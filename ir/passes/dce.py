@@ -234,10 +234,7 @@ def _writes_dropped_workspace(r: Region) -> bool:
 
 def _remove_operands(op: Operation, slots: set, skip: int) -> None:
     """Remove operand ``skip + k`` of ``op`` for every ``k`` in ``slots``."""
-    keep = [v for i, v in enumerate(op.operands) if i - skip not in slots]
-    op.drop_operands()
-    for v in keep:
-        op.add_operand(v)
+    op.set_operands([v for i, v in enumerate(op.operands) if i - skip not in slots])
 
 
 def _renumbered(values: list) -> list:
