@@ -54,8 +54,9 @@ class Type:
     (``TensorType("f32", (3,)) is TensorType("f32", (3,))``). Value equality is then
     identity, so ``==`` and ``hash`` are object's own (in C): every pass compares and
     hashes types, and a dataclass's generated ``__eq__``/``__hash__`` ran in Python.
-    The tables are never cleared (a second instance of a value would break ``==``);
-    they hold one entry per distinct type a process ever makes.
+    The first instance made for a value is the one kept (as ``==`` goes, a shape of
+    numpy ints is the same shape of ints). The tables are never cleared (a second
+    instance of a value would break ``==``): one entry per distinct type a process makes.
     """
 
     __slots__ = ()
@@ -105,12 +106,11 @@ _TENSOR_TYPES: dict = {}  # (dtype, shape) -> its one TensorType
 
 def _new_tensor_type(cls, dtype, shape) -> TensorType:
     shape = None if shape is None else tuple(shape)
-    t = _TENSOR_TYPES.get((dtype, shape))
-    if t is None:
-        t = _TENSOR_TYPES[dtype, shape] = object.__new__(cls)
-        object.__setattr__(t, "dtype", dtype)
-        object.__setattr__(t, "shape", shape)
-    return t
+    t = object.__new__(cls)
+    object.__setattr__(t, "dtype", dtype)
+    object.__setattr__(t, "shape", shape)
+    # setdefault is one step under the GIL: two threads making the same type get one.
+    return _TENSOR_TYPES.setdefault((dtype, shape), t)
 
 
 class HandleType(Type):
@@ -123,8 +123,9 @@ class HandleType(Type):
     def __new__(cls, kind: str):
         t = _HANDLE_TYPES.get(kind)
         if t is None:
-            t = _HANDLE_TYPES[kind] = object.__new__(cls)
+            t = object.__new__(cls)
             object.__setattr__(t, "kind", kind)
+            t = _HANDLE_TYPES.setdefault(kind, t)  # (one step: see _new_tensor_type)
         return t
 
     def __reduce__(self):
