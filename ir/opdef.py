@@ -153,42 +153,30 @@ class OpDef:
 
         Type inference is a pure function of its arguments, so the answer is remembered
         when the attributes are plain scalars (the key holds each value's class too:
-        ``1``, ``1.0`` and ``True`` are equal in Python but not to inference). Operand
-        types are keyed by identity, which is cheap to hash: the entry keeps those type
-        objects alive, so a hit means the very same (immutable) types. Errors are not
-        remembered: they are raised again on every call.
+        ``1``, ``1.0`` and ``True`` are equal in Python but not to inference). Types are
+        interned (``ir.types``), so a tuple of them hashes and compares by identity, in C.
+        Errors are not remembered: they are raised again on every call.
         """
         if attrs:
             classes = tuple(map(type, attrs.values()))
-            if not _PLAIN.issuperset(classes):
-                return _canonical(self.infer(list(types), attrs, n_results))
-            key = (self.name, n_results, tuple(map(id, types)), tuple(attrs.items()), classes)
+            if not _PLAIN.issuperset(classes):  # e.g. Const's array: not a key
+                return _as_tuple(self.infer(list(types), attrs, n_results))
+            key = (self.name, n_results, tuple(types), tuple(attrs.items()), classes)
         else:  # most ops: no attributes, a shorter key
-            key = (self.name, n_results, tuple(map(id, types)))
-        hit = _INFERRED.get(key)
-        if hit is not None:
-            return hit[1]
-        out = _canonical(self.infer(list(types), attrs, n_results))
+            key = (self.name, n_results, tuple(types))
+        hit = _INFERRED.get(key, _INFERRED)  # (the table itself: a default no entry holds)
+        if hit is not _INFERRED:
+            return hit
+        out = _as_tuple(self.infer(list(types), attrs, n_results))
         if len(_INFERRED) >= _INFERRED_MAX:
             _INFERRED.clear()
-        _INFERRED[key] = (tuple(types), out)  # the types: their ids in the key stay theirs
+        _INFERRED[key] = out
         return out
 
 
-def _canonical(types):
-    """``types`` as a tuple of shared instances (None stays None).
-
-    Types are immutable and compare by value, so one object per distinct type changes
-    nothing but speed: inferred types are then the same objects, and the identity keys
-    of ``OpDef.inferred`` hit for the ops that use them.
-    """
-    if types is None:
-        return None
-    if not types:
-        return ()
-    if len(_CANONICAL) >= _INFERRED_MAX:
-        _CANONICAL.clear()
-    return tuple(map(_CANONICAL.setdefault, types, types))
+def _as_tuple(types):
+    """``types`` as a tuple (None stays None)."""
+    return None if types is None else tuple(types)
 
 
 def _kind_of(default) -> str | None:
@@ -211,8 +199,7 @@ _ACCEPTS = {"an int": (bool, int, np.integer), "a number": (bool, int, float, np
 # are left out on purpose: nearly every blob op names another blob, so remembering
 # their trivial inference would only fill the table.)
 _PLAIN = frozenset({int, float, bool, str, type(None)})
-_INFERRED: dict = {}  # key -> (the operand types, the inferred result types)
-_CANONICAL: dict = {}  # type -> the one instance inferred types share
+_INFERRED: dict = {}  # key -> the inferred result types (or None)
 _INFERRED_MAX = 1 << 16  # distinct (op, operand types, attributes) answers kept
 
 

@@ -5,7 +5,7 @@ Text forms: ``i64`` (scalar), ``f32[3]``, ``f32[?,4]``, ``f32[*]`` (unknown rank
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 
 import numpy as np
 
@@ -48,17 +48,45 @@ def _dtype_of_numpy(dt) -> str:
 
 
 class Type:
-    """Base of all IR types; types are immutable and compare by value."""
+    """Base of all IR types; types are immutable and compare by value.
+
+    Every type is interned: constructing one returns the one instance for its value
+    (``TensorType("f32", (3,)) is TensorType("f32", (3,))``). Value equality is then
+    identity, so ``==`` and ``hash`` are object's own (in C): every pass compares and
+    hashes types, and a dataclass's generated ``__eq__``/``__hash__`` ran in Python.
+    The first instance made for a value is the one kept (as ``==`` goes, a shape of
+    numpy ints is the same shape of ints). The tables are never cleared (a second
+    instance of a value would break ``==``): one entry per distinct type a process makes.
+    """
 
     __slots__ = ()
 
+    def __setattr__(self, name, value):
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
-@dataclass(frozen=True, slots=True)
+    def __delattr__(self, name):
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
 class TensorType(Type):
     """A tensor; ``dtype`` None means unknown, ``shape`` None means unknown rank."""
 
+    __slots__ = ("dtype", "shape")
+    __match_args__ = ("dtype", "shape")
     dtype: str | None
-    shape: tuple[int | None, ...] | None = ()
+    shape: tuple[int | None, ...] | None
+
+    def __new__(cls, dtype: str | None, shape=()):
+        try:
+            return _TENSOR_TYPES[dtype, shape]
+        except (KeyError, TypeError):  # a new type, or a shape given as a list
+            return _new_tensor_type(cls, dtype, shape)
+
+    def __reduce__(self):  # copies and pickles are made through the interning constructor
+        return TensorType, (self.dtype, self.shape)
+
+    def __repr__(self) -> str:
+        return f"TensorType(dtype={self.dtype!r}, shape={self.shape!r})"
 
     @property
     def is_scalar(self) -> bool:
@@ -73,25 +101,65 @@ class TensorType(Type):
         return d + "[" + ",".join("?" if s is None else str(s) for s in self.shape) + "]"
 
 
-@dataclass(frozen=True, slots=True)
+_TENSOR_TYPES: dict = {}  # (dtype, shape) -> its one TensorType
+
+
+def _new_tensor_type(cls, dtype, shape) -> TensorType:
+    shape = None if shape is None else tuple(shape)
+    t = object.__new__(cls)
+    object.__setattr__(t, "dtype", dtype)
+    object.__setattr__(t, "shape", shape)
+    # setdefault is one step under the GIL: two threads making the same type get one.
+    return _TENSOR_TYPES.setdefault((dtype, shape), t)
+
+
 class HandleType(Type):
     """A runtime resource held in a blob: counter, timer, queue, db, cursor, mutex."""
 
+    __slots__ = ("kind",)
+    __match_args__ = ("kind",)
     kind: str
+
+    def __new__(cls, kind: str):
+        t = _HANDLE_TYPES.get(kind)
+        if t is None:
+            t = object.__new__(cls)
+            object.__setattr__(t, "kind", kind)
+            t = _HANDLE_TYPES.setdefault(kind, t)  # (one step: see _new_tensor_type)
+        return t
+
+    def __reduce__(self):
+        return HandleType, (self.kind,)
+
+    def __repr__(self) -> str:
+        return f"HandleType(kind={self.kind!r})"
 
     def __str__(self) -> str:
         return f"!{self.kind}"
 
 
-@dataclass(frozen=True, slots=True)
+_HANDLE_TYPES: dict = {}  # kind -> its one HandleType
+
+
 class AnyType(Type):
     """A value whose type is known only at run time (e.g. a Python op's output)."""
+
+    __slots__ = ()
+
+    def __new__(cls):
+        return ANY  # the one instance, made below
+
+    def __reduce__(self):
+        return AnyType, ()
+
+    def __repr__(self) -> str:
+        return "AnyType()"
 
     def __str__(self) -> str:
         return "any"
 
 
-ANY = AnyType()
+ANY = object.__new__(AnyType)
 BOOL = TensorType("bool")
 I64 = TensorType("i64")
 I32 = TensorType("i32")
@@ -104,7 +172,7 @@ MUTEX = HandleType("mutex")
 
 
 def tensor(dtype: str | None, shape=()) -> TensorType:
-    return TensorType(dtype, None if shape is None else tuple(shape))
+    return TensorType(dtype, shape)  # (the constructor makes any iterable shape a tuple)
 
 
 def dtype_of(t: Type) -> str | None:
@@ -118,7 +186,7 @@ def shape_of(t: Type):
 
 def join(a: Type, b: Type) -> Type:
     """The most precise type that covers both (used where control flow merges)."""
-    if a is b or a == b:  # (types are mostly shared instances: identity is the quick answer)
+    if a is b:  # (types are interned: identity is equality)
         return a
     if isinstance(a, TensorType) and isinstance(b, TensorType):
         dtype = a.dtype if a.dtype == b.dtype else None

@@ -146,6 +146,14 @@ def dtype_from_code(name: str, code) -> str:
 
 
 def type_of_array(value) -> TensorType:
+    """The tensor type of an array (or of anything numpy makes one of)."""
     arr = np.asarray(value)
-    return TensorType(dtype_of_numpy(arr.dtype), arr.shape)
+    key = (arr.dtype, arr.shape)
+    t = _ARRAY_TYPES.get(key)
+    if t is None:  # (every constant asks: most share a few dtypes and shapes)
+        t = _ARRAY_TYPES[key] = TensorType(dtype_of_numpy(arr.dtype), arr.shape)
+    return t
+
+
+_ARRAY_TYPES: dict = {}  # (numpy dtype, shape) -> TensorType
 
