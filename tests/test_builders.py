@@ -1177,3 +1177,20 @@ def test_builder_misuse_is_a_located_error_with_a_hint(misuse):
     e = err.value
     assert e.loc is not None and e.loc.file.endswith("test_builders.py"), (e, e.loc)
     assert e.hint, e
+
+
+@pytest.mark.parametrize("a, b", [(True, True), (True, False), (False, True), (False, False)])
+def test_nested_branches_see_outer_values_and_reread_what_inner_ones_wrote(session, a, b):
+    """A branch reads values its enclosing blocks hold (two levels up); after an inner If
+    writes a blob, the outer branch reads the new value, not the one it held before."""
+    def build():
+        x = ops.Const(5)
+        y = ops.Add([x, ops.Const(1)])  # 6, held by the task body's block
+        out = ops.Const(0)
+        with ops.If(const_bool(a)):
+            with ops.If(const_bool(b)):
+                ops.Add([y, x], [y])    # 11: reads x and y from two levels up
+            ops.Mul([y, ops.Const(2)], [out])  # the y the inner If may have changed
+        return y, out
+    y = 6 + (5 if a and b else 0)
+    assert run_task(session, build) == [y, 2 * y if a else 0]

@@ -60,13 +60,20 @@ class Scope:
 class Block:
     """One region being filled by the lowering."""
 
-    def __init__(self, ctx, region: Region, iters=None, scope: Scope | None = None, env=None):
+    def __init__(self, ctx, region: Region, iters=None, scope: Scope | None = None,
+                 inherited: "Block | None" = None):
         self.ctx = ctx
         self.region = region
         self.b = Builder(region)
         self.iters = dict(iters or {})
         self.scope = scope
-        self.env = dict(env or {})
+        # The values of this region's own writes and loads; ``lookup`` falls back to the
+        # enclosing block's (``inherited``) for names not ``hidden`` here. Looking through
+        # rather than copying: a copy per branch made top-level ifs quadratic in the blobs
+        # a task body defines. (The enclosing block does not change while a branch is filled.)
+        self.env: dict = {}
+        self.inherited = inherited
+        self.hidden: set[str] = set()
         self.dirty: dict[str, object] = {}
         # In a loop body: the values a break_if passes as the loop's results.
         self.break_values: tuple = ()
@@ -74,7 +81,14 @@ class Block:
     def child(self, region: Region, inherit: bool, iters=None, scope="same") -> "Block":
         """A block for a nested region; ``inherit`` forwards this block's (clean) values."""
         return Block(self.ctx, region, self.iters if iters is None else iters,
-                     self.scope if scope == "same" else scope, self.env if inherit else None)
+                     self.scope if scope == "same" else scope, self if inherit else None)
+
+    def lookup(self, key: str):
+        """The value blob slot ``key`` holds in this region now, or None (not known here)."""
+        v = self.env.get(key)
+        if v is None and self.inherited is not None and key not in self.hidden:
+            v = self.inherited.lookup(key)
+        return v
 
     def key(self, name: str, write: bool, loc) -> str:
         return self.scope.resolve(name, write, loc) if self.scope else name
@@ -84,7 +98,7 @@ class Block:
             return self.iters[name]
         # (self.key inlined: a read or write per recorded blob name)
         key = self.scope.resolve(name, False, loc) if self.scope else name
-        v = self.env.get(key)
+        v = self.lookup(key)
         if v is None:
             self._check_not_branch_local(key, loc)
             after = key in self.ctx.stored
@@ -106,8 +120,9 @@ class Block:
     def read_flag(self, name: str, loc):
         """A stop flag: its current value if this block wrote it, else the ``flag`` op."""
         key = self.key(name, False, loc)
-        if key in self.env:
-            return self.env[key]
+        v = self.lookup(key)
+        if v is not None:
+            return v
         return self.b.value("flag", attrs={"blob": Symbol(key)}, loc=loc)
 
     def write(self, name: str, value, loc) -> None:
@@ -128,15 +143,15 @@ class Block:
 
     def forget(self, op=None) -> None:
         """Drop forwarded values (of the blobs ``op`` writes, or all): later reads load again."""
-        if op is None:
-            self.env = {k: v for k, v in self.env.items() if k in self.dirty}
-            return
-        written = _stored_inside(op)
+        written = None if op is None else _stored_inside(op)
         if written is None:
-            written = set(self.env)
+            self.env = {k: v for k, v in self.env.items() if k in self.dirty}
+            self.inherited = None
+            return
         for k in written:
             if k not in self.dirty:
                 self.env.pop(k, None)
+                self.hidden.add(k)
 
     def const(self, value, loc):
         arr = np.asarray(value)

@@ -18,7 +18,7 @@ def kept_values(blk, rec) -> list:
     values = []
     for name in rec.outputs:
         key = blk.key(name, True, rec.loc)  # the slot the Load's result will be written to
-        v = blk.env.get(key)
+        v = blk.lookup(key)
         if v is None:
             v = blk.b.value("load", attrs={"blob": Symbol(key), "optional": 1}, result_types=[ANY],
                             loc=rec.loc)
