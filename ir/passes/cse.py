@@ -72,11 +72,9 @@ def _same_types(a, b) -> bool:
     ra, rb = a.results, b.results
     if len(ra) != len(rb):
         return False
-    # types are mostly shared instances: identity answers before the dataclass __eq__
     if len(ra) == 1:  # the usual case, without a generator
-        ta, tb = ra[0].type, rb[0].type
-        return ta is tb or ta == tb
-    return all(x.type is y.type or x.type == y.type for x, y in zip(ra, rb))
+        return ra[0].type is rb[0].type  # (types are interned: identity is equality)
+    return all(x.type is y.type for x, y in zip(ra, rb))
 
 
 @register

@@ -53,10 +53,9 @@ class InferTypes(Pass):
             if not self.changed:
                 module.types_settled = True
                 return
-        module.types_settled = False
 
     def set(self, value, t) -> None:
-        if value.type is not t and value.type != t:  # types compare by value; most are the same object
+        if value.type is not t:  # (types are interned: identity is equality)
             value.type = t
             self.retyped(value)
 
@@ -109,7 +108,7 @@ class InferTypes(Pass):
             raise
         if types is not None:
             for res, t in zip(op.results, types):
-                if res.type is not t and res.type != t:
+                if res.type is not t:
                     res.type = t
                     self.retyped(res)
 

@@ -56,7 +56,7 @@ def _replace_uses(old, new, stale) -> None:
     """Re-point every use of ``old`` to ``new``. Its users join ``stale`` (the ops whose
     types the closing inference must work out again, see ``InferTypes.run``; None: all)
     when the two types differ."""
-    if stale is not None and old.type is not new.type and old.type != new.type:
+    if stale is not None and old.type is not new.type:  # (types are interned)
         stale.update([user for user, _ in old.uses])
     old.replace_all_uses_with(new)
 
