@@ -32,7 +32,7 @@ from __future__ import annotations
 from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol
 from ..opdef import OPS
 from ..types import BOOL, join
-from .analysis import BLOB_OPS, STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
+from .analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
 from .infer import InferTypes
 from .manager import Pass, register
 
@@ -61,8 +61,20 @@ def _replace_uses(old, new, stale) -> None:
     old.replace_all_uses_with(new)
 
 
-# The ops a block's forwarding looks at (besides barriers); it keeps every other op as it is.
-_FORWARDING = frozenset(BLOB_OPS + STRUCTURED + ("break_if", "yield"))
+# How a block's forwarding treats an op, by op name (see _kind).
+_KEEP, _LOAD, _STORE, _FLAG, _NESTED, _EXIT, _BARRIER, _PYTHON = range(8)
+_KINDS: dict = {"load": _LOAD, "store": _STORE, "flag": _FLAG, "for": _NESTED, "loop": _NESTED,
+                "if": _NESTED, "break_if": _EXIT, "yield": _EXIT, "Python": _PYTHON}
+
+
+def _kind(op: Operation) -> int:
+    """How forwarding treats ``op``: one dict look-up per op, since most ops (``_KEEP``) are
+    only kept in place. Besides the named kinds, whether an op is a barrier depends on its
+    name alone (see ``is_barrier``), except for Python ops (``_PYTHON``: look at the op)."""
+    k = _KINDS.get(op.name)
+    if k is None:
+        k = _KINDS[op.name] = _BARRIER if is_barrier(op) else _KEEP
+    return k
 
 
 class _Forwarder:
@@ -74,63 +86,115 @@ class _Forwarder:
         # (see InferTypes.run): the users of a load or flag replaced by a value of another
         # type, and exits given more operands
         self.stale: set = set()
+        self.clean: dict = {}  # structured op -> whether it is clean (see scan)
+        # region -> the (blob, value) stores its block left pending at its end (see block)
+        self.pending: dict = {}
 
     def run(self, module: Module) -> None:
         for r in list(isolated_regions(module)):
             self.region(r)
 
-    def region(self, r: Region) -> None:
+    def region(self, r: Region, lazy: bool = False) -> None:
         for op in r.ops:
             if op.name in STRUCTURED:
+                clean = self.clean.get(op)
+                if clean is None:
+                    clean = self.scan(op)
                 for sub in op.regions:
-                    self.region(sub)
-        self.block(r)
+                    self.region(sub, clean and self.carry_enabled)
+        self.block(r, lazy)
+
+    def scan(self, op: Operation) -> bool:
+        """Whether the structured ``op`` is clean: nothing inside it flags a blob or is a
+        barrier, and every op inside it with regions is a for, loop or if. Noted for it and
+        for the structured ops inside it.
+
+        Carrying a clean op carries every blob loaded or stored inside it but the volatile
+        ones: those nested deeper are by then loaded or stored directly in its regions (each
+        structured op inside carried them out), so ``blob_refs`` need not be asked."""
+        clean = True
+        for r in op.regions:
+            for o in r.ops:
+                k = _KINDS.get(o.name)
+                if k is None:
+                    k = _kind(o)
+                if k == _NESTED:
+                    clean = self.scan(o) and clean
+                elif k == _FLAG or k == _BARRIER or o.regions or (k == _PYTHON and is_barrier(o)):
+                    clean = False
+        self.clean[op] = clean
+        return clean
 
     # --- one block
-    def block(self, r: Region) -> None:
+    def block(self, r: Region, lazy: bool = False) -> None:
+        """Forward stores to loads in ``r``; stores wait until they must happen.
+
+        ``lazy``: ``r`` is a region of a clean structured op (see ``scan``) that its block
+        will carry. The stores due at the end of ``r`` (before its yield) would be taken
+        out again by that carrying (their blobs are all carried); they are only noted in
+        ``self.pending`` instead, and the carrying reads them from there.
+        """
         env, dirty, out = {}, {}, []
+        volatile = self.volatile
         for op in r.ops:
-            n = op.name
-            if n not in _FORWARDING and not is_barrier(op):  # most ops: only kept in place
+            k = _KINDS.get(op.name)
+            if k is None:
+                k = _kind(op)
+            if k == _KEEP:  # most ops: only kept in place
                 out.append(op)
                 continue
-            blob = op.attrs.get("blob") if n in BLOB_OPS else None
-            if blob is not None and blob in self.volatile:
-                out.append(op)
-            elif n == "load":
-                if blob in env:
-                    self.replace_load(op, env[blob], out)
-                else:
-                    env[blob] = op.result
-                    if op.attrs.get("optional"):
-                        self.maybe.add(op.result)
+            if k == _LOAD or k == _STORE or k == _FLAG:
+                blob = op.attrs["blob"]
+                if blob in volatile:
                     out.append(op)
-            elif n == "store":
-                env[blob], dirty[blob] = op.operands[0], op
-                op.drop_operands()
-            elif n == "flag":
-                v = env.get(blob)
-                if v is not None and v not in self.maybe and v.type == BOOL:
-                    _replace_uses(op.result, v, self.stale)
+                elif k == _LOAD:
+                    if blob in env:
+                        self.replace_load(op, env[blob], out)
+                    else:
+                        env[blob] = v = op.results[0]
+                        if op.attrs.get("optional"):
+                            self.maybe.add(v)
+                        out.append(op)
+                elif k == _STORE:
+                    env[blob] = v = op.operands[0]
+                    dirty[blob] = op
+                    del v.uses[(op, 0)]  # op.drop_operands(), for its one operand
+                    op.operands = []
                 else:
-                    self.flush(out, env, dirty, {blob})
+                    v = env.get(blob)
+                    if v is not None and v not in self.maybe and v.type == BOOL:
+                        _replace_uses(op.results[0], v, self.stale)
+                    else:
+                        self.flush(out, env, dirty, {blob})
+                        out.append(op)
+            elif k == _NESTED:
+                if self.carry_enabled:
+                    self.carry(op, env, dirty, out)
+                else:
+                    self.around(op, env, dirty, out)
                     out.append(op)
-            elif n in STRUCTURED and self.carry_enabled:
-                self.carry(op, env, dirty, out)
-            elif n in STRUCTURED:
-                self.around(op, env, dirty, out)
+            elif k == _EXIT:
+                if lazy and op.name == "yield" and dirty:
+                    self.pend(r, env, dirty)
+                else:
+                    self.flush(out, env, dirty)
                 out.append(op)
-            elif is_barrier(op):
+            elif k == _BARRIER or is_barrier(op):
                 self.flush(out, env, dirty)
                 env.clear()
                 out.append(op)
-            elif n in ("break_if", "yield"):
-                self.flush(out, env, dirty)
-                out.append(op)
             else:
                 out.append(op)
-        self.flush(out, env, dirty)
+        if lazy and dirty:
+            self.pend(r, env, dirty)
+        else:
+            self.flush(out, env, dirty)
         set_ops(r, out)
+
+    def pend(self, r: Region, env, dirty) -> None:
+        """The stores due at the end of ``r``, noted instead of made (see ``block``)."""
+        self.pending[r] = [(b, env[b]) for b in dirty]
+        dirty.clear()
 
     def flush(self, out, env, dirty, only=None) -> None:
         # a subset is taken in name order: these blobs are private, so order is not seen
@@ -163,19 +227,21 @@ class _Forwarder:
 
     # --- carrying blobs through structured ops
     def carry(self, op: Operation, env, dirty, out) -> None:
-        refs = blob_refs(op)
         types = self.blob_types(op)
-        top = types.keys()
-        blobs = sorted(b for b in top if b not in self.volatile and b not in refs.flags) \
-            if not refs.barrier else []
-        others = refs.all - set(blobs)
-        if refs.barrier:
-            self.flush(out, env, dirty)
-            env.clear()
+        if self.clean[op]:  # then nothing else inside it needs flushing first (see scan)
+            blobs = sorted(b for b in types if b not in self.volatile)
         else:
-            self.flush(out, env, dirty, others)
-            for b in refs.stores - set(blobs):
-                env.pop(b, None)
+            refs = blob_refs(op)
+            blobs = sorted(b for b in types if b not in self.volatile and b not in refs.flags) \
+                if not refs.barrier else []
+            others = refs.all - set(blobs)
+            if refs.barrier:
+                self.flush(out, env, dirty)
+                env.clear()
+            else:
+                self.flush(out, env, dirty, others)
+                for b in refs.stores - set(blobs):
+                    env.pop(b, None)
         if not blobs:
             out.append(op)
             return
@@ -193,18 +259,21 @@ class _Forwarder:
         env[blob] = ld.result
         return ld.result
 
-    @staticmethod
-    def blob_types(op) -> dict:
+    def blob_types(self, op) -> dict:
         """Blob -> the join of the types loaded from and stored to it by the ops directly in
-        ``op``'s regions (in program order), for every blob those ops load or store."""
+        ``op``'s regions (in program order, pending stores last), for every blob those ops
+        load or store."""
         types: dict = {}
         for r in op.regions:
             for o in r.ops:
                 if o.name in ("load", "store"):
                     b = o.attrs["blob"]
-                    ot = o.result.type if o.name == "load" else o.operands[0].type
+                    ot = o.results[0].type if o.name == "load" else o.operands[0].type
                     t = types.get(b)
                     types[b] = ot if t is None or t is ot else join(t, ot)
+            for b, v in self.pending.get(r, ()):
+                t = types.get(b)
+                types[b] = v.type if t is None or t is v.type else join(t, v.type)
         return types
 
     def new_result(self, op, t, maybe: bool):
@@ -227,6 +296,7 @@ class _Forwarder:
             results.append(self.new_result(op, t, maybe))
             cur[b] = arg
         new = []
+        pending = self.pending.pop(body, ())
         for o in body.ops:
             b = o.attrs.get("blob") if o.name in ("load", "store") else None
             if b in cur and o.name == "load":
@@ -236,6 +306,8 @@ class _Forwarder:
                 cur[b] = o.operands[0]
                 o.drop_operands()
                 continue
+            if o.name == "yield":
+                cur.update(pending)  # the stores due before it (all of carried blobs)
             if o.name in ("break_if", "yield"):
                 for blob in blobs:
                     o.add_operand(cur[blob])
@@ -248,6 +320,7 @@ class _Forwarder:
         finals = []
         for r in op.regions:
             cur, new, y = dict(inits), [], None
+            pending = self.pending.pop(r, ())
             for o in r.ops:
                 b = o.attrs.get("blob") if o.name in ("load", "store") else None
                 if b in cur and o.name == "load":
@@ -259,6 +332,7 @@ class _Forwarder:
                     y = o
                 else:
                     new.append(o)
+            cur.update(pending)  # the stores due at its end (all of carried blobs)
             y = y or _new_op("yield", (), {}, (), op.loc)
             for b in blobs:
                 y.add_operand(cur[b])
