@@ -439,6 +439,108 @@ def assert_uses_are_live(module):
             assert user.operands[i] is v
 
 
+case('promote-blobs: a store at the end of a loop body passes on a value the carrying replaces '
+     '(a load in the body becomes the carried argument)', "promote-blobs", """
+module {
+  group body {
+    task @"t" {outputs = [@"b"]} body {
+      %c = Const {value = dense<i64: 2>} : i64
+      %l = load @"p" : i64
+      store @"a"(%c)
+      for(%c) {
+      ^(%i: i64):
+        %x = load @"a" : i64
+        %y = Add(%x, %i) : i64
+        store @"b"(%l)
+        store @"a"(%y)
+        store @"q"(%x)
+        yield
+      }
+      %z = load @"b" : i64
+      store @"p"(%z)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"b"]} body {
+      %c = Const {value = dense<i64: 2>} : i64
+      %l = load @"p" : i64
+      %b = load @"b" {optional = 1} : i64
+      %q = load @"q" {optional = 1} : i64
+      %0, %1, %2 = for(%c, %c, %b, %q) : i64, i64, i64 {
+      ^(%i: i64, %a: i64, %b_1: i64, %q_1: i64):
+        %y = Add(%a, %i) : i64
+        yield(%y, %l, %a)
+      }
+      %3 = must @"b"(%1) : i64
+      store @"a"(%0)
+      store @"b"(%1)
+      store @"q"(%2)
+      store @"p"(%3)
+    }
+  }
+}
+""")
+
+case('promote-blobs: stores at the end of a region pass on values replaced before the carrying '
+     '(an outer load, forwarded) and during it (a load that becomes a must)', "promote-blobs", """
+module {
+  group body {
+    task @"t" {outputs = [@"b", @"q"]} body {
+      %c = Const {value = dense<i64: 2>} : i64
+      store @"p"(%c)
+      %l = load @"p" : i64
+      %t = Const {value = dense<bool: true>} : bool
+      if(%t) then {
+        %x = load @"a" : i64
+        store @"q"(%x)
+        store @"b"(%l)
+      } else {
+      }
+      for(%c) {
+      ^(%i: i64):
+        %u = load @"b" : i64
+        %v = Add(%u, %i) : i64
+        store @"b"(%v)
+        store @"q"(%u)
+        yield
+      }
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"b", @"q"]} body {
+      %c = Const {value = dense<i64: 2>} : i64
+      %t = Const {value = dense<bool: true>} : bool
+      %a = load @"a" {optional = 1} : i64
+      %b = load @"b" {optional = 1} : i64
+      %q = load @"q" {optional = 1} : i64
+      %0, %1, %2 = if(%t) : i64, i64, i64 then {
+        %3 = must @"a"(%a) : i64
+        yield(%a, %c, %3)
+      } else {
+        yield(%a, %b, %q)
+      }
+      %4, %5 = for(%c, %1, %2) : i64, i64 {
+      ^(%i: i64, %b_1: i64, %q_1: i64):
+        %6 = must @"b"(%b_1) : i64
+        %v = Add(%6, %i) : i64
+        yield(%v, %6)
+      }
+      store @"p"(%c)
+      store @"a"(%0)
+      store @"b"(%4)
+      store @"q"(%5)
+    }
+  }
+}
+""")
+
+
 @pytest.mark.parametrize("before, passes, after", CASES)
 def test_pass(before, passes, after):
     module = parse(before)

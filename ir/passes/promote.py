@@ -89,6 +89,9 @@ class _Forwarder:
         self.clean: dict = {}  # structured op -> whether it is clean (see scan)
         # region -> the (blob, value) stores its block left pending at its end (see block)
         self.pending: dict = {}
+        # load or flag result -> the value that replaced it (a pending store's value may
+        # have been replaced since it was noted: see current)
+        self.replaced: dict = {}
 
     def run(self, module: Module) -> None:
         for r in list(isolated_regions(module)):
@@ -163,6 +166,7 @@ class _Forwarder:
                 else:
                     v = env.get(blob)
                     if v is not None and v not in self.maybe and v.type == BOOL:
+                        self.replaced[op.results[0]] = v
                         _replace_uses(op.results[0], v, self.stale)
                     else:
                         self.flush(out, env, dirty, {blob})
@@ -196,6 +200,17 @@ class _Forwarder:
         self.pending[r] = [(b, env[b]) for b in dirty]
         dirty.clear()
 
+    def current(self, pending) -> list:
+        """The (blob, value) pending stores, each value followed to what replaced it since
+        (a store made would have had its operand re-pointed)."""
+        replaced = self.replaced
+        out = []
+        for b, v in pending:
+            while v in replaced:
+                v = replaced[v]
+            out.append((b, v))
+        return out
+
     def flush(self, out, env, dirty, only=None) -> None:
         # a subset is taken in name order: these blobs are private, so order is not seen
         blobs = list(dirty) if only is None else sorted(b for b in only if b in dirty)
@@ -212,7 +227,8 @@ class _Forwarder:
             must = _new_op("must", [v], {"blob": load.attrs["blob"]}, [v.type], load.loc)
             out.append(must)
             v = must.result
-        _replace_uses(load.result, v, self.stale)
+        self.replaced[load.results[0]] = v
+        _replace_uses(load.results[0], v, self.stale)
 
     def around(self, op, env, dirty, out) -> None:
         """A nested op that keeps its blob ops: pending stores land first, its writes end forwarding."""
@@ -307,7 +323,7 @@ class _Forwarder:
                 o.drop_operands()
                 continue
             if o.name == "yield":
-                cur.update(pending)  # the stores due before it (all of carried blobs)
+                cur.update(self.current(pending))  # the stores due before it (all of carried blobs)
             if o.name in ("break_if", "yield"):
                 for blob in blobs:
                     o.add_operand(cur[blob])
@@ -332,7 +348,7 @@ class _Forwarder:
                     y = o
                 else:
                     new.append(o)
-            cur.update(pending)  # the stores due at its end (all of carried blobs)
+            cur.update(self.current(pending))  # the stores due at its end (all of carried blobs)
             y = y or _new_op("yield", (), {}, (), op.loc)
             for b in blobs:
                 y.add_operand(cur[b])
