@@ -29,7 +29,7 @@ load and store.
 """
 from __future__ import annotations
 
-from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol
+from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol, Value
 from ..opdef import OPS
 from ..types import BOOL, join
 from .analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
@@ -87,8 +87,10 @@ class _Forwarder:
         # type, and exits given more operands
         self.stale: set = set()
         self.clean: dict = {}  # structured op -> whether it is clean (see scan)
-        # region -> the (blob, value) stores its block left pending at its end (see block)
+        # region -> the (blob, value) stores its block left pending at its end, and the
+        # (op, blob, value) values it stands in for optional loads with (see block)
         self.pending: dict = {}
+        self.entries: dict = {}
         # load or flag result -> the value that replaced it (a pending store's value may
         # have been replaced since it was noted: see current)
         self.replaced: dict = {}
@@ -135,9 +137,13 @@ class _Forwarder:
         ``lazy``: ``r`` is a region of a clean structured op (see ``scan``) that its block
         will carry. The stores due at the end of ``r`` (before its yield) would be taken
         out again by that carrying (their blobs are all carried); they are only noted in
-        ``self.pending`` instead, and the carrying reads them from there.
+        ``self.pending`` instead, and the carrying reads them from there. Likewise the
+        optional loads that carrying an op in ``r`` needs would be replaced by the values
+        carried into ``r``: a plain value stands in for each (``self.entries``), and the
+        carrying replaces it where the load would have been, before that op.
         """
         env, dirty, out = {}, {}, []
+        entries = [] if lazy else None
         volatile = self.volatile
         for op in r.ops:
             k = _KINDS.get(op.name)
@@ -173,7 +179,7 @@ class _Forwarder:
                         out.append(op)
             elif k == _NESTED:
                 if self.carry_enabled:
-                    self.carry(op, env, dirty, out)
+                    self.carry(op, env, dirty, out, entries)
                 else:
                     self.around(op, env, dirty, out)
                     out.append(op)
@@ -194,6 +200,8 @@ class _Forwarder:
         else:
             self.flush(out, env, dirty)
         set_ops(r, out)
+        if entries:
+            self.entries[r] = entries
 
     def pend(self, r: Region, env, dirty) -> None:
         """The stores due at the end of ``r``, noted instead of made (see ``block``)."""
@@ -242,7 +250,7 @@ class _Forwarder:
             env.pop(b, None)
 
     # --- carrying blobs through structured ops
-    def carry(self, op: Operation, env, dirty, out) -> None:
+    def carry(self, op: Operation, env, dirty, out, entries=None) -> None:
         types = self.blob_types(op)
         if self.clean[op]:  # then nothing else inside it needs flushing first (see scan)
             blobs = sorted(b for b in types if b not in self.volatile)
@@ -261,19 +269,40 @@ class _Forwarder:
         if not blobs:
             out.append(op)
             return
-        inits = {b: env.get(b) or self.optional_load(op, b, types[b], out, env) for b in blobs}
+        inits = {b: env.get(b) or self.optional_load(op, b, types[b], out, env, entries) for b in blobs}
         results = self.carry_if(op, blobs, inits) if op.name == "if" else \
             self.carry_loop(op, blobs, inits, types)
         out.append(op)
         for b, res in zip(blobs, results):
             env[b], dirty[b] = res, op.loc
 
-    def optional_load(self, op, blob, t, out, env):
-        ld = _new_op("load", (), {"blob": Symbol(blob), "optional": 1}, [t], op.loc, [_hint(blob)])
-        out.append(ld)
-        self.maybe.add(ld.result)
-        env[blob] = ld.result
-        return ld.result
+    def optional_load(self, op, blob, t, out, env, entries=None):
+        """The value of ``blob`` before ``op``, where it may be unset: an optional load, or
+        a value standing in for one (``entries``: see ``block``)."""
+        if entries is not None:
+            v = Value(t)
+            entries.append((op, blob, v))
+        else:
+            ld = _new_op("load", (), {"blob": Symbol(blob), "optional": 1}, [t], op.loc, [_hint(blob)])
+            out.append(ld)
+            v = ld.results[0]
+        self.maybe.add(v)
+        env[blob] = v
+        return v
+
+    def entries_at(self, r: Region) -> dict:
+        """Op -> the (blob, value) stand-ins for optional loads made before it in ``r``."""
+        at: dict = {}
+        for op, blob, v in self.entries.pop(r, ()):
+            at.setdefault(op, []).append((blob, v))
+        return at
+
+    def enter(self, stand_ins, cur) -> None:
+        """Replace stand-ins for optional loads by the carried values (an optional load
+        replaced needs no must)."""
+        for blob, v in stand_ins:
+            self.replaced[v] = cur[blob]
+            _replace_uses(v, cur[blob], self.stale)
 
     def blob_types(self, op) -> dict:
         """Blob -> the join of the types loaded from and stored to it by the ops directly in
@@ -288,6 +317,9 @@ class _Forwarder:
                     t = types.get(b)
                     types[b] = ot if t is None or t is ot else join(t, ot)
             for b, v in self.pending.get(r, ()):
+                t = types.get(b)
+                types[b] = v.type if t is None or t is v.type else join(t, v.type)
+            for _, b, v in self.entries.get(r, ()):  # (join is commutative and associative)
                 t = types.get(b)
                 types[b] = v.type if t is None or t is v.type else join(t, v.type)
         return types
@@ -313,7 +345,10 @@ class _Forwarder:
             cur[b] = arg
         new = []
         pending = self.pending.pop(body, ())
+        at = self.entries_at(body)
         for o in body.ops:
+            if at and o in at:
+                self.enter(at[o], cur)
             b = o.attrs.get("blob") if o.name in ("load", "store") else None
             if b in cur and o.name == "load":
                 self.replace_load(o, cur[b], new)
@@ -337,7 +372,10 @@ class _Forwarder:
         for r in op.regions:
             cur, new, y = dict(inits), [], None
             pending = self.pending.pop(r, ())
+            at = self.entries_at(r)
             for o in r.ops:
+                if at and o in at:
+                    self.enter(at[o], cur)
                 b = o.attrs.get("blob") if o.name in ("load", "store") else None
                 if b in cur and o.name == "load":
                     self.replace_load(o, cur[b], new)
