@@ -29,6 +29,8 @@ load and store.
 """
 from __future__ import annotations
 
+import functools
+
 from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol, Value
 from ..opdef import OPS
 from ..types import BOOL, join
@@ -47,9 +49,15 @@ def _new_op(name: str, operands, attrs: dict, result_types, loc, hints=None) -> 
     return Operation(OPS[name], operands, result_types, attrs, (), loc, hints)
 
 
+@functools.lru_cache(maxsize=None)  # asked for the same blobs over and over
 def _hint(blob: str):
     base = blob.rsplit("/", 1)[-1]
     return base if base and base[0].islower() else None
+
+
+def _symbol(blob: str) -> Symbol:
+    """``blob`` as an attribute value (blob names taken from attributes already are)."""
+    return blob if type(blob) is Symbol else Symbol(blob)
 
 
 def _replace_uses(old, new, stale) -> None:
@@ -224,10 +232,12 @@ class _Forwarder:
         blobs = list(dirty) if only is None else sorted(b for b in only if b in dirty)
         for blob in blobs:
             store = dirty.pop(blob)  # the last store of the blob, re-placed here
-            if isinstance(store, Operation):
-                store.add_operand(env[blob])
+            if type(store) is Operation:
+                v = env[blob]
+                v.uses[(store, 0)] = None  # store.add_operand(v): it has no operand
+                store.operands.append(v)
             else:
-                store = _new_op("store", [env[blob]], {"blob": Symbol(blob)}, (), store)
+                store = _new_op("store", [env[blob]], {"blob": _symbol(blob)}, (), store)
             out.append(store)
 
     def replace_load(self, load: Operation, v, out) -> None:
@@ -283,7 +293,8 @@ class _Forwarder:
             v = Value(t)
             entries.append((op, blob, v))
         else:
-            ld = _new_op("load", (), {"blob": Symbol(blob), "optional": 1}, [t], op.loc, [_hint(blob)])
+            ld = _new_op("load", (), {"blob": _symbol(blob), "optional": 1}, [t], op.loc)
+            ld.results[0].hint = _hint(blob)
             out.append(ld)
             v = ld.results[0]
         self.maybe.add(v)
@@ -333,15 +344,20 @@ class _Forwarder:
 
     def carry_loop(self, op, blobs, inits, types):
         body = op.regions[0]
-        cur, results = {}, []
+        cur, results, maybe_set = {}, [], self.maybe
         for b in blobs:
-            t = join(inits[b].type, types[b])
+            init = inits[b]
+            t = init.type
+            if t is not types[b]:  # (types are interned)
+                t = join(t, types[b])
             arg = body.add_arg(t, _hint(b))
-            op.add_operand(inits[b])
-            maybe = inits[b] in self.maybe
-            if maybe:
-                self.maybe.add(arg)
-            results.append(self.new_result(op, t, maybe))
+            op.add_operand(init)
+            res = OpResult(t, op, len(op.results))
+            op.results.append(res)
+            if init in maybe_set:
+                maybe_set.add(arg)
+                maybe_set.add(res)
+            results.append(res)
             cur[b] = arg
         new = []
         pending = self.pending.pop(body, ())
@@ -393,13 +409,14 @@ class _Forwarder:
             new.append(y)
             set_ops(r, new)
             finals.append(cur)
-        results = []
+        results, maybe_set = [], self.maybe
         for b in blobs:
-            vals = [c[b] for c in finals]
-            t = vals[0].type
-            for v in vals[1:]:
-                t = join(t, v.type)
-            results.append(self.new_result(op, t, any(v in self.maybe for v in vals)))
+            t, maybe = None, False
+            for c in finals:
+                v = c[b]
+                t = v.type if t is None or t is v.type else join(t, v.type)  # (types are interned)
+                maybe = maybe or v in maybe_set
+            results.append(self.new_result(op, t, maybe))
         return results
 
 
