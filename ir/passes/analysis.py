@@ -68,19 +68,27 @@ def region_refs(r: Region) -> set:
     return {o.attrs["blob"] for o in r.walk() if o.name in BLOB_OPS}
 
 
-def volatile_blobs(module: Module) -> set:
+def volatile_blobs(module: Module, ops=None) -> set:
     """Blobs that code running concurrently with other code may touch.
 
     Such blobs keep every load and store: another task, a sibling parallel region,
     another instance (when shared) or a reporter may read or write them meanwhile.
+    ``ops``: the module walked, when the caller has it at hand.
     """
     out: set = set()
-    for g in module.body.ops:
+    body = module.body.ops
+    for g in body:
         if g.name != "group":
             continue
         existing = {str(s) for s in g.attrs.get("existing", [])}
-        inside = g.walk()
-        tasks = [t for t in inside if t.name == "task"]
+        # a module of one group: the module's walk is the module op, then the group's
+        inside = ops[1:] if ops is not None and len(body) == 1 else g.walk()
+        tasks, plans = [], []
+        for op in inside:
+            if op.name == "task":
+                tasks.append(op)
+            elif op.name in ("parallel", "reporting"):
+                plans.append(op)
         # the blobs of each task, only when there are two to share them (a walk of each)
         refs = [set().union(*(region_refs(r) for r in t.regions)) for t in tasks] if len(tasks) > 1 else []
         for i in range(len(refs)):
@@ -88,9 +96,8 @@ def volatile_blobs(module: Module) -> set:
                 out |= refs[i] & refs[j]
         for t in tasks:
             out |= _task_shared(t, existing)
-        for op in inside:
-            if op.name in ("parallel", "reporting"):
-                out |= _plan_shared(op, existing)
+        for op in plans:
+            out |= _plan_shared(op, existing)
     return out
 
 
@@ -133,9 +140,10 @@ def _outside_scopes(r: Region) -> set:
     return out
 
 
-def isolated_regions(module: Module):
-    """Regions that start with an empty view of SSA values: group and task phases, plan ops."""
-    for op in module.walk():
+def isolated_regions(module: Module, ops=None):
+    """Regions that start with an empty view of SSA values: group and task phases, plan ops
+    (``ops``: the module walked, when the caller has it at hand)."""
+    for op in module.walk() if ops is None else ops:
         if op.name in ("group", "task") or op.name in PLAN_OPS:
             yield from op.regions
 

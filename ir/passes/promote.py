@@ -87,7 +87,8 @@ def _kind(op: Operation) -> int:
 
 class _Forwarder:
     def __init__(self, module: Module, carry: bool):
-        self.volatile = volatile_blobs(module)
+        self.walked = module.walk()  # (asked twice before any op changes)
+        self.volatile = volatile_blobs(module, self.walked)
         self.maybe: set = set()  # values that may be 'unset' (from optional loads)
         self.carry_enabled = carry
         # ops whose operand types may no longer be those their types were inferred from
@@ -104,7 +105,8 @@ class _Forwarder:
         self.replaced: dict = {}
 
     def run(self, module: Module) -> None:
-        for r in list(isolated_regions(module)):
+        regions, self.walked = list(isolated_regions(module, self.walked)), None
+        for r in regions:
             self.region(r)
 
     def region(self, r: Region, lazy: bool = False) -> None:
@@ -522,9 +524,13 @@ def drop_invariant_carried(module: Module, ops=None, stale=None) -> None:
         exits = [(o, 1 if o.name == "break_if" else 0) for o in body.ops if o.name in ("yield", "break_if")]
         if not exits:
             continue
+        args = body.args
         for k in reversed(range(len(op.results))):
-            arg = body.args[skip + k]
-            if all(e.operands[at + k] is arg for e, at in exits):
+            arg = args[skip + k]
+            for e, at in exits:
+                if e.operands[at + k] is not arg:
+                    break
+            else:  # every exit passes it on
                 init = op.operands[skip + k]
                 if init.type != arg.type:
                     continue
