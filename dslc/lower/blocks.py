@@ -102,8 +102,7 @@ class Block:
         if v is None:
             self._check_not_branch_local(key, loc)
             after = key in self.ctx.stored
-            v = self.b.value("load", attrs={"blob": Symbol(key)}, result_types=[self.ctx.blob_type(key)],
-                             loc=loc, hints=[hint(key)])
+            v = self.b.load(key, self.ctx.blob_type(key), loc, hint(key))
             self.ctx.loads.append((key, v, loc, after))
             self.env[key] = v
         return v
@@ -134,10 +133,10 @@ class Block:
             self.dirty[key] = loc
 
     def flush(self) -> None:
-        env, create, note_store = self.env, self.b.create, self.ctx.note_store
+        env, store, note_store = self.env, self.b.store, self.ctx.note_store
         for key, loc in self.dirty.items():
             v = env[key]
-            create("store", [v], {"blob": Symbol(key)}, loc=loc)
+            store(v, key, loc)
             note_store(key, v.type)
         self.dirty.clear()
 
@@ -156,7 +155,7 @@ class Block:
     def const(self, value, loc):
         arr = np.asarray(value)
         arr.setflags(write=False)
-        return self.b.value("Const", attrs={"value": arr}, loc=loc)
+        return self.b.const(arr, loc)
 
     def create(self, name, operands, attrs=None, loc=None, result_types=None, n_results=None,
                regions=(), hints=None):
