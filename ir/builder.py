@@ -16,8 +16,9 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
             regions=(), loc: Location = UNKNOWN_LOC, hints=None) -> Operation:
     """A new, unattached op; errors carry ``loc``.
 
-    Result types come from the declaration's inference; ops whose inference returns
-    None (load, if) take ``result_types`` from the caller.
+    Its attributes and arity are checked. Result types come from the declaration's
+    inference; ops without one (load) or whose inference returns None (if) take
+    ``result_types`` from the caller.
     """
     opdef = OPS.get(name)
     if opdef is None:
@@ -26,11 +27,13 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
         full = opdef.full_attrs(attrs) if attrs or opdef.attrs else {}  # most ops: none at all
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
-        inferred = None
-        if opdef.infer is not None:
+        if opdef.infer is not None:  # (inferred checks the arity)
             types = [v.type for v in operands] if operands else []
             # (no attributes given: the defaults, which the remembered answer's key leaves out)
             inferred = opdef.inferred(types, full, n_results, not attrs)
+        else:
+            opdef.check_arity(len(operands), n_results)
+            inferred = None
         if inferred is None:
             if result_types is None and n_results == 0:
                 result_types = []

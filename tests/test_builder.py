@@ -61,3 +61,12 @@ def test_remembered_inference_still_checks_the_counts():
             make_op("Add", [x])
         with pytest.raises(VerifyError, match="Add produces 1 output, got 2"):
             make_op("Add", [x, x], n_results=2)
+
+
+def test_make_op_checks_the_arity_of_ops_without_inference():
+    # (verify trusts built ops for it: lowering's module is verified with built=True)
+    b = Builder(Region())
+    x = _const(b, 1.0)
+    with pytest.raises(VerifyError, match="load takes 0 inputs, got 1") as e:
+        make_op("load", [x], {"blob": "w"}, result_types=[x.type], loc=LOC)
+    assert e.value.loc == LOC
