@@ -87,14 +87,16 @@ class Builder:
         """``store @blob(value)``: no results (its inference gives none, whatever it stores)."""
         op = Operation(_STORE, (value,), (), None, (), loc)
         op.attrs = {"blob": Symbol(blob)}
-        self._append(op)
+        op.parent = region = self.region  # (Region.append, inline)
+        region.ops.append(op)
         return op
 
     def load(self, blob: str, result_type, loc: Location, hint: str | None = None) -> Value:
         """``load @blob : result_type``: a load has no inference, its creator gives the type."""
         op = Operation(_LOAD, (), (result_type,), None, (), loc, (hint,) if hint is not None else None)
         op.attrs = {"blob": Symbol(blob), "optional": 0}
-        self._append(op)
+        op.parent = region = self.region  # (Region.append, inline)
+        region.ops.append(op)
         return op.results[0]
 
     def const(self, array, loc: Location) -> Value:
@@ -103,12 +105,9 @@ class Builder:
         attrs = {"value": array}
         op = Operation(_CONST, (), _CONST.infer((), attrs, 1), None, (), loc)
         op.attrs = attrs
-        self._append(op)
-        return op.results[0]
-
-    def _append(self, op: Operation) -> None:
-        op.parent = region = self.region
+        op.parent = region = self.region  # (Region.append, inline)
         region.ops.append(op)
+        return op.results[0]
 
 
 _STORE, _LOAD, _CONST = OPS["store"], OPS["load"], OPS["Const"]

@@ -94,18 +94,20 @@ class _Verifier:
         visible, plain = self.visible, self.plain
         visible.update(r.args)
         ops = r.ops
-        last = len(ops) - 1
-        for i, op in enumerate(ops):
+        last = ops[-1] if ops else None
+        defined = []  # the values of the region's ops, to forget after it
+        for op in ops:
             if not visible.issuperset(op.operands):
                 self.undefined_operand(op)
             if op.regions or op.name not in plain:
-                self.in_region(op, i == last)
-            visible.update(op.results)
+                self.in_region(op, op is last)
+            results = op.results
+            if results:  # (stores, most ops after lowering, have none)
+                visible.update(results)
+                defined += results
         if forget:
             visible.difference_update(r.args)
-            for op in ops:
-                if op.results:
-                    visible.difference_update(op.results)
+            visible.difference_update(defined)
 
     def in_region(self, op: Operation, is_last: bool) -> None:
         """The checks on ``op`` of a region beyond its operands' visibility."""

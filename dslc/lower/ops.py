@@ -17,7 +17,10 @@ from .kept import kept_values
 def lower_op(blk: Block, rec: OpRecord) -> None:
     """Append the IR for ``rec`` to ``blk``: reads, the op, then its outputs as writes."""
     try:
-        if _PLAIN.get(rec.type) or _is_plain(rec.type):
+        plain = _PLAIN.get(rec.type)
+        if plain is None:
+            plain = _is_plain(rec.type)
+        if plain:
             loc = rec.loc
             read = blk.read
             inputs = [read(n, loc) for n in rec.inputs]
