@@ -7,6 +7,8 @@ the op table is the single source of arity, attribute and type rules.
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from .core import Operation, Region, Symbol, Value
 from .diagnostics import UNKNOWN_LOC, DSLError, Location, VerifyError
 from .opdef import OPS
@@ -28,7 +30,7 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
         if opdef.infer is not None:  # (inferred checks the arity)
-            types = [v.type for v in operands] if operands else []
+            types = tuple(map(_TYPE, operands))  # (map: no comprehension frame per op)
             # (no attributes given: the defaults, which the remembered answer's key leaves out)
             inferred = opdef.inferred(types, full, n_results, not attrs)
         else:
@@ -111,3 +113,4 @@ class Builder:
 
 
 _STORE, _LOAD, _CONST = OPS["store"], OPS["load"], OPS["Const"]
+_TYPE = attrgetter("type")

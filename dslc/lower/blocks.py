@@ -22,7 +22,7 @@ _AUTO = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")
 
 def hint(name: str) -> str | None:
     """A readable SSA name for a blob: its last path part, unless it was auto-generated."""
-    return _hint_of(name[name.rfind("/") + 1:])
+    return _hint_of(name.rpartition("/")[2])
 
 
 @functools.lru_cache(maxsize=1 << 12)

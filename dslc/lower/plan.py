@@ -61,7 +61,7 @@ class LowerContext:
 
     def note_store(self, name: str, t) -> None:
         old = self.stored.get(name)
-        self.stored[name] = t if old is None else join(old, t)
+        self.stored[name] = t if old is None or old is t else join(old, t)  # (types are interned)
 
     def fresh_tag(self, kind: str) -> str:
         self._tags += 1
