@@ -148,30 +148,39 @@ class OpDef:
         raise VerifyError(f"{self.name} has no argument {bad!r}",
                           hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
 
-    def inferred(self, types, attrs: dict, n_results: int):
-        """``infer(types, attrs, n_results)`` as a tuple (None if the creator gives them).
+    def inferred(self, types, attrs: dict, n_results: int, defaults: bool = False):
+        """``infer(types, attrs, n_results)`` as a tuple (None if the creator gives them),
+        after ``check_arity``.
 
         Type inference is a pure function of its arguments, so the answer is remembered
-        when the attributes are plain scalars (the key holds each value's class too:
-        ``1``, ``1.0`` and ``True`` are equal in Python but not to inference). Types are
+        when the attributes are the declaration's defaults (``defaults``: the key then
+        leaves them out) or plain scalars (the key holds each value's class too: ``1``,
+        ``1.0`` and ``True`` are equal in Python but not to inference). Types are
         interned (``ir.types``), so a tuple of them hashes and compares by identity, in C.
-        Errors are not remembered: they are raised again on every call.
+        The arity is checked only when the answer is not remembered: the key holds the
+        operand and result counts, and only checked answers are kept. Errors are not
+        remembered: they are raised again on every call.
         """
-        if attrs:
+        if defaults or not attrs:  # most ops: a short key
+            key = (self.name, n_results, tuple(types))
+        else:
             classes = tuple(map(type, attrs.values()))
             if not _PLAIN.issuperset(classes):  # e.g. Const's array: not a key
-                return _as_tuple(self.infer(list(types), attrs, n_results))
+                return self._checked_infer(types, attrs, n_results)
             key = (self.name, n_results, tuple(types), tuple(attrs.items()), classes)
-        else:  # most ops: no attributes, a shorter key
-            key = (self.name, n_results, tuple(types))
         hit = _INFERRED.get(key, _INFERRED)  # (the table itself: a default no entry holds)
         if hit is not _INFERRED:
             return hit
-        out = _as_tuple(self.infer(list(types), attrs, n_results))
+        out = self._checked_infer(types, attrs, n_results)
         if len(_INFERRED) >= _INFERRED_MAX:
             _INFERRED.clear()
         _INFERRED[key] = out
         return out
+
+    def _checked_infer(self, types, attrs: dict, n_results: int):
+        """``check_arity``, then ``infer`` (as a tuple; None stays None)."""
+        self.check_arity(len(types), n_results)
+        return _as_tuple(self.infer(list(types), attrs, n_results))
 
 
 def _as_tuple(types):

@@ -19,9 +19,9 @@ def verify(module: Module, built: bool = False) -> None:
 
     ``built``: every op was made by ``make_op`` and none has changed since (no operand,
     result type or attribute), as after lowering. ``make_op`` already checked each op's
-    attributes, and the arity and result types of ops with type inference; for those,
-    only what it cannot see is checked: where values are used, regions, placement and
-    control-flow structure.
+    arity and attributes, and the result types of ops with type inference; only what it
+    cannot see is checked: where values are used, regions, placement and control-flow
+    structure.
     """
     if module.op.name != "module":
         raise VerifyError("the top-level op must be a module", module.op.loc)
@@ -48,7 +48,7 @@ class _Verifier:
     def checked(self, op: Operation) -> None:
         """The checks on ``op`` other than its operands' visibility, then its regions."""
         d = op.opdef
-        if not self.built or d.infer is None:  # make_op checks arity only with inference
+        if not self.built:
             self.declaration(op)
         if op.regions or _structured(d):
             self.structure(op)
@@ -94,18 +94,20 @@ class _Verifier:
         visible, plain = self.visible, self.plain
         visible.update(r.args)
         ops = r.ops
-        last = len(ops) - 1
-        for i, op in enumerate(ops):
+        last = ops[-1] if ops else None
+        defined = []  # the values of the region's ops, to forget after it
+        for op in ops:
             if not visible.issuperset(op.operands):
                 self.undefined_operand(op)
             if op.regions or op.name not in plain:
-                self.in_region(op, i == last)
-            visible.update(op.results)
+                self.in_region(op, op is last)
+            results = op.results
+            if results:  # (stores, most ops after lowering, have none)
+                visible.update(results)
+                defined += results
         if forget:
             visible.difference_update(r.args)
-            for op in ops:
-                if op.results:
-                    visible.difference_update(op.results)
+            visible.difference_update(defined)
 
     def in_region(self, op: Operation, is_last: bool) -> None:
         """The checks on ``op`` of a region beyond its operands' visibility."""
@@ -208,7 +210,7 @@ def _only_operands(op: Operation) -> bool:
     (its name is remembered in _PLAIN_WHEN_BUILT when it does and is no terminator:
     declarations do not change)."""
     d = op.opdef
-    if d.infer is not None and not _structured(d):
+    if not _structured(d):
         if TERMINATOR not in d.traits:
             _PLAIN_WHEN_BUILT.add(d.name)
         return True

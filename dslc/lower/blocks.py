@@ -20,10 +20,14 @@ from dslc.ir.passes.analysis import is_barrier
 _AUTO = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def hint(name: str) -> str | None:
     """A readable SSA name for a blob: its last path part, unless it was auto-generated."""
-    base = name.rsplit("/", 1)[-1]
+    return _hint_of(name.rpartition("/")[2])
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _hint_of(base: str) -> str | None:
+    # (remembered by last part: blob names are mostly unique, their last parts are not)
     if not base or _AUTO.match(base) or base.startswith("stop_blob"):
         return None
     return base
@@ -96,14 +100,15 @@ class Block:
     def read(self, name: str, loc):
         if name in self.iters:
             return self.iters[name]
-        # (self.key inlined: a read or write per recorded blob name)
+        # (self.key and self.lookup inlined: a read or write per recorded blob name)
         key = self.scope.resolve(name, False, loc) if self.scope else name
-        v = self.lookup(key)
+        v = self.env.get(key)
+        if v is None and self.inherited is not None and key not in self.hidden:
+            v = self.inherited.lookup(key)
         if v is None:
             self._check_not_branch_local(key, loc)
             after = key in self.ctx.stored
-            v = self.b.value("load", attrs={"blob": Symbol(key)}, result_types=[self.ctx.blob_type(key)],
-                             loc=loc, hints=[hint(key)])
+            v = self.b.load(key, self.ctx.blob_type(key), loc, hint(key))
             self.ctx.loads.append((key, v, loc, after))
             self.env[key] = v
         return v
@@ -134,16 +139,16 @@ class Block:
             self.dirty[key] = loc
 
     def flush(self) -> None:
-        env, create, note_store = self.env, self.b.create, self.ctx.note_store
+        env, store, note_store = self.env, self.b.store, self.ctx.note_store
         for key, loc in self.dirty.items():
             v = env[key]
-            create("store", [v], {"blob": Symbol(key)}, loc=loc)
+            store(v, key, loc)
             note_store(key, v.type)
         self.dirty.clear()
 
     def forget(self, op=None) -> None:
         """Drop forwarded values (of the blobs ``op`` writes, or all): later reads load again."""
-        written = None if op is None else _stored_inside(op)
+        written = None if op is None else _stored_inside(op, self.ctx.stored_inside)
         if written is None:
             self.env = {k: v for k, v in self.env.items() if k in self.dirty}
             self.inherited = None
@@ -156,23 +161,40 @@ class Block:
     def const(self, value, loc):
         arr = np.asarray(value)
         arr.setflags(write=False)
-        return self.b.value("Const", attrs={"value": arr}, loc=loc)
+        return self.b.const(arr, loc)
 
     def create(self, name, operands, attrs=None, loc=None, result_types=None, n_results=None,
                regions=(), hints=None):
         return self.b.create(name, operands, attrs, result_types, n_results, regions, loc, hints)
 
 
-def _stored_inside(op) -> set | None:
-    """The blobs stored anywhere inside ``op``; None if it may write any blob."""
-    if op.name in ("parallel", "scope", "reporting"):
-        return None
+def _stored_inside(op, known: dict) -> set | None:
+    """The blobs stored anywhere inside ``op``; None if it may write any blob.
+
+    ``known`` holds the answers for ops already asked. The lowering asks about each
+    structured op once it is complete, inner ones first: each region is walked once,
+    not once per enclosing op.
+    """
+    if op in known:
+        return known[op]
+    written = None if op.name == "Python" or is_barrier(op) else _stored_in_regions(op, known)
+    known[op] = written
+    return written
+
+
+def _stored_in_regions(op, known: dict) -> set | None:
     written = set()
-    for o in op.walk():
-        if o.name == "store":  # (not a barrier: no need to ask)
-            written.add(o.attrs["blob"])
-        elif o.name == "Python" or is_barrier(o):
-            return None
+    for r in op.regions:
+        for o in r.ops:
+            if o.name == "store":  # (not a barrier: no need to ask)
+                written.add(o.attrs["blob"])
+            elif o.regions:
+                inner = _stored_inside(o, known)
+                if inner is None:
+                    return None
+                written |= inner
+            elif o.name == "Python" or is_barrier(o):
+                return None
     return written
 
 

@@ -17,13 +17,18 @@ from .kept import kept_values
 def lower_op(blk: Block, rec: OpRecord) -> None:
     """Append the IR for ``rec`` to ``blk``: reads, the op, then its outputs as writes."""
     try:
-        if _PLAIN.get(rec.type) or _is_plain(rec.type):
+        plain = _PLAIN.get(rec.type)
+        if plain is None:
+            plain = _is_plain(rec.type)
+        if plain:
             loc = rec.loc
             read = blk.read
             inputs = [read(n, loc) for n in rec.inputs]
             # the Builder directly (not Block.create): most recorded ops pass here
             op = blk.b.create(rec.type, inputs, rec.args, None, len(rec.outputs), (), loc)
-            _write(blk, rec, op.results)
+            write = blk.write
+            for name, v in zip(rec.outputs, op.results):  # (_write inlined)
+                write(name, v, loc)
         else:
             _lower_special(blk, rec)
     except DSLError as e:
@@ -98,16 +103,14 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
     if rec.inputs:
         raise VerifyError(f"{rec.type} with an input (shape from a tensor) is not supported", rec.loc,
                           "give the shape as shape=[...]")
-    args = dict(rec.args)
-    values = args.pop("values", [])
-    shape = args.pop("shape", None)
-    if args.pop("extra_shape", None):
+    args = rec.args
+    if args.get("extra_shape"):
         raise VerifyError(f"{rec.type} extra_shape needs an input (it extends the input's shape)",
                           rec.loc, "put every dim in shape=[...]")
-    code = args.pop("dtype", None)
-    if args:
-        raise VerifyError(f"{rec.type} has no argument {sorted(args)[0]!r}", rec.loc,
+    if not args.keys() <= _FILL_ARGS:
+        raise VerifyError(f"{rec.type} has no argument {sorted(args.keys() - _FILL_ARGS)[0]!r}", rec.loc,
                           "its arguments are: dtype, extra_shape, shape, values")
+    values, shape, code = args.get("values", []), args.get("shape"), args.get("dtype")
     dtype = FILL_ALIASES[rec.type]
     if code is not None and rec.type == "GivenTensorFill":
         dtype = NUMPY_DTYPES[dtype_from_code(rec.type, code)]
@@ -120,6 +123,9 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
     except ValueError:
         raise VerifyError(f"{rec.type}: {arr.size} values do not fill shape {shape}", rec.loc,
                           "give as many values as the shape has elements") from None
+
+
+_FILL_ARGS = frozenset({"dtype", "extra_shape", "shape", "values"})  # what _given_fill takes
 
 
 def _check_strings(rec: OpRecord, arr: np.ndarray) -> None:

@@ -36,6 +36,7 @@ class LowerContext:
         self.if_ran: dict = {}          # If chain -> SSA value "an earlier branch ran"
         self.opaque_writes = False      # a Python op with the workspace may write any blob
         self.ephemeral: set = set()     # blobs kept as SSA values only (If-chain conditions)
+        self.stored_inside: dict = {}   # structured op -> the blobs stored in it (Block.forget)
         self._tags = 0
 
     @property
@@ -60,7 +61,7 @@ class LowerContext:
 
     def note_store(self, name: str, t) -> None:
         old = self.stored.get(name)
-        self.stored[name] = t if old is None else join(old, t)
+        self.stored[name] = t if old is None or old is t else join(old, t)  # (types are interned)
 
     def fresh_tag(self, kind: str) -> str:
         self._tags += 1

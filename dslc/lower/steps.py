@@ -45,7 +45,7 @@ def lower_seq(blk: Block, items, in_loop: bool) -> None:
     i = 0
     while i < len(items):
         item = items[i]
-        end = _nestable_chain(blk, items, i)
+        end = _nestable_chain(blk, items, i) if isinstance(item, NetBuilder) else None
         if end is not None:
             _nested_chain(blk, items[i:end])
             i = end
@@ -243,8 +243,9 @@ def _nestable_chain(blk: Block, items, i: int):
             break
     if len(members) < 2 or not all(_pure_net(n) for n in nets):
         return None
+    nets = [n for n in nets if n._ops]  # (the net recorded between an If and its Else is empty)
     if not nets:
-        return j  # no Elif condition nets (If/Else): nothing to move into a branch
+        return j  # no Elif condition ops (If/Else): nothing to move into a branch
     written = names_written(members)
     reads = Counter(name for n in nets for op in n._ops for name in op.inputs)
     reads.update(m.cond for m in members if m.cond is not None)
