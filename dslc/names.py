@@ -16,11 +16,15 @@ _step_count = [0]
 
 def unique_net_name(prefix: str, requested) -> str:
     """``prefix/requested`` (either part may be empty; both: ``net``), made unique."""
-    requested = "" if requested is None else str(requested)
-    base = f"{prefix}/{requested}" if prefix and requested else prefix or requested or "net"
+    if requested is None:  # (the common case: a builder's next net)
+        base = prefix or "net"
+    else:
+        requested = str(requested)
+        base = f"{prefix}/{requested}" if prefix and requested else prefix or requested or "net"
     with _lock:
-        name, k = base, _next_suffix.get(base, 1)
+        name = base
         if name in _net_names:
+            k = _next_suffix.get(base, 1)
             name = f"{base}_{k}"
             while name in _net_names:
                 k += 1

@@ -594,7 +594,13 @@ class Operations:
 class _OfCurrentNet(core.GetattrShortcut):
     """``ops.<Op>``: the current net's ``<Op>``, looked up at each access (as Operations.__getattr__)."""
 
-    __slots__ = ()
+    __slots__ = ("records",)
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        # Whether a plain Net records ``name`` through an _OpRecorder (not a method such as Const):
+        # then the recording function is made here, without looking the name up on the net.
+        self.records = isinstance(vars(Net).get(name), core._OpRecorder)
 
     def __get__(self, ops_, owner=None):
         if ops_ is None:
@@ -605,6 +611,8 @@ class _OfCurrentNet(core.GetattrShortcut):
         net = builder._current_net
         if net is None or builder._frozen:  # current_net(), inlined for its common case
             net = builder.current_net()
+        if self.records and type(net) is Net:
+            return net._recorder(self.name)
         return getattr(net, self.name)
 
 

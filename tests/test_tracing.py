@@ -84,3 +84,24 @@ def test_ops_outside_a_builder_fails_at_the_access():
     with pytest.raises(NoBuilderError) as err:
         ops.Abs  # @outside
     M.assert_error_at(err.value, "outside", "no active NetBuilder")
+
+
+def test_parts_a_net_fills_on_first_use_are_its_own():
+    first, second = Net("first"), Net("second")
+    first.add_attribute("key", "value")
+    first.AddExternalOutput("out")
+    assert str(first.NextBlob("b")) == "b"
+    assert second.get_attributes("key") == [] and second.external_outputs() == []
+    assert str(second.NextBlob("b")) == "b"
+    assert first.get_attributes("key") == ["value"] and first.external_outputs() == ["out"]
+
+
+def test_ops_records_into_a_net_subclass_added_to_the_builder():
+    class Logged(Net):
+        def __getattr__(self, op_type):
+            return lambda *args, **kwargs: ("logged", op_type)
+
+    with Task():
+        ops.Mul(["a", "b"])  # Mul is now a class attribute of ops and of Net
+        ops.net(Logged("l"))
+        assert ops.Mul(["a", "b"]) == ("logged", "Mul")
