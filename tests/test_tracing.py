@@ -9,6 +9,7 @@ outside any builder.
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -105,3 +106,23 @@ def test_ops_records_into_a_net_subclass_added_to_the_builder():
         ops.Mul(["a", "b"])  # Mul is now a class attribute of ops and of Net
         ops.net(Logged("l"))
         assert ops.Mul(["a", "b"]) == ("logged", "Mul")
+
+
+def test_a_name_scope_in_one_thread_leaves_other_threads_unscoped():
+    entered, done = threading.Event(), threading.Event()
+
+    def scoped():
+        with NameScope("t"):
+            entered.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=scoped)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        net = Net("n")
+        assert str(net.Add(["a", "b"])) == "n/Add"
+        assert net.ops()[0].inputs == ("a", "b")
+    finally:
+        done.set()
+        thread.join()
