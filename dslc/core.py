@@ -26,7 +26,7 @@ FILL_ALIASES = {
     "GivenTensorBoolFill": np.bool_, "GivenTensorStringFill": np.object_,
 }
 ALIASES = frozenset(FILL_ALIASES)
-_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+_INT32, _INT64, _FLOAT32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
 SPECIAL_ARGS = ("name", "engine", "device_option", "control_input")
 
 
@@ -55,10 +55,13 @@ class _ScopeState(threading.local):
 
 
 _scope = _ScopeState()
+# Whether a NameScope ever set a non-empty prefix. Until then every thread's prefix is "",
+# and recording skips reading it: a thread-local read costs as much as a dict lookup or two.
+_scope_used = False
 
 
 def CurrentNameScope() -> str:
-    return _scope.prefix
+    return _scope.prefix if _scope_used else ""
 
 
 class NameScope:
@@ -69,9 +72,13 @@ class NameScope:
         self.reset = reset
 
     def __enter__(self):
+        global _scope_used
         self.saved = CurrentNameScope()
         base = "" if self.reset else self.saved
-        _scope.prefix = base + (str(self.prefix) + "/" if self.prefix else "")
+        prefix = base + (str(self.prefix) + "/" if self.prefix else "")
+        if prefix:
+            _scope_used = True
+        _scope.prefix = prefix
         return self
 
     def __exit__(self, *exc):
@@ -80,7 +87,7 @@ class NameScope:
 
 
 def ScopedName(name: str) -> str:
-    return _scope.prefix + name
+    return CurrentNameScope() + name
 
 
 def ScopedBlobReference(name, net=None) -> "BlobReference":
@@ -198,6 +205,17 @@ class BlobReference:
         return chained
 
 
+_new_object = object.__new__
+
+
+def _blob_ref(name: str, net) -> BlobReference:
+    """``BlobReference(name, net)`` for a ``name`` known to be a str (recording makes one per output)."""
+    ref = _new_object(BlobReference)  # (skips __init__'s str(): a call less per op)
+    ref._name = name
+    ref._from_net = net
+    return ref
+
+
 # ----------------------------------------------------------------------------- nets
 
 
@@ -213,13 +231,15 @@ class OpRecord:
     extra: dict = field(default_factory=dict)  # name, engine, device_option: kept, unused
 
 
-def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> list[str]:
+def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> tuple[str, ...]:
     """The names of an op's ``role`` blobs ("inputs", "outputs"); strings get the NameScope ``scope``."""
-    if blobs is None:
-        return []
-    if isinstance(blobs, (str, BlobReference)):
+    if isinstance(blobs, (list, tuple)):  # the common case first (the kinds tested are disjoint)
+        pass
+    elif isinstance(blobs, (str, BlobReference)):
         blobs = [blobs]
-    elif not isinstance(blobs, (list, tuple)):
+    elif blobs is None:
+        return ()
+    else:
         raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(blobs).__name__}",
                          loc, "pass a BlobReference, a string, or a list of them")
     out = []
@@ -233,7 +253,7 @@ def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> list[str]:
         else:
             raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(b).__name__}",
                              loc, "make a constant with ops.Const(value) and pass its blob")
-    return out
+    return tuple(out)
 
 
 _NO_RESULTS: dict[str, bool] = {}  # declared op name -> whether it has no results (declarations never change)
@@ -283,12 +303,7 @@ class _OpRecorder(GetattrShortcut):
             return self
         if type(net) is not Net and self.overridden(net):
             return self.overridden(net)(net, self.name)
-        op_type = self.name
-
-        def recorder(inputs=None, outputs=None, **kwargs):
-            return net._record(op_type, inputs, outputs, kwargs, user_location())
-
-        return recorder
+        return net._recorder(self.name)
 
 
 def _special_args(op_type: str, args: dict) -> dict:
@@ -301,22 +316,25 @@ def _special_args(op_type: str, args: dict) -> dict:
 class Net:
     """A recorded network: ops in order, plus the names it produces and reads."""
 
-    def __init__(self, name_or_proto=None, inplace=False):
-        if isinstance(name_or_proto, Net):
-            src, requested = name_or_proto, name_or_proto._name
-        else:
-            src, requested = None, name_or_proto
-        self._name = names.unique_net_name(_builder_prefix(), requested)
+    # Parts most nets never use start as these class-level defaults (a task makes a net per
+    # block, most with a few ops); the first write gives the net its own.
+    _external_outputs: list[str] | tuple = ()
+    _registered: set[str] | None = None  # names NextBlob handed out
+    _attributes: dict[str, list] | None = None
+    _input_record = None
+    _output_record = None
+    _next_blob = 0
+    _next_index: dict[tuple, int] | None = None  # (scope, base, suffix) -> where _next_name's scan resumes
+
+    def __init__(self, name_or_proto=None, inplace=False, _prefix=None):
+        # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
+        src = name_or_proto if isinstance(name_or_proto, Net) else None
+        requested = name_or_proto if src is None else src._name
+        prefix = _builder_prefix() if _prefix is None else _prefix
+        self._name = names.unique_net_name(prefix, requested)
         self._ops: list[OpRecord] = []
         self._produced: set[str] = set()
         self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
-        self._external_outputs: list[str] = []
-        self._registered: set[str] = set()
-        self._attributes: dict[str, list] = {}
-        self._input_record = None
-        self._output_record = None
-        self._next_blob = 0
-        self._next_index: dict[tuple, int] = {}  # (scope, base, suffix) -> where _next_name's scan resumes
         if src is not None:
             self.AppendNet(src)
 
@@ -342,7 +360,7 @@ class Net:
         ``NextName('Fill', 0)`` -> ``local/task/Fill:0`` (then ``Fill_2:0``). The caller
         adds the NameScope; candidates are checked with it, as Caffe2 does.
         """
-        return self._next_name(prefix, output_id, _scope.prefix)
+        return self._next_name(prefix, output_id, CurrentNameScope())
 
     def _next_name(self, prefix, output_id, scope: str) -> str:
         """``NextName`` under the NameScope ``scope`` (callers naming several outputs look it up once)."""
@@ -362,6 +380,8 @@ class Net:
             return candidate
         # The first free index from 2 up. Names are never undefined, so the scan resumes
         # where the last one for these parts stopped (from 2 each time it was quadratic).
+        if self._next_index is None:
+            self._next_index = {}
         key = (scope, base, suffix)
         index = self._next_index.get(key, 2)
         while True:
@@ -375,7 +395,7 @@ class Net:
 
     def _reserve(self, prefix, output_id=None) -> str:
         """Take an auto name as if an op produced it (keeps later auto names in step with Caffe2)."""
-        scope = _scope.prefix
+        scope = CurrentNameScope()
         name = scope + self._next_name(prefix, output_id, scope)
         self._produced.add(name)
         return name
@@ -389,6 +409,8 @@ class Net:
         return BlobReference(self._next_registered(ScopedName(str(prefix))), self)
 
     def _next_registered(self, name: str) -> str:
+        if self._registered is None:
+            self._registered = set()
         candidate, k = name, 0
         while candidate in self._registered or self.BlobIsDefined(candidate):
             candidate = f"{name}_auto_{k}"
@@ -408,6 +430,8 @@ class Net:
     AddExternalInputs = AddExternalInput
 
     def AddExternalOutput(self, *outputs):
+        if not self._external_outputs:
+            self._external_outputs = []  # (the class default is an empty tuple)
         for b in outputs:
             for ref in (b if isinstance(b, (list, tuple)) else [b]):
                 if str(ref) not in self._external_outputs:
@@ -430,10 +454,12 @@ class Net:
 
     # --- attributes (setup blocks, report steps)
     def add_attribute(self, key, obj):
+        if self._attributes is None:
+            self._attributes = {}
         self._attributes.setdefault(key, []).append(obj)
 
     def get_attributes(self, key):
-        return self._attributes.get(key, [])
+        return self._attributes.get(key, []) if self._attributes else []
 
     # --- records (schema)
     def set_input_record(self, record):
@@ -466,30 +492,49 @@ class Net:
         setattr(Net, op_type, recorder)
         return recorder.__get__(self)
 
+    def _recorder(self, op_type):
+        """What ``net.<op_type>`` gives: a function recording ``op_type`` here, located at its caller."""
+
+        def recorder(inputs=None, outputs=None, **kwargs):
+            # (depth 2: the search for the user's frame starts at recorder's caller)
+            return self._record(op_type, inputs, outputs, kwargs, user_location(2))
+
+        return recorder
+
     def _record(self, op_type, inputs, outputs, args, loc):
-        scope = _scope.prefix
+        """Record an ``op_type`` op; returns its output's reference, a tuple of them, or None.
+
+        ``outputs``: names or references, a count (auto names ``<net>/<op>:<i>``), or None
+        (one auto name ``<net>/<op>``, none for an op declared without results).
+        """
+        scope = _scope.prefix if _scope_used else ""  # CurrentNameScope(), inlined: this runs per op
         produced = self._produced
-        ins = [] if inputs is None else _blob_names(inputs, op_type, "inputs", loc, scope)
-        for name in ins:
-            if name not in produced:
-                self._external_inputs.setdefault(name)
+        if inputs is None:
+            ins = ()
+        else:
+            ins = _blob_names(inputs, op_type, "inputs", loc, scope)
+            external = self._external_inputs
+            for name in ins:
+                if name not in produced:
+                    external[name] = None  # (an ordered set: an existing key keeps its place)
         if outputs is None:
             no_results = _NO_RESULTS.get(op_type)  # _has_no_results(), inlined: this runs for every op
             if no_results is None:
                 no_results = _has_no_results(op_type)
-            outs = [] if no_results else [scope + self._next_name(op_type, None, scope)]
+            outs = () if no_results else (scope + self._next_name(op_type, None, scope),)
         elif isinstance(outputs, int) and not isinstance(outputs, bool):
             outs = []
             for i in range(outputs):
                 outs.append(scope + self._next_name(op_type, i, scope))
+            outs = tuple(outs)
         else:
             outs = _blob_names(outputs, op_type, "outputs", loc, scope)
         extra = {} if not args or args.keys().isdisjoint(SPECIAL_ARGS) else _special_args(op_type, args)
-        self._ops.append(OpRecord(op_type, tuple(ins), tuple(outs), args, loc, extra))
+        self._ops.append(OpRecord(op_type, ins, outs, args, loc, extra))
         produced.update(outs)
         if len(outs) == 1:
-            return BlobReference(outs[0], self)
-        return tuple(BlobReference(n, self) for n in outs) if outs else None
+            return _blob_ref(outs[0], self)
+        return tuple([_blob_ref(n, self) for n in outs]) if outs else None
 
     def Const(self, array, blob_out=None, dtype=None):
         """Record a constant: a Python bool is a bool scalar, an int int64, a float float32.
@@ -498,7 +543,7 @@ class Net:
         type, str is a string tensor, bool arrays are bool, and everything else
         (floats, and other integer widths such as uint8) becomes float32.
         """
-        loc = user_location()
+        loc = user_location(2)  # (from Const's caller)
         if isinstance(array, bool):
             return self._record("ConstantFill", None, blob_out or 1,
                                 {"dtype": DataType.BOOL, "value": array}, loc)
@@ -508,7 +553,11 @@ class Net:
             raise TraceError(f"Const cannot make a tensor of {array!r}: {e}", loc) from None
         dt = arr.dtype
         kind = dt.kind
-        if kind in "USO":
+        if dt is _INT64:  # the common dtypes first, by identity: numpy shares their dtype objects
+            op = "GivenTensorInt64Fill"
+        elif dt is _FLOAT32:
+            op = "GivenTensorFill"
+        elif kind in "USO":
             op, arr = "GivenTensorStringFill", arr.astype(object)
         elif dt == _INT32:  # (a dtype object: comparing with np.int32 converts it on every call)
             op = "GivenTensorIntFill"
@@ -576,8 +625,8 @@ class Net:
             new._produced.update(remap.get(b, b) for b in op.outputs)
         new._external_inputs = dict.fromkeys(remap.get(b, b) for b in self._external_inputs)
         new._external_outputs = [remap.get(b, b) for b in self._external_outputs]
-        for key, objs in self._attributes.items():
-            new._attributes[key] = list(objs)
+        if self._attributes:
+            new._attributes = {key: list(objs) for key, objs in self._attributes.items()}
         if keep_schema:
             new._input_record, new._output_record = self._input_record, self._output_record
         return new
@@ -598,8 +647,9 @@ def is_operator(op_type: str) -> bool:
 
 
 def _builder_prefix() -> str:
+    """The name of the innermost open NetBuilder ("" if none): a new net's name starts with it."""
     nb = _net_builder_class().current(required=False)
-    return nb.name if nb is not None and nb.name else ""
+    return nb.name or "" if nb is not None else ""
 
 
 @functools.cache

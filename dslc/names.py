@@ -16,17 +16,24 @@ _step_count = [0]
 
 def unique_net_name(prefix: str, requested) -> str:
     """``prefix/requested`` (either part may be empty; both: ``net``), made unique."""
-    requested = "" if requested is None else str(requested)
-    base = f"{prefix}/{requested}" if prefix and requested else prefix or requested or "net"
-    with _lock:
-        name, k = base, _next_suffix.get(base, 1)
+    if requested is None:  # (the common case: a builder's next net)
+        base = prefix or "net"
+    else:
+        requested = str(requested)
+        base = f"{prefix}/{requested}" if prefix and requested else prefix or requested or "net"
+    _lock.acquire()  # (not `with`: this runs for every net, and acquire/release cost half as much)
+    try:
+        name = base
         if name in _net_names:
+            k = _next_suffix.get(base, 1)
             name = f"{base}_{k}"
             while name in _net_names:
                 k += 1
                 name = f"{base}_{k}"
             _next_suffix[base] = k + 1
         _net_names.add(name)
+    finally:
+        _lock.release()
     return name
 
 

@@ -31,14 +31,22 @@ class StopIf:
         return f"StopIf({self.cond})"
 
 
+_NO_NAMES = frozenset()
+
+
 class NetBuilder(Managed):
     """Records ops into nets inside a ``with`` block; nested blocks become children."""
 
     kind = "block"
+    # Every builder starts with these (class-level: blocks are made by the thousand).
+    _frozen = False
+    _current_net = None
+    _init_scope_cache = None
 
     def __init__(self, name=None, initial_scope=None, _stop_blob_required=False, _stop_blob=None,
-                 _fullname=None, _use_control_ops=False, _loc=None):
-        parent = NetBuilder.current(required=False)
+                 _fullname=None, _use_control_ops=False, _loc=None, _parent=None):
+        # (_parent: the current builder, when the subclass looked it up already)
+        parent = _parent or NetBuilder.current(required=False)
         if _fullname and name:
             raise TraceError("NetBuilder takes name or _fullname, not both", user_location(),
                              "pass name= (joined to the parent builder's name) or _fullname= (used as is)")
@@ -47,8 +55,6 @@ class NetBuilder(Managed):
         joined = "/".join(n for n in (parent_name, name) if n) if name else parent_name or ""
         self.name = _fullname or joined
         self._loc = _loc or user_location()  # subclasses that located the call already pass it
-        self._frozen = False
-        self._current_net = None
         self._children: list = []
         self._stop_blob = _stop_blob
         self._stop_blob_required = _stop_blob_required
@@ -58,8 +64,7 @@ class NetBuilder(Managed):
         # builder made tracing quadratic.
         self._scope_parent = parent
         self._scope_cut = len(parent._children) if parent is not None else 0
-        self._initial_scope = {str(b) for b in initial_scope} if initial_scope else set()
-        self._init_scope_cache = None
+        self._initial_scope = {str(b) for b in initial_scope} if initial_scope else _NO_NAMES
 
     def __str__(self):
         return self.name or "Un-named NetBuilder"
@@ -73,12 +78,19 @@ class NetBuilder(Managed):
             raise TraceError(f"builder {self} is closed; ops can no longer be added to it",
                              user_location(), "record ops inside its `with` block")
 
-    def current_net(self, name=None) -> Net:
+    def current_net(self, name=None, _innermost=False) -> Net:
+        """The net ops are recorded into now; a new one (named ``name``) if there is none or a name is given.
+
+        ``_innermost``: the caller knows this builder is the innermost open one, whose
+        name starts a new net's name (Net() would look it up again).
+        """
         net = self._current_net
         if net is None or name is not None or self._frozen:  # one test for the common case: runs per op
             if self._frozen:
                 self._assert_mutable()
-            net = self.add(Net(name))
+            net = Net(name, _prefix=self.name or "" if _innermost else None)
+            self._children.append(net)  # add(net), inlined: a Net passes all its checks
+            self._current_net = net
         return net
 
     def add(self, child):
@@ -197,20 +209,20 @@ class _Loop(NetBuilder):
 
     kind = "loop"
 
-    def __init__(self, iters=None, name=None):
-        loc = user_location()
+    def __init__(self, iters=None, name=None, _loc=None, _parent=None):
+        loc = _loc or user_location()
         if isinstance(iters, bool) or not (iters is None or isinstance(iters, (int, BlobReference))):
             raise TraceError(f"ops.loop needs an int or an int blob, got {type(iters).__name__}", loc,
                              "pass a Python int, an int64 blob, or nothing (then stop it with ops.stop_if)")
         if isinstance(iters, int) and iters < 0:
             raise TraceError(f"ops.loop count must be >= 0, got {iters}", loc,
                              "a loop cannot run a negative number of times")
-        parent = NetBuilder.current()
-        super().__init__(name, _stop_blob_required=iters is None, _loc=loc)
+        parent = _parent or NetBuilder.current()
+        super().__init__(name, _stop_blob_required=iters is None, _loc=loc, _parent=parent)
         self._count = iters
         self._iter = None
         if iters is not None:
-            net = parent.current_net()
+            net = parent.current_net(_innermost=True)
             net._reserve("GivenTensorInt64Fill", 0)  # the increment
             self._iter = BlobReference(net._reserve("GivenTensorInt64Fill", 0), net)
             if not isinstance(iters, BlobReference):
@@ -226,7 +238,7 @@ class _Loop(NetBuilder):
     def __enter__(self):
         super().__enter__()
         if self._count is not None:
-            net = self.current_net()
+            net = self.current_net(_innermost=True)
             net._reserve("GE")
             self._stop_blob = BlobReference(net._reserve("stop_blob"), net)
             self._current_net = None
@@ -257,18 +269,18 @@ class _RunIf(_RunOnce):
 
     kind = "if"
 
-    def __init__(self, cond=None, name=None, _chain=None, _branch="if", _loc=None):
+    def __init__(self, cond=None, name=None, _chain=None, _branch="if", _loc=None, _parent=None):
         loc = _loc or user_location()
         if _branch != "else" and not isinstance(cond, (BlobReference, str)):
             raise TraceError(f"ops.{'If' if _branch == 'if' else 'Elif'} needs a bool blob, "
                              f"got {type(cond).__name__}", loc,
                              "compute the condition with an op, e.g. ops.GE([x, ops.Const(5)])")
-        parent = NetBuilder.current()
-        super().__init__(name, _loc=loc)
+        parent = _parent or NetBuilder.current()
+        super().__init__(name, _loc=loc, _parent=parent)
         self.cond = None if cond is None else str(cond)
         self.branch = _branch
         self.chain = _chain or _IfChain(parent)
-        net = parent.current_net()
+        net = parent.current_net(_innermost=True)
         if _branch == "if":
             net._reserve("Not")
             net._reserve("ConstantFill", 0)  # Caffe2's already_ran flag
@@ -278,14 +290,14 @@ class _RunIf(_RunOnce):
 
     def __enter__(self):
         super().__enter__()
-        net = self.current_net()
+        net = self.current_net(_innermost=True)
         self._stop_blob = BlobReference(net._reserve("stop_blob"), net)
         self._current_net = None
-        self.current_net()  # Caffe2 marks the chain as taken in the branch's second net
+        self.current_net(_innermost=True)  # Caffe2 marks the chain as taken in the branch's second net
         return self
 
     def _next(self, branch, cond, name):
-        loc = user_location()
+        loc = user_location(3)  # (from the caller of Elif or Else)
         what = "Elif" if branch == "elif" else "Else"
         if self.branch == "else" or self.chain.has_else:
             raise TraceError(f"{what} cannot follow Else", loc,
@@ -296,7 +308,8 @@ class _RunIf(_RunOnce):
         if not self._frozen:
             raise TraceError(f"{what} must come after the If block closed", loc,
                              f"close the `with ops.If(...)` block first, then open `with c.{what}(...)`")
-        nxt = _RunIf(cond, name=name or self.name, _chain=self.chain, _branch=branch, _loc=loc)
+        nxt = _RunIf(cond, name=name or self.name, _chain=self.chain, _branch=branch, _loc=loc,
+                     _parent=self.chain.parent)
         if branch == "else":
             self.chain.has_else = True
         return self.chain.parent.add(nxt)
@@ -501,7 +514,7 @@ class Operations:
                 net._used = True
             builder.add(net)
             return net
-        return builder.current_net(name)
+        return builder.current_net(name, _innermost=True)
 
     def __getattr__(self, name):
         """``ops.<name>``: the current net's ``<name>`` (for operators, from then on a class attribute)."""
@@ -522,7 +535,7 @@ class Operations:
     def loop(self, iters=None, name=None):
         """``with ops.loop(n) as loop:`` runs n times (``loop.iter()`` is 0..n-1); no n: until stopped."""
         builder = _ordinary_builder("ops.loop")
-        return builder.add(_Loop(iters, name=name))
+        return builder.add(_Loop(iters, name=name, _loc=user_location(2), _parent=builder))
 
     def stop_guard(self, has_stopped_blob=None, name=None):
         builder = _ordinary_builder("ops.stop_guard")
@@ -531,7 +544,7 @@ class Operations:
     def If(self, cond, name=None):
         """``with ops.If(c) as c:`` ... ``with c.Elif(c2) as c:`` ... ``with c.Else():``."""
         builder = _ordinary_builder("ops.If")
-        return builder.add(_RunIf(cond, name=name))
+        return builder.add(_RunIf(cond, name=name, _loc=user_location(2), _parent=builder))
 
     def IfNet(self, cond, name=None):
         return _builder().add(_RunIfNet(cond, name=name))
@@ -594,7 +607,13 @@ class Operations:
 class _OfCurrentNet(core.GetattrShortcut):
     """``ops.<Op>``: the current net's ``<Op>``, looked up at each access (as Operations.__getattr__)."""
 
-    __slots__ = ()
+    __slots__ = ("records",)
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        # Whether a plain Net records ``name`` through an _OpRecorder (not a method such as Const):
+        # then the recording function is made here, without looking the name up on the net.
+        self.records = isinstance(vars(Net).get(name), core._OpRecorder)
 
     def __get__(self, ops_, owner=None):
         if ops_ is None:
@@ -604,7 +623,9 @@ class _OfCurrentNet(core.GetattrShortcut):
         builder = NetBuilder.current(required=False) or _builder()  # (_builder raises the error)
         net = builder._current_net
         if net is None or builder._frozen:  # current_net(), inlined for its common case
-            net = builder.current_net()
+            net = builder.current_net(_innermost=True)
+        if self.records and type(net) is Net:
+            return net._recorder(self.name)
         return getattr(net, self.name)
 
 

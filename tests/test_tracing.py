@@ -9,6 +9,7 @@ outside any builder.
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -84,3 +85,44 @@ def test_ops_outside_a_builder_fails_at_the_access():
     with pytest.raises(NoBuilderError) as err:
         ops.Abs  # @outside
     M.assert_error_at(err.value, "outside", "no active NetBuilder")
+
+
+def test_parts_a_net_fills_on_first_use_are_its_own():
+    first, second = Net("first"), Net("second")
+    first.add_attribute("key", "value")
+    first.AddExternalOutput("out")
+    assert str(first.NextBlob("b")) == "b"
+    assert second.get_attributes("key") == [] and second.external_outputs() == []
+    assert str(second.NextBlob("b")) == "b"
+    assert first.get_attributes("key") == ["value"] and first.external_outputs() == ["out"]
+
+
+def test_ops_records_into_a_net_subclass_added_to_the_builder():
+    class Logged(Net):
+        def __getattr__(self, op_type):
+            return lambda *args, **kwargs: ("logged", op_type)
+
+    with Task():
+        ops.Mul(["a", "b"])  # Mul is now a class attribute of ops and of Net
+        ops.net(Logged("l"))
+        assert ops.Mul(["a", "b"]) == ("logged", "Mul")
+
+
+def test_a_name_scope_in_one_thread_leaves_other_threads_unscoped():
+    entered, done = threading.Event(), threading.Event()
+
+    def scoped():
+        with NameScope("t"):
+            entered.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=scoped)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        net = Net("n")
+        assert str(net.Add(["a", "b"])) == "n/Add"
+        assert net.ops()[0].inputs == ("a", "b")
+    finally:
+        done.set()
+        thread.join()
