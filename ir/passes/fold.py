@@ -56,18 +56,18 @@ def _const_values(op: Operation):
     return values
 
 
-# (op, law, which operand is kept, condition on the other operand's constant value or None)
+# (op, law, which operand is kept, what every element of the other, a constant, equals)
 IDENTITIES = [
-    ("Add", "x + 0 -> x", 0, lambda b: _all_equal(b, 0)),
-    ("Add", "0 + x -> x", 1, lambda a: _all_equal(a, 0)),
-    ("Sub", "x - 0 -> x", 0, lambda b: _all_equal(b, 0)),
-    ("Mul", "x * 1 -> x", 0, lambda b: _all_equal(b, 1)),
-    ("Mul", "1 * x -> x", 1, lambda a: _all_equal(a, 1)),
-    ("Div", "x / 1 -> x", 0, lambda b: _all_equal(b, 1)),
-    ("And", "x and true -> x", 0, lambda b: _all_equal(b, True)),
-    ("And", "true and x -> x", 1, lambda a: _all_equal(a, True)),
-    ("Or", "x or false -> x", 0, lambda b: _all_equal(b, False)),
-    ("Or", "false or x -> x", 1, lambda a: _all_equal(a, False)),
+    ("Add", "x + 0 -> x", 0, 0),
+    ("Add", "0 + x -> x", 1, 0),
+    ("Sub", "x - 0 -> x", 0, 0),
+    ("Mul", "x * 1 -> x", 0, 1),
+    ("Mul", "1 * x -> x", 1, 1),
+    ("Div", "x / 1 -> x", 0, 1),
+    ("And", "x and true -> x", 0, True),
+    ("And", "true and x -> x", 1, True),
+    ("Or", "x or false -> x", 0, False),
+    ("Or", "false or x -> x", 1, False),
 ]
 _IDENTITIES_OF: dict = {}  # op name -> its rules, in table order
 for _rule in IDENTITIES:
@@ -156,8 +156,8 @@ class FoldConstants(Pass):
             if op.operands:
                 return None  # every other rule needs a constant operand (or no operands at all)
             values = []
-        for _name, _law, keep, cond in _IDENTITIES_OF.get(n, ()):
-            if cond(values[1 - keep]) and op.operands[keep].type == op.result.type:
+        for _name, _law, keep, x in _IDENTITIES_OF.get(n, ()):
+            if _all_equal(values[1 - keep], x) and op.operands[keep].type == op.result.type:
                 return self.replace(op, op.operands[keep])
         return self.evaluate(op, values)
 
