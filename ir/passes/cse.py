@@ -61,12 +61,13 @@ def _candidate_key(op):
 
 def _constant_key(op):
     """``_candidate_key`` of an op without operands. A ``Const`` of a plain array, by far
-    the most common, is frozen inline: the key ``_freeze_attrs`` would give."""
+    the most common, gets a flat key of the same information (name, dtype, shape and
+    bytes; its length, 5, is no other key's): built and hashed faster than nested ones."""
     attrs = op.attrs
     if len(attrs) == 1:
         value = attrs.get("value")
         if type(value) is np.ndarray and value.dtype.kind != "O":
-            return (op.name, (), (("value", ("nd", value.dtype, value.shape, value.tobytes())),))
+            return (op.name, "nd", value.dtype, value.shape, value.tobytes())
     return (op.name, (), _freeze_attrs(attrs) if attrs else ())
 
 
