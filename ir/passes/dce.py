@@ -265,11 +265,9 @@ class DeadCode(Pass):
                 keep.append(op)
             elif op.regions:
                 op.erase()
-            elif op.operands:  # what erase() does for an op without regions, inline
-                live_vals = self.live_vals
+            elif op.operands:  # all that erase() does for an op without regions, inline
                 for i, v in enumerate(op.operands):
-                    if v in live_vals or self.stays(v):  # (the uses of a value gone are no matter)
-                        del v.uses[(op, i)]
+                    del v.uses[(op, i)]
                 op.operands = []
         if len(keep) != len(r.ops):
             r.ops = keep  # (the ops kept are the region's already)
@@ -285,39 +283,15 @@ class DeadCode(Pass):
         if op.name == "if":
             for r in op.regions:
                 if r.ops and r.ops[-1].name == "yield":
-                    self.keep_operands(r.ops[-1], kept, 0)
+                    _keep_operands(r.ops[-1], kept, 0)
         else:
             skip = 1 if op.name == "for" else 0
             for o, first in self.loop_exits(op):
-                self.keep_operands(o, kept, first)
-            self.keep_operands(op, kept, skip)
+                _keep_operands(o, kept, first)
+            _keep_operands(op, kept, skip)
             args = op.regions[0].args
             args[:] = _renumbered(args[:skip] + [args[skip + k] for k in kept])
         results[:] = _renumbered([results[k] for k in kept])
-
-    def keep_operands(self, op: Operation, kept: list, first: int) -> None:
-        """Keep operand ``first + k`` of ``op`` for each ``k`` in ``kept`` (ascending), and
-        the ``first`` operands before them; drop the others.
-
-        As ``set_operands`` does it (the uses of the operands kept, all live, end up
-        last in order), but the use entries of values leaving the IR with this sweep
-        are left alone: nothing will read them, and a loop drops many such values.
-        """
-        operands = op.operands
-        live_vals = self.live_vals
-        for i, v in enumerate(operands):
-            if v in live_vals or self.stays(v):
-                del v.uses[(op, i)]
-        op.operands = new = operands[:first] + [operands[first + k] for k in kept]
-        for i, v in enumerate(new):
-            v.uses[(op, i)] = None
-
-    def stays(self, v) -> bool:
-        """Whether ``v``, a value not live, stays in the IR after the sweep: all but the
-        results of ops that go and the results of loops and ifs (their slots not live go)."""
-        if type(v) is OpResult:
-            return v.owner in self.live_ops and v.owner.name not in _SLOTTED
-        return True  # (region arguments: kept or not, their uses are kept right)
 
 
 def _writes_dropped_workspace(r: Region) -> bool:
@@ -335,6 +309,13 @@ def _writes_dropped_workspace(r: Region) -> bool:
             return True
         r = op.parent
     return False
+
+
+def _keep_operands(op: Operation, kept: list, first: int) -> None:
+    """Keep operand ``first + k`` of ``op`` for each ``k`` in ``kept`` (ascending), and
+    the ``first`` operands before them; drop the others."""
+    operands = op.operands
+    op.set_operands(operands[:first] + [operands[first + k] for k in kept])
 
 
 def _renumbered(values: list) -> list:
