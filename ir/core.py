@@ -28,8 +28,16 @@ class Value:
         self.uses: dict[tuple[Operation, int], None] = {}
 
     def replace_all_uses_with(self, other: Value) -> None:
-        for op, i in list(self.uses):
-            op.set_operand(i, other)
+        """Every use of this value uses ``other`` instead; ``other``'s uses gain them at
+        their end, in order (``set_operand`` on each, done inline: passes replace often)."""
+        if other is self:
+            return
+        other_uses = other.uses
+        for use in self.uses:
+            op, i = use
+            op.operands[i] = other
+            other_uses[use] = None
+        self.uses = {}
 
 
 class OpResult(Value):

@@ -320,6 +320,45 @@ module {
 }
 """)
 
+# (test_pass also checks that %x, which stays, keeps no use by the ops that went)
+case('dce: a carried value nothing live needs goes, with the ops and stores that feed it', "dce", """
+module {
+  group body {
+    task @"t" {outputs = [@"out"]} body {
+      %n = Const {value = dense<i64: 3>} : i64
+      %x = load @"x" : i64
+      %a0 = load @"a" {optional = 1} : i64
+      %b0 = load @"b" {optional = 1} : i64
+      %a, %b = for(%n, %a0, %b0) : i64, i64 {
+      ^(%i: i64, %ac: i64, %bc: i64):
+        %s = Add(%ac, %i) : i64
+        %t = Add(%bc, %x) : i64
+        yield(%s, %t)
+      }
+      store @"out"(%a)
+      store @"tmp"(%b)
+      store @"tmp2"(%x)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"out"]} body {
+      %n = Const {value = dense<i64: 3>} : i64
+      %x = load @"x" : i64
+      %a0 = load @"a" {optional = 1} : i64
+      %a = for(%n, %a0) : i64 {
+      ^(%i: i64, %ac: i64):
+        %s = Add(%ac, %i) : i64
+        yield(%s)
+      }
+      store @"out"(%a)
+    }
+  }
+}
+""")
+
 case('fuse-elementwise: a chain over one shape becomes one kernel', "fuse-elementwise", """
 module {
   group body {

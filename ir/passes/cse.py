@@ -11,11 +11,12 @@ import numpy as np
 
 from ..core import Module, Region
 from ..opdef import PURE
-from .analysis import PLAN_OPS, set_ops
+from .analysis import PLAN_OPS
 from .manager import Pass, register
 
 
 _SCALARS = frozenset({int, float, bool, str, type(None)})
+_PURE_NAMES: dict = {}  # op name -> whether such ops are pure (asked of every op)
 
 
 def _freeze(v):
@@ -55,7 +56,18 @@ def _candidate_key(op):
     left out: hashing types (dataclasses) costs too, and they nearly always agree."""
     if op.operands:
         return (op.name, tuple(map(id, op.operands)))
+    return _constant_key(op)
+
+
+def _constant_key(op):
+    """``_candidate_key`` of an op without operands. A ``Const`` of a plain array, by far
+    the most common, gets a flat key of the same information (name, dtype, shape and
+    bytes; its length, 5, is no other key's): built and hashed faster than nested ones."""
     attrs = op.attrs
+    if len(attrs) == 1:
+        value = attrs.get("value")
+        if type(value) is np.ndarray and value.dtype.kind != "O":
+            return (op.name, "nd", value.dtype, value.shape, value.tobytes())
     return (op.name, (), _freeze_attrs(attrs) if attrs else ())
 
 
@@ -92,6 +104,7 @@ class CommonSubexpressions(Pass):
         again at its end, unless ``seen`` is ``fresh``: made for this region alone."""
         added = []
         keep = []
+        pure_names = _PURE_NAMES
         for op in r.ops:
             if op.regions:
                 keep.append(op)
@@ -102,22 +115,27 @@ class CommonSubexpressions(Pass):
                     else:
                         self.region(sub, seen)
                 continue
-            if op.results and PURE in op.opdef.traits:
-                key = _candidate_key(op)
+            pure = pure_names.get(op.name)
+            if pure is None:
+                pure = pure_names[op.name] = PURE in op.opdef.traits
+            if not pure or not op.results:
+                keep.append(op)
+                continue
+            key = (op.name, tuple(map(id, op.operands))) if op.operands else _constant_key(op)
+            first = seen.get(key)
+            if first is not None and not _interchangeable(op, first):
+                key = op_key(op)
                 first = seen.get(key)
-                if first is not None and not _interchangeable(op, first):
-                    key = op_key(op)
-                    first = seen.get(key)
-                if first is not None:
-                    for old, new in zip(op.results, first.results):
-                        old.replace_all_uses_with(new)
-                    op.drop_operands()
-                    continue
-                seen[key] = op
+            if first is not None:
+                for old, new in zip(op.results, first.results):
+                    old.replace_all_uses_with(new)
+                op.drop_operands()
+                continue
+            seen[key] = op
+            if not fresh:
                 added.append(key)
             keep.append(op)
-        if not fresh:
-            for key in added:
-                del seen[key]
+        for key in added:
+            del seen[key]
         if len(keep) != len(r.ops):
-            set_ops(r, keep)
+            r.ops = keep  # (the ops kept are the region's already)

@@ -16,12 +16,32 @@ from __future__ import annotations
 
 from ..core import Module, Operation, OpResult, Region, RegionArg
 from ..opdef import PURE
-from .analysis import set_ops
 from .manager import Pass, register
 
 REMOVABLE = ("flag", "yield", "for", "if")  # besides pure ops and optional loads
 LOOPS = ("for", "loop")
 _SPECIAL_OPERANDS = frozenset(LOOPS + ("if", "yield", "break_if", "fused"))  # see mark_op
+_SLOTTED = frozenset(LOOPS + ("if",))  # ops with carried values or results fed by yields
+
+
+# How the first walk treats an op, by name (worked out once per name, see ``_kind``)
+_DROPPABLE = "droppable"  # removable when unused, and nothing to note: nearly every op
+_LIVE = "live"            # has effects: live for its own sake
+_ASK = "ask"              # to note, or removable or not depending on the op itself
+_KINDS: dict = {}
+_NOTED = ("store", "load", "for", "flag", "must", "task", "GetAllBlobNames")
+
+
+def _kind(op: Operation) -> str:
+    """``op``'s kind for the first walk; every op of its name has it."""
+    if op.name in _NOTED:
+        kind = _ASK
+    elif PURE in op.opdef.traits or op.name in REMOVABLE:
+        kind = _DROPPABLE
+    else:
+        kind = _LIVE
+    _KINDS[op.name] = kind
+    return kind
 
 
 @register
@@ -35,32 +55,68 @@ class DeadCode(Pass):
         self.exits: dict = {}  # loop -> loop_exits(loop)
         # One walk marks what is live for its own sake, and notes the stores, which wait
         # for the blobs read anywhere (marking is a closure: the order does not matter).
-        stores, tasks, read = [], [], set()
-        names_observable = False
-        for op in module.walk():
-            n = op.name
-            if n == "store":
-                stores.append(op)
-                continue
-            # an optional load only keeps a blob unchanged when nothing writes it; real
-            # reads are plain loads, stop flags and the `must` checks promotion leaves
-            if n == "flag" or n == "must" or (n == "load" and not op.attrs.get("optional")):
-                read.add(op.attrs["blob"])
-            elif n == "task":
-                tasks.append(op)
-            elif n == "GetAllBlobNames":
-                names_observable = True  # every blob the job writes must exist
-            if not self.removable(op):
-                self.mark_op(op)
-        self.dead_stores = set() if names_observable else self.find_dead_stores(module, stores, tasks, read)
-        for op in stores:
-            if op not in self.dead_stores:
-                self.mark_op(op)
-        while self.work:
-            self.mark_source(self.work.pop())
+        self.stores, self.tasks, self.read = [], [], set()
+        self.names_observable = False
+        self.dead_stores: set = set()
+        self.scan([module.op])
+        self.mark_stores(module)
+        self.mark_sources()
         self.sweep(module.body)
 
+    # --- the first walk
+    def scan(self, ops: list) -> None:
+        """Mark the ops of ``ops`` (and nested in them) that are live for their own sake;
+        note the stores, tasks and blobs read."""
+        kinds = _KINDS
+        live = self.live_ops
+        for op in ops:
+            n = op.name
+            kind = kinds.get(n)
+            if kind is None:
+                kind = _kind(op)
+            if kind is _DROPPABLE:
+                pass  # the usual op: live only if something live needs it
+            elif n == "store":
+                self.stores.append(op)
+            elif n == "load":
+                # an optional load only keeps a blob unchanged when nothing writes it; real
+                # reads are plain loads, stop flags and the `must` checks promotion leaves
+                if not op.attrs.get("optional"):
+                    self.read.add(op.attrs["blob"])
+                    self.mark_op(op)  # a read that may fail stays
+            elif kind is _LIVE:
+                if op not in live:
+                    self.mark_op(op)
+            else:
+                self.note(op)
+            if op.regions:
+                for r in op.regions:
+                    self.scan(r.ops)
+
+    def note(self, op: Operation) -> None:
+        """The first walk's other ops to note (``flag``, ``must``, ``task``,
+        ``GetAllBlobNames``), and ``for``: marked unless ``removable``."""
+        n = op.name
+        if n == "flag" or n == "must":
+            self.read.add(op.attrs["blob"])
+        elif n == "task":
+            self.tasks.append(op)
+        elif n == "GetAllBlobNames":
+            self.names_observable = True  # every blob the job writes must exist
+        if not self.removable(op):
+            self.mark_op(op)
+
     # --- dead stores
+    def mark_stores(self, module: Module) -> None:
+        """Mark the stores that stay: all but those ``find_dead_stores`` finds (none when
+        the job may list its blobs)."""
+        if not self.names_observable:
+            self.dead_stores = self.find_dead_stores(module, self.stores, self.tasks, self.read)
+        dead = self.dead_stores
+        for op in self.stores:
+            if op not in dead:
+                self.mark_op(op)
+
     @staticmethod
     def find_dead_stores(module: Module, stores: list, tasks: list, read: set) -> set:
         """Of ``stores``, those that vanish unread: their blob is not in ``read``, not
@@ -101,16 +157,27 @@ class DeadCode(Pass):
         return PURE in op.opdef.traits or op.name in REMOVABLE
 
     def mark_op(self, op: Operation) -> None:
-        if op in self.live_ops:
-            return
-        self.live_ops.add(op)
-        if op.name not in _SPECIAL_OPERANDS:  # the usual op: all its operands are needed
-            live_vals = self.live_vals
-            for v in op.operands:
-                if v not in live_vals:  # mark_val, inline: this is the hottest loop
-                    live_vals.add(v)
-                    self.work.append(v)
-        elif op.name in LOOPS:
+        """``op`` is live: so are the values it needs, and the op whose region holds it."""
+        live_ops = self.live_ops
+        while op not in live_ops:  # (then its parent op, and so on out)
+            live_ops.add(op)
+            if op.name not in _SPECIAL_OPERANDS:  # the usual op: all its operands are needed
+                live_vals = self.live_vals
+                for v in op.operands:
+                    if v not in live_vals:  # mark_val, inline: this is the hottest loop
+                        live_vals.add(v)
+                        self.work.append(v)
+            else:
+                self.mark_special_operands(op)
+            r = op.parent
+            if r is None or r.parent is None:
+                return
+            op = r.parent
+
+    def mark_special_operands(self, op: Operation) -> None:
+        """What a live loop, ``if``, ``yield``, ``break_if`` or ``fused`` needs, besides
+        its carried values and results (see ``mark_slot``)."""
+        if op.name in LOOPS:
             if op.name == "for":
                 self.mark_val(op.operands[0])
         elif op.name == "if":
@@ -126,19 +193,27 @@ class DeadCode(Pass):
                 self.live_ops.add(inner)
                 for v in inner.operands:
                     self.mark_val(v)
-        parent = op.parent.parent if op.parent is not None else None
-        if parent is not None and parent not in self.live_ops:
-            self.mark_op(parent)
 
     def mark_val(self, v) -> None:
         if v not in self.live_vals:
             self.live_vals.add(v)
             self.work.append(v)
 
+    def mark_sources(self) -> None:
+        """Mark what defines each value on the work list, until it is empty."""
+        work, live_ops = self.work, self.live_ops
+        while work:
+            v = work.pop()
+            if type(v) is OpResult and v.owner.name not in _SLOTTED:  # the usual value, inline
+                if v.owner not in live_ops:
+                    self.mark_op(v.owner)
+            else:
+                self.mark_source(v)
+
     def mark_source(self, v) -> None:
         if isinstance(v, OpResult):
             op = v.owner
-            if op.name in LOOPS or op.name == "if":
+            if op.name in _SLOTTED:
                 self.mark_slot(op, v.index)
             self.mark_op(op)
         elif isinstance(v, RegionArg):
@@ -183,36 +258,40 @@ class DeadCode(Pass):
         for op in r.ops:
             if op in live or op.name == "yield":
                 if op.regions:
-                    if op.name in LOOPS or op.name == "if":
+                    if op.name in _SLOTTED:
                         self.drop_dead_slots(op)
                     for sub in op.regions:
                         self.sweep(sub)
                 keep.append(op)
             elif op.regions:
                 op.erase()
-            elif op.operands:
-                op.drop_operands()  # all that erase() does for an op without regions
+            elif op.operands:  # all that erase() does for an op without regions, inline
+                for i, v in enumerate(op.operands):
+                    del v.uses[(op, i)]
+                op.operands = []
         if len(keep) != len(r.ops):
-            set_ops(r, keep)
+            r.ops = keep  # (the ops kept are the region's already)
 
     def drop_dead_slots(self, op: Operation) -> None:
         """Remove the carried values / if results nothing live needs, all at once (one
         rebuild of each operand list, not one per slot: loops may carry many blobs)."""
-        dead = {k for k, res in enumerate(op.results) if res not in self.live_vals}
-        if not dead:
+        live_vals = self.live_vals
+        results = op.results
+        kept = [k for k, res in enumerate(results) if res in live_vals]
+        if len(kept) == len(results):
             return
         if op.name == "if":
             for r in op.regions:
                 if r.ops and r.ops[-1].name == "yield":
-                    _remove_operands(r.ops[-1], dead, 0)
+                    _keep_operands(r.ops[-1], kept, 0)
         else:
             skip = 1 if op.name == "for" else 0
-            body = op.regions[0]
             for o, first in self.loop_exits(op):
-                _remove_operands(o, dead, first)
-            _remove_operands(op, dead, skip)
-            body.args[:] = _renumbered([a for k, a in enumerate(body.args) if k - skip not in dead])
-        op.results[:] = _renumbered([res for k, res in enumerate(op.results) if k not in dead])
+                _keep_operands(o, kept, first)
+            _keep_operands(op, kept, skip)
+            args = op.regions[0].args
+            args[:] = _renumbered(args[:skip] + [args[skip + k] for k in kept])
+        results[:] = _renumbered([results[k] for k in kept])
 
 
 def _writes_dropped_workspace(r: Region) -> bool:
@@ -232,9 +311,11 @@ def _writes_dropped_workspace(r: Region) -> bool:
     return False
 
 
-def _remove_operands(op: Operation, slots: set, skip: int) -> None:
-    """Remove operand ``skip + k`` of ``op`` for every ``k`` in ``slots``."""
-    op.set_operands([v for i, v in enumerate(op.operands) if i - skip not in slots])
+def _keep_operands(op: Operation, kept: list, first: int) -> None:
+    """Keep operand ``first + k`` of ``op`` for each ``k`` in ``kept`` (ascending), and
+    the ``first`` operands before them; drop the others."""
+    operands = op.operands
+    op.set_operands(operands[:first] + [operands[first + k] for k in kept])
 
 
 def _renumbered(values: list) -> list:

@@ -30,7 +30,11 @@ def const_value(v):
 
 def _is(v, x) -> bool:
     """Whether ``v`` is a non-empty constant whose every element equals ``x``."""
-    c = const_value(v)
+    return _all_equal(const_value(v), x)
+
+
+def _all_equal(c, x) -> bool:
+    """Whether ``c`` (a constant's value, or None) is non-empty and every element equals ``x``."""
     if c is None or c.size == 0:
         return False
     if c.dtype.kind in "biuf":
@@ -40,26 +44,30 @@ def _is(v, x) -> bool:
     return bool(c == x) if c.ndim == 0 else bool(np.all(c == x))
 
 
-def _uses_const(op: Operation) -> bool:
-    """Whether some operand of ``op`` is defined by a ``Const``."""
-    for v in op.operands:
+def _const_values(op: Operation):
+    """The constant each operand of ``op`` holds (None for one that holds none), or None
+    when no operand holds one."""
+    values = None
+    for i, v in enumerate(op.operands):
         if type(v) is OpResult and v.owner.name == "Const":
-            return True
-    return False
+            if values is None:
+                values = [None] * len(op.operands)
+            values[i] = v.owner.attrs["value"]
+    return values
 
 
-# (op, law, which operand is kept, condition on the other operand)
+# (op, law, which operand is kept, what every element of the other, a constant, equals)
 IDENTITIES = [
-    ("Add", "x + 0 -> x", 0, lambda b: _is(b, 0)),
-    ("Add", "0 + x -> x", 1, lambda a: _is(a, 0)),
-    ("Sub", "x - 0 -> x", 0, lambda b: _is(b, 0)),
-    ("Mul", "x * 1 -> x", 0, lambda b: _is(b, 1)),
-    ("Mul", "1 * x -> x", 1, lambda a: _is(a, 1)),
-    ("Div", "x / 1 -> x", 0, lambda b: _is(b, 1)),
-    ("And", "x and true -> x", 0, lambda b: _is(b, True)),
-    ("And", "true and x -> x", 1, lambda a: _is(a, True)),
-    ("Or", "x or false -> x", 0, lambda b: _is(b, False)),
-    ("Or", "false or x -> x", 1, lambda a: _is(a, False)),
+    ("Add", "x + 0 -> x", 0, 0),
+    ("Add", "0 + x -> x", 1, 0),
+    ("Sub", "x - 0 -> x", 0, 0),
+    ("Mul", "x * 1 -> x", 0, 1),
+    ("Mul", "1 * x -> x", 1, 1),
+    ("Div", "x / 1 -> x", 0, 1),
+    ("And", "x and true -> x", 0, True),
+    ("And", "true and x -> x", 1, True),
+    ("Or", "x or false -> x", 0, False),
+    ("Or", "false or x -> x", 1, False),
 ]
 _IDENTITIES_OF: dict = {}  # op name -> its rules, in table order
 for _rule in IDENTITIES:
@@ -109,15 +117,16 @@ class FoldConstants(Pass):
     def region(self, r: Region) -> None:
         out = []
         changed = False
+        may_fold = _MAY_FOLD
         for op in r.ops:
             if op.regions:
                 for sub in op.regions:
                     self.region(sub)
-            if not _may_fold(op):
-                out.append(op)
-                continue
-            new = self.fold(op)
-            if len(new) == 1 and new[0] is op:
+            may = may_fold.get(op.name)
+            if may is None:
+                may = _may_fold(op)
+            new = self.fold(op) if may else None
+            if new is None:
                 out.append(op)
             else:
                 out.extend(new)
@@ -125,44 +134,53 @@ class FoldConstants(Pass):
         if changed:
             set_ops(r, out)
 
-    def fold(self, op: Operation) -> list:
-        """The ops that replace ``op`` (just ``[op]`` when nothing folds)."""
-        if op.operands and op.name != "Not" and not _uses_const(op):
-            return [op]  # every other rule needs a constant operand (or no operands at all)
-        if op.name == "if":
+    def fold(self, op: Operation):
+        """The ops that replace ``op``, or None when it stays where it is (perhaps turned
+        into a ``Const`` in place)."""
+        n = op.name
+        if n == "if":
             return self.fold_if(op)
-        if op.name == "for" and _is(op.operands[0], 0):
+        if n == "for":
+            if not _is(op.operands[0], 0):
+                return None
             for res, init in zip(op.results, op.operands[1:]):
                 res.replace_all_uses_with(init)
             op.drop_operands()
             return []
-        if op.name == "Not" and getattr(op.operands[0], "owner", None) is not None and \
-                op.operands[0].owner.name == "Not" and op.operands[0].type == op.result.type:
-            return self.replace(op, op.operands[0].owner.operands[0])  # not not x -> x
-        for _name, _law, keep, cond in _IDENTITIES_OF.get(op.name, ()):
-            if cond(op.operands[1 - keep]) and op.operands[keep].type == op.result.type:
+        if n == "Not":
+            x = op.operands[0]
+            if type(x) is OpResult and x.owner.name == "Not" and x.type == op.result.type:
+                return self.replace(op, x.owner.operands[0])  # not not x -> x
+        values = _const_values(op)
+        if values is None:
+            if op.operands:
+                return None  # every other rule needs a constant operand (or no operands at all)
+            values = []
+        for _name, _law, keep, x in _IDENTITIES_OF.get(n, ()):
+            if _all_equal(values[1 - keep], x) and op.operands[keep].type == op.result.type:
                 return self.replace(op, op.operands[keep])
-        return self.evaluate(op)
+        return self.evaluate(op, values)
 
-    def evaluate(self, op: Operation) -> list:
-        """``[Const]`` if ``op`` computes a constant (``[op]`` if not); expects the
-        floating-point error state that ``run`` sets."""
+    def evaluate(self, op: Operation, values: list):
+        """Turn ``op`` into a ``Const`` in place if it computes one from ``values``, its
+        operands' constant values (None for those not constant); None either way. Expects
+        the floating-point error state that ``run`` sets."""
         d = op.opdef
         if d.fold is None or not d.has(PURE) or len(op.results) != 1 or op.regions:
-            return [op]
-        values = [const_value(v) for v in op.operands]
-        if any(v is None for v in values) or any(v.size > MAX_FOLD_ELEMENTS for v in values):
-            return [op]
+            return None
+        for v in values:
+            if v is None or v.size > MAX_FOLD_ELEMENTS:
+                return None
         try:  # floating-point errors raise here: see run()
             out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **op.attrs))
         except Exception:
-            return [op]  # let it fail (or not) at run time, where the user sees it
+            return None  # let it fail (or not) at run time, where the user sees it
         (t,) = OPS["Const"].inferred((), {"value": out}, 1)
         if t != op.result.type:
-            return [op]
+            return None
         out.setflags(write=False)
         _become_const(op, out, t)
-        return [op]
+        return None
 
     @staticmethod
     def replace(op: Operation, v) -> list:
@@ -170,10 +188,11 @@ class FoldConstants(Pass):
         op.drop_operands()
         return []
 
-    def fold_if(self, op: Operation) -> list:
+    def fold_if(self, op: Operation):
+        """The taken branch's ops, if the condition is a constant (else None)."""
         c = const_value(op.operands[0])
         if c is None or c.size != 1:
-            return [op]
+            return None
         taken = op.regions[0 if bool(c.reshape(-1)[0]) else 1]
         body = list(taken.ops)
         y = body.pop() if body and body[-1].name == "yield" else None

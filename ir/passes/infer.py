@@ -9,6 +9,8 @@ agree is an error at the user's line:
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from ..core import Module, Operation, Region
 from ..diagnostics import DSLError
 from ..types import join
@@ -19,6 +21,7 @@ MAX_ROUNDS = 8
 # Ops whose declared inference gives no results and checks nothing (``lambda t, a, n: []``):
 # inferring them can neither change a type nor raise, and they are nearly half of the ops.
 NOTHING_TO_INFER = frozenset({"store", "yield"})
+_TYPE_OF = attrgetter("type")  # (in map(): no Python frame per operand, as a comprehension has)
 
 
 @register
@@ -43,11 +46,10 @@ class InferTypes(Pass):
         module.types_settled = False  # until the fixpoint (an error may leave them half done)
         for _ in range(MAX_ROUNDS):
             self.stored = stored = {}
-            for op in module.walk() if ops is None else ops:
-                if op.name == "store":
-                    b, t = op.attrs["blob"], op.operands[0].type
-                    before = stored.get(b)
-                    stored[b] = t if before is None or before is t else join(before, t)
+            if ops is None:
+                _note_stores([module.op], stored)
+            else:
+                _note_stores(ops, stored, nested=False)
             self.changed = False
             self.region(module.body)
             if not self.changed:
@@ -71,46 +73,44 @@ class InferTypes(Pass):
             self.set(value, join(value.type, t))
 
     def region(self, r: Region) -> None:
+        """Infer the ops of ``r`` in order (those of nested regions before the op holding them)."""
         stale = self.stale
         for op in r.ops:
-            if op.regions or op.name == "load":
-                self.op(op)
-            elif op.name not in NOTHING_TO_INFER and (stale is None or op in stale):  # infer tests it too; saves a call
-                self.infer(op)
-
-    def op(self, op: Operation) -> None:
-        n = op.name
-        if n == "load":
-            if op.attrs["blob"] in self.stored:
-                self.widen(op.result, self.stored[op.attrs["blob"]])
-            return
-        if n in ("for", "loop"):
-            return self.loop(op)
-        if n == "if":
-            for r in op.regions:
-                self.region(r)
-            self.widen_results(op, [r.ops[-1].operands for r in op.regions if r.ops and r.ops[-1].name == "yield"])
-            return
-        for r in op.regions:
-            self.region(r)
-        self.infer(op)
-
-    def infer(self, op: Operation) -> None:
-        """Set the results of ``op`` (not a load, loop or if) to what its declaration infers."""
-        d = op.opdef
-        if d.infer is None or (self.stale is not None and op not in self.stale):
-            return
-        try:
-            types = d.inferred([v.type for v in op.operands], op.attrs, len(op.results))
-        except DSLError as e:
-            if e.loc is None:
-                e.loc = op.loc
-            raise
-        if types is not None:
-            for res, t in zip(op.results, types):
-                if res.type is not t:
-                    res.type = t
-                    self.retyped(res)
+            n = op.name
+            if op.regions:
+                if n == "for" or n == "loop":
+                    self.loop(op)
+                    continue
+                for sub in op.regions:
+                    self.region(sub)
+                if n == "if":
+                    self.widen_results(op, [s.ops[-1].operands for s in op.regions
+                                            if s.ops and s.ops[-1].name == "yield"])
+                    continue
+            elif n == "load":
+                blob = op.attrs["blob"]
+                if blob in self.stored:
+                    self.widen(op.result, self.stored[blob])
+                continue
+            elif n in NOTHING_TO_INFER:
+                continue
+            if stale is not None and op not in stale:
+                continue
+            # the op's declared inference (a generic op with regions gets here after them)
+            d = op.opdef
+            if d.infer is None:
+                continue
+            try:
+                types = d.inferred(list(map(_TYPE_OF, op.operands)), op.attrs, len(op.results))
+            except DSLError as e:
+                if e.loc is None:
+                    e.loc = op.loc
+                raise
+            if types is not None:
+                for res, t in zip(op.results, types):
+                    if res.type is not t:
+                        res.type = t
+                        self.retyped(res)
 
     def loop(self, op: Operation) -> None:
         body = op.regions[0]
@@ -139,3 +139,16 @@ class InferTypes(Pass):
                 t = vals[i].type if t is None or t is vals[i].type else join(t, vals[i].type)
             if t is not None:
                 self.set(res, t)
+
+
+def _note_stores(ops, stored: dict, nested: bool = True) -> None:
+    """Join into ``stored`` (blob -> type) the type of each store among ``ops`` and, if
+    ``nested``, inside them."""
+    for op in ops:
+        if op.name == "store":
+            b, t = op.attrs["blob"], op.operands[0].type
+            before = stored.get(b)
+            stored[b] = t if before is None or before is t else join(before, t)
+        elif nested and op.regions:
+            for r in op.regions:
+                _note_stores(r.ops, stored)
