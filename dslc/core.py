@@ -649,7 +649,7 @@ def is_operator(op_type: str) -> bool:
 def _builder_prefix() -> str:
     """The name of the innermost open NetBuilder ("" if none): a new net's name starts with it."""
     nb = _net_builder_class().current(required=False)
-    return nb.name or "" if nb is not None else ""
+    return (nb.name or "") if nb is not None else ""
 
 
 @functools.cache

@@ -88,9 +88,7 @@ class NetBuilder(Managed):
         if net is None or name is not None or self._frozen:  # one test for the common case: runs per op
             if self._frozen:
                 self._assert_mutable()
-            net = Net(name, _prefix=self.name or "" if _innermost else None)
-            self._children.append(net)  # add(net), inlined: a Net passes all its checks
-            self._current_net = net
+            net = self.add(Net(name, _prefix=(self.name or "") if _innermost else None))
         return net
 
     def add(self, child):

@@ -89,17 +89,13 @@ class Builder:
         """``store @blob(value)``: no results (its inference gives none, whatever it stores)."""
         op = Operation(_STORE, (value,), (), None, (), loc)
         op.attrs = {"blob": Symbol(blob)}
-        op.parent = region = self.region  # (Region.append, inline)
-        region.ops.append(op)
-        return op
+        return self.region.append(op)
 
     def load(self, blob: str, result_type, loc: Location, hint: str | None = None) -> Value:
         """``load @blob : result_type``: a load has no inference, its creator gives the type."""
         op = Operation(_LOAD, (), (result_type,), None, (), loc, (hint,) if hint is not None else None)
         op.attrs = {"blob": Symbol(blob), "optional": 0}
-        op.parent = region = self.region  # (Region.append, inline)
-        region.ops.append(op)
-        return op.results[0]
+        return self.region.append(op).results[0]
 
     def const(self, array, loc: Location) -> Value:
         """``Const {value = array}`` (``array``: a read-only numpy array), typed by Const's
@@ -107,9 +103,7 @@ class Builder:
         attrs = {"value": array}
         op = Operation(_CONST, (), _CONST.infer((), attrs, 1), None, (), loc)
         op.attrs = attrs
-        op.parent = region = self.region  # (Region.append, inline)
-        region.ops.append(op)
-        return op.results[0]
+        return self.region.append(op).results[0]
 
 
 _STORE, _LOAD, _CONST = OPS["store"], OPS["load"], OPS["Const"]

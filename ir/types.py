@@ -196,6 +196,20 @@ def join(a: Type, b: Type) -> Type:
     return ANY
 
 
+def join_into(table: dict, key, t: Type) -> None:
+    """``table[key]`` becomes ``t`` joined with the type it held (just ``t`` if none)."""
+    old = table.get(key)
+    table[key] = t if old is None or old is t else join(old, t)
+
+
+def join_all(types) -> Type | None:
+    """The join of ``types`` (None if there are none)."""
+    out = None
+    for t in types:
+        out = t if out is None or out is t else join(out, t)
+    return out
+
+
 def subsumes(wide: Type, t: Type) -> bool:
     """True if every value of type ``t`` is also of type ``wide`` (unknowns cover anything)."""
     if wide == t or wide == ANY:

@@ -100,11 +100,9 @@ class Block:
     def read(self, name: str, loc):
         if name in self.iters:
             return self.iters[name]
-        # (self.key and self.lookup inlined: a read or write per recorded blob name)
+        # (self.key inlined: a read or write per recorded blob name)
         key = self.scope.resolve(name, False, loc) if self.scope else name
-        v = self.env.get(key)
-        if v is None and self.inherited is not None and key not in self.hidden:
-            v = self.inherited.lookup(key)
+        v = self.lookup(key)
         if v is None:
             self._check_not_branch_local(key, loc)
             after = key in self.ctx.stored

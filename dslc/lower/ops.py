@@ -26,9 +26,7 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
             inputs = [read(n, loc) for n in rec.inputs]
             # the Builder directly (not Block.create): most recorded ops pass here
             op = blk.b.create(rec.type, inputs, rec.args, None, len(rec.outputs), (), loc)
-            write = blk.write
-            for name, v in zip(rec.outputs, op.results):  # (_write inlined)
-                write(name, v, loc)
+            _write(blk, rec, op.results)
         else:
             _lower_special(blk, rec)
     except DSLError as e:

@@ -11,7 +11,7 @@ from collections import Counter
 
 from dslc.ir import Module, Region, Symbol, make_op, verify
 from dslc.ir.diagnostics import UNKNOWN_LOC, TraceError, VerifyError
-from dslc.ir.types import ANY, join
+from dslc.ir.types import ANY, join_into
 from dslc.task import Task, TaskGroup, get_setup_nets
 
 from .blocks import Block
@@ -60,8 +60,7 @@ class LowerContext:
         return t if t is not None else ANY
 
     def note_store(self, name: str, t) -> None:
-        old = self.stored.get(name)
-        self.stored[name] = t if old is None or old is t else join(old, t)  # (types are interned)
+        join_into(self.stored, name, t)
 
     def fresh_tag(self, kind: str) -> str:
         self._tags += 1
@@ -85,7 +84,7 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
         module = _lower(ctx, group, tasks, setup, source)
         final = dict(existing)
         for name, t in ctx.stored.items():
-            final[name] = join(final[name], t) if name in final else t
+            join_into(final, name, t)
         want = {id(v): (ctx.stored if after else final).get(name, v.type)
                 for name, v, _, after in ctx.loads}
         if all(v.type == want[id(v)] for _, v, _, _ in ctx.loads):

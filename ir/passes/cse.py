@@ -121,7 +121,7 @@ class CommonSubexpressions(Pass):
             if not pure or not op.results:
                 keep.append(op)
                 continue
-            key = (op.name, tuple(map(id, op.operands))) if op.operands else _constant_key(op)
+            key = _candidate_key(op)
             first = seen.get(key)
             if first is not None and not _interchangeable(op, first):
                 key = op_key(op)

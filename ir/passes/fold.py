@@ -47,13 +47,11 @@ def _all_equal(c, x) -> bool:
 def _const_values(op: Operation):
     """The constant each operand of ``op`` holds (None for one that holds none), or None
     when no operand holds one."""
-    values = None
-    for i, v in enumerate(op.operands):
-        if type(v) is OpResult and v.owner.name == "Const":
-            if values is None:
-                values = [None] * len(op.operands)
-            values[i] = v.owner.attrs["value"]
-    return values
+    values = [const_value(v) for v in op.operands]
+    for v in values:
+        if v is not None:
+            return values
+    return None
 
 
 # (op, law, which operand is kept, what every element of the other, a constant, equals)

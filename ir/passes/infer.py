@@ -13,7 +13,7 @@ from operator import attrgetter
 
 from ..core import Module, Operation, Region
 from ..diagnostics import DSLError
-from ..types import join
+from ..types import join, join_all, join_into
 from .manager import Pass, register
 
 MAX_ROUNDS = 8
@@ -134,9 +134,7 @@ class InferTypes(Pass):
 
     def widen_results(self, op, flows) -> None:
         for i, res in enumerate(op.results):
-            t = None
-            for vals in flows:
-                t = vals[i].type if t is None or t is vals[i].type else join(t, vals[i].type)
+            t = join_all([vals[i].type for vals in flows])
             if t is not None:
                 self.set(res, t)
 
@@ -146,9 +144,7 @@ def _note_stores(ops, stored: dict, nested: bool = True) -> None:
     ``nested``, inside them."""
     for op in ops:
         if op.name == "store":
-            b, t = op.attrs["blob"], op.operands[0].type
-            before = stored.get(b)
-            stored[b] = t if before is None or before is t else join(before, t)
+            join_into(stored, op.attrs["blob"], op.operands[0].type)
         elif nested and op.regions:
             for r in op.regions:
                 _note_stores(r.ops, stored)

@@ -33,7 +33,7 @@ import functools
 
 from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol, Value
 from ..opdef import OPS
-from ..types import BOOL, join
+from ..types import BOOL, join, join_all, join_into
 from .analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
 from .infer import InferTypes
 from .manager import Pass, register
@@ -49,7 +49,7 @@ def _new_op(name: str, operands, attrs: dict, result_types, loc, hints=None) -> 
     return Operation(OPS[name], operands, result_types, attrs, (), loc, hints)
 
 
-@functools.lru_cache(maxsize=None)  # asked for the same blobs over and over
+@functools.lru_cache(maxsize=1 << 16)  # asked for the same blobs over and over
 def _hint(blob: str):
     base = blob.rsplit("/", 1)[-1]
     return base if base and base[0].islower() else None
@@ -325,16 +325,12 @@ class _Forwarder:
         for r in op.regions:
             for o in r.ops:
                 if o.name in ("load", "store"):
-                    b = o.attrs["blob"]
-                    ot = o.results[0].type if o.name == "load" else o.operands[0].type
-                    t = types.get(b)
-                    types[b] = ot if t is None or t is ot else join(t, ot)
+                    t = o.results[0].type if o.name == "load" else o.operands[0].type
+                    join_into(types, o.attrs["blob"], t)
             for b, v in self.pending.get(r, ()):
-                t = types.get(b)
-                types[b] = v.type if t is None or t is v.type else join(t, v.type)
+                join_into(types, b, v.type)
             for _, b, v in self.entries.get(r, ()):  # (join is commutative and associative)
-                t = types.get(b)
-                types[b] = v.type if t is None or t is v.type else join(t, v.type)
+                join_into(types, b, v.type)
         return types
 
     def new_result(self, op, t, maybe: bool):
@@ -354,12 +350,10 @@ class _Forwarder:
                 t = join(t, types[b])
             arg = body.add_arg(t, _hint(b))
             op.add_operand(init)
-            res = OpResult(t, op, len(op.results))
-            op.results.append(res)
-            if init in maybe_set:
+            maybe = init in maybe_set
+            if maybe:
                 maybe_set.add(arg)
-                maybe_set.add(res)
-            results.append(res)
+            results.append(self.new_result(op, t, maybe))
             cur[b] = arg
         new = []
         pending = self.pending.pop(body, ())
@@ -413,12 +407,9 @@ class _Forwarder:
             finals.append(cur)
         results, maybe_set = [], self.maybe
         for b in blobs:
-            t, maybe = None, False
-            for c in finals:
-                v = c[b]
-                t = v.type if t is None or t is v.type else join(t, v.type)  # (types are interned)
-                maybe = maybe or v in maybe_set
-            results.append(self.new_result(op, t, maybe))
+            vals = [c[b] for c in finals]
+            maybe = any(v in maybe_set for v in vals)
+            results.append(self.new_result(op, join_all([v.type for v in vals]), maybe))
         return results
 
 
