@@ -525,11 +525,14 @@ def test_a_task_nested_in_a_step_keeps_its_instances(session):
     workspace for instance blobs, around one task init and one task exit."""
     n, k = 4, 3
     threads, lock = set(), threading.Lock()
+    # every instance waits here for all n: they can only pass if they run at the same
+    # time (a sleep made the overlap likely, not certain, on a loaded machine)
+    all_running = threading.Barrier(n, timeout=30)
 
     def note_thread(inputs, outputs):
         with lock:
             threads.add(threading.get_ident())
-        time.sleep(0.02)  # long enough that instances overlap
+        all_running.wait()
 
     with Task(num_instances=n) as inner:
         with ops.task_init():
