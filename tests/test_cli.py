@@ -368,7 +368,10 @@ def test_bad_option_is_a_usage_error(capsys):
 
 
 def _dslc(*argv, cwd):
-    exe = shutil.which("dslc")
+    # the console script of the environment under test (beside its interpreter), not
+    # whichever `dslc` comes first on PATH (another checkout's, say)
+    beside = Path(sys.executable).parent / "dslc"
+    exe = str(beside) if beside.exists() else shutil.which("dslc")
     cmd = [exe] if exe else [sys.executable, "-m", "dslc.cli"]
     return subprocess.run(cmd + [str(a) for a in argv], cwd=cwd, capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
