@@ -60,13 +60,12 @@ class OpDef:
     symbol: str | None = None                   # attribute printed as ``@name`` after the op name
     doc: str = ""                               # the semantics in one line
     module: str = ""                            # the ir.ops module that declared it (for docs)
+    # whether ``traits`` holds PURE: a plain field (set by __post_init__), since passes ask
+    # it of every op
+    is_pure: bool = field(init=False, repr=False, compare=False, default=False)
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
-
-    @property
-    def is_pure(self) -> bool:
-        return PURE in self.traits
 
     def check_arity(self, n_operands: int, n_results: int) -> None:
         """Raise VerifyError unless the operand and result counts fit the declaration."""
@@ -96,6 +95,7 @@ class OpDef:
         accepts = {k: _ACCEPTS.get(_kind_of(default)) for k, default in self.attrs.items()}
         required = tuple(k for k, default in self.attrs.items() if default is REQUIRED)
         object.__setattr__(self, "_attr_rules", (accepts, required))
+        object.__setattr__(self, "is_pure", PURE in self.traits)
 
     def full_attrs(self, attrs: dict) -> dict:
         """``attrs`` with defaults filled in, as a new dict; unknown or missing required

@@ -10,13 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import Module, Region
-from ..opdef import PURE
 from .analysis import PLAN_OPS
 from .manager import Pass, register
 
 
 _SCALARS = frozenset({int, float, bool, str, type(None)})
-_PURE_NAMES: dict = {}  # op name -> whether such ops are pure (asked of every op)
 
 
 def _freeze(v):
@@ -53,7 +51,7 @@ def _candidate_key(op):
     for an op without operands (a constant) its attributes too. Freezing attributes costs
     more than all the rest, and ops on the same operands are rare, so for the others it
     is done only when a candidate turns up (see ``_interchangeable``). Result types are
-    left out: hashing types (dataclasses) costs too, and they nearly always agree."""
+    left out: they nearly always agree, and are compared on a hit."""
     if op.operands:
         return (op.name, tuple(map(id, op.operands)))
     return _constant_key(op)
@@ -104,7 +102,6 @@ class CommonSubexpressions(Pass):
         again at its end, unless ``seen`` is ``fresh``: made for this region alone."""
         added = []
         keep = []
-        pure_names = _PURE_NAMES
         for op in r.ops:
             if op.regions:
                 keep.append(op)
@@ -115,10 +112,7 @@ class CommonSubexpressions(Pass):
                     else:
                         self.region(sub, seen)
                 continue
-            pure = pure_names.get(op.name)
-            if pure is None:
-                pure = pure_names[op.name] = PURE in op.opdef.traits
-            if not pure or not op.results:
+            if not op.opdef.is_pure or not op.results:
                 keep.append(op)
                 continue
             key = _candidate_key(op)

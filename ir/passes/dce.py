@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 from ..core import Module, Operation, OpResult, Region, RegionArg
-from ..opdef import PURE
 from .manager import Pass, register
 
 REMOVABLE = ("flag", "yield", "for", "if")  # besides pure ops and optional loads
@@ -36,7 +35,7 @@ def _kind(op: Operation) -> str:
     """``op``'s kind for the first walk; every op of its name has it."""
     if op.name in _NOTED:
         kind = _ASK
-    elif PURE in op.opdef.traits or op.name in REMOVABLE:
+    elif op.opdef.is_pure or op.name in REMOVABLE:
         kind = _DROPPABLE
     else:
         kind = _LIVE
@@ -154,7 +153,7 @@ class DeadCode(Pass):
         if op.name == "for":
             c = getattr(op.operands[0], "owner", None)
             return c is not None and c.name == "Const" and int(c.attrs["value"]) >= 0
-        return PURE in op.opdef.traits or op.name in REMOVABLE
+        return op.opdef.is_pure or op.name in REMOVABLE
 
     def mark_op(self, op: Operation) -> None:
         """``op`` is live: so are the values it needs, and the op whose region holds it."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import Module, Operation, OpResult, Region
-from ..opdef import OPS, PURE
+from ..opdef import OPS
 from .analysis import set_ops
 from .manager import Pass, register
 
@@ -81,7 +81,7 @@ def _may_fold(op: Operation) -> bool:
     if got is None:
         d = op.opdef
         got = op.name in ("if", "for", "Not") or op.name in _IDENTITIES_OF or \
-            (d.fold is not None and d.has(PURE))
+            (d.fold is not None and d.is_pure)
         _MAY_FOLD[op.name] = got
     return got
 
@@ -164,7 +164,7 @@ class FoldConstants(Pass):
         operands' constant values (None for those not constant); None either way. Expects
         the floating-point error state that ``run`` sets."""
         d = op.opdef
-        if d.fold is None or not d.has(PURE) or len(op.results) != 1 or op.regions:
+        if d.fold is None or not d.is_pure or len(op.results) != 1 or op.regions:
             return None
         for v in values:
             if v is None or v.size > MAX_FOLD_ELEMENTS:

@@ -21,7 +21,6 @@ import math
 
 from ..builder import make_op
 from ..core import Module, Operation, Region
-from ..opdef import PURE
 from ..types import TensorType
 from .analysis import STRUCTURED, is_barrier, set_ops, volatile_blobs
 from .manager import Pass, register
@@ -74,7 +73,7 @@ class Schedule(Pass):
             elif o.opdef.effects:
                 timer = all(e.resource == "timer" for e in o.opdef.effects)
                 out.add(("timer" if timer else WORLD, True))
-            elif not o.opdef.has(PURE) and n not in STRUCTURED + ("yield", "fused", "concurrent"):
+            elif not o.opdef.is_pure and n not in STRUCTURED + ("yield", "fused", "concurrent"):
                 out.add((WORLD, True))
         return out
 
@@ -142,7 +141,7 @@ def _two_large_pure(ops) -> bool:
 
 
 def _large_pure(op: Operation) -> bool:
-    if PURE not in op.opdef.traits or op.regions or len(op.results) != 1 or op.name == "Const":
+    if not op.opdef.is_pure or op.regions or len(op.results) != 1 or op.name == "Const":
         return False
     t = op.result.type
     return isinstance(t, TensorType) and t.shape is not None and None not in t.shape and \
