@@ -7,9 +7,7 @@ the op table is the single source of arity, attribute and type rules.
 """
 from __future__ import annotations
 
-from operator import attrgetter
-
-from .core import Operation, Region, Symbol, Value
+from .core import Operation, Region, Symbol, Value, value_type
 from .diagnostics import UNKNOWN_LOC, DSLError, Location, VerifyError
 from .opdef import OPS
 
@@ -30,7 +28,7 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
         if opdef.infer is not None:  # (inferred checks the arity)
-            types = tuple(map(_TYPE, operands))  # (map: no comprehension frame per op)
+            types = tuple(map(value_type, operands))
             # (no attributes given: the defaults, which the remembered answer's key leaves out)
             inferred = opdef.inferred(types, full, n_results, not attrs)
         else:
@@ -107,4 +105,3 @@ class Builder:
 
 
 _STORE, _LOAD, _CONST = OPS["store"], OPS["load"], OPS["Const"]
-_TYPE = attrgetter("type")

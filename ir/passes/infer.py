@@ -9,9 +9,7 @@ agree is an error at the user's line:
 """
 from __future__ import annotations
 
-from operator import attrgetter
-
-from ..core import Module, Operation, Region
+from ..core import Module, Operation, Region, value_type
 from ..diagnostics import DSLError
 from ..types import join, join_all, join_into
 from .manager import Pass, register
@@ -21,7 +19,6 @@ MAX_ROUNDS = 8
 # Ops whose declared inference gives no results and checks nothing (``lambda t, a, n: []``):
 # inferring them can neither change a type nor raise, and they are nearly half of the ops.
 NOTHING_TO_INFER = frozenset({"store", "yield"})
-_TYPE_OF = attrgetter("type")  # (in map(): no Python frame per operand, as a comprehension has)
 
 
 @register
@@ -101,7 +98,7 @@ class InferTypes(Pass):
             if d.infer is None:
                 continue
             try:
-                types = d.inferred(list(map(_TYPE_OF, op.operands)), op.attrs, len(op.results))
+                types = d.inferred(list(map(value_type, op.operands)), op.attrs, len(op.results))
             except DSLError as e:
                 if e.loc is None:
                     e.loc = op.loc
