@@ -22,7 +22,7 @@ import traceback
 import dslc
 from dslc import progress
 from dslc.cli_parser import build_parser
-from dslc.ir.diagnostics import DSLError
+from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, Location
 
 from . import cli_output as out
 
@@ -37,7 +37,7 @@ def cmd_run(args) -> int:
         else contextlib.nullcontext()
     with shown:
         if args.job.endswith(".dslir"):
-            module = _read_ir(args.job)
+            module = _lines_as_locations(_read_ir(args.job))
             with LocalSession(backend=args.backend, source=args.job, **options) as session:
                 values = session.run_module(module)
         else:
@@ -100,8 +100,6 @@ def cmd_compile(args) -> int:
     """``dslc compile``: trace, optimize and compile for a backend; summarize; ``-o DIR`` writes
     the optimized IR (``job.dslir``) and whatever the backend's program writes."""
     options = _session_options(args, sys.stderr)
-    if options["passes"] == "none" and args.passes is None:
-        options["passes"] = "default"
     session, compiled = _compile(args, args.backend, options)
     _report_times(session, args)
     written: list[str] = []
@@ -246,9 +244,31 @@ def _session_options(args, stream) -> dict:
     passes = args.passes
     if passes is None:
         passes = "default" if (args.print_ir_after_all or args.print_ir_after) else "none"
+    _check_pass_options(args, passes)
     print_after = "all" if args.print_ir_after_all else set(args.print_ir_after) or None
     return {"passes": passes, "print_after": print_after, "ir_out": stream,
             "verify_each": True if args.verify_each else None}
+
+
+def _check_pass_options(args, passes) -> None:
+    """Refuse pass names that are unknown, or that ``--print-ir-after`` asks for but the
+    pipeline does not run (it would print nothing), before any tracing."""
+    from dslc.session import pipeline
+
+    where = Location(f"dslc {args.command}", 0)
+    try:
+        running = pipeline(passes)
+    except DSLError as e:
+        raise DSLError(f"--passes: {e.message}", where, e.hint) from None
+    for name in args.print_ir_after:
+        try:
+            pipeline([name])
+        except DSLError as e:
+            raise DSLError(f"--print-ir-after: {e.message}", where, e.hint) from None
+        if name not in running:
+            raise DSLError(f"--print-ir-after {name}: the passes run here ({', '.join(running) or 'none'}) "
+                           f"do not include {name}, so nothing would be printed",
+                           where, f"add {name} to --passes, or print after one of those")
 
 
 def _report_times(session, args) -> None:
@@ -273,6 +293,15 @@ def _read_ir(path: str):
     except OSError as e:
         raise DSLError(f"cannot read {path!r}: {e.strerror}", hint="check the path") from None
     return parse(text, path)
+
+
+def _lines_as_locations(module):
+    """Ops of an IR file written without ``loc(...)`` take their line in the file as their
+    location, so a run-time error names a line (printing IR keeps them without)."""
+    for op, line in module.origin.items():
+        if op.loc == UNKNOWN_LOC:
+            op.loc = line
+    return module
 
 
 COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,

@@ -51,7 +51,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     ir = _command(sub, "ir", "print the typed IR of a job file",
                   "Trace JOB.py and print its IR, one module per runnable.",
                   ["dslc ir examples/loops.py --no-locs", "dslc ir examples/loops.py -O -o job.dslir"])
-    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
+    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job()), or an IR file (.dslir)")
     ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
     ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
     ir.add_argument("--json", action="store_true", help="print {\"modules\": [IR text, ...]}")
@@ -94,7 +94,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                       help="the backend to compile for (default: interp)")
     comp.add_argument("-o", "--output", metavar="DIR", help="write job.dslir and the backend's artifacts to DIR")
     comp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    _pass_options(comp, default=None)
+    _pass_options(comp, default="default")
     _common(comp)
 
     graph = _command(sub, "graph", "draw the job's structure or one task's or net's dataflow",
