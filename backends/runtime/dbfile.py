@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import struct
 import zlib
 from dataclasses import dataclass, replace
 
-from . import blobdb, dbio
+from . import blobdb, dbio, partials
 from .blobcodec import BlobEncodingError, allocate, from_buffer
 from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
@@ -62,7 +61,8 @@ class FileDB:
 
     # --- writing
     def write(self, path: str, entries) -> None:
-        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        partials.remove_stale(path)  # what a killed save of this checkpoint left
+        tmp = partials.temp_name(path)
         try:
             f = open(tmp, "wb", buffering=0)
         except OSError as e:
