@@ -4,6 +4,11 @@
   becomes a ``Const``;
 * the rules below, each a law, where the result type equals the kept operand's;
 * ``if`` on a constant condition becomes the taken branch; ``for`` zero times goes.
+  Their results may have had wider types than the values that replace them (an ``if``
+  result joins both branches: ``?`` for an i64 and an f32); the ops using them are then
+  inferred again, so every type is what the verifier infers;
+* an op whose fold raises (integer division by zero) stays, to fail at run time at
+  the user's line.
 
     %c = Const {value = dense<i64: 2>} : i64
     %d = Const {value = dense<i64: 3>} : i64      ->   %e = Const {value = dense<i64: 6>} : i64
@@ -16,6 +21,7 @@ import numpy as np
 from ..core import Module, Operation, OpResult, Region
 from ..opdef import OPS
 from .analysis import set_ops
+from .infer import InferTypes
 from .manager import Pass, register
 
 MAX_FOLD_ELEMENTS = 1 << 16  # larger constants stay computed at run time
@@ -109,8 +115,11 @@ class FoldConstants(Pass):
         # Folds run with floating-point errors raised (``evaluate`` then leaves the op to
         # fail at run time). Set once for the pass: per fold it cost as much as the fold;
         # nothing else in this pass does floating-point arithmetic.
+        self.narrowed = False  # a value was replaced by one of another type
         with np.errstate(all="raise"):
             self.region(module.body)
+        if self.narrowed:
+            InferTypes().run(module)
 
     def region(self, r: Region) -> None:
         out = []
@@ -142,7 +151,7 @@ class FoldConstants(Pass):
             if not _is(op.operands[0], 0):
                 return None
             for res, init in zip(op.results, op.operands[1:]):
-                res.replace_all_uses_with(init)
+                self.replace_value(res, init)
             op.drop_operands()
             return []
         if n == "Not":
@@ -180,6 +189,12 @@ class FoldConstants(Pass):
         _become_const(op, out, t)
         return None
 
+    def replace_value(self, old, new) -> None:
+        """Every use of ``old`` uses ``new`` instead (noting a change of type)."""
+        if old.type is not new.type:
+            self.narrowed = True
+        old.replace_all_uses_with(new)
+
     @staticmethod
     def replace(op: Operation, v) -> list:
         op.result.replace_all_uses_with(v)
@@ -196,7 +211,7 @@ class FoldConstants(Pass):
         y = body.pop() if body and body[-1].name == "yield" else None
         if y is not None:
             for res, v in zip(op.results, y.operands):
-                res.replace_all_uses_with(v)
+                self.replace_value(res, v)
             y.drop_operands()
         for other in op.regions:
             if other is not taken:
