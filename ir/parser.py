@@ -255,10 +255,23 @@ class _ModuleBuilder:
         if kind == "dense_value":
             return self.dense(v)
         if kind == "pyref_value":
-            return PyRef(int(v.children[1]), json.loads(str(v.children[2])))
+            return self.pyref(v)
         if kind == "type_value":
             return self.type(v.children[1])
         self.fail(v, f"cannot read attribute value {kind}")
+
+    def pyref(self, v) -> PyRef:
+        token, *texts = v.children[1:]
+        texts = [json.loads(str(t)) for t in texts]
+        if token is not None:
+            if len(texts) > 2:
+                self.fail(v, "a pyref with a token takes a name and a reason",
+                          'write pyref<1, "name", "why"> (or pyref<"name", "module or file.py">)')
+            return PyRef(int(token), texts[0], why=texts[1] if len(texts) > 1 else "")
+        if not 2 <= len(texts) <= 3:
+            self.fail(v, "a pyref names a function and where it is defined",
+                      'write pyref<"name", "module or file.py"> (a builder adds "[args, kwargs]")')
+        return PyRef(None, *texts)
 
     def word(self, tok):
         words = {"true": True, "false": False, "none": None}

@@ -360,7 +360,12 @@ class PythonOpError(Exception):
 
 @kernel("Python", per_instance=True)
 def _python(op, cfg):
-    target = pyrefs.resolve(op.attrs["func"])
+    try:
+        target = pyrefs.resolve(op.attrs["func"])
+    except DSLError as e:
+        if e.loc is None:
+            e.loc = op.loc
+        raise
     n_out, name = len(op.results), op.attrs["name"]
     with_ws = bool(op.attrs["pass_workspace"])
 
