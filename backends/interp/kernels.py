@@ -360,12 +360,7 @@ class PythonOpError(Exception):
 
 @kernel("Python", per_instance=True)
 def _python(op, cfg):
-    try:
-        target = pyrefs.resolve(op.attrs["func"])
-    except DSLError as e:
-        if e.loc is None:
-            e.loc = op.loc
-        raise
+    target = pyrefs.resolve(op.attrs["func"])  # (codegen locates its errors at the op)
     n_out, name = len(op.results), op.attrs["name"]
     with_ws = bool(op.attrs["pass_workspace"])
 

@@ -115,7 +115,7 @@ def _fill_fold(*xs, **attrs):
     dt = fill_dtype(attrs)
     value, extra = fill_value(attrs, dt), _dims("extra_shape", attrs["extra_shape"])
     if not xs:
-        return num.fill_like(np.zeros(_dims("shape", attrs["shape"])), value, dt, extra)
+        return num.fill_like(np.broadcast_to(np.int8(0), _dims("shape", attrs["shape"])), value, dt, extra)
     return num.fill_like(xs[0], value, dt, extra, bool(attrs["input_as_shape"]))
 
 
