@@ -326,3 +326,29 @@ def test_a_constant_if_not_taken_before_the_blob_is_first_written(backend, passe
 
     with LocalSession(backend=backend, passes=passes, verify_each=True) as s:
         assert float(_run(s, build)) == 2.0
+
+
+def test_fold_keeps_ieee_signed_zeros():
+    """-0.0 + 0.0 is +0.0 in IEEE arithmetic, so x + 0.0 is not x; x + -0.0 and x - 0.0
+    are (found by tests/test_random_numeric.py: the default pipeline gave -0.0)."""
+    module = parse('''
+module {
+  group body {
+    task @"t" {outputs = [@"a", @"b", @"c"]} body {
+      %x = load @"x" : f32
+      %pz = Const {value = dense<f32: 0.0>} : f32
+      %nz = Const {value = dense<f32: -0.0>} : f32
+      %a = Add(%x, %pz) : f32
+      %b = Add(%nz, %x) : f32
+      %c = Sub(%x, %pz) : f32
+      store @"a"(%a)
+      store @"b"(%b)
+      store @"c"(%c)
+    }
+  }
+}
+''')
+    PassManager(["fold-constants", "dce"], verify_each=True).run(module)
+    text = print_module(module, with_locs=False)
+    assert "%a = Add(%x, %pz) : f32" in text
+    assert 'store @"b"(%x)' in text and 'store @"c"(%x)' in text

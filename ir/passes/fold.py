@@ -2,7 +2,8 @@
 
 * a pure op whose operands are all constants and whose declaration has a ``fold``
   becomes a ``Const``;
-* the rules below, each a law, where the result type equals the kept operand's;
+* the rules below, each a law, where the result type equals the kept operand's (for
+  floats x + 0 -> x only with a -0.0: IEEE's -0.0 + 0.0 is +0.0);
 * ``if`` on a constant condition becomes the taken branch; ``for`` zero times goes.
   Their results may have had wider types than the values that replace them (an ``if``
   result joins both branches: ``?`` for an i64 and an f32); the ops using them are then
@@ -73,6 +74,14 @@ IDENTITIES = [
     ("Or", "x or false -> x", 0, False),
     ("Or", "false or x -> x", 1, False),
 ]
+def _signed_zero_ok(name: str, c) -> bool:
+    """Whether a float zero ``c`` keeps x as it is in IEEE arithmetic: x + 0 is +0 for
+    x = -0, so only x + (-0) and x - (+0) are x for every x."""
+    if name not in ("Add", "Sub") or c.dtype.kind != "f":
+        return True
+    return bool(np.all(np.signbit(c))) if name == "Add" else not np.any(np.signbit(c))
+
+
 _IDENTITIES_OF: dict = {}  # op name -> its rules, in table order
 for _rule in IDENTITIES:
     _IDENTITIES_OF.setdefault(_rule[0], []).append(_rule)
@@ -164,7 +173,8 @@ class FoldConstants(Pass):
                 return None  # every other rule needs a constant operand (or no operands at all)
             values = []
         for _name, _law, keep, x in _IDENTITIES_OF.get(n, ()):
-            if _all_equal(values[1 - keep], x) and op.operands[keep].type == op.result.type:
+            c = values[1 - keep]
+            if _all_equal(c, x) and op.operands[keep].type == op.result.type and _signed_zero_ok(n, c):
                 return self.replace(op, op.operands[keep])
         return self.evaluate(op, values)
 
