@@ -204,16 +204,20 @@ class Scalar(Field):
         return f"Scalar({self.dtype}, {self._blob!r})"
 
 
+def _leaf(what: str, given, dtype) -> Scalar:
+    """A list's own leaf: a Scalar given (cloned), else one of ``dtype`` holding ``given``."""
+    if isinstance(given, Field):
+        if not isinstance(given, Scalar):
+            _fail(f"a list's {what} must be a Scalar, got a {type(given).__name__}")
+        return _normalize(given)
+    return Scalar(dtype, given)
+
+
 class List(Field):
     """A variable-length list: a ``lengths`` leaf (int32) plus the ``values`` field."""
 
     def __init__(self, values, lengths_blob=None):
-        if isinstance(lengths_blob, Field):
-            if not isinstance(lengths_blob, Scalar):
-                _fail("a List's lengths must be a Scalar")
-            self.lengths = _normalize(lengths_blob)
-        else:
-            self.lengths = Scalar(np.int32, lengths_blob)
+        self.lengths = _leaf("lengths", lengths_blob, np.int32)
         self._items = _normalize(values)
         self.lengths._set_parent(self, 0)
         self._items._set_parent(self, 1)
@@ -264,12 +268,7 @@ class ListWithEvicted(List):
     """A List with one more int64 leaf, ``_evicted_values`` (ids an LRU hash evicted)."""
 
     def __init__(self, values, lengths_blob=None, evicted_values=None):
-        if isinstance(evicted_values, Field):
-            if not isinstance(evicted_values, Scalar):
-                _fail("a ListWithEvicted's evicted values must be a Scalar")
-            self._evicted_values = _normalize(evicted_values)
-        else:
-            self._evicted_values = Scalar(np.int64, evicted_values)
+        self._evicted_values = _leaf("evicted values", evicted_values, np.int64)
         super().__init__(values, lengths_blob)
         # (the offsets Field.__init__ made cover lengths and values; the last leaf follows)
         self._evicted_values._set_parent(self, 2)

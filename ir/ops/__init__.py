@@ -1,2 +1,2 @@
 """Importing this package declares every operator in ``dslc.ir.OPS``."""
-from . import data, dataflow, db, effects, structure, tensor  # noqa: F401
+from . import data, dataflow, db, effects, records, shape, structure, tensor  # noqa: F401
