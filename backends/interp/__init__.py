@@ -14,6 +14,7 @@ from dslc.ir import Module
 from .executor import Executor
 from . import kernels_db  # noqa: F401  (registers the Save/Load/DBExists kernels)
 from . import kernels_data  # noqa: F401  (registers the queue, cursor and dataset kernels)
+from . import kernels_records  # noqa: F401  (text files, packed records, Concat, Split)
 
 
 @dataclass
