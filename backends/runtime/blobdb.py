@@ -55,6 +55,13 @@ def register(name: str, db) -> None:
     _TYPES[name] = db
 
 
+def names() -> list[str]:
+    """The db types ``get`` accepts (aliases included), those whose package is installed."""
+    _load_builtins()
+    usable = [n for n, db in _TYPES.items() if not isinstance(db, _Unavailable)]
+    return sorted(usable + [a for a, n in _ALIASES.items() if n in usable])
+
+
 def get(db_type: str):
     """The database type called ``db_type`` (empty: the default)."""
     _load_builtins()
