@@ -120,8 +120,8 @@ def cmd_compile(args) -> int:
     for i, r in enumerate(reports, 1):
         where = f" (runnable {i} of {len(reports)})" if len(reports) > 1 else ""
         print(out.summary_line(args.job, args.backend, r, len(session.passes)) + where)
-        for k, v in r["summary"].items():
-            print(f"  {k}: {v}")
+        for line in out.summary_lines(r["summary"]):
+            print(line)
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -328,8 +328,20 @@ def _read_ir(path: str, locate: bool = False):
     return module
 
 
+def cmd_ops(args) -> int:
+    """``dslc ops``: the operator reference (docs/ir.md, which an installed dslc lacks), or
+    the rows of the named ops."""
+    from dslc import opdocs
+
+    text = opdocs.render_ops(args.names) if args.names else opdocs.render()
+    if args.json:
+        return _json_or_file(args, {"reference": text})
+    out.write(args.output, text)
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,
-            "compile": cmd_compile, "graph": cmd_graph}
+            "compile": cmd_compile, "graph": cmd_graph, "ops": cmd_ops}
 
 
 def main(argv=None) -> int:

@@ -111,6 +111,16 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     graph.add_argument("--passes", metavar="A,B,...", help="draw the job after these passes instead")
     graph.add_argument("--json", action="store_true", help="print {\"written\": FILE, \"format\": ...}")
     _common(graph, quiet=True)
+
+    ops = _command(sub, "ops", "print the operator reference (all ops of the IR)",
+                   "Print the operator reference generated from the op table: every op's operands, "
+                   "results, attributes, traits, effects and meaning (the same text as docs/ir.md). "
+                   "With names, print only those ops.",
+                   ["dslc ops Div Cast", "dslc ops -o ops.md"])
+    ops.add_argument("names", metavar="OP", nargs="*", help="only these ops (default: all)")
+    ops.add_argument("-o", "--output", metavar="FILE", help="write the reference to FILE instead of stdout")
+    ops.add_argument("--json", action="store_true", help="print {\"reference\": markdown text}")
+    _common(ops)
     return p
 
 

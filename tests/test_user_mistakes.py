@@ -250,3 +250,67 @@ def test_a_run_time_error_in_an_ir_file_without_locations(capsys, tmp_path, monk
           }
         }
     """, "runtime error", "division by zero", argv=("run", "--backend", backend), name="job.dslir")
+
+
+# ----------------------------------------------------------------------------- compile and ops
+
+
+def _ir_op_lines(text: str) -> int:
+    """Ops in printed IR, counted as a reader would: every line but closing braces, region
+    labels and block arguments, less the ``module`` line (the printer's grammar)."""
+    skip = ("}", "^(")
+    lines = [t.strip() for t in text.splitlines() if t.strip()]
+    return sum(1 for t in lines if not t.startswith(skip) and not t.startswith("module ")) 
+
+
+def test_compile_for_numba_says_what_compiled_and_why_not(capsys, monkeypatch):
+    import re
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    assert cli.main(["ir", "-O", "--no-locs", "examples/loops.py"]) == 0
+    ir_ops = _ir_op_lines(capsys.readouterr().out)
+    from dslc.backends.numba import islands
+    monkeypatch.setattr(islands, "MIN_WORK", 5000)  # the default (the suite may run with 0)
+    assert cli.main(["compile", "examples/loops.py", "--backend", "numba"]) == 0
+    out = capsys.readouterr().out
+    assert "{" not in out and "'" not in out  # no Python dict or repr
+    assert f": 1 task, {ir_ops} ops after 7 passes\n" in out and f"\n  ops: {ir_ops}\n" in out
+    assert "\n  regions compiled: none\n" in out
+    why = dict((what, int(n)) for n, what in re.findall(r"\n +(\d+)  ([^\n]+)", out))
+    assert why["compilable, but under the work threshold (5000)"] > 0
+    assert why["store: workspace access"] == 4  # the four outputs (examples/loops.py returns four)
+    assert "set DSLC_NUMBA_MIN_WORK=0 to compile every compilable region" in out
+
+
+def test_ops_prints_the_reference_an_installed_dslc_lacks(capsys, tmp_path):
+    from dslc.ir import OPS
+    assert cli.main(["ops"]) == 0
+    text = capsys.readouterr().out
+    names = [d.name for d in OPS]
+    assert f"\n{len(names)} operators in " in text
+    assert all(f"| `{n}` |" in text for n in names)
+    assert cli.main(["ops", "Div"]) == 0
+    (row,) = [t for t in capsys.readouterr().out.splitlines() if t.startswith("| `")]
+    assert row.startswith("| `Div` | 2 | 1 |")
+    got = error_line(capsys, "ops", "Cst")
+    assert got == "error: no operator 'Cst' in the op table; did you mean Cast or Const?"
+
+
+def test_an_unknown_operator_points_to_dslc_ops_with_the_tables_count(capsys, tmp_path, monkeypatch):
+    from dslc.ir import OPS
+    fails_at(capsys, tmp_path, monkeypatch, """
+        from dslc.net_builder import ops
+        from dslc.task import Task
+
+        def build_job():
+            with Task():
+                ops.Qwertyuiop([], [])  # @here
+    """, f"`dslc ops` lists all {len(list(OPS))} operators")
+
+
+def test_help_tells_the_truth_about_defaults_and_ir_files(capsys):
+    assert cli.main(["compile", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: default)" in text and "(default: none)" not in text
+    assert cli.main(["ir", "--help"]) == 0
+    assert ".dslir" in capsys.readouterr().out
