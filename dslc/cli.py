@@ -37,12 +37,14 @@ def cmd_run(args) -> int:
         else contextlib.nullcontext()
     with shown:
         if args.job.endswith(".dslir"):
+            if args.cluster:
+                raise DSLError("--cluster runs job files, not IR files", hint=f"run the job file of {args.job}")
             module = _read_ir(args.job)
             with LocalSession(backend=args.backend, source=args.job, **options) as session:
                 values = session.run_module(module)
         else:
             job = jobfile.load(args.job)
-            with LocalSession(backend=args.backend, source=args.job, **options) as session:
+            with _run_session(args, options) as session:
                 for r in job.runnables:
                     session.run(r)
                 values = {name: o.fetch() for name, o in job.outputs.items()}
@@ -53,6 +55,19 @@ def cmd_run(args) -> int:
         for name, v in values.items():
             print(f"{name} = {out.text(v)}")
     return 0
+
+
+def _run_session(args, options: dict):
+    """The session ``dslc run`` runs a job file in: local, or with ``--cluster`` on Ray
+    (``ray``: a local cluster started for this run and stopped after it, also on failure
+    or Ctrl-C; ``auto`` or ``ray://HOST:PORT``: a running cluster)."""
+    from dslc.session import LocalSession
+
+    if not args.cluster:
+        return LocalSession(backend=args.backend, source=args.job, **options)
+    from dslc.distributed import RaySession
+    address = "local" if args.cluster == "ray" else args.cluster
+    return RaySession(address=address, backend=args.backend, source=args.job, passes=options["passes"])
 
 
 def cmd_ir(args) -> int:

@@ -43,3 +43,6 @@ def backend(request):
 def session(backend):
     with LocalSession(backend=backend) as s:
         yield s
+
+
+from ray_fixtures import ray_cluster, ray_session, shared_ray_session  # noqa: E402,F401  (the distributed tests' cluster)
