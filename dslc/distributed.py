@@ -52,11 +52,10 @@ class RaySession(Session):
         self.source = source
         self.passes = pipeline(passes)
         self.own_cluster = None
-        if address is None and ray.is_initialized():
-            pass
+        if address in (None, "auto") and ray.is_initialized():
+            pass  # this process already runs on a cluster (a test's, or the caller's own)
         elif address in (None, "local"):
-            import tempfile
-            self.own_cluster = _cluster.LocalCluster(temp_dir or tempfile.mkdtemp(prefix="dslc-ray-"),
+            self.own_cluster = _cluster.LocalCluster(temp_dir or _cluster.short_temp_dir(),
                                                      num_cpus=num_cpus or 2)
             try:
                 self.own_cluster.start()
@@ -277,6 +276,7 @@ class RaySession(Session):
         self._actors.clear()
         if self.own_cluster is not None:
             self.own_cluster.stop()
+            self.own_cluster.remove_temp_dir()
             self.own_cluster = None
 
     def __exit__(self, etype, *args):

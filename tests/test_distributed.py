@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from dslc import core
 from dslc.ir.diagnostics import ExecutionError
 from dslc.net_builder import ops
 from dslc.task import Cluster, Node, Task, TaskGroup, final_output
@@ -72,3 +73,46 @@ def test_two_raylets_place_nodes_on_the_raylet_offering_their_resource(ray_sessi
     assert len(set(by_resource.values())) == 2
     for node in ("host_a", "host_b"):
         assert ray_session.node_info(node)["node_id"] == by_resource[node]
+
+
+N_RECORDS = 100_000
+
+
+def test_a_queue_feeds_two_consumer_nodes_each_record_exactly_once_in_order(ray_session):
+    """100k records 0..N-1 from a producer node to two consumer nodes. Each consumer counts
+    its records, sums them and their squares, and counts records not above the one
+    before (order). Two consumers together must see every record once: counts adding up
+    to N, sums to N(N-1)/2, squares to (N-1)N(2N-1)/6, and no order violation."""
+    with Cluster():
+        with Node("producer"):
+            setup = Task()  # a GLOBAL run: the queue stays in the producer's workspace
+            with setup:
+                q = ops.CreateBlobsQueue([], ["records"], capacity=512, num_blobs=1)
+        with TaskGroup() as group:
+            with Node("producer"), Task():
+                with ops.loop(N_RECORDS) as loop:
+                    ops.EnqueueBlobs([q, loop.iter()], [])
+                ops.CloseBlobsQueue([q], [])
+            stats = {}
+            for c in ("consumer_1", "consumer_2"):
+                with Node(c), Task():
+                    one = ops.Const(1)
+                    count, total, squares, disorder, last = (ops.Const(v) for v in (0, 0, 0, 0, -1))
+                    with ops.loop():
+                        rec, done = ops.SafeDequeueBlobs([q], 2)
+                        ops.stop_if(done)
+                        ops.Add([count, one], [count])
+                        ops.Add([total, rec], [total])
+                        ops.Add([squares, ops.Mul([rec, rec])], [squares])
+                        ops.Add([disorder, ops.Cast(ops.LE([rec, last]), to=core.DataType.INT64)], [disorder])
+                        ops.Copy([rec], [last])
+                    stats[c] = [final_output(b) for b in (count, total, squares, disorder)]
+    ray_session.run(setup)
+    ray_session.run(group)
+    got = {c: [int(o.fetch()) for o in outs] for c, outs in stats.items()}
+    n = N_RECORDS
+    assert sum(g[0] for g in got.values()) == n
+    assert sum(g[1] for g in got.values()) == n * (n - 1) // 2
+    assert sum(g[2] for g in got.values()) == (n - 1) * n * (2 * n - 1) // 6
+    assert [g[3] for g in got.values()] == [0, 0]
+    assert all(g[0] > 0 for g in got.values())  # both consumers took part

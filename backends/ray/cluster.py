@@ -89,6 +89,14 @@ def kill_pids(pids, grace_s: float = 2.0) -> None:
             return
 
 
+def short_temp_dir() -> str:
+    """A new temp dir for a cluster, short enough for Ray's socket paths (107 bytes at most)."""
+    import tempfile
+
+    base = tempfile.gettempdir()
+    return tempfile.mkdtemp(prefix="dslc-ray-", dir=base if len(base) <= 32 else "/tmp")
+
+
 class LocalCluster:
     """A Ray cluster on this machine, for one run or one test session."""
 
@@ -175,6 +183,10 @@ class LocalCluster:
             if self._saved_env is not None:
                 restore_env(self._saved_env)
                 self._saved_env = None
+
+    def remove_temp_dir(self) -> None:
+        import shutil
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self):
         return self.start()

@@ -2,8 +2,7 @@
 
 LocalSession (like Caffe2's) runs every node in one workspace, so two nodes writing
 one blob name see each other's value; on a cluster each node has its own workspace
-and they do not. dslc keeps the local behaviour and warns, once per blob and pair of
-lines, when the job would mean something else on a cluster.
+and they do not. dslc keeps the local behaviour and warns, once per blob, when the job would mean something else on a cluster.
 """
 from __future__ import annotations
 
@@ -18,12 +17,20 @@ class NodeBlobWarning(UserWarning):
     """Tasks of different nodes write one blob name (shared locally, separate on a cluster)."""
 
 
-_warned: set = set()
+def _restored(store) -> bool:
+    """A value a Load op read back (a checkpoint restore writes what each node saved: a name
+    shared by nodes was reported where the job first wrote it)."""
+    owner = getattr(store.operands[0], "owner", None) if store.operands else None
+    return owner is not None and owner.name == "Load"
 
 
 def warn_cross_node_writes(module) -> list[str]:
-    """Warn for each blob written by tasks of two nodes; returns the messages (new ones only)."""
+    """Warn once for each blob written by tasks of two nodes; returns the messages.
+
+    A runnable is lowered once per session (and again only when fed blobs change type),
+    so "once per lowering" is once per compile."""
     first: dict = {}  # blob -> (node, loc) of its first writer
+    warned: set = set()
     said = []
     for task in (op for op in module.walk() if op.name == "task"):
         node = str(task.attrs["node"])
@@ -31,15 +38,14 @@ def warn_cross_node_writes(module) -> list[str]:
             if op.name != "store":
                 continue
             blob = str(op.attrs["blob"])
-            if blob in PER_NODE_BY_DESIGN:
+            if blob in PER_NODE_BY_DESIGN or _restored(op):
                 continue
             other = first.setdefault(blob, (node, op.loc))
             if other[0] == node:
                 continue
-            key = (blob, str(other[1]), str(op.loc))
-            if key in _warned:
+            if blob in warned:
                 continue
-            _warned.add(key)
+            warned.add(blob)
             msg = (f"blob {blob!r} is written by node {other[0]!r} at {other[1]} and by node {node!r} "
                    f"at {op.loc}: one workspace here, two on a cluster (dslc run --cluster); give each "
                    f"node its own name (e.g. under a NameScope) so the job means the same on both")
