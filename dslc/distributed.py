@@ -44,37 +44,48 @@ class RaySession(Session):
     """Runs each Node of a job in its own process of a Ray cluster."""
 
     def __init__(self, address: str | None = None, backend: str = "interp", source: str = "",
-                 passes=None, num_cpus: int | None = None, temp_dir: str | None = None, **options):
+                 passes=None, num_cpus: int | None = None, temp_dir: str | None = None,
+                 node_setup=None, **options):
+        """``options`` go to the backend on every node; ``node_setup()``, if given, is called
+        once in each node's process when it starts."""
         super().__init__()
+        self.node_setup = node_setup
         ray = _import_ray()
         _backends.get(backend)  # an unknown backend fails here, not inside every node
         self.backend_name, self.options = backend, options
         self.source = source
         self.passes = pipeline(passes)
         self.own_cluster = None
+        self._actors: dict = {}
+        self._sent: dict = {}     # node -> keys of the programs it holds
+        self._types: dict = {}    # node -> blob -> type of what its root holds
+        self._compiled: dict = {}
+        self._runs = 0
+        self._connect(ray, address, num_cpus, temp_dir)
+        try:
+            self._resources = set(ray.cluster_resources())
+            self._pickle_job_by_value()
+        except BaseException:
+            self.close()  # a cluster this session started never outlives it
+            raise
+
+    def _connect(self, ray, address, num_cpus, temp_dir) -> None:
         if address in (None, "auto") and ray.is_initialized():
-            pass  # this process already runs on a cluster (a test's, or the caller's own)
-        elif address in (None, "local"):
+            return  # this process already runs on a cluster (a test's, or the caller's own)
+        if address in (None, "local"):
             self.own_cluster = _cluster.LocalCluster(temp_dir or _cluster.short_temp_dir(),
                                                      num_cpus=num_cpus or 2)
             try:
                 self.own_cluster.start()
             except Exception as e:
                 raise ClusterUnavailable(f"cannot start a local Ray cluster: {e}".splitlines()[0],
-                                         hint="see the Ray logs under the temp dir") from None
-        else:
-            try:
-                _cluster.connect(address)
-            except _cluster.ClusterError as e:
-                raise ClusterUnavailable(str(e), hint="check the address (ray://HOST:PORT, HOST:PORT or auto) "
-                                                      "and that the cluster is up") from None
-        self._actors: dict = {}
-        self._sent: dict = {}     # node -> keys of the programs it holds
-        self._types: dict = {}    # node -> blob -> type of what its root holds
-        self._compiled: dict = {}
-        self._runs = 0
-        self._resources = set(ray.cluster_resources())
-        self._pickle_job_by_value()
+                                         hint=f"see Ray's logs in {self.own_cluster.temp_dir}") from None
+            return
+        try:
+            _cluster.connect(address)
+        except _cluster.ClusterError as e:
+            raise ClusterUnavailable(str(e), hint="check the address (ray://HOST:PORT, HOST:PORT or auto) "
+                                                  "and that the cluster is up") from None
 
     # --- nodes
     def nodes(self) -> list[str]:
@@ -96,7 +107,8 @@ class RaySession(Session):
         opts = dict(num_cpus=0, max_concurrency=64, max_restarts=0)
         if node in self._resources:  # a Node named like a machine's custom resource runs there
             opts["resources"] = {node: 0.001}
-        return ray.remote(NodeWorker).options(**opts).remote(node, self.options, workspace.current_as)
+        return ray.remote(NodeWorker).options(**opts).remote(node, self.options, workspace.current_as,
+                                                              self.node_setup)
 
     def node_info(self, node: str) -> dict:
         """``{"pid", "node_id"}`` of the process running ``node``."""
@@ -167,7 +179,6 @@ class RaySession(Session):
 
     # --- running
     def _run(self, group) -> None:
-        import ray
 
         compiled = self.compile(group)
         remote = self._remote_queues(compiled)

@@ -7,6 +7,8 @@ PIDs it started. Without Ray installed the tests that use it are skipped.
 """
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 RESOURCES_A = {"host_a": 100}
@@ -33,10 +35,18 @@ def ray_cluster(tmp_path_factory):
 def shared_ray_session(ray_cluster):
     """One RaySession for the test session: node processes are reused by node name (a Ray
     worker process takes seconds to start on a loaded machine)."""
-    from dslc.distributed import RaySession
+    from ray import cloudpickle
 
-    with RaySession() as s:
+    from dslc.distributed import RaySession
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # no node can import tests/
+    with RaySession(node_setup=compile_everything) as s:
         yield s
+
+
+def compile_everything():
+    """In each node's process, as conftest does here: numba compiles every island it can."""
+    from dslc.backends.numba import islands
+    islands.MIN_WORK = 0
 
 
 @pytest.fixture(params=["interp", "numba"])

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 
 from dslc import core
@@ -41,7 +40,7 @@ def test_each_node_runs_its_tasks_in_its_own_process(ray_session):
     assert len({i["pid"] for i in info.values()} | {os.getpid()}) == 3
     ray_session.run(group)  # the second run reuses the nodes' compiled programs and root workspaces
     assert outs["b"].fetch() == 4950
-    assert ray_session.fetch_blob(outs["b"].names[0] if hasattr(outs["b"], "names") else "", node="b") == 4950
+    assert ray_session.fetch_blob(outs["b"].names[0], node="b") == 4950  # FetchBlob names the node
 
 
 def test_a_failing_task_is_located_by_node_task_and_line(ray_session):

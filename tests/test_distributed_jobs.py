@@ -45,7 +45,7 @@ def test_the_seed_pipeline_on_four_trainer_nodes_gives_the_local_totals(ray_sess
     manager = MultiNodeCheckpointManager(str(tmp_path), "minidb")
     assert JobRunner(job, manager).train(ray_session) == len(EXPECTED_TOTALS)
     assert totals(ray_session, fetchers) == [[EXPECTED_TOTALS[-1]]] * TRAINERS
-    assert sorted(ray_session.nodes()) == [f"trainer_{k}" for k in range(TRAINERS)]
+    assert {f"trainer_{k}" for k in range(TRAINERS)} <= set(ray_session.nodes())
     # every node saved its own checkpoint of every epoch (0 = after the init group)
     assert sorted(os.listdir(tmp_path)) == sorted(f"trainer_{k}.{e}" for k in range(TRAINERS) for e in range(5))
 

@@ -30,7 +30,9 @@ WAIT_FOR_QUEUE_S = 120.0  # how long a peer waits for a queue its home has not c
 class NodeWorker:
     """One node's root workspace, its compiled programs, and the queues peers reach."""
 
-    def __init__(self, node: str, options: dict, around_run=None):
+    def __init__(self, node: str, options: dict, around_run=None, setup=None):
+        if setup is not None:
+            setup()  # the caller's per-process configuration (e.g. a backend's thresholds)
         self.node = node
         self.options = options
         self.backends: dict = {}
