@@ -536,6 +536,14 @@ class Net:
             return _blob_ref(outs[0], self)
         return tuple([_blob_ref(n, self) for n in outs]) if outs else None
 
+    def AddGradientOperators(self, ys, skip=0):
+        """Record the backward ops for the losses ``ys``; returns {blob: gradient blob} (``w`` -> ``w_grad``).
+
+        ``ys``: loss blobs, or {loss: its gradient blob (None: filled with 1)}. See dslc/gradients.py.
+        """
+        from dslc.gradients import add_gradient_ops  # (the reverse pass reads the op table's gradients)
+        return add_gradient_ops(self, ys, user_location(2))
+
     def Const(self, array, blob_out=None, dtype=None):
         """Record a constant: a Python bool is a bool scalar, an int int64, a float float32.
 

@@ -16,8 +16,24 @@ from dslc.ir.diagnostics import DSLError
 from dslc.tracing import user_location
 
 
+class Blob(_rt.Cell):
+    """A blob of a user's workspace: Caffe2 code reads ``ws.blobs[name].fetch()`` and ``.feed(v)``."""
+
+    __slots__ = ()
+
+    def fetch(self):
+        """The value as numpy (a 0-d array for a scalar)."""
+        return _value_of(self, self.name)
+
+    def feed(self, value) -> bool:
+        self.v = _rt.to_value(value)
+        return True
+
+
 class Workspace(_rt.Workspace):
     """A workspace you can run things in directly (``ws.run(plan)``)."""
+
+    cell_type = Blob
 
     def run(self, runnable, backend: str = "interp"):
         from dslc.session import LocalSession
@@ -70,6 +86,10 @@ def _fetch(ws: _rt.Workspace, name):
     if cell is None:
         raise DSLError(f"no blob named {str(name)!r} in the workspace", user_location(),
                        "feed it with FeedBlob or run the task that writes it first")
+    return _value_of(cell, name)
+
+
+def _value_of(cell, name):
     if cell.v is None:
         raise DSLError(f"blob {str(name)!r} exists but holds no value yet", user_location(),
                        "run the task that writes it first")

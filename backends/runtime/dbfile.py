@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import struct
 import zlib
 
 import numpy as np
 
-from . import blobdb
+from . import blobdb, partials
 from .blobcodec import BlobEncodingError, decode
 from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
@@ -44,7 +43,8 @@ class FileDB:
 
     # --- writing
     def write(self, path: str, entries) -> None:
-        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        partials.remove_stale(path)  # what a killed save of this checkpoint left
+        tmp = partials.temp_name(path)
         try:
             f = open(tmp, "wb", buffering=0)
         except OSError as e:
