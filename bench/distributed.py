@@ -34,17 +34,17 @@ from timing import median_time  # noqa: E402  (bench/timing.py)
 MIB_FLOATS = (1 << 20) // 4
 
 
-def cpu_group(iters: int):
-    """Two nodes, each a promoted loop nest (the sum of sqrt(i) for i < ``iters``)."""
+def cpu_group(iters: int, nodes=("cpu_0", "cpu_1")):
+    """Nodes each running a promoted loop nest (the sum of sqrt(i) for i < ``iters``)."""
     outs = []
     with Cluster(), TaskGroup() as group:
-        for n in ("cpu_0", "cpu_1"):
+        for n in nodes:
             with Node(n), Task():
-                total = ops.Const(0.0)
+                total = ops.Cast(ops.Const(0.0), to=core.DataType.DOUBLE)
                 with ops.loop(iters) as loop:
-                    ops.Add([total, ops.Sqrt(ops.Cast(loop.iter(), to=core.DataType.FLOAT))], [total])
+                    ops.Add([total, ops.Sqrt(ops.Cast(loop.iter(), to=core.DataType.DOUBLE))], [total])
                 outs.append(final_output(total))
-    expect = float(np.sum(np.sqrt(np.arange(iters, dtype=np.float32))))  # accumulated in f32 by the job too
+    expect = float(np.sum(np.sqrt(np.arange(iters, dtype=np.float64))))
     return group, outs, expect
 
 
@@ -53,11 +53,13 @@ def bench_cpu(session_local, session_ray, iters, reps):
 
     def check(s):
         s.run(group)
-        assert np.allclose([float(o.fetch()) for o in outs], expect, rtol=1e-2)
+        assert np.allclose([float(o.fetch()) for o in outs], expect, rtol=1e-9)
 
     local = median_time(lambda: check(session_local), reps)
     ray = median_time(lambda: check(session_ray), reps)
-    return local, ray
+    group, outs, expect = cpu_group(iters, nodes=("cpu_alone",))
+    alone = median_time(lambda: check(session_local), reps)
+    return local, ray, alone
 
 
 def trivial_job(epochs: int):
@@ -165,9 +167,10 @@ def main(argv=None) -> int:
     print(f"cluster start (local, one raylet): {cluster.start_seconds:.1f} s")
     try:
         with RaySession(backend="numba") as ray_s, LocalSession(backend="numba") as local_s:
-            local, ray = bench_cpu(local_s, ray_s, args.iters, args.reps)
+            local, ray, alone = bench_cpu(local_s, ray_s, args.iters, args.reps)
             print(f"cpu-bound, 2 nodes x {args.iters} iterations (numba): local {local:.3f} s, "
-                  f"cluster {ray:.3f} s, ratio cluster/local {ray / local:.2f}")
+                  f"cluster {ray:.3f} s, ratio cluster/local {ray / local:.2f} (one node alone, "
+                  f"locally: {alone:.3f} s)")
         with RaySession(backend="interp") as ray_s, LocalSession(backend="interp") as local_s:
             local, ray = bench_epochs(local_s, ray_s, args.epochs, args.reps)
             print(f"trivial 2-node job, per epoch: local {local * 1e3:.2f} ms, cluster {ray * 1e3:.2f} ms "

@@ -192,6 +192,7 @@ class RaySession(Session):
                 self._runs, self.backend_name, compiled.key, compiled.text if first else None,
                 compiled.pyobjs if first else None, nb.outputs, remote.get(node, {}))] = node
         results = self._gather(refs)
+        self.last_seconds = {node: r["seconds"] for node, r in results.items()}  # per node, for benches
         for node in results:
             self._sent[node].add(sent)
             self._types[node] = results[node]["types"]

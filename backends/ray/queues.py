@@ -7,9 +7,10 @@ that reaches the home node's actor.
 
 Reads take records in batches (one actor call returns up to ``BATCH`` records, which
 Ray ships as one object, through shared memory when large), so a consumer pays
-one round trip per batch, not per record. The home queue hands each record out
-once, so two consumers never see the same record, and each sees its records in
-queue order. Writes go one record per call: a put must be visible (and a full
+one round trip per batch, not per record. The next batch is asked for while the
+current one is consumed. The home queue hands each record out once, so two
+consumers never see the same record, and each sees its records in queue order (a
+consumer that stops before the queue is drained drops what it had taken ahead). Writes go one record per call: a put must be visible (and a full
 queue must push back) at once. bench/distributed.py measures this against Ray's
 own ``ray.util.queue.Queue``; docs/distributed.md has the figures.
 """
@@ -23,6 +24,7 @@ from dslc.backends.runtime.queues import TIMED_OUT
 
 BATCH = 256  # records per remote read
 POLL_S = 0.05  # how often a blocked remote read looks at its cancel token
+LINGER_S = 0.002  # how long a remote read waits for more records once it has one
 
 
 def take(queue, most: int, wait_s: float):
@@ -36,8 +38,10 @@ def take(queue, most: int, wait_s: float):
     if first is None:
         return None
     got = [first]
+    # wait a little for more: a round trip costs ~1 ms, so a fuller batch pays for itself
+    deadline = time.monotonic() + LINGER_S
     while len(got) < most:
-        rec = queue.get(0)
+        rec = queue.get(max(0.0, deadline - time.monotonic()))
         if rec is TIMED_OUT or rec is None:
             break
         got.append(rec)
@@ -65,6 +69,7 @@ class RemoteQueue:
         self._num_blobs = num_blobs
         self._buffer: deque = deque()
         self._drained = False
+        self._pending = None  # the batch asked for ahead of need
         self.closed = False
 
     @property
@@ -74,10 +79,13 @@ class RemoteQueue:
         return self._num_blobs
 
     def _call(self, method: str, *args):
-        """Call the home actor, waiting in short slices so a cancelled run stops at once."""
+        """Call the home actor and wait for the answer."""
+        return self._wait(getattr(self.home, method).remote(self.name, *args))
+
+    def _wait(self, ref):
+        """The value of ``ref``, waited for in short slices so a cancelled run stops at once."""
         import ray
 
-        ref = getattr(self.home, method).remote(self.name, *args)
         token = current_token()
         while True:
             ready, _ = ray.wait([ref], timeout=POLL_S)
@@ -94,16 +102,30 @@ class RemoteQueue:
             return self._buffer.popleft()
         return None if self._drained else TIMED_OUT
 
+    def _take(self, wait_s: float):
+        import ray  # noqa: F401  (the home is an actor handle)
+        return self.home.queue_take.remote(self.name, BATCH, wait_s)
+
     def _refill(self, timeout) -> None:
+        """Fill the buffer from the home queue. The next batch is asked for as soon as one
+        arrives (while this node works through it), so a reader that keeps up waits for the
+        network once, not once per batch."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = POLL_S * 4 if deadline is None else max(0.0, min(deadline - time.monotonic(), POLL_S * 4))
-            got = self._call("queue_take", BATCH, left)
+            ref = self._pending
+            self._pending = None
+            if ref is None:
+                left = POLL_S * 4 if deadline is None else max(0.0, min(deadline - time.monotonic(), POLL_S * 4))
+                ref = self._take(left)
+            got = self._wait(ref)
             if got is None:
                 self._drained = True
                 return
-            if got or (deadline is not None and time.monotonic() >= deadline):
+            if got:
                 self._buffer.extend(tuple(r) for r in got)
+                self._pending = self._take(POLL_S * 4)
+                return
+            if deadline is not None and time.monotonic() >= deadline:
                 return
 
     def put(self, record) -> bool:
