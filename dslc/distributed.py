@@ -126,7 +126,12 @@ class RaySession(Session):
     def reset(self) -> None:
         """Empty every node's workspace and forget what was compiled (the processes stay)."""
         import ray
-        ray.get([a.reset.remote() for a in self._actors.values()])
+        refs = {n: a.reset.remote() for n, a in self._actors.items()}
+        for node, ref in refs.items():
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                self._actors.pop(node)  # a node lost earlier: a new one starts when next used
         self._sent = {n: set() for n in self._actors}
         self._types = {n: {} for n in self._actors}
         self._compiled.clear()
