@@ -55,6 +55,8 @@ def test_a_failing_task_is_located_by_node_task_and_line(ray_session):
     M.assert_at(err.value, "raise")
     assert "node 'bad'" in str(err.value) and "fails" in str(err.value)
     assert err.value.node == "bad"
+    import ray
+    assert ray.get(ray_session.actor("ok").running.remote()) == 0  # the waiting node stopped
 
 
 def test_two_raylets_place_nodes_on_the_raylet_offering_their_resource(ray_session):

@@ -106,6 +106,10 @@ class NodeWorker:
             self.backends[backend] = backends.get(backend)(**self.options)
         return self.backends[backend].compile(module)
 
+    def running(self) -> int:
+        """How many runs are under way in this process (0 once a cancelled run has stopped)."""
+        return len(self._tokens)
+
     def cancel(self, run_id) -> None:
         """Stop run ``run_id`` (blocked queue waits end with Cancelled), also if it has not begun."""
         self._cancelled.add(run_id)
