@@ -171,8 +171,9 @@ class RaySession(Session):
             got = CompiledRunnable(group, module, None, deps, group.tasks())
             got.text = print_module(module)
             got.blobs = split.node_blobs(module)
-            got.pyobjs = {op.attrs[k].token: (pyrefs.resolve(op.attrs[k]), op.attrs[k].name)
-                          for op in module.walk() for k in op.attrs if isinstance(op.attrs[k], pyrefs.PyRef)}
+            # every Python op function travels by value: a node may not import the job file
+            got.pyobjs = {v: pyrefs.resolve(v) for op in module.walk() for v in op.attrs.values()
+                          if isinstance(v, pyrefs.PyRef)}
             got.key = (id(group), time.monotonic_ns())
         self._compiled[id(group)] = got
         return got

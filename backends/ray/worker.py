@@ -63,7 +63,7 @@ class NodeWorker:
     def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues) -> dict:
         """Run the program ``key`` (compiled by ``backend`` from ``text`` the first time) on the root.
 
-        ``pyobjs``: token -> object for the Python ops of ``text``; ``outputs``: the
+        ``pyobjs``: the reference in ``text`` -> the object, for its Python ops; ``outputs``: the
         blobs to return (None for one nothing wrote); ``remote_queues``: blob -> the
         actor holding that queue. Returns ``{"outputs", "types", "seconds"}``.
         """
@@ -97,11 +97,11 @@ class NodeWorker:
 
         module = split.node_part(parse(text), self.node)
         # Python op functions travel by value: give each a reference of this process
-        fresh = {tok: pyrefs.register(obj, name) for tok, (obj, name) in pyobjs.items()}
+        fresh = {ref: pyrefs.register(obj, ref.name) for ref, obj in pyobjs.items()}
         for op in module.walk():
             for k, v in list(op.attrs.items()):
-                if isinstance(v, pyrefs.PyRef) and v.token in fresh:
-                    op.attrs[k] = fresh[v.token]
+                if isinstance(v, pyrefs.PyRef) and v in fresh:
+                    op.attrs[k] = fresh[v]
         if backend not in self.backends:
             self.backends[backend] = backends.get(backend)(**self.options)
         return self.backends[backend].compile(module)
