@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 from dslc import core, progress
 from dslc.context import Managed
-from dslc.ir.diagnostics import TraceError
+from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.net_builder import ops
 from dslc.task import Node, Task, TaskGroup, TaskOutput, WorkspaceType, final_output
 from dslc.tracing import user_location
@@ -186,6 +187,7 @@ class CheckpointManager:
         self._current_db_name = None
         self._current_checkpoint_duration = None
         self.timed = True
+        self.loc = user_location()  # where a failing save is reported (the line naming the directory)
 
     # --- names
     def _db_name(self, epoch, path_prefix=None) -> str:
@@ -310,6 +312,10 @@ class CheckpointManager:
     def cp_accessible(self, epoch=None) -> bool:
         return _hook(self._metadata_handler, "cp_accessible", epoch, default=True)
 
+    def remove_partial_saves(self, nodes=None) -> list:
+        """Remove what saves killed mid-write left of this manager's checkpoints; returns the paths."""
+        return _remove_partial_saves(self._db_name)
+
 
 class SnapshotManager(CheckpointManager):
     """A CheckpointManager whose databases are named ``<db_prefix>/<node>.snapshot.<epoch>``,
@@ -336,6 +342,7 @@ class MultiNodeCheckpointManager:
         self._path_type = None
         self._node_names = []
         self.timed = True
+        self.loc = user_location()
 
     def _make_managers(self, nodes) -> None:
         if self._node_managers is not None:
@@ -427,6 +434,24 @@ class MultiNodeCheckpointManager:
     def cp_accessible(self, epoch=None) -> bool:
         return _hook(self._metadata_handler, "cp_accessible", epoch, default=True)
 
+    def remove_partial_saves(self, nodes) -> list:
+        """Remove what saves killed mid-write left of the checkpoints of ``nodes``."""
+        return [path for node in nodes for path in _remove_partial_saves(
+            lambda e, n=str(node): db_name(e, n, self._db_prefix, self._path_prefix))]
+
+
+def _remove_partial_saves(name_of_epoch) -> list:
+    """Remove the partial files of every epoch's checkpoint named by ``name_of_epoch``
+    (any process but this one wrote them: the runner that owns the directory starts)."""
+    from dslc.backends.runtime import partials  # the runner drives sessions; only it cleans
+    head, _, tail = os.path.basename(name_of_epoch("\0")).partition("\0")
+    epoch_file = re.compile(re.escape(head) + r"\d+" + re.escape(tail) + r"\Z")
+    removed = partials.remove_stale_in(os.path.dirname(os.path.abspath(name_of_epoch(0))),
+                                       epoch_file.match)
+    for path in removed:
+        logger.info("removed %s, left by a save that did not finish", path)
+    return removed
+
 
 class UploadTaskGroupBuilder:
     """Builds the TaskGroup that uploads the checkpoints of an epoch (JobRunner runs it once,
@@ -468,6 +493,8 @@ class JobRunner:
         if cm is not None:
             cm.timed = timed
             cm.set_params(nodes=job.nodes_to_checkpoint())
+            cm.remove_partial_saves(job.nodes_to_checkpoint())
+            self._save_failed = False
             self.resume_from_epoch = cm.get_resume_from_epoch_id(self.resume_from_epoch)
         from_scratch = self.resume_from_epoch is None
         if from_scratch:
@@ -512,7 +539,20 @@ class JobRunner:
             if cm.timed:
                 cm.report_checkpoint_stats("checkpoint_save")
         except Exception as e:  # Caffe2's contract: a failing save never stops the job
-            logger.warning("the checkpoint of epoch %s was not saved: %s", epoch, e)
+            self._report_failed_save(epoch, e)
+
+    def _report_failed_save(self, epoch, e: Exception) -> None:
+        """A warning for the first failed save of a run, at the line that made the manager;
+        the later ones (every epoch, typically for the same reason) only to the log."""
+        if getattr(self, "_save_failed", False):
+            logger.info("the checkpoint of epoch %s was not saved either: %s", epoch, e)
+            return
+        self._save_failed = True
+        why = f"{e.message}; {e.hint}" if isinstance(e, DSLError) and e.hint else getattr(e, "message", str(e))
+        where = getattr(self.checkpoint_manager, "loc", None)
+        logger.warning("%swarning: the checkpoint of epoch %s was not saved, and the job goes on "
+                       "without checkpoints: %s (later failed saves of this run are not reported)",
+                       f"{where}: " if where else "", epoch, why)
 
     def load_blobs_from_checkpoints(self, blob_names, epoch, session) -> bool:
         """Load just ``blob_names`` from every node's checkpoint of ``epoch``; False if one is missing."""

@@ -12,6 +12,7 @@ _lock = threading.Lock()
 _net_names: set[str] = set()
 _next_suffix: dict[str, int] = {}  # base -> the suffix to try first (all smaller ones are taken)
 _step_count = [0]
+_instances: dict[str, int] = {}  # class name -> instances made (Caffe2 names optimizers' blobs by it)
 
 
 def unique_net_name(prefix: str, requested) -> str:
@@ -44,9 +45,18 @@ def unique_step_name() -> str:
     return "step" if k == 0 else f"step_{k}"
 
 
+def next_instance(kind: str) -> int:
+    """0, 1, 2 ... for successive instances of ``kind`` (``SgdOptimizer_0_lr_cpu`` ...)."""
+    with _lock:
+        k = _instances.get(kind, 0)
+        _instances[kind] = k + 1
+    return k
+
+
 def reset() -> None:
     """Forget every name handed out (a new process, as far as naming goes)."""
     with _lock:
         _net_names.clear()
         _next_suffix.clear()
         _step_count[0] = 0
+        _instances.clear()

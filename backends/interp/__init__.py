@@ -14,6 +14,9 @@ from dslc.ir import Module
 from .executor import Executor
 from . import kernels_db  # noqa: F401  (registers the Save/Load/DBExists kernels)
 from . import kernels_data  # noqa: F401  (registers the queue, cursor and dataset kernels)
+from . import kernels_records  # noqa: F401  (text files, packed records, Concat, Split)
+from . import kernels_collect  # noqa: F401  (tensor vectors, sampling, TrimDataset)
+from . import kernels_nn  # noqa: F401  (registers the neural-network kernels)
 
 
 @dataclass
@@ -21,13 +24,14 @@ class Config:
     """Backend options kernels may read."""
 
     log: object = None  # where Print writes (default: stderr)
+    seed: int = 0  # names the random ops' streams (with each op's output blob)
 
 
 class InterpBackend:
     name = "interp"
 
-    def __init__(self, log=None, **_options):
-        self.cfg = Config(log or sys.stderr)
+    def __init__(self, log=None, seed=0, **_options):
+        self.cfg = Config(log or sys.stderr, int(seed))
 
     def compile(self, module: Module) -> Executor:
         """Compile every region of ``module``; the result runs with ``.run(workspace)``."""

@@ -98,6 +98,7 @@ class Config:
     par_min: int = PAR_MIN
     local_counters: frozenset = frozenset()
     module: Module | None = None
+    seed: int = 0  # as the interpreter's: random ops run its kernels
     _names: object = None
 
     def namer(self):
@@ -169,16 +170,18 @@ def local_counters(module: Module) -> frozenset:
 class NumbaBackend:
     name = "numba"
 
-    def __init__(self, log=None, parallel=None, **_options):
+    def __init__(self, log=None, parallel=None, seed=0, **_options):
         """``parallel``: use the prange variant of fused kernels on large arrays (default: only
         with more than two cores, where it beats the serial kernel)."""
         if parallel is None:
             parallel = (os.cpu_count() or 1) > 2 or bool(os.environ.get("DSLC_NUMBA_PARALLEL"))
         self.log = log or sys.stderr
         self.parallel = parallel
+        self.seed = int(seed)
 
     def compile(self, module: Module) -> NumbaProgram:
-        cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module)
+        cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,
+                     seed=self.seed)
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
         return NumbaProgram(module, executor, cfg.stats)
 

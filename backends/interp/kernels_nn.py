@@ -1,0 +1,127 @@
+"""Interpreter kernels of the neural-network ops: the numpy semantics of ir/ops/nn_math.py.
+
+Most ops are ``nn_math.<fn>(*inputs, **attributes)``; the attributes a function takes
+are bound once, when the op's kernel is made. Random ops draw from their op's seeded
+stream (backends/runtime/streams.py).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from dslc.backends.runtime.streams import stream
+from dslc.ir.ops import nn_math as nm
+from dslc.ir.ops import numeric as num
+from dslc.ir.ops.infer import dtype_from_code
+from dslc.ir.types import NUMPY_DTYPES
+
+from .kernels import kernel
+
+FUNCTIONS = {
+    "FC": nm.fc, "FCGradient": nm.fc_grad, "MatMul": nm.matmul, "Transpose": nm.transpose,
+    "ResizeLike": nm.resize_like, "Flatten": nm.flatten,
+    "ExpandDims": nm.expand_dims, "Squeeze": nm.squeeze, "Slice": nm.slice_, "SliceGradient": nm.slice_grad,
+    "Gather": nm.gather, "GatherGradient": nm.gather_grad,
+    "SumElements": nm.sum_elements, "SumElementsGradient": nm.sum_elements_grad,
+    "ReduceSum": nm.reduce_sum, "ReduceMean": nm.reduce_mean,
+    "ReduceSumGradient": nm.reduce_sum_grad, "ReduceMeanGradient": nm.reduce_mean_grad,
+    "RowWiseArgMax": nm.row_wise_arg_max, "Sigmoid": nm.sigmoid, "SigmoidGradient": nm.sigmoid_grad,
+    "Tanh": nm.tanh, "TanhGradient": nm.tanh_grad, "ReluGradient": nm.relu_grad,
+    "Softmax": nm.softmax, "SoftmaxGradient": nm.softmax_grad, "Clip": nm.clip, "ClipGradient": nm.clip_grad,
+    "LabelCrossEntropy": nm.label_cross_entropy, "LabelCrossEntropyGradient": nm.label_cross_entropy_grad,
+    "SoftmaxWithLoss": nm.softmax_with_loss, "SoftmaxWithLossGradient": nm.softmax_with_loss_grad,
+    "SquaredL2Distance": nm.squared_l2_distance, "SquaredL2DistanceGradient": nm.squared_l2_distance_grad,
+    "AveragedLoss": nm.averaged_loss, "AveragedLossGradient": nm.averaged_loss_grad,
+    "Accuracy": nm.accuracy, "StopGradient": num.copy,
+    "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
+    "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
+    "Adagrad": nm.adagrad, "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
+}
+
+
+def bound(fn, attrs: dict):
+    """``fn`` with the attributes it names bound as keywords (the rest it does not take)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return functools.partial(fn, **attrs)
+    return functools.partial(fn, **{k: v for k, v in attrs.items() if k in params})
+
+
+def _plain(fn):
+    return lambda op, cfg: bound(fn, op.attrs)
+
+
+for _name, _fn in FUNCTIONS.items():
+    kernel(_name)(_plain(_fn))
+
+
+@kernel("Reshape")
+def _reshape(op, cfg):
+    shape = tuple(int(d) for d in op.attrs["shape"])
+    if len(op.results) == 2:
+        return lambda x: nm.reshape(x, shape)
+    return lambda x: nm.reshape(x, shape)[0]
+
+
+def _seed(cfg) -> int:
+    return int(getattr(cfg, "seed", 0) or 0)
+
+
+def _draw(name, attrs, gen, shape):
+    dt = NUMPY_DTYPES[dtype_from_code(name, attrs["dtype"])]
+    if name == "GaussianFill":
+        out = gen.normal(attrs["mean"], attrs["std"], shape)
+    elif name == "UniformFill":
+        out = gen.uniform(attrs["min"], attrs["max"], shape)
+    elif name == "XavierFill":
+        size = int(np.prod(shape))
+        s = np.sqrt(3.0 / (size / shape[0])) if size else 0.0
+        out = gen.uniform(-s, s, shape)
+    else:  # MSRAFill
+        size = int(np.prod(shape))
+        out = gen.normal(0.0, np.sqrt(2.0 / (size / shape[1])) if size else 0.0, shape)
+    return out.astype(dt)
+
+
+def _fill_shape(attrs, x):
+    if x is None:
+        return tuple(int(d) for d in attrs["shape"])
+    if attrs["input_as_shape"]:
+        return tuple(int(d) for d in np.asarray(x).reshape(-1))
+    return np.shape(x) + tuple(attrs["extra_shape"] or ())
+
+
+def _random_fill(name):
+    @kernel(name, per_instance=True)
+    def factory(op, cfg):
+        attrs, seed = op.attrs, _seed(cfg)
+        key = (attrs["output_names"] or [""])[0]
+
+        def make(inst):
+            gen = stream(inst.ws, seed, int(attrs["random_seed"]), key)
+            return lambda x=None: _draw(name, attrs, gen, _fill_shape(attrs, x))
+        return make
+    return factory
+
+
+for _name in ("GaussianFill", "UniformFill", "XavierFill", "MSRAFill"):
+    _random_fill(_name)
+
+
+@kernel("Dropout", per_instance=True)
+def _dropout(op, cfg):
+    attrs, seed = op.attrs, _seed(cfg)
+    ratio, is_test, two = float(attrs["ratio"]), int(attrs["is_test"]), len(op.results) == 2
+    key = (attrs["output_names"] or [""])[0]
+
+    def make(inst):
+        gen = stream(inst.ws, seed, int(attrs["random_seed"]), key)
+
+        def run(x):
+            draws = None if is_test or ratio == 0 else gen.random(x.shape)
+            y, mask = nm.dropout(x, draws, ratio, is_test)
+            return (y, mask) if two else y
+        return run
+    return make

@@ -1,0 +1,165 @@
+"""Reverse mode over a recorded net: ``net.AddGradientOperators([loss])``.
+
+The forward ops are read back to front; each op the loss depends on contributes the
+ops its gradient declaration (ir/gradients.py) makes, recorded into the same net at
+the forward op's line. A blob read by several ops gets the sum of their
+contributions. Blob names follow Caffe2: the gradient of ``w`` is ``w_grad``; the
+parts of a summed gradient are ``w_grad_autosplit_<k>``; a loss's own gradient, filled
+with 1, is ``<loss>_autogen_grad``.
+
+Blobs written more than once are told apart by version (``x`` after an in-place
+``Relu`` is a new value): an in-place op is fine when its gradient only needs what
+is still in the blob when the backward ops run; otherwise the error names the line
+that overwrote the value.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from dslc import core
+from dslc.ir.diagnostics import DSLError
+from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp
+from dslc.ir.opdef import OPS
+from dslc.tracing import user_location
+
+
+class GradientError(DSLError, ValueError):
+    """A gradient that cannot be derived: no loss to start from, an op without one, an overwritten value."""
+
+
+def add_gradient_ops(net, ys, loc=None) -> dict:
+    """Record the backward ops of ``net`` for the losses ``ys``; return {blob: its gradient blob}."""
+    loc = loc or user_location(2)
+    seeds = _seeds(ys)
+    with core.NameScope("", reset=True):
+        return _Reverse(net, loc).run(seeds)
+
+
+def _seeds(ys) -> dict:
+    """{loss blob: its given gradient blob or None}, from a list or Caffe2's dict form."""
+    if isinstance(ys, dict):
+        return {str(k): (None if v is None else str(v)) for k, v in ys.items()}
+    if isinstance(ys, (str, core.BlobReference)):
+        ys = [ys]
+    return {str(y): None for y in ys}
+
+
+class _Reverse:
+    def __init__(self, net, loc):
+        self.net, self.loc = net, loc
+        self.ops = net.ops()
+        self.versions()
+        self.records: list[tuple[GradOp, object]] = []  # (op, location)
+        self.parts: dict = defaultdict(list)            # (blob, version) -> provisional names
+        self.done: dict = {}                            # (blob, version) -> gradient name or None
+        self.rename: dict = {}
+        self.splits: dict = defaultdict(int)  # blob -> provisional names handed out
+        self.grad_map: dict = {}
+
+    def versions(self):
+        """Each op's inputs and outputs as (blob, version); the version a blob ends at."""
+        current: dict = defaultdict(int)
+        self.ins, self.outs, self.writer = [], [], {}
+        for i, op in enumerate(self.ops):
+            self.ins.append([(b, current[b]) for b in op.inputs])
+            for b in op.outputs:
+                current[b] += 1
+                self.writer[(b, current[b])] = i
+            self.outs.append([(b, current[b]) for b in op.outputs])
+        self.final = dict(current)
+
+    def run(self, seeds: dict) -> dict:
+        for y, given in seeds.items():
+            self.seed(y, given)
+        for i in range(len(self.ops) - 1, -1, -1):
+            self.backward(i)
+        for key in list(self.parts):
+            self.finish(key)
+        if not any(g for (b, v), g in self.done.items() if v == 0):  # no net input gets one
+            raise GradientError(f"no input of net {self.net.Name()!r} gets a gradient from "
+                                f"{', '.join(seeds)}", self.loc,
+                                "the loss depends only on constants, integers or StopGradient outputs")
+        self.record()
+        return self.grad_map
+
+    def seed(self, y, given):
+        if self.final.get(y, 0) == 0:
+            raise GradientError(f"no op of net {self.net.Name()!r} computes {y!r}: there is nothing to "
+                                "differentiate", self.loc,
+                                "pass the loss blob the net computes (e.g. the AveragedLoss output)")
+        name = given or f"{y}_autogen_grad"  # (Caffe2's name for the seed it fills with 1)
+        if given is None:
+            self.records.append((GradOp("ConstantFill", [y], [name], {"value": 1.0}), self.loc))
+        self.done[(y, self.final[y])] = name
+        self.grad_map[y] = name
+
+    def backward(self, i):
+        op = self.ops[i]
+        go = [self.finish(key) for key in self.outs[i]]
+        if all(g is None for g in go) or op.type in NO_GRADIENT:
+            return
+        opdef = OPS.get(op.type)
+        maker = GRADIENTS.get(op.type)
+        if maker is None or (opdef is not None and opdef.regions):
+            raise GradientError(f"{op.type} has no gradient, and the loss depends on its output "
+                                f"{op.outputs[go.index(next(g for g in go if g))]!r}", op.loc,
+                                "wrap its output in StopGradient if no gradient should flow through it")
+        gi = [self.part_name(key) for key in self.ins[i]]
+        ctx = GradContext(list(op.inputs), list(op.outputs), go, gi, dict(op.args))
+        try:
+            made = maker(ctx)
+        except DSLError as e:
+            e.loc = e.loc or op.loc
+            raise
+        self.check_reads(i, made)
+        written = {b for g in made for b in g.outputs}
+        for key, name in zip(self.ins[i], gi):
+            if name in written:
+                self.parts[key].append(name)
+        self.records.extend((g, op.loc) for g in made)
+
+    def part_name(self, key) -> str:
+        blob = key[0]
+        n = self.splits[blob]
+        self.splits[blob] += 1
+        return f"{blob}_grad_autosplit_{n}"
+
+    def check_reads(self, i, made):
+        """Backward ops run after the whole forward net: the values they read must still be there."""
+        op = self.ops[i]
+        needed = dict(self.ins[i])
+        needed.update(dict(self.outs[i]))
+        for g in made:
+            for b in g.inputs:
+                v = needed.get(b)
+                if v is not None and self.final[b] != v:
+                    later = self.ops[self.writer[(b, v + 1)]]
+                    raise GradientError(
+                        f"the gradient of {op.type} needs the value of {b!r} it saw, but {later.type} at "
+                        f"{later.loc} overwrites {b!r} afterwards", op.loc,
+                        f"give {later.type}'s output a new name instead of writing {b!r} in place")
+
+    def finish(self, key):
+        """The gradient name of one blob version, once all its readers have contributed."""
+        if key in self.done:
+            return self.done[key]
+        parts = self.parts.pop(key, [])
+        blob = key[0]
+        name = None
+        if len(parts) == 1:
+            name = self.rename[parts[0]] = f"{blob}_grad"
+        elif parts:
+            name = f"{blob}_grad"
+            writer = self.writer.get(key)
+            where = self.ops[writer].loc if writer is not None else self.loc
+            self.records.append((GradOp("Sum", parts, [name]), where))
+        self.done[key] = name
+        if name is not None:
+            self.grad_map[blob] = name
+        return name
+
+    def record(self):
+        r = self.rename
+        for g, loc in self.records:
+            self.net._record(g.type, [r.get(b, b) for b in g.inputs], [r.get(b, b) for b in g.outputs],
+                             dict(g.args), loc)

@@ -1,0 +1,162 @@
+"""ModelHelper: a model's two nets and its parameters, as Caffe2's ``model_helper`` has them.
+
+A model is a ``param_init_net`` (run once: creates and fills the parameters) and a
+``net`` (run per step: forward, and once ``AddGradientOperators`` ran, backward and
+the optimizer's updates). ``params`` lists the parameters' blob references in the
+order they were added; checkpoints save them, optimizers update them.
+
+    model = ModelHelper(name="mlp")
+    w = model.param_init_net.XavierFill([], "w", shape=[10, 4])
+    model.AddParameter(w, ParameterTags.WEIGHT)
+    model.net.FC(["x", w, "b"], "y")
+"""
+from __future__ import annotations
+
+from dslc import core
+from dslc.ir.diagnostics import DSLError
+from dslc.tracing import user_location
+
+
+class ParameterTags:
+    """Caffe2's parameter tags (``modeling.parameter_info.ParameterTags``)."""
+
+    BIAS = "BIAS"
+    WEIGHT = "WEIGHT"
+    COMPUTED_PARAM = "COMPUTED_PARAM"
+
+
+class ModelError(DSLError, RuntimeError):
+    """A ModelHelper used out of order (gradients twice, or asked for before they exist)."""
+
+
+def _tag_set(tags) -> set:
+    if not tags:
+        return set()
+    return set(tags) if isinstance(tags, (list, tuple, set)) else {tags}
+
+
+def _normalize_scope(namescope) -> str:
+    if namescope is None:
+        return core.CurrentNameScope()
+    namescope = str(namescope)
+    return namescope if namescope == "" or namescope.endswith("/") else namescope + "/"
+
+
+class ModelHelper:
+    """A model: ``param_init_net``, ``net``, ``params`` (Caffe2's ``model_helper.ModelHelper``).
+
+    ``param_model``: share another model's init net and parameters (Caffe2's way of building a
+    test net beside a train net over the same weights).
+    """
+
+    def __init__(self, name=None, init_params=True, allow_not_known_ops=True,
+                 skip_sparse_optim=False, param_model=None, arg_scope=None):
+        self.name = name or "model"
+        self.net = core.Net(self.name)
+        if param_model is not None:
+            self.param_init_net = param_model.param_init_net
+            self.params = param_model.params
+            self.param_to_grad = param_model.param_to_grad
+            self._computed_params = param_model._computed_params
+        else:
+            self.param_init_net = core.Net(self.name + "_init")
+            self.params = []
+            self.param_to_grad = {}
+            self._computed_params = []
+        self.init_params = init_params
+        self.allow_not_known_ops = allow_not_known_ops
+        self.skip_sparse_optim = skip_sparse_optim
+        self.weights = []
+        self.biases = []
+        self.gradient_ops_added = False
+        self.grad_map = {}
+        self._arg_scope = {"order": "NCHW"}
+        if arg_scope:
+            self._arg_scope.update(arg_scope)
+
+    @property
+    def arg_scope(self):
+        return self._arg_scope
+
+    def get_name(self):
+        return self.name
+
+    def __repr__(self):
+        return f"ModelHelper({self.name!r}, {len(self.params)} params)"
+
+    # --- parameters
+    def AddParameter(self, param, tags=None):
+        """Register ``param`` (a BlobReference or name) as a parameter, with Caffe2's tags."""
+        ref = param if isinstance(param, core.BlobReference) else core.BlobReference(str(param))
+        tags = _tag_set(tags)
+        if ParameterTags.COMPUTED_PARAM in tags:
+            self._computed_params.append(ref)
+        else:
+            self.params.append(ref)
+        if ParameterTags.WEIGHT in tags:
+            self.weights.append(ref)
+        if ParameterTags.BIAS in tags:
+            self.biases.append(ref)
+        return ref
+
+    def GetParams(self, namescope=None, top_scope=False):
+        """The parameters under ``namescope`` (default: the current NameScope; '' means all)."""
+        prefix = _normalize_scope(namescope)
+        if prefix == "":
+            return list(self.params)
+        return [p for p in self.params if p.GetNameScope().startswith(prefix)]
+
+    def GetComputedParams(self, namescope=None):
+        prefix = _normalize_scope(namescope)
+        return [p for p in self._computed_params if p.GetNameScope().startswith(prefix)]
+
+    def GetAllParams(self, namescope=None):
+        return self.GetParams(namescope) + self.GetComputedParams(namescope)
+
+    def Validate(self):
+        """Refuse a parameter registered twice (Caffe2 asserts the same)."""
+        seen, dupes = set(), []
+        for p in self.params:
+            name = str(p)
+            if name in seen and name not in dupes:
+                dupes.append(name)
+            seen.add(name)
+        if dupes:
+            raise ModelError(f"duplicate parameters in model {self.name!r}: {sorted(dupes)}",
+                             user_location(), "add each parameter once (AddParameter / brew)")
+
+    # --- gradients
+    def AddGradientOperators(self, *args, **kwargs):
+        """Record the backward ops into ``net``; returns the gradient map (blob -> its gradient)."""
+        if self.gradient_ops_added:
+            raise ModelError("AddGradientOperators was already called on this model", user_location(),
+                             "call it once, after the whole forward net is built")
+        self.Validate()
+        add = getattr(self.net, "AddGradientOperators", None)
+        if add is None:
+            raise ModelError("gradients are not available in this build of dslc", user_location())
+        self.grad_map = add(*args, **kwargs)
+        self.gradient_ops_added = True
+        self.param_to_grad = self.get_param_to_grad(self.params)
+        return self.grad_map
+
+    def get_param_to_grad(self, params):
+        """Each of ``params`` that has a gradient, mapped to its gradient blob."""
+        if not self.gradient_ops_added:
+            raise ModelError("no gradients yet", user_location(), "call model.AddGradientOperators([loss]) first")
+        return {p: self.grad_map[str(p)] for p in params if str(p) in self.grad_map}
+
+    # --- the nets
+    def Proto(self):
+        return self.net.Proto()
+
+    def InitProto(self):
+        return self.param_init_net.Proto()
+
+    def __getattr__(self, op_type):
+        """``model.Op(...)``: record ``Op`` into ``net`` (ops without parameters)."""
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+        if not core.is_operator(op_type):
+            raise AttributeError(f"{op_type!r} is neither a ModelHelper attribute nor an operator")
+        return getattr(self.net, op_type)

@@ -1,0 +1,139 @@
+"""Optimizers: the update ops for every parameter of a ModelHelper (Caffe2's ``optimizer``).
+
+Call after ``model.AddGradientOperators([loss])``. Blob names are Caffe2's: the
+iteration counter ``optimizer_iteration`` (counted by ``Iter`` each run), the learning
+rate ``<Optimizer>_<k>_lr_cpu``, the constant ``ONE_0_0``, and per parameter ``w``:
+``w_momentum``, ``w_squared_sum``, ``w_first_moment``, ``w_second_moment``. Since the
+net minimizes, learning rates are negative where the update adds them.
+"""
+from __future__ import annotations
+
+from dslc import core, names
+from dslc.ir.diagnostics import DSLError
+from dslc.tracing import user_location
+
+ITERATION = "optimizer_iteration"
+ONE = "ONE_0_0"
+
+
+class OptimizerError(DSLError, ValueError):
+    """An optimizer asked for before the gradients exist, or with a bad argument."""
+
+
+def _blob_defined(net, name) -> bool:
+    return any(name in op.outputs for op in net.ops())
+
+
+def _ensure(init_net, name, **fill):
+    """``init_net`` fills ``name`` once (several optimizers share the counter and the constants)."""
+    if not _blob_defined(init_net, name):
+        init_net.ConstantFill([], name, **fill)
+    return core.BlobReference(name, init_net)
+
+
+class Optimizer:
+    kind = "Optimizer"
+
+    def __init__(self, policy="fixed", **lr_args):
+        self.policy, self.lr_args = policy, lr_args
+        self.index = names.next_instance(self.kind)
+
+    def build_lr(self, model, base_lr):
+        """The iteration counter (counted once per run) and this optimizer's learning rate."""
+        if not _blob_defined(model.param_init_net, ITERATION):
+            _ensure(model.param_init_net, ITERATION, shape=[1], value=0, dtype=core.DataType.INT64)
+            model.net.Iter([ITERATION], [ITERATION])
+        lr = f"{self.kind}_{self.index}_lr_cpu"
+        if not _blob_defined(model.net, lr):
+            model.net.LearningRate([ITERATION], lr, base_lr=-base_lr, policy=self.policy, **self.lr_args)
+        return core.BlobReference(lr, model.net), core.BlobReference(ITERATION, model.net)
+
+    def __call__(self, model):
+        params = _params_with_grads(model)
+        for param, grad in params:
+            self.update(model, param, grad)
+        return self
+
+
+class SgdOptimizer(Optimizer):
+    kind = "SgdOptimizer"
+
+    def __init__(self, base_learning_rate=0.01, policy="fixed", momentum=0.0, nesterov=1, **kwargs):
+        super().__init__(policy, **kwargs)
+        if base_learning_rate <= 0:
+            raise OptimizerError(f"build_sgd needs base_learning_rate > 0, got {base_learning_rate}",
+                                 user_location())
+        self.base_lr, self.momentum, self.nesterov = base_learning_rate, momentum, nesterov
+
+    def update(self, model, param, grad):
+        init, net = model.param_init_net, model.net
+        # WeightedSum adds lr * grad, so lr is negative; MomentumSGDUpdate subtracts, so positive
+        lr, _ = self.build_lr(model, -self.base_lr if self.momentum else self.base_lr)
+        if self.momentum > 0:
+            m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
+            net.MomentumSGDUpdate([grad, m, lr, param], [grad, m, param], momentum=self.momentum,
+                                  nesterov=self.nesterov)
+        else:
+            one = _ensure(init, ONE, shape=[1], value=1.0)
+            net.WeightedSum([param, one, grad, lr], param)
+
+
+class AdagradOptimizer(Optimizer):
+    kind = "AdagradOptimizer"
+
+    def __init__(self, alpha=0.01, epsilon=1e-4, policy="fixed", decay=1.0, **kwargs):
+        super().__init__(policy, **kwargs)
+        self.alpha, self.epsilon, self.decay = alpha, epsilon, decay
+
+    def update(self, model, param, grad):
+        lr, _ = self.build_lr(model, self.alpha)
+        s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
+        model.net.Adagrad([param, s, grad, lr], [param, s], epsilon=self.epsilon, decay=self.decay)
+
+
+class AdamOptimizer(Optimizer):
+    kind = "AdamOptimizer"
+
+    def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, policy="fixed", **kwargs):
+        super().__init__(policy, **kwargs)
+        self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
+
+    def update(self, model, param, grad):
+        lr, it = self.build_lr(model, self.alpha)
+        init = model.param_init_net
+        m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
+        m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
+        model.net.Adam([param, m1, m2, grad, lr, it], [param, m1, m2], beta1=self.beta1,
+                       beta2=self.beta2, epsilon=self.epsilon)
+
+
+def _params_with_grads(model):
+    if not model.gradient_ops_added:
+        raise OptimizerError("the model has no gradients yet", user_location(3),
+                             "call model.AddGradientOperators([loss]) before building the optimizer")
+    model.Validate()
+    return [(p, model.param_to_grad[p]) for p in model.params if p in model.param_to_grad]
+
+
+def build_sgd(model, base_learning_rate, **kwargs):
+    """param += lr * grad (lr = -base_learning_rate by policy), or MomentumSGDUpdate with ``momentum``."""
+    return SgdOptimizer(base_learning_rate, **kwargs)(model)
+
+
+def build_adagrad(model, base_learning_rate, parameters=None, **kwargs):
+    return AdagradOptimizer(alpha=base_learning_rate, **kwargs)(model)
+
+
+def build_adam(model, base_learning_rate, **kwargs):
+    return AdamOptimizer(alpha=base_learning_rate, **kwargs)(model)
+
+
+def add_weight_decay(model, weight_decay, one=ONE, wd="wd_0_0"):
+    """grad += weight_decay * w for every weight (2-D and up; Caffe2 skips 1-D parameters too)."""
+    init = model.param_init_net
+    for param, grad in _params_with_grads(model):
+        if param not in model.weights:
+            continue
+        o = _ensure(init, one, shape=[1], value=1.0)
+        w = _ensure(init, wd, shape=[1], value=float(weight_decay))
+        model.net.WeightedSum([grad, o, param, w], grad)

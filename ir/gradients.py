@@ -1,0 +1,67 @@
+"""Gradient declarations: for each differentiable op, the ops that compute its inputs' gradients.
+
+An op module declares an op's gradient right after the op itself:
+
+    @gradient("Sigmoid")
+    def _(g):  # dX = SigmoidGradient(Y, dY)
+        return [GradOp("SigmoidGradient", [g.O[0], g.GO[0]], [g.GI[0]])]
+
+The maker sees the forward op's blob names (``I``, ``O``), its outputs' gradient
+names (``GO``; None for an output no loss depends on), the names the gradients of
+its inputs must be written to (``GI``), and its arguments (``args``, as the user
+passed them). It returns plain op records; the front end's reverse-mode pass
+(dslc/gradients.py) records them into the net, so gradients are ordinary IR ops.
+An input gets a gradient iff one of the returned ops writes its ``GI`` name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class GradOp:
+    type: str
+    inputs: list
+    outputs: list
+    args: dict = field(default_factory=dict)
+
+
+@dataclass
+class GradContext:
+    I: list          # noqa: E741  (Caffe2's names: inputs, outputs, grads of outputs, grads of inputs)
+    O: list          # noqa: E741
+    GO: list
+    GI: list
+    args: dict
+
+    def pick(self, *names) -> dict:
+        """The forward op's arguments among ``names`` (the gradient op takes the same ones)."""
+        return {k: self.args[k] for k in names if k in self.args}
+
+
+GRADIENTS: dict[str, Callable] = {}
+NO_GRADIENT: set = set()  # ops whose inputs get no gradient (metrics, fills, StopGradient)
+
+
+def gradient(name: str):
+    """Declare the gradient maker of op ``name`` (see the module docstring)."""
+    def register(maker):
+        if name in GRADIENTS:
+            raise ValueError(f"gradient of {name} declared twice")
+        GRADIENTS[name] = maker
+        return maker
+    return register
+
+
+def no_gradient(*names: str) -> None:
+    NO_GRADIENT.update(names)
+
+
+def unary(name: str, grad_op: str, use_output: bool = True, args=()):
+    """The common case: dX = <grad_op>(Y or X, dY, same arguments)."""
+    @gradient(name)
+    def make(g):
+        src = g.O[0] if use_output else g.I[0]
+        return [GradOp(grad_op, [src, g.GO[0]], [g.GI[0]], g.pick(*args))]
+    return make

@@ -1,0 +1,150 @@
+"""Losses, metrics, Dropout and StopGradient (Caffe2's names, arguments and defaults)."""
+from __future__ import annotations
+
+from ..gradients import GradOp, gradient, no_gradient
+from ..opdef import PURE, declare, type_error
+from ..types import TensorType
+from .infer import tensors
+from .nn import RANDOM, floats, indices, mismatch, prod, split2d
+
+
+def _labels(name, x: TensorType, label: TensorType, axis: int = 1):
+    """Labels: one integer per row of x (seen as a matrix at ``axis``)."""
+    indices(name, label, "labels")
+    _, rows, _ = split2d(name, x, axis)
+    n = None if label.shape is None else (label.shape[0] if len(label.shape) else 1)
+    if label.shape is not None and len(label.shape) > 2 or (label.shape is not None and len(label.shape) == 2
+                                                            and label.shape[1] not in (1, None)):
+        type_error(f"{name} labels must be a vector (one per row), got shape {list(label.shape)}",
+                   "Reshape the labels to [N]")
+    mismatch(name, "the labels' length differs from the number of rows", n, rows,
+             f"give one label per row of the {list(x.shape)} input")
+    return rows
+
+
+def _label_cross_entropy(types, attrs, n):
+    x, label = tensors("LabelCrossEntropy", types)
+    floats("LabelCrossEntropy", types, 1)
+    if x.shape is not None and len(x.shape) != 2:
+        type_error(f"LabelCrossEntropy needs a 2-D input [N, D], got {list(x.shape)}", "Flatten it first")
+    rows = _labels("LabelCrossEntropy", x, label)
+    return [TensorType(x.dtype, (rows,))]
+
+
+declare("LabelCrossEntropy", 2, _label_cross_entropy, traits={PURE},
+        doc="Y[i] = -log(max(X[i, label[i]], 1e-20)) for probabilities X [N, D]")
+declare("LabelCrossEntropyGradient", 3, lambda t, a, n: [tensors("LabelCrossEntropyGradient", t)[0]],
+        traits={PURE}, doc="dX from (X, label, dY) of LabelCrossEntropy")
+
+
+@gradient("LabelCrossEntropy")
+def _(g):
+    return [GradOp("LabelCrossEntropyGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]])]
+
+
+_SWL = {"label_prob": 0, "axis": 1, "scale": 1.0, "order": "NCHW"}
+
+
+def _softmax_with_loss(types, attrs, n):
+    ts = tensors("SoftmaxWithLoss", types)
+    x = floats("SoftmaxWithLoss", types, 1)[0]
+    if not attrs["label_prob"]:
+        _labels("SoftmaxWithLoss", x, ts[1], int(attrs["axis"]))
+    elif x.shape is not None and ts[1].shape is not None and prod(ts[1].shape) != prod(x.shape):
+        type_error(f"SoftmaxWithLoss label_prob=1 needs labels of the logits' shape {list(x.shape)}, "
+                   f"got {list(ts[1].shape)}", "give one probability per logit")
+    return [x, TensorType(x.dtype, ())]
+
+
+declare("SoftmaxWithLoss", (2, 3), _softmax_with_loss, results=2, attrs=_SWL, traits={PURE},
+        doc="(softmax of the logits, the average of -log softmax[label] weighted by the optional "
+            "third input, times `scale`)")
+declare("SoftmaxWithLossGradient", (4, 5), lambda t, a, n: [tensors("SoftmaxWithLossGradient", t)[0]],
+        attrs=_SWL, traits={PURE},
+        doc="d logits from (logits, labels, [weights,] softmax, d loss)")
+
+
+@gradient("SoftmaxWithLoss")
+def _(g):
+    if g.GO[1] is None:  # only the softmax output is used: Caffe2 gives no gradient either
+        return []
+    return [GradOp("SoftmaxWithLossGradient", list(g.I) + [g.O[0], g.GO[1]], [g.GI[0]],
+                   g.pick("label_prob", "axis", "scale"))]
+
+
+def _squared_l2(types, attrs, n):
+    x, y = floats("SquaredL2Distance", types)
+    if x.shape is not None and y.shape is not None and x.shape != y.shape and \
+            all(a is not None for a in x.shape + y.shape):
+        type_error(f"SquaredL2Distance needs inputs of one shape, got {list(x.shape)} and {list(y.shape)}",
+                   "both inputs must have the same shape")
+    rows = None if x.shape is None else (x.shape[0] if x.shape else 1)
+    return [TensorType(x.dtype, (rows,))]
+
+
+declare("SquaredL2Distance", 2, _squared_l2, traits={PURE},
+        doc="D[i] = 0.5 * sum((X[i] - Y[i])^2) over each row")
+declare("SquaredL2DistanceGradient", 3, lambda t, a, n: tensors("SquaredL2DistanceGradient", t)[:2],
+        results=2, traits={PURE}, doc="(dX, dY) from (X, Y, dD) of SquaredL2Distance")
+
+
+@gradient("SquaredL2Distance")
+def _(g):
+    return [GradOp("SquaredL2DistanceGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0], g.GI[1]])]
+
+
+declare("AveragedLoss", 1, lambda t, a, n: [TensorType(floats("AveragedLoss", t)[0].dtype, ())],
+        traits={PURE}, doc="y = the mean of all elements of X, a scalar")
+declare("AveragedLossGradient", 2, lambda t, a, n: [tensors("AveragedLossGradient", t)[0]],
+        traits={PURE}, doc="dX from (X, dY) of AveragedLoss: dY / size everywhere")
+
+
+@gradient("AveragedLoss")
+def _(g):
+    return [GradOp("AveragedLossGradient", [g.I[0], g.GO[0]], [g.GI[0]])]
+
+
+def _accuracy(types, attrs, n):
+    x, label = tensors("Accuracy", types)
+    if x.shape is not None and len(x.shape) != 2:
+        type_error(f"Accuracy needs predictions [N, D], got {list(x.shape)}", "Flatten them first")
+    _labels("Accuracy", x, label)
+    if int(attrs["top_k"]) < 1:
+        type_error(f"Accuracy top_k must be >= 1, got {attrs['top_k']}", "use top_k=1 for plain accuracy")
+    return [TensorType("f32", ())]
+
+
+declare("Accuracy", 2, _accuracy, attrs={"top_k": 1}, traits={PURE},
+        doc="the fraction of rows whose label is among the top_k predictions (ties to the lower "
+            "column), a float scalar")
+no_gradient("Accuracy")
+
+declare("StopGradient", 1, lambda t, a, n: [tensors("StopGradient", t)[0]], traits={PURE},
+        doc="Y = X; no gradient flows back through it")
+no_gradient("StopGradient")
+
+_DROPOUT = {"ratio": 0.5, "is_test": 0, "random_seed": -1, "output_names": []}
+
+
+def _dropout(types, attrs, n):
+    (x,) = floats("Dropout", types)
+    if not 0 <= float(attrs["ratio"]) < 1:
+        type_error(f"Dropout ratio must be in [0, 1), got {attrs['ratio']}", "ratio is the fraction dropped")
+    return [x, TensorType("bool", x.shape)][:n]
+
+
+declare("Dropout", 1, _dropout, results=(1, 2), attrs=_DROPOUT, effects=RANDOM,
+        doc="(Y, mask): when training, each element kept with probability 1 - ratio and scaled "
+            "by 1 / (1 - ratio), from the op's seeded stream; is_test: Y = X")
+declare("DropoutGrad", 2, lambda t, a, n: [floats("DropoutGrad", t, 1)[0]],
+        attrs={"ratio": 0.5, "is_test": 0}, traits={PURE}, doc="dX from (dY, mask) of Dropout")
+
+
+@gradient("Dropout")
+def _(g):
+    if len(g.O) < 2:
+        if int(g.args.get("is_test", 0)):
+            return [GradOp("Copy", [g.GO[0]], [g.GI[0]])]
+        type_error("the gradient of a training Dropout needs its mask",
+                   "name two outputs: net.Dropout([x], [y, mask])")
+    return [GradOp("DropoutGrad", [g.GO[0], g.O[1]], [g.GI[0]], g.pick("ratio", "is_test"))]

@@ -1,0 +1,387 @@
+"""Neural-network tensor ops: matrix products, shape ops, reductions, activations.
+
+Each op is declared with Caffe2's argument names and defaults, its numpy semantics in
+``nn_math``, and its gradient right after it (``ir.gradients``). Losses, metrics and
+dropout are in ``ir/ops/losses.py``; fills and optimizers in ``ir/ops/optim.py``.
+"""
+from __future__ import annotations
+
+from ..gradients import GradOp, gradient, no_gradient, unary
+from ..opdef import ELEMENTWISE, PURE, REQUIRED, Effect, declare, type_error
+from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
+from .infer import common_dtype, require, tensors
+
+PURE_EW = {PURE, ELEMENTWISE}
+# Random ops draw from their own seeded stream, which advances per run: never folded,
+# merged or dropped, and kept in order.
+RANDOM = (Effect("random", "write"),)
+
+
+# --- inference helpers shared by the nn modules
+def floats(name: str, types, n=None) -> list[TensorType]:
+    """Operands that must be float tensors of one dtype (the first ``n``, or all)."""
+    ts = tensors(name, types)
+    head = ts if n is None else ts[:n]
+    require(name, common_dtype(name, head), FLOAT_DTYPES, "float")
+    return ts
+
+
+def indices(name: str, t: TensorType, what: str) -> None:
+    if t.dtype is not None and t.dtype not in INT_DTYPES:
+        type_error(f"{name} {what} must be integers, got {t.dtype}",
+                   "Cast them with Cast(to=core.DataType.INT32) first")
+
+
+def prod(dims):
+    """The product of ``dims``, or None if one is unknown."""
+    out = 1
+    for d in dims:
+        if d is None:
+            return None
+        out *= d
+    return out
+
+
+def norm_axis(name: str, axis: int, rank: int, arg: str = "axis") -> int:
+    if not -rank <= axis < rank + (1 if arg == "axis_end" else 0):
+        type_error(f"{name} {arg}={axis} is out of range for a rank-{rank} input",
+                   f"use an {arg} between {-rank} and {rank - 1}")
+    return axis % rank if rank else 0
+
+
+def split2d(name: str, t: TensorType, axis: int, arg: str = "axis"):
+    """(outer dims, M, K) of t seen as a matrix at ``axis`` (None where unknown)."""
+    if t.shape is None:
+        return None, None, None
+    if len(t.shape) == 0:
+        type_error(f"{name} needs a tensor of rank >= 1, got a scalar", "Reshape it to [1] first")
+    a = norm_axis(name, axis, len(t.shape), arg)
+    return t.shape[:a], prod(t.shape[:a]), prod(t.shape[a:])
+
+
+def mismatch(name: str, what: str, a, b, hint: str):
+    if a is not None and b is not None and a != b:
+        type_error(f"{name}: {what} ({a} vs {b})", hint)
+
+
+# --- matrix products
+def _fc(types, attrs, n):
+    x, w, b = floats("FC", types)
+    outer, _, k = split2d("FC", x, int(attrs["axis"]))
+    _, nw, kw = split2d("FC", w, int(attrs["axis_w"]), "axis_w")
+    mismatch("FC", "the input's K differs from the weight's K", k, kw,
+             f"X {list(x.shape)} must have prod(dims[axis:]) equal to W {list(w.shape)}'s "
+             "prod(dims[axis_w:]); W is [N, K] for Y = X W^T + b")
+    if b.shape is not None and w.shape is not None:
+        mismatch("FC", "the bias length differs from N", prod(b.shape), nw,
+                 f"b must have N = {nw} elements (W is {list(w.shape)})")
+    shape = None if outer is None else tuple(outer) + (nw,)
+    return [TensorType(x.dtype or w.dtype, shape)]
+
+
+declare("FC", 3, _fc, attrs={"axis": 1, "axis_w": 1}, traits={PURE},
+        doc="Y = X W^T + b, X seen as [M, K] at `axis`, W as [N, K] at `axis_w`; Y is X.dims[:axis] + [N]")
+
+
+def _fc_grad(types, attrs, n):
+    x, w, dy = floats("FCGradient", types)
+    return [w, TensorType(w.dtype, None if w.shape is None else (split2d("FC", w, int(attrs["axis_w"]))[1],)), x]
+
+
+declare("FCGradient", 3, _fc_grad, results=3, attrs={"axis": 1, "axis_w": 1}, traits={PURE},
+        doc="(dW, db, dX) of FC from (X, W, dY)")
+
+
+@gradient("FC")
+def _(g):
+    return [GradOp("FCGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[2], g.GI[0]],
+                   g.pick("axis", "axis_w"))]
+
+
+def _matmul(types, attrs, n):
+    a, b = floats("MatMul", types)
+    for t, arg in ((a, "A"), (b, "B")):
+        if t.shape is not None and len(t.shape) != 2:
+            type_error(f"MatMul needs 2-D inputs, {arg} has shape {list(t.shape)}",
+                       "Flatten or Reshape it to a matrix first (dslc's MatMul is 2-D only)")
+    if a.shape is None or b.shape is None:
+        return [TensorType(a.dtype or b.dtype, (None, None) if True else None)]
+    m, ka = a.shape[::-1] if attrs["trans_a"] else a.shape
+    kb, nn = b.shape[::-1] if attrs["trans_b"] else b.shape
+    mismatch("MatMul", "the inner dimensions differ", ka, kb,
+             f"A {list(a.shape)} (trans_a={attrs['trans_a']}) times B {list(b.shape)} "
+             f"(trans_b={attrs['trans_b']}) needs equal inner dims")
+    return [TensorType(a.dtype or b.dtype, (m, nn))]
+
+
+declare("MatMul", 2, _matmul, attrs={"trans_a": 0, "trans_b": 0}, traits={PURE},
+        doc="Y = op(A) op(B) for 2-D A, B; op transposes when trans_a / trans_b")
+
+
+@gradient("MatMul")
+def _(g):
+    a, b, dy = g.I[0], g.I[1], g.GO[0]
+    ta, tb = int(g.args.get("trans_a", 0)), int(g.args.get("trans_b", 0))
+    # dA = dY op(B)^T (transposed back when A was), dB likewise: all MatMuls with flags
+    da = GradOp("MatMul", [b, dy], [g.GI[0]], {"trans_a": tb, "trans_b": 1}) if ta else \
+        GradOp("MatMul", [dy, b], [g.GI[0]], {"trans_a": 0, "trans_b": 1 - tb})
+    db = GradOp("MatMul", [dy, a], [g.GI[1]], {"trans_a": 1, "trans_b": ta}) if tb else \
+        GradOp("MatMul", [a, dy], [g.GI[1]], {"trans_a": 1 - ta, "trans_b": 0})
+    return [da, db]
+
+
+# --- shape ops
+def _transpose(types, attrs, n):
+    (x,) = tensors("Transpose", types)
+    axes = attrs["axes"]
+    if x.shape is None:
+        return [x]
+    perm = list(axes) if axes else list(range(len(x.shape)))[::-1]
+    if sorted(perm) != list(range(len(x.shape))):
+        type_error(f"Transpose axes {list(axes)} are not a permutation of 0..{len(x.shape) - 1}",
+                   "list every axis of the input once")
+    return [TensorType(x.dtype, tuple(x.shape[p] for p in perm))]
+
+
+declare("Transpose", 1, _transpose, attrs={"axes": []}, traits={PURE},
+        doc="Y = X with its axes permuted by `axes` (default: reversed)")
+
+
+@gradient("Transpose")
+def _(g):
+    axes = list(g.args.get("axes") or [])
+    inverse = {"axes": [axes.index(k) for k in range(len(axes))]} if axes else {}
+    return [GradOp("Transpose", [g.GO[0]], [g.GI[0]], inverse)]
+
+
+def _reshape(types, attrs, n):
+    (x,) = tensors("Reshape", types)
+    shape = attrs["shape"]
+    if shape is None:
+        type_error("Reshape needs the `shape` argument", "pass shape=[...] (0 keeps a dim, -1 infers one)")
+    if sum(1 for d in shape if d == -1) > 1:
+        type_error(f"Reshape shape {list(shape)} has more than one -1", "infer at most one dim")
+    out = _reshaped(x, [int(d) for d in shape])
+    old = TensorType("i64", (None if x.shape is None else len(x.shape),))
+    return [TensorType(x.dtype, out), old][:n]
+
+
+def _reshaped(x: TensorType, shape: list):
+    if x.shape is None:
+        return tuple(None if d in (0, -1) else d for d in shape)
+    out = [x.shape[i] if d == 0 and i < len(x.shape) else d for i, d in enumerate(shape)]
+    total = prod(x.shape)
+    if -1 in out:
+        known = prod(d for d in out if d != -1)
+        out[out.index(-1)] = None if total is None or known is None else (total // known if known else 0)
+    if total is not None and prod(out) is not None and prod(out) != total:
+        type_error(f"Reshape cannot make shape {list(shape)} from {list(x.shape)} ({total} elements)",
+                   "the new shape must hold as many elements as the input")
+    return tuple(out)
+
+
+declare("Reshape", 1, _reshape, results=(1, 2), attrs={"shape": None}, traits={PURE},
+        doc="(Y, old_shape): X with the dims `shape` (0 keeps X's dim, -1 takes the rest), "
+            "and X's shape as int64")
+declare("ResizeLike", 2, lambda t, a, n: [TensorType(tensors("ResizeLike", t)[0].dtype,
+                                                     tensors("ResizeLike", t)[1].shape)],
+        traits={PURE}, doc="Y = X reshaped to the shape of the second input (same element count)")
+
+
+def _like_input(name):
+    @gradient(name)
+    def make(g):  # the ops only move elements: dX is dY reshaped back
+        return [GradOp("ResizeLike", [g.GO[0], g.I[0]], [g.GI[0]])]
+    return make
+
+
+_like_input("Reshape")
+
+
+def _flatten(types, attrs, n):
+    (x,) = tensors("Flatten", types)
+    outer, m, k = split2d("Flatten", x, int(attrs["axis"]), "axis_end")
+    return [TensorType(x.dtype, None if x.shape is None else (m, k))]
+
+
+declare("Flatten", 1, _flatten, attrs={"axis": 1}, traits={PURE},
+        doc="Y = X as a matrix [prod(dims[:axis]), prod(dims[axis:])]")
+_like_input("Flatten")
+
+
+def _dims_attr(name, attrs) -> list:
+    dims = sorted(int(d) for d in attrs["dims"] or [])
+    if len(set(dims)) != len(dims):
+        type_error(f"{name} dims {dims} repeat an axis", "list each axis once")
+    return dims
+
+
+def _expand_dims(types, attrs, n):
+    (x,) = tensors("ExpandDims", types)
+    dims = _dims_attr("ExpandDims", attrs)
+    if x.shape is None:
+        return [x]
+    out = list(x.shape)
+    for d in dims:
+        if d > len(out):
+            type_error(f"ExpandDims dim {d} is past the end of a rank-{len(out)} shape",
+                       "dims are positions in the output")
+        out.insert(d, 1)
+    return [TensorType(x.dtype, tuple(out))]
+
+
+def _squeeze(types, attrs, n):
+    (x,) = tensors("Squeeze", types)
+    dims = _dims_attr("Squeeze", attrs)
+    if x.shape is None:
+        return [x]
+    for d in dims:
+        if d >= len(x.shape) or x.shape[d] not in (1, None):
+            type_error(f"Squeeze dim {d} of shape {list(x.shape)} is not 1", "squeeze only dims of size 1")
+    return [TensorType(x.dtype, tuple(s for k, s in enumerate(x.shape) if k not in dims))]
+
+
+declare("ExpandDims", 1, _expand_dims, attrs={"dims": REQUIRED}, traits={PURE},
+        doc="Y = X with size-1 dims inserted at the positions `dims`")
+declare("Squeeze", 1, _squeeze, attrs={"dims": REQUIRED}, traits={PURE},
+        doc="Y = X without its size-1 dims at `dims`")
+_like_input("ExpandDims")
+_like_input("Squeeze")
+
+
+def _slice(types, attrs, n):
+    x = tensors("Slice", types)[0]
+    starts, ends = attrs["starts"], attrs["ends"]
+    if starts is None or ends is None or len(starts) != len(ends):
+        type_error("Slice needs `starts` and `ends` lists of one length",
+                   "pass starts=[...], ends=[...] (end -1 means the dim's end)")
+    if x.shape is None:
+        return [TensorType(x.dtype, None)]
+    if len(starts) > len(x.shape):
+        type_error(f"Slice has {len(starts)} starts for a rank-{len(x.shape)} input", "one per dim at most")
+    out = list(x.shape)
+    for k, (s, e) in enumerate(zip(starts, ends)):
+        dim = x.shape[k]
+        if dim is None:
+            out[k] = None
+            continue
+        s, e = (dim + 1 + s if s < 0 else s), (dim + 1 + e if e < 0 else e)
+        if not 0 <= s <= e <= dim:
+            type_error(f"Slice [{starts[k]}:{ends[k]}] is outside dim {k} of size {dim}",
+                       "starts and ends must be within the dim (negative counts from the end, -1 = end)")
+        out[k] = e - s
+    return [TensorType(x.dtype, tuple(out))]
+
+
+declare("Slice", 1, _slice, attrs={"starts": None, "ends": None}, traits={PURE},
+        doc="Y = X[starts[0]:ends[0], ...]; a negative index i means dim + 1 + i")
+declare("SliceGradient", 2, lambda t, a, n: [tensors("SliceGradient", t)[0]],
+        attrs={"starts": None, "ends": None}, traits={PURE},
+        doc="dX: zeros of X's shape with dY in the sliced part; inputs (X, dY)")
+
+
+@gradient("Slice")
+def _(g):
+    return [GradOp("SliceGradient", [g.I[0], g.GO[0]], [g.GI[0]], g.pick("starts", "ends"))]
+
+
+def _gather(types, attrs, n):
+    data, idx = tensors("Gather", types)
+    indices("Gather", idx, "indices")
+    if data.shape is not None and len(data.shape) == 0:
+        type_error("Gather needs data of rank >= 1", "gather rows of a vector or matrix")
+    shape = None if data.shape is None or idx.shape is None else tuple(idx.shape) + tuple(data.shape[1:])
+    return [TensorType(data.dtype, shape)]
+
+
+declare("Gather", 2, _gather, traits={PURE}, doc="Y = DATA[INDICES] along the first axis")
+declare("GatherGradient", 3, lambda t, a, n: [tensors("GatherGradient", t)[0]], traits={PURE},
+        doc="dDATA from (DATA, INDICES, dY): rows of dY added at their indices (dense)")
+
+
+@gradient("Gather")
+def _(g):
+    return [GradOp("GatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]])]
+
+
+# --- reductions
+def _sum_elements(types, attrs, n):
+    (x,) = tensors("SumElements", types)
+    require("SumElements", x.dtype, NUMERIC_DTYPES, "numeric")
+    return [TensorType(x.dtype, ())]
+
+
+declare("SumElements", 1, _sum_elements, attrs={"average": 0}, traits={PURE},
+        doc="y = sum of all elements of X (their mean if `average`), a scalar")
+declare("SumElementsGradient", 2, lambda t, a, n: [tensors("SumElementsGradient", t)[0]],
+        attrs={"average": 0}, traits={PURE}, doc="dX from (X, dY) of SumElements")
+
+
+@gradient("SumElements")
+def _(g):
+    return [GradOp("SumElementsGradient", [g.I[0], g.GO[0]], [g.GI[0]], g.pick("average"))]
+
+
+def _reduce(name):
+    def infer(types, attrs, n):
+        (x,) = tensors(name, types)
+        require(name, x.dtype, NUMERIC_DTYPES, "numeric")
+        if x.shape is None:
+            return [TensorType(x.dtype, None)]
+        rank = len(x.shape)
+        axes = [norm_axis(name, int(a), rank) for a in (attrs["axes"] or range(rank))]
+        keep = int(attrs["keepdims"])
+        shape = [1 if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes]
+        return [TensorType(x.dtype, tuple(shape))]
+    return infer
+
+
+for _name, _what in (("ReduceSum", "sum"), ("ReduceMean", "mean")):
+    declare(_name, 1, _reduce(_name), attrs={"axes": None, "keepdims": 1}, traits={PURE},
+            doc=f"Y = the {_what} of X over `axes` (default all); reduced dims kept as 1 if `keepdims`")
+    declare(_name + "Gradient", 2, lambda t, a, n: [tensors("ReduceGradient", t)[1]],
+            attrs={"axes": None, "keepdims": 1}, traits={PURE},
+            doc=f"dX from (dY, X) of {_name}: dY spread back over the reduced dims")
+    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.GO[0], g.I[0]], [g.GI[0]],
+                                                g.pick("axes", "keepdims"))])
+
+
+def _row_wise_arg_max(types, attrs, n):
+    (x,) = tensors("RowWiseArgMax", types)
+    if x.shape is not None and len(x.shape) != 2:
+        type_error(f"RowWiseArgMax needs a 2-D input, got shape {list(x.shape)}", "Flatten it first")
+    return [TensorType("i64", (None if x.shape is None else x.shape[0], 1))]
+
+
+declare("RowWiseArgMax", 1, _row_wise_arg_max, traits={PURE},
+        doc="Y[i, 0] = the column of row i's largest value (the first of ties), int64")
+no_gradient("RowWiseArgMax")
+
+
+# --- activations
+def _float_unary(name, doc, attrs=None):
+    declare(name, 1, lambda t, a, n: [floats(name, t)[0]], attrs=attrs or {}, traits=PURE_EW, doc=doc)
+
+
+def _float_grad(name, doc, attrs=None, traits=PURE_EW):
+    declare(name, 2, lambda t, a, n: [floats(name, t)[1]], attrs=attrs or {}, traits=traits, doc=doc)
+
+
+_float_unary("Sigmoid", "y = 1 / (1 + exp(-x))")
+_float_grad("SigmoidGradient", "dX = dY * y * (1 - y), inputs (Y, dY)")
+unary("Sigmoid", "SigmoidGradient")
+_float_unary("Tanh", "y = tanh(x)")
+_float_grad("TanhGradient", "dX = dY * (1 - y^2), inputs (Y, dY)")
+unary("Tanh", "TanhGradient")
+_float_grad("ReluGradient", "dX = dY where y > 0, else 0; inputs (Y, dY)")
+unary("Relu", "ReluGradient")
+
+declare("Softmax", 1, lambda t, a, n: [floats("Softmax", t)[0]], attrs={"axis": 1}, traits={PURE},
+        doc="Y = exp(X) / sum(exp(X)) over each row of X seen as a matrix at `axis`")
+_float_grad("SoftmaxGradient", "dX from (Y, dY) of Softmax", attrs={"axis": 1}, traits={PURE})
+unary("Softmax", "SoftmaxGradient", args=("axis",))
+
+_CLIP = {"min": None, "max": None}
+_float_unary("Clip", "y = x limited to [min, max] (unset bounds are open)", _CLIP)
+_float_grad("ClipGradient", "dX = dY where min < y < max, else 0; inputs (Y, dY)", _CLIP)
+unary("Clip", "ClipGradient", args=("min", "max"))

@@ -1,0 +1,366 @@
+"""The numpy semantics of the neural-network ops (ir/ops/nn.py) and their gradients.
+
+Each function takes the op's inputs, then its attributes as keywords, and returns its
+result (a tuple for several). Backends call these; the numba backend compiles some of
+them itself. Shapes and dtypes were checked by type inference before anything runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .numeric import legacy_align
+
+LOG_THRESHOLD = 1e-20  # Caffe2's kLOG_THRESHOLD: LabelCrossEntropy never takes log(0)
+
+
+def _prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
+def as_2d(x, axis: int):
+    """x viewed as (prod(dims[:axis]), prod(dims[axis:])), Caffe2's canonical matrix."""
+    axis = axis if axis >= 0 else x.ndim + axis
+    return x.reshape(_prod(x.shape[:axis]), _prod(x.shape[axis:]))
+
+
+# --- matrix products
+def fc(x, w, b, axis=1, axis_w=1):
+    x2 = as_2d(x, axis)
+    w2 = as_2d(w, axis_w)
+    y = np.dot(x2, w2.T)
+    y += b
+    return y.reshape(x.shape[:axis % max(x.ndim, 1)] + (w2.shape[0],))
+
+
+def fc_grad(x, w, dy, axis=1, axis_w=1):
+    """(dW, db, dX) of FC."""
+    x2 = as_2d(x, axis)
+    w2 = as_2d(w, axis_w)
+    dy2 = dy.reshape(x2.shape[0], w2.shape[0])
+    dw = np.dot(dy2.T, x2).reshape(w.shape)
+    db = dy2.sum(axis=0)
+    dx = np.dot(dy2, w2).reshape(x.shape)
+    return dw, db, dx
+
+
+def matmul(a, b, trans_a=0, trans_b=0):
+    return np.dot(a.T if trans_a else a, b.T if trans_b else b)
+
+
+# --- shapes
+def transpose(x, axes=()):
+    return np.ascontiguousarray(np.transpose(x, tuple(axes) if axes else None))
+
+
+def reshape_dims(in_shape, shape) -> tuple:
+    """Caffe2's Reshape rule: 0 copies the input's dim, one -1 takes what is left."""
+    out = [int(in_shape[i]) if d == 0 else int(d) for i, d in enumerate(shape)]
+    if -1 in out:
+        known = _prod(d for d in out if d != -1)
+        out[out.index(-1)] = _prod(in_shape) // known if known else 0
+    return tuple(out)
+
+
+def reshape(x, shape=()):
+    """(reshaped, old shape as int64)."""
+    return x.reshape(reshape_dims(x.shape, shape)).copy(), np.array(x.shape, dtype=np.int64)
+
+
+def resize_like(x, like):
+    return x.reshape(np.shape(like)).copy()
+
+
+def flatten(x, axis=1):
+    return as_2d(x, axis).copy()
+
+
+def expand_dims(x, dims=()):
+    out = x
+    for d in sorted(dims):
+        out = np.expand_dims(out, d)
+    return out.copy()
+
+
+def squeeze(x, dims=()):
+    return np.squeeze(x, axis=tuple(dims)).copy() if dims else x.copy()
+
+
+def slice_bounds(shape, starts, ends):
+    """Caffe2's Slice: a negative index i means dim + 1 + i (so end -1 is the dim's end)."""
+    out = []
+    for k, dim in enumerate(shape):
+        if k >= len(starts):
+            out.append(slice(None))
+            continue
+        s, e = int(starts[k]), int(ends[k])
+        s = dim + 1 + s if s < 0 else s
+        e = dim + 1 + e if e < 0 else e
+        out.append(slice(s, e))
+    return tuple(out)
+
+
+def slice_(x, starts=(), ends=()):
+    return x[slice_bounds(x.shape, starts, ends)].copy()
+
+
+def slice_grad(x, dy, starts=(), ends=()):
+    dx = np.zeros_like(x)
+    dx[slice_bounds(x.shape, starts, ends)] = dy
+    return dx
+
+
+def gather(data, indices):
+    return data[indices.astype(np.int64)]
+
+
+def gather_grad(data, indices, dy):
+    """Dense gradient of Gather: rows of dy added where they were gathered from."""
+    dd = np.zeros_like(data)
+    np.add.at(dd, indices.astype(np.int64).reshape(-1), dy.reshape((-1,) + data.shape[1:]))
+    return dd
+
+
+# --- reductions
+def sum_elements(x, average=0):
+    s = x.sum(dtype=x.dtype)
+    return (s / x.dtype.type(x.size) if average else s)[()]
+
+
+def sum_elements_grad(x, dy, average=0):
+    g = dy.reshape(()) / x.dtype.type(x.size) if average else dy.reshape(())
+    return np.full(x.shape, g, dtype=x.dtype)
+
+
+def _axes(x, axes):
+    return tuple(range(x.ndim)) if axes is None or len(axes) == 0 else tuple(a % x.ndim for a in axes)
+
+
+def reduce_sum(x, axes=None, keepdims=1):
+    out = x.sum(axis=_axes(x, axes), keepdims=bool(keepdims))
+    return out.astype(x.dtype, copy=False)[()]
+
+
+def reduce_mean(x, axes=None, keepdims=1):
+    out = x.mean(axis=_axes(x, axes), keepdims=bool(keepdims))
+    return out.astype(x.dtype, copy=False)[()]
+
+
+def reduce_sum_grad(dy, x, axes=None, keepdims=1):
+    kept = np.asarray(dy).reshape([1 if k in _axes(x, axes) else d for k, d in enumerate(x.shape)])
+    return np.broadcast_to(kept, x.shape).astype(x.dtype)
+
+
+def reduce_mean_grad(dy, x, axes=None, keepdims=1):
+    n = _prod(x.shape[k] for k in _axes(x, axes))
+    return reduce_sum_grad(dy, x, axes, keepdims) / x.dtype.type(max(n, 1))
+
+
+def row_wise_arg_max(x):
+    return np.argmax(x, axis=1).astype(np.int64).reshape(-1, 1)
+
+
+# --- activations
+def sigmoid(x):
+    return (1 / (1 + np.exp(-x))).astype(x.dtype, copy=False)
+
+
+def sigmoid_grad(y, dy):
+    return dy * y * (1 - y)
+
+
+def tanh(x):
+    return np.tanh(x)
+
+
+def tanh_grad(y, dy):
+    return dy * (1 - y * y)
+
+
+def relu_grad(y, dy):
+    return np.where(y > 0, dy, np.zeros((), dy.dtype))
+
+
+def softmax(x, axis=1):
+    x2 = as_2d(x, axis)
+    e = np.exp(x2 - x2.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).reshape(x.shape)
+
+
+def softmax_grad(y, dy, axis=1):
+    y2, dy2 = as_2d(y, axis), as_2d(dy, axis)
+    return ((dy2 - (dy2 * y2).sum(axis=1, keepdims=True)) * y2).reshape(y.shape)
+
+
+def clip(x, min=None, max=None):
+    lo = -np.inf if min is None else min
+    hi = np.inf if max is None else max
+    return np.clip(x, x.dtype.type(lo), x.dtype.type(hi))
+
+
+def clip_grad(y, dy, min=None, max=None):
+    lo = -np.inf if min is None else min
+    hi = np.inf if max is None else max
+    return np.where((y > lo) & (y < hi), dy, np.zeros((), dy.dtype))
+
+
+# --- losses and metrics
+def label_cross_entropy(x, label):
+    rows = np.arange(x.shape[0])
+    picked = np.maximum(x[rows, label.astype(np.int64)], x.dtype.type(LOG_THRESHOLD))
+    return -np.log(picked)
+
+
+def label_cross_entropy_grad(x, label, dy):
+    rows, lab = np.arange(x.shape[0]), label.astype(np.int64)
+    dx = np.zeros_like(x)
+    dx[rows, lab] = -dy / np.maximum(x[rows, lab], x.dtype.type(LOG_THRESHOLD))
+    return dx
+
+
+def _loss_weights(n, weights, dtype):
+    return np.ones(n, dtype) if weights is None else weights.reshape(n).astype(dtype)
+
+
+def softmax_with_loss(logits, labels, weights=None, label_prob=0, axis=1, scale=1.0):
+    """(softmax, average loss); labels are class indices, or distributions if label_prob."""
+    p = softmax(logits, axis)
+    p2 = as_2d(p, axis)
+    n = p2.shape[0]
+    w = _loss_weights(n, weights, p2.dtype)
+    if label_prob:
+        per_row = -(labels.reshape(p2.shape) * np.log(np.maximum(p2, LOG_THRESHOLD))).sum(axis=1)
+    else:
+        picked = p2[np.arange(n), labels.reshape(n).astype(np.int64)]
+        per_row = -np.log(np.maximum(picked, p2.dtype.type(LOG_THRESHOLD)))
+    total = w.sum()
+    loss = (per_row * w).sum() / total * p2.dtype.type(scale) if total > 0 else p2.dtype.type(0)
+    return p, np.asarray(loss, dtype=p2.dtype)[()]
+
+
+def softmax_with_loss_grad(logits, labels, *rest, label_prob=0, axis=1, scale=1.0):
+    """d logits; ``rest`` is (weights, softmax, d_loss) or (softmax, d_loss)."""
+    weights = rest[0] if len(rest) == 3 else None
+    p, dloss = rest[-2], rest[-1]
+    p2 = as_2d(p, axis)
+    n = p2.shape[0]
+    w = _loss_weights(n, weights, p2.dtype)
+    target = labels.reshape(p2.shape).astype(p2.dtype) if label_prob else \
+        np.eye(p2.shape[1], dtype=p2.dtype)[labels.reshape(n).astype(np.int64)]
+    total = w.sum()
+    coef = np.asarray(dloss).reshape(()) * p2.dtype.type(scale) / total if total > 0 else 0
+    return ((p2 - target) * w[:, None] * coef).astype(p2.dtype).reshape(logits.shape)
+
+
+def squared_l2_distance(x, y):
+    d = (x - y).reshape(x.shape[0] if x.ndim else 1, -1)
+    return (0.5 * (d * d).sum(axis=1)).astype(x.dtype)
+
+
+def squared_l2_distance_grad(x, y, dd):
+    diff = x - y
+    g = diff * dd.reshape((-1,) + (1,) * (x.ndim - 1)) if x.ndim else diff * dd
+    return g, -g
+
+
+def averaged_loss(x):
+    return np.asarray(x.mean(), dtype=x.dtype)[()]
+
+
+def averaged_loss_grad(x, dy):
+    return np.full(x.shape, np.asarray(dy).reshape(()) / x.size, dtype=x.dtype)
+
+
+def accuracy(pred, label, top_k=1):
+    """Fraction of rows whose label is among the top_k scores (ties go to the lower index)."""
+    n = pred.shape[0]
+    lab = label.reshape(n).astype(np.int64)
+    score = pred[np.arange(n), lab][:, None]
+    cols = np.arange(pred.shape[1])[None, :]
+    better = (pred > score) | ((pred == score) & (cols < lab[:, None]))
+    return np.float32((better.sum(axis=1) < top_k).sum() / n)
+
+
+# --- optimizer arithmetic
+def iter_(it):
+    return it + np.ones((), it.dtype)
+
+
+def learning_rate(it, base_lr=None, policy=None, gamma=0.0, stepsize=0, power=0.0, **_):
+    t = float(np.asarray(it).reshape(-1)[0])
+    if policy == "fixed":
+        f = 1.0
+    elif policy == "step":
+        f = gamma ** np.floor(t / stepsize)
+    elif policy == "exp":
+        f = gamma ** t
+    else:  # "inv" (type inference refused every other policy)
+        f = (1.0 + gamma * t) ** (-power)
+    return np.float32(base_lr * f)
+
+
+def weighted_sum(*xs):
+    out = xs[0] * xs[1].reshape(())
+    for k in range(2, len(xs), 2):
+        out = out + xs[k] * xs[k + 1].reshape(())
+    return out.astype(xs[0].dtype, copy=False)
+
+
+def momentum_sgd_update(g, m, lr, p, momentum=0.0, nesterov=0):
+    """(grad out, moment out, param out): Caffe2's MomentumSGDUpdate."""
+    lr = lr.reshape(())
+    mu = g.dtype.type(momentum)
+    if not nesterov:
+        adjusted = lr * g + mu * m
+        return adjusted, adjusted, p - adjusted
+    new_m = mu * m + lr * g
+    adjusted = (1 + mu) * new_m - mu * m
+    return adjusted, new_m, p - adjusted
+
+
+def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0):
+    """(param out, moment out)."""
+    new_m = m * g.dtype.type(decay) + g * g
+    return p + lr.reshape(()) * g / (np.sqrt(new_m) + g.dtype.type(epsilon)), new_m
+
+
+def adam(p, m1, m2, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5):
+    """(param out, first moment out, second moment out)."""
+    t = float(np.asarray(it).reshape(-1)[0]) + 1
+    correction = np.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+    b1, b2 = g.dtype.type(beta1), g.dtype.type(beta2)
+    n1 = b1 * m1 + (1 - b1) * g
+    n2 = b2 * m2 + (1 - b2) * g * g
+    step = lr.reshape(()) * g.dtype.type(correction) * n1 / (np.sqrt(n2) + g.dtype.type(epsilon))
+    return p + step, n1, n2
+
+
+def dropout(x, mask_draw, ratio=0.5, is_test=0):
+    """(y, mask) given uniform draws in [0, 1) (training: keep where draw >= ratio)."""
+    if is_test or ratio == 0:
+        return x.copy(), np.ones(x.shape, dtype=np.bool_)
+    mask = mask_draw >= ratio
+    return (x * mask * x.dtype.type(1.0 / (1.0 - ratio))).astype(x.dtype), mask
+
+
+def dropout_grad(dy, mask, ratio=0.5, is_test=0):
+    if is_test or ratio == 0:
+        return dy.copy()
+    return (dy * mask * dy.dtype.type(1.0 / (1.0 - ratio))).astype(dy.dtype)
+
+
+def sum_reduce_like(dy, like, broadcast=0, axis=-1):
+    """dy summed over the dims broadcasting added or stretched to reach it from like's shape."""
+    shape = np.shape(like)
+    if broadcast:  # Caffe2's legacy rule: like's core dims line up with dy's at axis
+        aligned = legacy_align(dy, np.empty(shape, np.int8), int(axis)).shape
+        return sum_reduce_like(dy, np.empty(aligned, np.int8)).reshape(shape)
+    dy = np.asarray(dy)
+    lead = dy.ndim - len(shape)
+    out = dy.sum(axis=tuple(range(lead))) if lead > 0 else dy
+    stretched = tuple(k for k, d in enumerate(shape) if d == 1 and out.shape[k] != 1)
+    if stretched:
+        out = out.sum(axis=stretched, keepdims=True)
+    return np.asarray(out, dtype=dy.dtype).reshape(shape)

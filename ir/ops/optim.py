@@ -1,0 +1,151 @@
+"""Random fills, the iteration counter, learning rates and the optimizers' update ops.
+
+Random fills draw from a stream of their own: seeded by Caffe2's ``random_seed``
+argument when given, else by the session's seed and the op's output blob name
+(``output_names``, which the lowering fills in). So every run, and every backend,
+gives the same parameters.
+"""
+from __future__ import annotations
+
+from ..opdef import PURE, declare, type_error
+from ..types import FLOAT_DTYPES, TensorType
+from .infer import dtype_from_code, require, tensors
+from .nn import RANDOM, floats
+
+_FILL = {"shape": None, "extra_shape": None, "input_as_shape": 0, "dtype": 1, "random_seed": -1,
+         "output_names": []}
+
+
+def _fill(name, **params):
+    def infer(types, attrs, n):
+        dt = dtype_from_code(name, attrs["dtype"])
+        require(name, dt, FLOAT_DTYPES, "float")
+        if types:
+            (t,) = tensors(name, types)
+            if attrs["input_as_shape"]:
+                return [TensorType(dt, None)]
+            shape = None if t.shape is None else tuple(t.shape) + tuple(attrs["extra_shape"] or ())
+        else:
+            if attrs["shape"] is None:
+                type_error(f"{name} needs a shape", f"pass shape=[...] to {name}")
+            shape = tuple(int(d) for d in attrs["shape"])
+            if any(d < 0 for d in shape):
+                type_error(f"{name} shape {list(shape)} has a negative dim", "dims are >= 0")
+        if name in ("XavierFill", "MSRAFill") and shape is not None and len(shape) < 2 \
+                and name == "MSRAFill":
+            type_error(f"MSRAFill needs a shape of rank >= 2, got {list(shape)}", "fan out is size / dim 1")
+        return [TensorType(dt, shape)]
+    declare(name, (0, 1), infer, attrs=dict(_FILL, **params), effects=RANDOM, doc=params.pop("_doc"))
+
+
+_fill("GaussianFill", mean=0.0, std=1.0, _doc="a tensor of normal draws (mean, std); shape as ConstantFill's")
+_fill("UniformFill", min=0.0, max=1.0, _doc="a tensor of uniform draws in [min, max)")
+_fill("XavierFill", _doc="uniform draws in [-s, s), s = sqrt(3 / fan_in), fan_in = size / dims[0]")
+_fill("MSRAFill", _doc="normal draws with std sqrt(2 / fan_out), fan_out = size / dims[1]")
+
+
+def _iter(types, attrs, n):
+    (t,) = tensors("Iter", types)
+    if t.dtype is not None and t.dtype != "i64":
+        type_error(f"Iter counts in an int64 tensor, got {t.dtype}",
+                   "create it with ConstantFill([], 'iter', shape=[1], value=0, dtype=core.DataType.INT64)")
+    return [TensorType("i64", t.shape)]
+
+
+declare("Iter", 1, _iter, traits={PURE},
+        doc="y = x + 1 on an int64 iteration counter (Caffe2 runs it in place: Iter([it], [it]))")
+
+_POLICIES = ("fixed", "step", "exp", "inv")
+
+
+def _learning_rate(types, attrs, n):
+    _iter(types, attrs, n)
+    policy = attrs["policy"]
+    if policy not in _POLICIES:
+        type_error(f"LearningRate policy {policy!r} is not supported",
+                   f"use one of {', '.join(_POLICIES)}")
+    if policy == "step" and int(attrs["stepsize"]) <= 0:
+        type_error("LearningRate policy 'step' needs stepsize > 0", "pass stepsize=<iterations per step>")
+    return [TensorType("f32", ())]
+
+
+declare("LearningRate", 1, _learning_rate,
+        attrs={"base_lr": 0.0, "policy": "fixed", "gamma": 0.0, "stepsize": 0, "power": 0.0},
+        traits={PURE},
+        doc="lr = base_lr * f(iter): fixed 1, step gamma^floor(iter/stepsize), exp gamma^iter, "
+            "inv (1 + gamma iter)^-power; a float scalar")
+
+
+def _weighted_sum(types, attrs, n):
+    if len(types) % 2:
+        type_error(f"WeightedSum takes pairs (X0, w0, X1, w1, ...), got {len(types)} inputs",
+                   "give a weight blob after every tensor")
+    ts = floats("WeightedSum", types)
+    x0 = ts[0]
+    for k in range(0, len(ts), 2):
+        x, w = ts[k], ts[k + 1]
+        if x.shape is not None and x0.shape is not None and x.shape != x0.shape \
+                and None not in x.shape + x0.shape:
+            type_error(f"WeightedSum inputs must share a shape: {list(x0.shape)} and {list(x.shape)}",
+                       "every X_i has the shape of X_0")
+        if w.shape is not None and None not in w.shape and _size(w.shape) != 1:
+            type_error(f"WeightedSum weight {k + 1} must hold one value, got shape {list(w.shape)}",
+                       "weights are [1] tensors (ConstantFill(shape=[1]))")
+    return [x0]
+
+
+def _size(shape):
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+declare("WeightedSum", (2, None), _weighted_sum, traits={PURE},
+        doc="Y = X0 w0 + X1 w1 + ... (weights are one-element tensors)")
+
+
+def _same(name, ts, pairs):
+    for a, b in pairs:
+        ta, tb = ts[a], ts[b]
+        if ta.shape is not None and tb.shape is not None and ta.shape != tb.shape \
+                and None not in ta.shape + tb.shape:
+            type_error(f"{name}: input {b} has shape {list(tb.shape)}, input {a} has {list(ta.shape)}",
+                       "the parameter, its gradient and its moments share one shape")
+
+
+def _momentum_sgd(types, attrs, n):
+    ts = floats("MomentumSGDUpdate", types)
+    _same("MomentumSGDUpdate", ts, [(0, 1), (0, 3)])
+    return [ts[0], ts[1], ts[3]]
+
+
+declare("MomentumSGDUpdate", 4, _momentum_sgd, results=3, attrs={"momentum": 0.0, "nesterov": 0},
+        traits={PURE},
+        doc="(grad, moment, param) -> (adjusted grad, new moment, param - adjusted grad); "
+            "adjusted = lr g + momentum m (nesterov: (1+mu) m' - mu m)")
+
+
+def _adagrad(types, attrs, n):
+    ts = floats("Adagrad", types)
+    _same("Adagrad", ts, [(0, 1), (0, 2)])
+    return [ts[0], ts[1]]
+
+
+declare("Adagrad", 4, _adagrad, results=2, attrs={"epsilon": 1e-5, "decay": 1.0, "engine": ""},
+        traits={PURE},
+        doc="(param, moment, grad, lr) -> (param + lr g / (sqrt(m') + epsilon), m' = decay m + g^2)")
+
+
+def _adam(types, attrs, n):
+    ts = tensors("Adam", types)
+    floats("Adam", types[:5])
+    _same("Adam", ts, [(0, 1), (0, 2), (0, 3)])
+    _iter(types[5:], attrs, 1)
+    return [ts[0], ts[1], ts[2]]
+
+
+declare("Adam", 6, _adam, results=3, attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5, "engine": ""},
+        traits={PURE},
+        doc="(param, m1, m2, grad, lr, iter) -> (param + lr c m1' / (sqrt(m2') + eps), m1', m2'); "
+            "c = sqrt(1 - beta2^t) / (1 - beta1^t), t = iter + 1")

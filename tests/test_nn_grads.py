@@ -1,0 +1,234 @@
+"""Every declared gradient against central finite differences (float64, random shapes).
+
+Each case records one op, projects its output on a fixed random tensor R (loss =
+sum(y * R)), lets AddGradientOperators derive the backward ops, runs the net on each
+backend, and compares every input's gradient with (f(x + h) - f(x - h)) / 2h, where f
+is a plain numpy forward of the op written here (not the kernels under test).
+"""
+import numpy as np
+import pytest
+
+from dslc import core, workspace
+from dslc.session import LocalSession
+
+RNG = np.random.default_rng(7)
+H = 1e-6
+
+
+def rand(*shape, lo=-1.0, hi=1.0):
+    return RNG.uniform(lo, hi, shape).astype(np.float64)
+
+
+def softmax_rows(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def numeric_grad(f, inputs, name):
+    x = inputs[name]
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        saved = x[idx]
+        x[idx] = saved + H
+        up = f(**inputs)
+        x[idx] = saved - H
+        down = f(**inputs)
+        x[idx] = saved
+        g[idx] = (up - down) / (2 * H)
+    return g
+
+
+def check(session, op, inputs, fwd, wrt, attrs=None, n_out=1, out=0, tol=1e-6):
+    """Run ``op`` and its derived gradient; compare d sum(y * R) / d input for each of ``wrt``."""
+    net = core.Net("grad_check")
+    for name, value in inputs.items():
+        workspace.FeedBlob(name, value)
+    outs = [f"y{k}" for k in range(n_out)]
+    getattr(net, op)(list(inputs), outs, **(attrs or {}))
+    y_np = np.asarray(fwd(**inputs))
+    r = rand(*y_np.shape)
+    workspace.FeedBlob("R", r)
+    net.Mul([outs[out], "R"], "yr")
+    net.SumElements(["yr"], "loss")
+    grads = net.AddGradientOperators({"loss": "loss_grad"})
+    workspace.FeedBlob("loss_grad", np.float64(1.0))
+    session.run(net)
+    np.testing.assert_allclose(workspace.FetchBlob(outs[out]), y_np, rtol=1e-12, atol=1e-12)
+    projected = lambda **kw: float((np.asarray(fwd(**kw)) * r).sum())  # noqa: E731
+    for name in wrt:
+        assert grads[name] == f"{name}_grad"
+        got = workspace.FetchBlob(grads[name])
+        np.testing.assert_allclose(got, numeric_grad(projected, dict(inputs), name), rtol=tol, atol=tol,
+                                   err_msg=f"d/d{name} of {op}")
+    return grads
+
+
+def test_fc(session):
+    m, k, n = RNG.integers(2, 5, 3)
+    check(session, "FC", {"X": rand(m, k), "W": rand(n, k), "b": rand(n)},
+          lambda X, W, b: X @ W.T + b, ["X", "W", "b"])
+
+
+def test_fc_axis(session):
+    x = rand(2, 3, 4)
+    check(session, "FC", {"X": x, "W": rand(5, 4), "b": rand(5)},
+          lambda X, W, b: X @ W.T + b, ["X", "W", "b"], {"axis": 2})
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_matmul(session, ta, tb):
+    a = rand(3, 4) if not ta else rand(4, 3)
+    b = rand(4, 2) if not tb else rand(2, 4)
+    check(session, "MatMul", {"A": a, "B": b},
+          lambda A, B: (A.T if ta else A) @ (B.T if tb else B), ["A", "B"], {"trans_a": ta, "trans_b": tb})
+
+
+def test_transpose(session):
+    check(session, "Transpose", {"X": rand(2, 3, 4)}, lambda X: X.transpose(1, 2, 0), ["X"], {"axes": [1, 2, 0]})
+
+
+def test_shape_ops(session):
+    check(session, "Reshape", {"X": rand(2, 6)}, lambda X: X.reshape(3, 4), ["X"], {"shape": [3, -1]})
+    check(session, "Flatten", {"X": rand(2, 3, 2)}, lambda X: X.reshape(2, 6), ["X"])
+    check(session, "ExpandDims", {"X": rand(3)}, lambda X: X[None, :, None], ["X"], {"dims": [0, 2]})
+    check(session, "Squeeze", {"X": rand(1, 3, 1)}, lambda X: X[0, :, 0], ["X"], {"dims": [0, 2]})
+
+
+def test_slice(session):
+    # Caffe2's end -1 is the dim's end: rows 1..end, columns 0..2
+    check(session, "Slice", {"X": rand(4, 5)}, lambda X: X[1:, 0:2], ["X"], {"starts": [1, 0], "ends": [-1, 2]})
+
+
+def test_gather_repeated_indices(session):
+    idx = np.array([2, 0, 2], dtype=np.int32)
+    check(session, "Gather", {"D": rand(3, 2), "Idx": idx}, lambda D, Idx: D[Idx], ["D"])
+
+
+@pytest.mark.parametrize("op,np_fn,attrs", [
+    ("SumElements", lambda X: X.sum(), {}),
+    ("SumElements", lambda X: X.mean(), {"average": 1}),
+    ("ReduceSum", lambda X: X.sum(axis=1, keepdims=True), {"axes": [1]}),
+    ("ReduceMean", lambda X: X.mean(axis=(0, 2)), {"axes": [0, 2], "keepdims": 0}),
+    ("AveragedLoss", lambda X: X.mean(), {}),
+])
+def test_reductions(session, op, np_fn, attrs):
+    check(session, op, {"X": rand(2, 3, 4)}, np_fn, ["X"], attrs)
+
+
+@pytest.mark.parametrize("op,np_fn,attrs", [
+    ("Sigmoid", lambda X: 1 / (1 + np.exp(-X)), {}),
+    ("Tanh", lambda X: np.tanh(X), {}),
+    ("Relu", lambda X: np.maximum(X, 0), {}),
+    ("Softmax", lambda X: softmax_rows(X), {}),
+    ("Clip", lambda X: np.clip(X, -0.5, 0.3), {"min": -0.5, "max": 0.3}),
+    ("Exp", lambda X: np.exp(X), {}),
+    ("Negative", lambda X: -X, {}),
+    ("Scale", lambda X: X * 2.5, {"scale": 2.5}),
+    ("Sqr", lambda X: X * X, {}),
+])
+def test_activations(session, op, np_fn, attrs):
+    x = rand(3, 5)
+    x[np.abs(x) < 0.05] = 0.2  # keep away from Relu's and Clip's kinks
+    x[np.abs(x + 0.5) < 0.01] = 0.1
+    x[np.abs(x - 0.3) < 0.01] = 0.1
+    check(session, op, {"X": x}, np_fn, ["X"], attrs)
+
+
+def test_softmax_axis(session):
+    x = rand(2, 3, 4)
+    check(session, "Softmax", {"X": x}, lambda X: softmax_rows(X.reshape(2, 12)).reshape(2, 3, 4), ["X"], {"axis": 1})
+
+
+def test_log_and_sqrt(session):
+    check(session, "Log", {"X": rand(3, 2, lo=0.5, hi=2)}, lambda X: np.log(X), ["X"])
+    check(session, "Sqrt", {"X": rand(3, 2, lo=0.5, hi=2)}, lambda X: np.sqrt(X), ["X"])
+
+
+@pytest.mark.parametrize("op,np_fn", [("Add", lambda A, B: A + B), ("Sub", lambda A, B: A - B),
+                                      ("Mul", lambda A, B: A * B), ("Div", lambda A, B: A / B)])
+def test_broadcast_binary(session, op, np_fn):
+    check(session, op, {"A": rand(3, 4), "B": rand(4, lo=0.5, hi=1.5)}, np_fn, ["A", "B"])
+    check(session, op, {"A": rand(2, 3, 4), "B": rand(3, 1, lo=0.5, hi=1.5)}, np_fn, ["A", "B"])
+
+
+def test_legacy_broadcast_add(session):
+    check(session, "Add", {"A": rand(2, 3, 4), "B": rand(3)}, lambda A, B: A + B[:, None], ["A", "B"],
+          {"broadcast": 1, "axis": 1})
+
+
+def test_label_cross_entropy(session):
+    p = softmax_rows(rand(4, 3))
+    lab = np.array([0, 2, 1, 2], dtype=np.int32)
+    check(session, "LabelCrossEntropy", {"P": p, "L": lab}, lambda P, L: -np.log(P[np.arange(4), L]), ["P"])
+
+
+def test_softmax_with_loss(session):
+    x, lab = rand(5, 4), np.array([0, 3, 1, 1, 2], dtype=np.int32)
+    check(session, "SoftmaxWithLoss", {"X": x, "L": lab},
+          lambda X, L: -np.log(softmax_rows(X)[np.arange(5), L]).mean(), ["X"], n_out=2, out=1)
+
+
+def test_softmax_with_loss_weighted(session):
+    x, lab, w = rand(3, 4), np.array([0, 3, 1], dtype=np.int32), rand(3, lo=0.1, hi=2)
+
+    def fwd(X, L, W):
+        return (-np.log(softmax_rows(X)[np.arange(3), L]) * W).sum() / W.sum()
+    check(session, "SoftmaxWithLoss", {"X": x, "L": lab, "W": w}, fwd, ["X"], n_out=2, out=1)
+
+
+def test_squared_l2_distance(session):
+    check(session, "SquaredL2Distance", {"X": rand(3, 4), "Y": rand(3, 4)},
+          lambda X, Y: 0.5 * ((X - Y) ** 2).sum(axis=1), ["X", "Y"])
+
+
+def test_dropout_test_mode_and_copy(session):
+    check(session, "Dropout", {"X": rand(3, 4)}, lambda X: X, ["X"], {"is_test": 1})
+    check(session, "Copy", {"X": rand(3)}, lambda X: X, ["X"])
+
+
+def test_dropout_training_uses_its_mask(session, backend):
+    # random_seed names the op's stream: a fresh workspace draws the same mask again
+    x = rand(6, 5)
+    ws = workspace.Workspace()
+    ws.feed_blob("X", x)
+    net = core.Net("mask")
+    net.Dropout(["X"], ["Y", "mask"], ratio=0.4, random_seed=5)
+    LocalSession(ws, backend=backend).run(net)
+    mask = ws.fetch_blob("mask")
+    assert mask.dtype == np.bool_ and 0 < mask.sum() < mask.size
+    check(session, "Dropout", {"X": x}, lambda X: X * mask / 0.6, ["X"], {"ratio": 0.4, "random_seed": 5},
+          n_out=2)
+
+
+def test_several_consumers_sum_their_gradients(session):
+    # loss = sum((x W^T + b) * x W^T ...): x feeds two ops; its gradient is their sum
+    x, w = rand(2, 3), rand(3, 3)
+    for name, v in (("x", x), ("w", w), ("b", np.zeros(3))):
+        workspace.FeedBlob(name, v)
+    net = core.Net("two")
+    net.FC(["x", "w", "b"], "y")
+    net.Mul(["y", "x"], "z")
+    net.SumElements(["z"], "loss")
+    grads = net.AddGradientOperators({"loss": "loss_grad"})
+    workspace.FeedBlob("loss_grad", np.float64(1.0))
+    types = [o.type for o in net.ops()]
+    assert types.count("Sum") == 1
+    session.run(net)
+    f = lambda x, w: float(((x @ w.T) * x).sum())  # noqa: E731
+    np.testing.assert_allclose(workspace.FetchBlob(grads["x"]), numeric_grad(f, {"x": x.copy(), "w": w}, "x"),
+                               rtol=1e-6, atol=1e-6)
+    assert grads["x"] == "x_grad"
+
+
+def test_in_place_relu(session):
+    x = rand(3, 4)
+    x[np.abs(x) < 0.05] = 0.3
+    workspace.FeedBlob("x", x)
+    net = core.Net("inplace")
+    net.Copy(["x"], "h")
+    net.Relu(["h"], "h")
+    net.SumElements(["h"], "loss")
+    grads = net.AddGradientOperators({"loss": "loss_grad"})
+    workspace.FeedBlob("loss_grad", np.float64(1.0))
+    session.run(net)
+    np.testing.assert_array_equal(workspace.FetchBlob(grads["x"]), (x > 0).astype(np.float64))
