@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from dslc import progress
-from dslc.backends.runtime.cancel import Cancelled, swap_token
+from dslc.backends.runtime.cancel import Cancelled, Watch, swap_token
 from dslc.backends.runtime.ieee import ieee, in_ieee
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import Module
@@ -30,18 +30,21 @@ class UnsetBlob(Exception):
 
 
 class CancelToken:
-    """Shared by siblings; cancelling a token cancels the tokens made from it."""
+    """Shared by siblings; cancelling a token cancels the tokens made from it.
 
-    __slots__ = ("flag", "children", "lock", "waiters")
+    ``watch`` (a ``Watch`` or None) is shared by every token of one run."""
 
-    def __init__(self):
+    __slots__ = ("flag", "children", "lock", "waiters", "watch")
+
+    def __init__(self, watch: Watch | None = None):
         self.flag = False
         self.children: list[CancelToken] = []
         self.lock = threading.Lock()
         self.waiters: list = []
+        self.watch = watch
 
     def child(self) -> "CancelToken":
-        t = CancelToken()
+        t = CancelToken(self.watch)
         with self.lock:
             self.children.append(t)
         if self.flag:
@@ -150,7 +153,8 @@ class Executor:
             self.run_groups(root, token)
 
     def run_groups(self, root: Workspace, token: CancelToken | None = None) -> None:
-        token = token or CancelToken()
+        # a run started here owns all its threads, so it can tell when they are all stuck
+        token = token or CancelToken(Watch())
         for init, tasks, reporters, exit_ in self.groups:
             rt = Run(token, self, None)
             inst = Instance(root, None, self.cfg)
@@ -224,6 +228,9 @@ class Executor:
 
         threads = [threading.Thread(target=in_ieee(report), args=(b, ms), daemon=True)
                    for b, ms in zip(reporters, intervals)]
+        watch = rt.cancel.watch
+        if watch is not None:  # a reporter may act on a queue: it counts as running
+            watch.add_running(len(threads))
         for t in threads:
             t.start()
         try:
@@ -232,6 +239,8 @@ class Executor:
             done.set()
             for t in threads:
                 t.join()
+            if watch is not None:
+                watch.add_running(-len(threads))
         if errors:
             raise errors[0]
         for b in reporters:
@@ -244,6 +253,7 @@ class Executor:
             return fns[0](token)
         tok = token.child()
         errors: list = []
+        watch = tok.watch
 
         def guarded(fn):
             try:
@@ -251,15 +261,25 @@ class Executor:
             except BaseException as e:
                 errors.append(e)
                 tok.cancel()
+            finally:
+                if watch is not None:
+                    watch.add_running(-1)
 
         threads = [threading.Thread(target=in_ieee(guarded), args=(fn,), daemon=True) for fn in fns]
+        if watch is not None:  # the children run; this thread only joins them
+            watch.add_running(len(threads) - 1)
         try:
             for t in threads:
                 t.start()
         finally:
+            started = sum(t.ident is not None for t in threads)
+            if watch is not None and started < len(threads):
+                watch.add_running(started - len(threads))
             for t in threads:
                 if t.ident is not None:
                     t.join()
+            if watch is not None:
+                watch.add_running(1)
             token.release(tok)
         real = [e for e in errors if not isinstance(e, Cancelled)]
         if real:

@@ -27,7 +27,8 @@ def _pack(values):
 @kernel("CreateBlobsQueue")
 def _create_queue(op, cfg):
     a = op.attrs
-    return lambda: BlobsQueue(int(a["capacity"]), int(a["num_blobs"]), a["field_names"])
+    name = op.results[0].hint or "queue"  # the blob it is made for, for messages
+    return lambda: BlobsQueue(int(a["capacity"]), int(a["num_blobs"]), a["field_names"], name)
 
 
 def _check_record(q: BlobsQueue, data) -> None:

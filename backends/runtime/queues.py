@@ -42,7 +42,7 @@ class BlobsQueue:
     def put(self, record: tuple) -> bool:
         with self._not_full:
             items, cap = self._items, self.capacity
-            wait_for(self._not_full, lambda: len(items) < cap or self.closed)
+            wait_for(self._not_full, lambda: len(items) < cap or self.closed, what=self.name)
             if len(items) >= cap:
                 return False  # closed and full
             items.append(record)
@@ -53,7 +53,8 @@ class BlobsQueue:
         """The oldest record; None once closed and drained; TIMED_OUT after ``timeout`` s."""
         with self._not_empty:
             items = self._items
-            if not wait_for(self._not_empty, lambda: items or self.closed, timeout):
+            if not wait_for(self._not_empty, lambda: items or self.closed, timeout,
+                            what=self.name):
                 return TIMED_OUT
             if not items:
                 return None
