@@ -15,6 +15,7 @@ import numpy as np
 
 from dslc import names, protoview
 from dslc.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal  # noqa: F401
+from dslc import workspace  # noqa: F401  (Caffe2 code reaches it as core.workspace)
 from dslc.workspace import C  # noqa: F401  (Caffe2's core.C is its workspace.C)
 from dslc.ir.diagnostics import Location, TraceError, UnknownOperatorError
 from dslc.ir.opdef import OPS
