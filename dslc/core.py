@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dslc import names
+from dslc import names, protoview
+from dslc.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal  # noqa: F401
+from dslc.workspace import C  # noqa: F401  (Caffe2's core.C is its workspace.C)
 from dslc.ir.diagnostics import Location, TraceError, UnknownOperatorError
 from dslc.ir.opdef import OPS
 from dslc.ir import pyrefs
-from dslc.tracing import user_location
+from dslc.tracing import call_site, user_location
 
 # Caffe2 spellings that the lowering turns into declared ops.
 FILL_ALIASES = {
@@ -325,6 +327,7 @@ class Net:
     _output_record = None
     _next_blob = 0
     _next_index: dict[tuple, int] | None = None  # (scope, base, suffix) -> where _next_name's scan resumes
+    _op_names: dict[int, str] | None = None  # op index -> the name PopulateProtoWithFileName gave it
 
     def __init__(self, name_or_proto=None, inplace=False, _prefix=None):
         # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
@@ -342,11 +345,30 @@ class Net:
     def Name(self) -> str:
         return self._name
 
-    def Proto(self):
-        return self
+    def Proto(self) -> protoview.NetDef:
+        """A read-only NetDef view: name, op (type, input, output, arg, name), external_input/output."""
+        names_ = self._op_names or {}
+        return protoview.NetDef(self._name, [protoview.operator_view(op, names_.get(i))
+                                             for i, op in enumerate(self._ops)],
+                                list(self._external_inputs), list(self._external_outputs))
+
+    def __str__(self):
+        return self._name  # Caffe2 code runs nets by name: workspace.RunNet(str(net))
 
     def __repr__(self):
         return f"Net({self._name!r}, {len(self._ops)} ops)"
+
+    def PopulateProtoWithFileName(self):
+        """Name each op ``file:line:function`` after the user's call that recorded it."""
+        self._op_names = {}
+        for i, op in enumerate(self._ops):
+            file, func = call_site(op.loc)
+            self._op_names[i] = f"{file}:{op.loc.line}:{func}"
+
+    def _CheckLookupTables(self):
+        """Assert that the names this net counts as made are those its ops write."""
+        made = {b for op in self._ops for b in op.outputs}
+        assert made <= self._produced, f"ops of {self._name} write {sorted(made - self._produced)} unrecorded"
 
     # --- names
     def BlobIsDefined(self, blob) -> bool:
@@ -439,10 +461,12 @@ class Net:
 
     AddExternalOutputs = AddExternalOutput
 
-    def external_inputs(self):
+    @property
+    def external_inputs(self) -> list:
         return [BlobReference(n, self) for n in self._external_inputs]
 
-    def external_outputs(self):
+    @property
+    def external_outputs(self) -> list:
         return [BlobReference(n, self) for n in self._external_outputs]
 
     def UsedBlobNames(self) -> set[str]:
@@ -652,6 +676,31 @@ _OpRecorder.owner = Net
 def is_operator(op_type: str) -> bool:
     """Whether ``net.<op_type>(...)`` records an op (IR-only op names do not count)."""
     return (op_type in OPS or op_type in ALIASES) and op_type not in _IR_ONLY
+
+
+IsOperator = is_operator
+
+
+def IsOperatorWithEngine(op_type: str, engine: str) -> bool:
+    """dslc has one implementation per operator: Caffe2's default engine."""
+    return engine in ("", "DEFAULT") and is_operator(op_type)
+
+
+def CreateOperator(operator_type, inputs, outputs, name="", control_input=None, device_option=None,
+                   arg=None, engine=None, **kwargs) -> protoview.OperatorDef:
+    """A read-only OperatorDef view of one operator (not recorded into any net).
+
+    String blob names get the current NameScope, BlobReferences are taken as they are.
+    """
+    loc = user_location()
+    scope = CurrentNameScope()
+    ins = _blob_names(inputs, operator_type, "inputs", loc, scope)
+    outs = _blob_names(outputs, operator_type, "outputs", loc, scope)
+    control = _blob_names(control_input, operator_type, "control inputs", loc, scope)
+    rec = OpRecord(str(operator_type), ins, outs, kwargs, loc,
+                   {"name": name, "engine": engine or "", "control_input": control,
+                    "device_option": device_option or CurrentDeviceScope()})
+    return protoview.operator_view(rec)
 
 
 def _builder_prefix() -> str:

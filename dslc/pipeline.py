@@ -288,7 +288,7 @@ def _clone_and_bind(net, name, prefix, blob_remap, inputs=None):
     for op in net.ops():
         read_first.update(b for b in op.inputs if b not in written)
         written.update(op.outputs)
-    for b in sorted(read_first | written | set(map(str, net.external_inputs()))):
+    for b in sorted(read_first | written | set(map(str, net.external_inputs))):
         if b not in blob_remap:
             blob_remap[b] = b if (b in read_first or b not in written) else prefix + b
     clone = net.Clone(name, blob_remap, keep_schema=False)

@@ -83,6 +83,11 @@ class Session:
         Session._groups[id(runnable)] = (runnable, group)
         return group
 
+    @staticmethod
+    def wrap(runnable, workspace_type=None, task_type=Task) -> TaskGroup:
+        """A new TaskGroup running ``runnable`` in a ``task_type`` task (not cached: ``as_group`` caches)."""
+        return _wrap(runnable, workspace_type, task_type)
+
     def run(self, runnable, workspace_type=None, setup_net_list=None):
         """Compile ``runnable`` (once) and run it; its task outputs are fetchable afterwards."""
         if not self._open:
@@ -104,17 +109,18 @@ class Session:
 class LocalSession(Session):
     """Runs jobs in one process, on the chosen backend (``interp`` by default)."""
 
-    def __init__(self, ws=None, backend: str = "interp", source: str = "", passes=None,
+    def __init__(self, ws=None, backend: str | None = None, source: str = "", passes=None,
                  verify_each=None, print_after=None, ir_out=None, **options):
         """``passes``: the pipeline to run before the backend (default: the
         ``DSLC_PIPELINE`` environment variable, else the default pipeline; "none" for
         none). ``verify_each`` (default: ``DSLC_DEBUG``) verifies after every pass;
         ``print_after`` ("all" or pass names) writes the IR after those passes to ``ir_out``.
+        ``backend``: default ``DSLC_BACKEND`` from the environment, else interp.
         """
         super().__init__()
         from dslc import workspace
         self._ws = ws if ws is not None else workspace.current()
-        self.backend = backends.get(backend)(**options)
+        self.backend = backends.get(backend or default_backend())(**options)
         self.source = source
         self.passes = pipeline(passes)
         self.verify_each = bool(os.environ.get("DSLC_DEBUG")) if verify_each is None else verify_each
@@ -188,6 +194,11 @@ class LocalSession(Session):
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
 
 
+def default_backend() -> str:
+    """The backend of sessions that name none: ``DSLC_BACKEND``, else interp."""
+    return os.environ.get("DSLC_BACKEND", "").strip() or "interp"
+
+
 DUMMY_OUTPUT = ":output/ConstantFill:0"  # the output Caffe2 gives tasks that have none
 
 
@@ -221,8 +232,9 @@ def _still_valid(deps: dict, existing: dict) -> bool:
     return all(subsumes(t, existing[n]) for n, t in deps.items() if n in existing)
 
 
-def _wrap(runnable, workspace_type) -> TaskGroup:
-    """A new TaskGroup running ``runnable`` (GLOBAL unless ``workspace_type`` says otherwise)."""
+def _wrap(runnable, workspace_type, task_type=Task) -> TaskGroup:
+    """A new TaskGroup running ``runnable`` (GLOBAL unless ``workspace_type`` says otherwise)
+    in a ``task_type`` task (unless it is a Task itself)."""
     if isinstance(runnable, TaskGroup):
         if workspace_type is not None and runnable.workspace_type() not in (None, workspace_type):
             raise TraceError(f"this TaskGroup is {runnable.workspace_type()}, not {workspace_type}",
@@ -237,12 +249,12 @@ def _wrap(runnable, workspace_type) -> TaskGroup:
     if isinstance(runnable, Task):
         group.add(runnable)
     elif isinstance(runnable, ExecutionStep):
-        Task(step=runnable, group=group)
+        task_type(step=runnable, group=group)
     elif isinstance(runnable, Plan):
         steps = runnable.Steps()
-        Task(step=steps[0] if len(steps) == 1 else execution_step(runnable.Name(), steps), group=group)
+        task_type(step=steps[0] if len(steps) == 1 else execution_step(runnable.Name(), steps), group=group)
     elif isinstance(runnable, (Net, NetBuilder)):
-        Task(step=execution_step("runnable", runnable), group=group)
+        task_type(step=execution_step("runnable", runnable), group=group)
     elif type(runnable).__name__ == "Job":
         raise TraceError("a Job is run by a JobRunner", user_location(), "use JobRunner(job)(session)")
     else:

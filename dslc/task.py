@@ -313,6 +313,7 @@ class Task(Managed):
     TASK_SETUP = "task_setup"
     TASK_INSTANCE_SETUP = "task_instance_setup"
     REPORT_STEP = "report_step"
+    bare = False  # True: no dummy output when it has none (see BareTask)
     _global_names_used: set = set()
 
     def __init__(self, step=None, outputs=None, workspace_type=None, group=None, node=None, name=None,
@@ -440,7 +441,7 @@ class Task(Managed):
                 Task.TASK_INSTANCE_SETUP, found[Task.TASK_INSTANCE_SETUP], self)
             phases.reporters = reporters
             phases.body = self._step
-            if not self._outputs:
+            if not self._outputs and not self.bare:
                 out_net = core.Net(f"{self.name}:output")
                 self.add_output(out_net.ConstantFill([], 1, dtype=core.DataType.INT32, value=0))
                 phases.exit.append(out_net)
@@ -449,6 +450,13 @@ class Task(Managed):
 
     def __repr__(self):
         return f"Task(name={self.name}, node={self.node}, outputs={self._outputs})"
+
+
+class BareTask(Task):
+    """A task the workspace functions run a net or plan in: Caffe2 runs those without a
+    task, so no dummy output blob is made when it has no outputs."""
+
+    bare = True
 
 
 def final_output(blob_or_record):

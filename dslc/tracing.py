@@ -107,6 +107,15 @@ class _CallSites:
 _sites = _CallSites()
 
 
+def call_site(loc: Location) -> tuple[str, str]:
+    """The absolute file and the function of the call recorded as ``loc`` (its display file
+    and "" when the call is no longer cached)."""
+    for code, seen in list(_sites.by_site.values()):
+        if seen is loc:
+            return code.co_filename, code.co_name
+    return loc.file, ""
+
+
 def user_location(depth: int = 1) -> Location:
     """The file and line of the innermost caller outside dslc (``depth`` frames up
     from the caller of this function is where the search starts); ``UNKNOWN_LOC``

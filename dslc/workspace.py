@@ -16,12 +16,46 @@ from dslc.ir.diagnostics import DSLError
 from dslc.tracing import user_location
 
 
-class Workspace(_rt.Workspace):
-    """A workspace you can run things in directly (``ws.run(plan)``)."""
+class Blob(_rt.Cell):
+    """A blob of a user's workspace: Caffe2 code reads ``ws.blobs[name].fetch()`` and ``.feed(v)``."""
 
-    def run(self, runnable, backend: str = "interp"):
-        from dslc.session import LocalSession
-        LocalSession(self, backend=backend).run(runnable)
+    __slots__ = ()
+
+    def fetch(self):
+        """The value as numpy (a 0-d array for a scalar)."""
+        return _value_of(self, self.name)
+
+    def feed(self, value) -> bool:
+        self.v = _rt.to_value(value)
+        return True
+
+
+class Workspace(_rt.Workspace):
+    """A workspace you can run things in directly (``ws.run(plan)``, ``ws.create_net(net)``).
+
+    Nets are run as Caffe2's workspace runs them: without a task around them, so no
+    task output blob appears. Nets made with ``create_net`` are compiled once and run
+    by name; the session doing it belongs to the workspace and uses the default
+    backend (``DSLC_BACKEND``, else interp).
+    """
+
+    cell_type = Blob
+    _session = None
+    _nets: dict | None = None  # created nets by name
+
+    def run(self, runnable, backend: str | None = None) -> bool:
+        """Run a Net, step or Plan once (or a created net, by name); True when it finished."""
+        if isinstance(runnable, str):
+            return self.run_net(runnable)
+        session = self.session() if backend is None else _new_session(self, backend)
+        session.run(_bare_group(runnable))
+        return True
+
+    def session(self):
+        """The LocalSession (default backend) that runs nets in this workspace."""
+        if self._session is None:
+            self._session = _new_session(self, None)
+        return self._session
 
     def fetch_blob(self, name):
         return _fetch(self, name)
@@ -30,11 +64,92 @@ class Workspace(_rt.Workspace):
         self.feed(str(name), value)
         return True
 
-    def create_net(self, net):
+    def create_net(self, net, overwrite: bool = False):
+        """Check and compile ``net`` so that ``run_net(name)`` runs it; every blob it reads
+        before writing must exist already (Caffe2 makes each op at this point, and an op
+        whose input is missing fails)."""
+        name = _net_name(net)
+        if not hasattr(net, "_ops"):
+            raise DSLError(f"create_net needs a core.Net, got {type(net).__name__}", user_location(),
+                           "pass the Net object (run_net/RunNet take its name)")
+        if self._nets is None:
+            self._nets = {}
+        if name in self._nets and self._nets[name] is not net and not overwrite:
+            raise DSLError(f"a net named {name!r} was already created in this workspace", user_location(),
+                           "pass overwrite=True to replace it, or give the new net another name")
+        missing = [b for b in _read_first(net) if not self.has_blob(b)]
+        if missing:
+            raise DSLError(f"net {name!r} reads {', '.join(map(repr, missing))}, not in the workspace",
+                           user_location(), "feed them (FeedBlob) or run what makes them before creating the net")
+        self.session().compile(_bare_group(net))
+        self._nets[name] = net
         return net
 
+    def run_net(self, name, num_iter: int = 1) -> bool:
+        """Run a net made with ``create_net`` ``num_iter`` times."""
+        net = (self._nets or {}).get(_net_name(name))
+        if net is None:
+            raise DSLError(f"no net named {_net_name(name)!r} was created in this workspace", user_location(),
+                           "create it first: workspace.CreateNet(net)")
+        for _ in range(num_iter):
+            self.session().run(_bare_group(net))
+        return True
 
-C = types.SimpleNamespace(Workspace=Workspace)
+    def nets(self) -> list[str]:
+        return sorted(self._nets or ())
+
+
+def _new_session(ws, backend):
+    from dslc.session import LocalSession
+    return LocalSession(ws, backend=backend)
+
+
+def _net_name(net) -> str:
+    return net if isinstance(net, str) else net.Name() if hasattr(net, "Name") else str(net)
+
+
+def _read_first(net) -> list[str]:
+    """The blobs ``net``'s ops read before any op of it writes them, in order."""
+    made, out = set(), {}
+    for op in net._ops:
+        out.update((b, None) for b in op.inputs if b not in made)
+        made.update(op.outputs)
+    return list(out)
+
+
+_bare_groups: dict[int, tuple] = {}  # id(runnable) -> (runnable, its group); keeps both alive
+
+
+def _bare_group(runnable):
+    """The TaskGroup a workspace runs ``runnable`` as: a GLOBAL task without Caffe2's dummy output."""
+    from dslc.session import Session
+    from dslc.task import BareTask, TaskGroup, WorkspaceType
+    if isinstance(runnable, TaskGroup):
+        return runnable
+    got = _bare_groups.get(id(runnable))
+    if got is None or got[0] is not runnable:
+        group = Session.wrap(runnable, WorkspaceType.GLOBAL, BareTask)
+        got = _bare_groups[id(runnable)] = (runnable, group)
+    return got[1]
+
+
+def RegisteredOperators() -> list[str]:
+    """The operator names nets can record (``net.<Op>``)."""
+    from dslc import core
+    from dslc.ir.opdef import OPS
+    return sorted(n for n in {d.name for d in OPS} | core.ALIASES if core.is_operator(n))
+
+
+def registered_dbs() -> list[str]:
+    """The ``db_type`` names Save, Load and the checkpoint managers accept."""
+    from dslc.backends.runtime import blobdb
+    return blobdb.names()
+
+
+# Caffe2's C extension module, as far as its Python users reach into it.
+C = types.SimpleNamespace(Workspace=Workspace, registered_dbs=registered_dbs)
+has_gpu_support = has_cuda_support = has_hip_support = False
+GpuDeviceType = 1  # Caffe2's CUDA device type code (no device other than the CPU is used)
 _current = [Workspace()]
 
 
@@ -53,12 +168,13 @@ def current_as(ws: _rt.Workspace):
         _current[0] = saved
 
 
-def ResetWorkspace() -> None:
-    """Start over with a fresh, empty current workspace."""
+def ResetWorkspace(root_folder=None) -> bool:
+    """Start over with a fresh, empty current workspace (blobs and created nets go)."""
     _current[0] = Workspace()
+    return True
 
 
-def FeedBlob(name, value) -> bool:
+def FeedBlob(name, value, device_option=None) -> bool:
     """Store ``value`` (a numpy array or Python scalar/list) as blob ``name``; jobs read it."""
     current().feed(str(name), value)
     return True
@@ -70,6 +186,10 @@ def _fetch(ws: _rt.Workspace, name):
     if cell is None:
         raise DSLError(f"no blob named {str(name)!r} in the workspace", user_location(),
                        "feed it with FeedBlob or run the task that writes it first")
+    return _value_of(cell, name)
+
+
+def _value_of(cell, name):
     if cell.v is None:
         raise DSLError(f"blob {str(name)!r} exists but holds no value yet", user_location(),
                        "run the task that writes it first")
@@ -89,14 +209,45 @@ def Blobs() -> list[str]:
     return current().names()
 
 
-def RunPlan(plan) -> None:
-    _session_for(current()).run(plan)
+def CreateNet(net, overwrite: bool = False, input_blobs=None) -> bool:
+    """Compile ``net`` in the current workspace to run it by name (``RunNet``)."""
+    ws = current()
+    for b in input_blobs or ():
+        ws.create_blob(str(b))
+    ws.create_net(net, overwrite)
+    return True
 
 
-def RunNetOnce(net) -> None:
-    _session_for(current()).run(net)
+def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
+    """Run the created net ``name`` (or Net) ``num_iter`` times."""
+    return current().run_net(name, num_iter)
 
 
-def _session_for(ws):
-    from dslc.session import LocalSession
-    return LocalSession(ws)
+def RunNetOnce(net) -> bool:
+    return current().run(net)
+
+
+def RunPlan(plan_or_step) -> bool:
+    return current().run(plan_or_step)
+
+
+class _CurrentBlobs:
+    """``workspace.blobs``: the current workspace's blobs as a mapping of name -> value."""
+
+    def __getitem__(self, name):
+        return FetchBlob(name)
+
+    def __setitem__(self, name, value):
+        FeedBlob(name, value)
+
+    def __contains__(self, name):
+        return HasBlob(name)
+
+    def __iter__(self):
+        return iter(Blobs())
+
+    def __len__(self):
+        return len(Blobs())
+
+
+blobs = _CurrentBlobs()

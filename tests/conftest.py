@@ -9,6 +9,8 @@ says otherwise.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -43,3 +45,15 @@ def backend(request):
 def session(backend):
     with LocalSession(backend=backend) as s:
         yield s
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A directory in memory when the machine has one: tests that rewrite a file many
+    times (damaging one byte after another) should not wait for a disk."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        d = tempfile.mkdtemp(dir="/dev/shm", prefix="dslc-test-")
+        yield d
+        shutil.rmtree(d, ignore_errors=True)
+    else:
+        yield str(tmp_path)

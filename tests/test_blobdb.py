@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
-import tempfile
-import zlib
 
 import numpy as np
 import pytest
+import xxhash
 
 from dslc.backends.runtime import blobcodec, blobdb, dbfile
 from dslc.backends.runtime.resources import Counter, Timer
@@ -25,18 +23,6 @@ from dslc.session import LocalSession
 from dslc.task import Task, final_output
 
 PATTERN = np.float64(1234.5678)  # the 8 bytes that fill blob "b", easy to find in a file
-
-
-@pytest.fixture
-def scratch(tmp_path):
-    """A directory in memory when the machine has one: the damage tests rewrite a file
-    a thousand times, which should not wait for a disk."""
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        d = tempfile.mkdtemp(dir="/dev/shm", prefix="dslc-test-")
-        yield d
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        yield str(tmp_path)
 
 
 def values():
@@ -139,9 +125,9 @@ def test_a_newer_format_version_is_refused(tmp_path):
     save("dslcdb", path)
     raw = open(path, "rb").read()
     off, length, _, end = dbfile.TRAILER.unpack(raw[-dbfile.TRAILER.size:])
-    manifest = raw[off:off + length].replace(b'"format": 1', b'"format": 9')
-    with open(path, "wb") as f:
-        f.write(raw[:off] + manifest + dbfile.TRAILER.pack(off, len(manifest), zlib.crc32(manifest), end))
+    manifest = raw[off:off + length].replace(b'"format": 2', b'"format": 9')
+    with open(path, "wb") as f:  # (format 2's trailer holds the manifest's XXH3-64)
+        f.write(raw[:off] + manifest + dbfile.TRAILER.pack(off, len(manifest), xxhash.xxh3_64_intdigest(manifest), end))
     with pytest.raises(blobdb.DBTypeError, match="format 9"):
         blobdb.get("dslcdb").read(path)
 

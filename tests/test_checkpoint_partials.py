@@ -33,7 +33,8 @@ KILLED_MID_SAVE = textwrap.dedent("""
     from dslc.backends.runtime import blobcodec, dbfile
 
     def entries():
-        yield "w", blobcodec.encode("w", np.arange(4096, dtype=np.float32))
+        # 12 MiB: more than the writer gathers before it writes (dbio.BATCH), so it is written at once
+        yield "w", blobcodec.encode("w", np.arange(3 << 20, dtype=np.float32))
         os.kill(os.getpid(), signal.SIGKILL)  # mid-write: the first blob is in the file
 
     dbfile.FileDB().write(sys.argv[1], entries())

@@ -152,7 +152,7 @@ def test_inputs_not_produced_by_the_net_become_external_inputs():
     net.AddExternalInput("ext")
     net.Add(["a", "b"], ["c"])
     net.Add(["c", "d"], ["e"])
-    assert [str(b) for b in net.external_inputs()] == ["ext", "a", "b", "d"]
+    assert [str(b) for b in net.external_inputs] == ["ext", "a", "b", "d"]
     assert net.UsedBlobNames() == {"ext", "a", "b", "c", "d", "e"}
 
 
@@ -164,7 +164,7 @@ def test_append_net_merges_external_inputs_but_not_attributes():
     dst = Net("dst")
     dst.Copy(["z"], ["a"])
     dst.AppendNet(src)
-    assert [str(b) for b in dst.external_inputs()] == ["z", "only_declared", "b"]
+    assert [str(b) for b in dst.external_inputs] == ["z", "only_declared", "b"]
     assert [op.type for op in dst.ops()] == ["Copy", "Add"]
     assert dst.get_attributes("key") == []
 

@@ -92,9 +92,9 @@ def test_parts_a_net_fills_on_first_use_are_its_own():
     first.add_attribute("key", "value")
     first.AddExternalOutput("out")
     assert str(first.NextBlob("b")) == "b"
-    assert second.get_attributes("key") == [] and second.external_outputs() == []
+    assert second.get_attributes("key") == [] and second.external_outputs == []
     assert str(second.NextBlob("b")) == "b"
-    assert first.get_attributes("key") == ["value"] and first.external_outputs() == ["out"]
+    assert first.get_attributes("key") == ["value"] and first.external_outputs == ["out"]
 
 
 def test_ops_records_into_a_net_subclass_added_to_the_builder():

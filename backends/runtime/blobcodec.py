@@ -136,10 +136,38 @@ def decode(name: str, kind: str, dtype: str, shape, data) -> object:
                                 hint="the checkpoint was written by an incompatible program or is damaged") from None
 
 
-def _decode_tensor(dtype: str, shape: tuple, data) -> object:
+def allocate(name: str, kind: str, dtype: str, shape, length: int) -> np.ndarray:
+    """Where a stored payload of ``length`` bytes is read to: for a tensor, the array it
+    becomes (so the read is its only copy), else a byte buffer for ``from_buffer``."""
+    if kind != "tensor":
+        return np.empty(length, dtype=np.uint8)
+    try:
+        dt, shape = _plain_dtype(dtype), tuple(int(d) for d in shape)
+        arr = np.empty(shape, dtype=dt)
+        if arr.nbytes != length:
+            raise ValueError(f"{length} bytes for shape {list(shape)} of {dt}")
+    except (ValueError, TypeError) as e:
+        raise BlobEncodingError(f"blob {name!r} does not decode: {e}",
+                                hint="the checkpoint was written by an incompatible program or is damaged") from None
+    return arr
+
+
+def from_buffer(name: str, kind: str, dtype: str, shape, buf: np.ndarray) -> object:
+    """The blob value read into ``buf``, a buffer from ``allocate``."""
+    if kind == "tensor":
+        return buf[()] if buf.ndim == 0 else buf
+    return decode(name, kind, dtype, shape, buf)
+
+
+def _plain_dtype(dtype: str) -> np.dtype:
     dt = np.dtype(dtype)
     if dt.kind not in _PLAIN_KINDS or dt.hasobject or dt.fields is not None:
         raise ValueError(f"dtype {dtype!r} is not a plain number type")
+    return dt
+
+
+def _decode_tensor(dtype: str, shape: tuple, data) -> object:
+    dt = _plain_dtype(dtype)
     buf = np.frombuffer(data, dtype=np.uint8)
     arr = buf.view(dt).reshape(shape) if buf.size else np.zeros(shape, dt)
     if arr.size * dt.itemsize != buf.size:

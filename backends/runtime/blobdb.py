@@ -18,10 +18,6 @@ blob, when one blob is at fault) with a hint.
 """
 from __future__ import annotations
 
-import threading
-import zlib
-from concurrent.futures import ThreadPoolExecutor
-
 from dslc.ir.diagnostics import DSLError
 
 DEFAULT_DB_TYPE = "dslcdb"
@@ -59,6 +55,13 @@ _UNSUPPORTED = {"leveldb": "it would need the leveldb library; lmdb stores the s
 
 def register(name: str, db) -> None:
     _TYPES[name] = db
+
+
+def names() -> list[str]:
+    """The db types ``get`` accepts (aliases included), those whose package is installed."""
+    _load_builtins()
+    usable = [n for n, db in _TYPES.items() if not isinstance(db, _Unavailable)]
+    return sorted(usable + [a for a, n in _ALIASES.items() if n in usable])
 
 
 def get(db_type: str):
@@ -101,32 +104,3 @@ class _Unavailable:
         raise DBTypeError(f"db_type {self.name!r} needs a package that is not installed", hint=self.how)
 
     write = read = exists = keys = _fail
-
-
-# --- checksums, computed on a helper thread while the caller writes or reads the next blob
-# (zlib releases the GIL on large buffers, so the two overlap on separate cores)
-
-_PARALLEL_BYTES = 1 << 20
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-class _Done:
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-    def result(self):
-        return self.value
-
-
-def crc32_async(data):
-    """A future-like object whose ``result()`` is the CRC-32 of ``data``."""
-    global _pool
-    if data.nbytes < _PARALLEL_BYTES:
-        return _Done(zlib.crc32(data))
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dslc-crc")
-    return _pool.submit(zlib.crc32, data)

@@ -3,17 +3,19 @@ fsynced and renamed into place, so a reader sees the whole old file or the whole
 
 Layout (little-endian; docs/checkpoints.md has the details):
 
-    "DSLCDB1\\n"                                    8-byte file magic
+    "DSLCDB2\\n"                                    8-byte file magic ("DSLCDB1\\n": format 1)
     per blob:  "BLOB" u32 name_len u64 data_len     a record header, then the UTF-8 name,
                zero padding to a 64-byte boundary,   so every payload starts aligned,
                payload                               then the payload bytes
-    manifest   JSON: every blob's name, kind, dtype, shape, offset, length, crc32
-    trailer    u64 manifest_offset  u64 manifest_len  u32 manifest_crc32  4 zero bytes
+    manifest   JSON: every blob's name, kind, dtype, shape, offset, length, checksum
+    trailer    u64 manifest_offset  u64 manifest_len  u64 xxh3(manifest)
                "DSLCEND\\n"                            32 bytes in all
 
-The trailer is written last, so a file cut short has none; the record headers then
-say which blob the cut went through. Every payload is checked against its CRC-32
-before Load returns anything.
+Format 2 checksums with XXH3-64 (in 1 MiB chunks, see ``dbio.Checksum``); format 1,
+still read, with zlib's CRC-32 (its trailer: u32 crc32, 4 zero bytes). The trailer is
+written last, so a file cut short has none; the record headers then say which blob
+the cut went through. Every payload, and the bytes between payloads, is checked
+before Load returns anything. ``dbio`` moves the bytes.
 """
 from __future__ import annotations
 
@@ -21,19 +23,35 @@ import json
 import os
 import struct
 import zlib
+from dataclasses import dataclass, replace
 
-import numpy as np
-
-from . import blobdb, partials
-from .blobcodec import BlobEncodingError, decode
+from . import blobdb, dbio, partials
+from .blobcodec import BlobEncodingError, allocate, from_buffer
 from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
-MAGIC = b"DSLCDB1\n"
 END = b"DSLCEND\n"
 RECORD = struct.Struct("<4sIQ")
-TRAILER = struct.Struct("<QQI4x8s")
 ALIGN = 64
-FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Format:
+    """What differs between the format versions: the magic, the trailer's manifest
+    checksum, and the payloads' checksum."""
+
+    number: int
+    magic: bytes
+    trailer: struct.Struct
+    manifest_hash: object
+    payload: dbio.Checksum
+
+
+V1 = Format(1, b"DSLCDB1\n", struct.Struct("<QQI4x8s"), zlib.crc32, dbio.CRC32)
+V2 = Format(2, b"DSLCDB2\n", struct.Struct("<QQQ8s"), dbio.XXH3.hash, dbio.XXH3)
+CURRENT = V2
+FORMATS = {f.magic: f for f in (V1, V2)}
+MAGIC, TRAILER, FORMAT_VERSION = CURRENT.magic, CURRENT.trailer, CURRENT.number
+MAGIC_SIZE = len(MAGIC)  # (the same for every version, and so is the trailer's size)
 
 
 class FileDB:
@@ -52,7 +70,7 @@ class FileDB:
                                  hint="check that its directory exists and is writable") from None
         try:
             with f:
-                self._write_all(f, entries)
+                self._write_all(f.fileno(), entries)
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
@@ -60,71 +78,86 @@ class FileDB:
             raise
         _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
-    def _write_all(self, f, entries) -> None:
-        _write_fully(f, MAGIC)
-        pos, index, crcs = len(MAGIC), [], []
+    def _write_all(self, fd: int, entries) -> None:
+        dbio.write_all(fd, [MAGIC])
+        w = dbio.Writer(fd, MAGIC_SIZE, CURRENT.payload)
+        index: list = []
         for name, enc in entries:
-            pos = self._put(f, pos, name, enc, index)
-            crcs.append(blobdb.crc32_async(enc.data))
-        for item, crc in zip(index, crcs):
-            item["crc32"] = crc.result()
-        manifest = json.dumps({"format": FORMAT_VERSION, "blobs": index}).encode("utf-8")
-        _write_fully(f, manifest)
-        _write_fully(f, TRAILER.pack(pos, len(manifest), _crc(manifest), END))
+            self._put(w, name, enc, index)
+        w.finish()
+        manifest = json.dumps({"format": CURRENT.number, "chunk": CURRENT.payload.chunk,
+                               "blobs": index}).encode("utf-8")
+        dbio.write_all(fd, [manifest, TRAILER.pack(w.pos, len(manifest), CURRENT.manifest_hash(manifest), END)])
 
-    def _put(self, f, pos: int, name: str, enc, index: list) -> int:
-        """Write one blob's record at ``pos``; returns the position after it."""
-        raw = name.encode("utf-8")
-        head = RECORD.pack(b"BLOB", len(raw), enc.nbytes) + raw
-        start = _aligned(pos + len(head))
-        _write_fully(f, head + bytes(start - pos - len(head)))
-        _write_fully(f, enc.data)
-        index.append({"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
-                      "record": pos, "offset": start, "length": enc.nbytes})
-        return start + enc.nbytes
+    def _put(self, w: dbio.Writer, name: str, enc, index: list) -> None:
+        """Add one blob's record at the writer's position (written when its batch is full)."""
+        pos = w.pos
+        gap = _gap(pos, name.encode("utf-8"), enc.nbytes)
+        item = {"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
+                "record": pos, "offset": pos + len(gap), "length": enc.nbytes}
+        index.append(item)
+        w.add(gap, enc.data, item)
 
     # --- reading
     def exists(self, path: str) -> bool:
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                if size < len(MAGIC) + TRAILER.size or f.read(len(MAGIC)) != MAGIC:
+                if size < MAGIC_SIZE + TRAILER.size or f.read(MAGIC_SIZE) not in FORMATS:
                     return False
                 f.seek(size - TRAILER.size)
-                return TRAILER.unpack(f.read(TRAILER.size))[3] == END
-        except (OSError, struct.error):
+                return f.read(TRAILER.size)[-len(END):] == END
+        except OSError:
             return False
 
     def keys(self, path: str) -> list[str]:
         fd = self._open(path)
         try:
-            return [b["name"] for b in self._manifest(fd, path)]
+            return [b["name"] for b in self._manifest(fd, path)[1]]
         finally:
             os.close(fd)
 
     def read(self, path: str, names=None) -> dict:
         fd = self._open(path)
         try:
-            index = self._manifest(fd, path)
+            fmt, index, end = self._manifest(fd, path)
             by_name = {b["name"]: b for b in index}
-            wanted = list(by_name) if names is None else list(names)
+            wanted = list(by_name) if names is None else list(dict.fromkeys(names))
             missing = [n for n in wanted if n not in by_name]
             if missing:
                 raise MissingBlobError(f"the checkpoint {path} has no blob {missing[0]!r}",
                                        hint=_missing_hint(by_name))
-            size = os.fstat(fd).st_size
-            bufs, crcs = [], []
-            for n in wanted:
-                buf = self._payload(fd, path, by_name[n], size)
-                bufs.append(buf)
-                crcs.append(blobdb.crc32_async(memoryview(buf)))
-            for n, crc in zip(wanted, crcs):
-                if crc.result() != by_name[n]["crc32"]:
-                    raise CorruptDBError(f"blob {n!r} in the checkpoint {path} is damaged: its "
-                                         "checksum does not match", hint=_CORRUPT_HINT)
-            return {n: _decoded(path, by_name[n], buf) for n, buf in zip(wanted, bufs)}
+            plan = [self._planned(path, by_name[n], end) for n in wanted]
+            dbio.read_into(fd, [w for w, _ in plan], fmt.payload)
+            for (w, _), n in zip(plan, wanted):
+                self._verify(path, w, by_name[n], fmt.payload)
+            return {n: _decoded(path, by_name[n], buf) for (_, buf), n in zip(plan, wanted)}
         finally:
             os.close(fd)
+
+    def _planned(self, path: str, b: dict, end: int) -> tuple:
+        """Where blob ``b`` is read to, after checking its place in the file."""
+        name, record, offset, length = b["name"], b["record"], b["offset"], b["length"]
+        raw = name.encode("utf-8")
+        gap = _gap(record, raw, length)
+        if record < MAGIC_SIZE or offset != record + len(gap) or offset + length > end:
+            raise CorruptDBError(f"blob {name!r} in the checkpoint {path} lies outside the file",
+                                 hint=_CORRUPT_HINT)
+        try:
+            buf = allocate(name, b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()), length)
+        except BlobEncodingError as e:
+            raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
+        return dbio.Wanted(name, record, offset, gap, memoryview(buf.reshape(-1).view("u1"))), buf
+
+    def _verify(self, path: str, w: dbio.Wanted, b: dict, scheme: dbio.Checksum) -> None:
+        if w.bad_gap:
+            raise CorruptDBError(f"the record header of blob {w.name!r} in the checkpoint {path} is damaged",
+                                 hint=_CORRUPT_HINT)
+        if w.cut:
+            raise CorruptDBError(f"blob {w.name!r} in the checkpoint {path} is cut off", hint=_CORRUPT_HINT)
+        if scheme.combine(w.digests) != b[scheme.field]:
+            raise CorruptDBError(f"blob {w.name!r} in the checkpoint {path} is damaged: its "
+                                 "checksum does not match", hint=_CORRUPT_HINT)
 
     def _open(self, path: str) -> int:
         if os.path.isdir(path):
@@ -141,44 +174,52 @@ class FileDB:
             raise blobdb.DBError(f"cannot open the checkpoint {path}: {e.strerror}",
                                  hint="check the file's permissions") from None
 
-    def _manifest(self, fd: int, path: str) -> list:
+    def _manifest(self, fd: int, path: str) -> tuple:
+        """(format, blob index, manifest offset) of the checkpoint open at ``fd``."""
         size = os.fstat(fd).st_size
-        head = os.pread(fd, len(MAGIC), 0)
-        if head != MAGIC:
-            if len(head) < len(MAGIC) and MAGIC.startswith(head):
-                raise IncompleteDBError(f"the checkpoint {path} is empty or cut short ({size} bytes)",
-                                        hint=_CORRUPT_HINT)
-            raise DBTypeError(f"{path} is not a dslcdb checkpoint (it does not start with {MAGIC!r})",
-                              hint="give the db_type the checkpoint was saved with (e.g. db_type='lmdb')")
-        tail = os.pread(fd, TRAILER.size, max(0, size - TRAILER.size)) if size >= len(MAGIC) + TRAILER.size \
+        fmt = self._format(fd, path, size)
+        trailer = fmt.trailer
+        tail = os.pread(fd, trailer.size, max(0, size - trailer.size)) if size >= MAGIC_SIZE + trailer.size \
             else b""
-        if len(tail) != TRAILER.size or tail[-len(END):] != END:
+        if len(tail) != trailer.size or tail[-len(END):] != END:
             raise CorruptDBError(f"the checkpoint {path} is cut short ({size} bytes): "
                                  f"{self._cut_blob(fd, size)}", hint=_CORRUPT_HINT)
-        offset, length, crc, _ = TRAILER.unpack(tail)
-        if offset + length + TRAILER.size != size:
+        offset, length, digest, _ = trailer.unpack(tail)
+        if offset + length + trailer.size != size:
             raise CorruptDBError(f"the end marker of the checkpoint {path} is damaged", hint=_CORRUPT_HINT)
         raw = os.pread(fd, length, offset)
-        if _crc(raw) != crc:
+        if fmt.manifest_hash(raw) != digest:
             raise CorruptDBError(f"the manifest (the index of blob names, dtypes and shapes) of the "
                                  f"checkpoint {path} is damaged", hint=_CORRUPT_HINT)
         try:
             doc = json.loads(raw)
-            index = doc["blobs"]
+            index, field = doc["blobs"], fmt.payload.field
             for b in index:
-                b["name"], b["offset"], b["length"], b["crc32"] = (str(b["name"]), int(b["offset"]),
-                                                                    int(b["length"]), int(b["crc32"]))
+                b["name"], b["record"], b["offset"], b["length"], b[field] = (
+                    str(b["name"]), int(b["record"]), int(b["offset"]), int(b["length"]), int(b[field]))
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptDBError(f"the manifest of the checkpoint {path} is not valid: {e}",
                                  hint=_CORRUPT_HINT) from None
-        if doc.get("format") != FORMAT_VERSION:
+        if doc.get("format") != fmt.number:
             raise DBTypeError(f"the checkpoint {path} has format {doc.get('format')!r}; this dslc reads "
-                              f"format {FORMAT_VERSION}", hint="load it with the dslc that wrote it")
-        return index
+                              f"formats {', '.join(str(f.number) for f in FORMATS.values())}",
+                              hint="load it with the dslc that wrote it")
+        return _with_chunk(fmt, doc, path), index, offset
+
+    def _format(self, fd: int, path: str, size: int) -> Format:
+        head = os.pread(fd, MAGIC_SIZE, 0)
+        fmt = FORMATS.get(head)
+        if fmt is None:
+            if len(head) < MAGIC_SIZE and any(m.startswith(head) for m in FORMATS):
+                raise IncompleteDBError(f"the checkpoint {path} is empty or cut short ({size} bytes)",
+                                        hint=_CORRUPT_HINT)
+            raise DBTypeError(f"{path} is not a dslcdb checkpoint (it does not start with {MAGIC!r})",
+                              hint="give the db_type the checkpoint was saved with (e.g. db_type='lmdb')")
+        return fmt
 
     def _cut_blob(self, fd: int, size: int) -> str:
         """Which blob a cut-short file loses, from its record headers."""
-        pos = len(MAGIC)
+        pos = MAGIC_SIZE
         while pos + RECORD.size <= size:
             tag, name_len, length = RECORD.unpack(os.pread(fd, RECORD.size, pos))
             if tag != b"BLOB":
@@ -190,25 +231,22 @@ class FileDB:
             pos = end
         return "it ends inside a record header" if pos < size else "its manifest is missing"
 
-    def _payload(self, fd: int, path: str, b: dict, size: int) -> np.ndarray:
-        name, offset, length = b["name"], b["offset"], b["length"]
-        if offset < len(MAGIC) or offset + length > size:
-            raise CorruptDBError(f"blob {name!r} in the checkpoint {path} lies outside the file",
-                                 hint=_CORRUPT_HINT)
-        head = os.pread(fd, RECORD.size, int(b.get("record", 0)))
-        raw = name.encode("utf-8")
-        if len(head) != RECORD.size or RECORD.unpack(head) != (b"BLOB", len(raw), length) or \
-                os.pread(fd, len(raw), int(b["record"]) + RECORD.size) != raw:
-            raise CorruptDBError(f"the record header of blob {name!r} in the checkpoint {path} is damaged",
-                                 hint=_CORRUPT_HINT)
-        buf = np.empty(length, dtype=np.uint8)
-        view, done = memoryview(buf), 0
-        while done < length:
-            n = os.preadv(fd, [view[done:]], offset + done)
-            if n <= 0:
-                raise CorruptDBError(f"blob {name!r} in the checkpoint {path} is cut off", hint=_CORRUPT_HINT)
-            done += n
-        return buf
+
+def _gap(record: int, raw_name: bytes, length: int) -> bytes:
+    """The bytes from a blob's record to its payload: header, name, zero padding."""
+    head = RECORD.pack(b"BLOB", len(raw_name), length) + raw_name
+    return head + bytes(_aligned(record + len(head)) - record - len(head))
+
+
+def _with_chunk(fmt: Format, doc: dict, path: str) -> Format:
+    """``fmt`` with the checksum chunk size its manifest gives (format 2 on)."""
+    if not fmt.payload.chunk:
+        return fmt
+    chunk = doc.get("chunk")
+    if not isinstance(chunk, int) or not 4096 <= chunk <= 1 << 30:
+        raise CorruptDBError(f"the manifest of the checkpoint {path} has no valid checksum chunk size",
+                             hint=_CORRUPT_HINT)
+    return replace(fmt, payload=replace(fmt.payload, chunk=chunk))
 
 
 _CORRUPT_HINT = "the file was changed or cut short after it was saved; load an earlier epoch's checkpoint"
@@ -220,28 +258,15 @@ def _missing_hint(by_name: dict) -> str:
     return f"pass allow_incomplete=True to skip blobs it lacks; it holds {len(names)} blobs: {shown}"
 
 
-def _decoded(path: str, b: dict, buf: np.ndarray):
+def _decoded(path: str, b: dict, buf):
     try:
-        return decode(b["name"], b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()), buf)
+        return from_buffer(b["name"], b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()), buf)
     except BlobEncodingError as e:
         raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
 
 
 def _aligned(pos: int) -> int:
     return -(-pos // ALIGN) * ALIGN
-
-
-def _crc(data) -> int:
-    return zlib.crc32(data)
-
-
-def _write_fully(f, data) -> None:
-    view = memoryview(data)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    while view.nbytes:
-        n = f.write(view)
-        view = view[n:]
 
 
 def _remove_quietly(path: str) -> None:

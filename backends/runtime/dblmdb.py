@@ -19,7 +19,7 @@ import threading
 import lmdb
 import numpy as np
 
-from . import blobdb
+from . import blobdb, dbio
 from .blobcodec import BlobEncodingError, decode
 from .blobdb import CorruptDBError, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
@@ -62,7 +62,7 @@ class LmdbDB:
             txn.drop(env.open_db(), delete=False)
             for name, enc in entries:
                 self._put(txn, name, enc, index)
-                crcs.append(blobdb.crc32_async(enc.data))
+                crcs.append(dbio.digest_async(dbio.CRC32, enc.data))
             for item, crc in zip(index, crcs):
                 item["crc32"] = crc.result()
             txn.put(MANIFEST, json.dumps({"format": FORMAT_VERSION, "blobs": index}).encode("utf-8"))
@@ -106,7 +106,7 @@ class LmdbDB:
             with open(path, "rb") as f:
                 head = f.read(8)
             other = "a dslcdb checkpoint file; pass db_type='dslcdb' (or 'minidb')" \
-                if head == b"DSLCDB1\n" else "a file, not an lmdb checkpoint directory"
+                if head.startswith(b"DSLCDB") else "a file, not an lmdb checkpoint directory"
             raise DBTypeError(f"{path} is {other}", hint="give the db_type the checkpoint was saved with")
         data = os.path.join(path, "data.mdb")
         if not os.path.exists(data):
@@ -150,7 +150,7 @@ class LmdbDB:
             buf = np.empty(len(mv), dtype=np.uint8)
             buf[:] = np.frombuffer(mv, dtype=np.uint8)  # the view dies with the transaction
             bufs.append(buf)
-            crcs.append(blobdb.crc32_async(memoryview(buf)))
+            crcs.append(dbio.digest_async(dbio.CRC32, memoryview(buf)))
         for n, crc in zip(wanted, crcs):
             if crc.result() != int(by_name[n]["crc32"]):
                 raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is damaged: its checksum "

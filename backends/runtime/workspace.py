@@ -27,6 +27,8 @@ class Cell:
 class Workspace:
     """Blobs by name, with an optional parent whose blobs are visible here."""
 
+    cell_type = Cell  # the front end's workspace makes cells users can fetch from and feed
+
     def __init__(self, parent: "Workspace | None" = None):
         self.parent = parent
         self.blobs: dict[str, Cell] = {}
@@ -48,7 +50,7 @@ class Workspace:
             with self._lock:
                 c = self.blobs.get(name)
                 if c is None:
-                    c = self.blobs[name] = Cell(name)
+                    c = self.blobs[name] = self.cell_type(name)
         return c
 
     def create_blob(self, name: str) -> Cell:
@@ -56,7 +58,7 @@ class Workspace:
         with self._lock:
             c = self.blobs.get(name)
             if c is None:
-                c = self.blobs[name] = Cell(name)
+                c = self.blobs[name] = self.cell_type(name)
         return c
 
     def has_blob(self, name: str) -> bool:
