@@ -180,7 +180,7 @@ def test_every_training_op_lowers_with_unknown_shapes_and_round_trips():
     model.param_init_net.MSRAFill([], "msra", shape=[3, 2])
     session = LocalSession(passes="none")
     unknown = core.Net("unknown")  # a Python op's outputs: types known only when run
-    unknown.Python(_nothing)([], net.external_inputs())
+    unknown.Python(_nothing)([], list(net.external_inputs))
     for runnable in (model.param_init_net, core.execution_step("step", [unknown, net])):
         module = lower_group(session.as_group(runnable), "test", {})
         text = print_module(module)
