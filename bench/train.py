@@ -1,13 +1,14 @@
 """Training speed: an MLP step on dslc (numba, interp) against PyTorch and the real Caffe2,
 and a large FC forward+backward against numpy's own matmuls.
 
-    python bench/train.py [--steps 200] [--fc-batch 256]
+    python bench/train.py [--steps 200] [--fc-batch 256] [--threads 1]
 
 MLP: batch 256, 64-256-10, float32, FC-Relu-FC-SoftmaxWithLoss, plain SGD (lr 0.1).
 dslc runs the step as its training net (AddGradientOperators + build_sgd), once per
 session.run and as `steps` iterations of one execution step; PyTorch (if installed) runs
-the same model eagerly (torch.nn.Linear, cross_entropy, backward, SGD) with as many
-threads as numpy's BLAS has; the real Caffe2 (if /tmp/caffe2-venv exists, or
+the same model eagerly (torch.nn.Linear, cross_entropy, backward, SGD); every library
+gets `--threads` threads (default 1: BLAS threads that spin on a busy machine make
+figures meaningless), set before numpy is imported; the real Caffe2 (if /tmp/caffe2-venv exists, or
 $CAFFE2_VENV) runs the same brew model in its own process and prints its figure, which
 is read here. Every figure is a median of warmed-up runs in this one process (run.py's
 timing); ratios are against the numba figure.
@@ -24,7 +25,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
+
+
+def _threads() -> str:
+    """--threads N from the command line (read before numpy loads its BLAS)."""
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "1"
+
+
+THREADS = _threads()
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_var] = THREADS  # (the Caffe2 process inherits them)
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import median_time  # noqa: E402
@@ -146,8 +163,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--fc-batch", type=int, default=256)
+    p.add_argument("--threads", type=int, default=1, help="threads for BLAS, numba and PyTorch")
     args = p.parse_args(argv)
-    threads = os.cpu_count() or 1
+    threads = int(THREADS)
     numba_run, numba_loop = dslc_mlp("numba", args.steps)
     interp_run, interp_loop = dslc_mlp("interp", args.steps)
     rows = [("dslc numba, in one plan", numba_loop), ("dslc numba, a run per step", numba_run),
