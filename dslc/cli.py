@@ -37,7 +37,7 @@ def cmd_run(args) -> int:
         else contextlib.nullcontext()
     with shown:
         if args.job.endswith(".dslir"):
-            module = _read_ir(args.job)
+            module = _read_ir(args.job, locate=True)
             with LocalSession(backend=args.backend, source=args.job, **options) as session:
                 values = session.run_module(module)
         else:
@@ -60,6 +60,10 @@ def cmd_ir(args) -> int:
     from dslc.ir import print_module
 
     session, compiled = _compile(args, "interp", _session_options(args, sys.stdout), build=False)
+    if args.output:
+        from dslc.ir.pyrefs import check_portable
+        for m, _ in compiled:
+            check_portable(m, args.output)
     texts = [print_module(m, with_locs=not args.no_locs) for m, _ in compiled]
     _report_times(session, args)
     if args.json:
@@ -102,7 +106,7 @@ def cmd_compile(args) -> int:
     options = _session_options(args, sys.stderr)
     if options["passes"] == "none" and args.passes is None:
         options["passes"] = "default"
-    session, compiled = _compile(args, args.backend, options)
+    session, compiled = _compile(args, args.backend, options, locate=True)
     _report_times(session, args)
     written: list[str] = []
     if args.output:
@@ -182,17 +186,17 @@ def _recorded_nets(args) -> dict:
     return nets
 
 
-def _compile(args, backend: str, options: dict, build: bool = True):
+def _compile(args, backend: str, options: dict, build: bool = True, locate: bool = False):
     """(session, [(module, program)]) for the job file (or .dslir) of ``args``: traced,
     optimized with the session's passes, compiled by ``backend`` (unless not ``build``:
-    then the programs are None). A Job counts as its groups (init, each epoch, download,
-    exit); a text plan says which one it is."""
+    then the programs are None; ``locate``: see ``_read_ir``). A Job counts as its groups
+    (init, each epoch, download, exit); a text plan says which one it is."""
     from dslc import jobfile
     from dslc.session import LocalSession
 
     session = LocalSession(backend=backend, source=args.job, **options)
     if args.job.endswith(".dslir"):
-        module = _read_ir(args.job)
+        module = _read_ir(args.job, locate=locate)
         session.optimize(module)
         return session, [(module, session.backend.compile(module) if build else None)]
     from dslc.ir.types import join
@@ -203,6 +207,7 @@ def _compile(args, backend: str, options: dict, build: bool = True):
     known: dict = {}  # blob -> type, of what the runnables before this one store
     for title, runnable, stops in _units(args._job.runnables):
         module = lower_group(session.as_group(runnable), args.job, dict(known))
+        name_outputs(module, args._job.outputs)
         for op in module.walk():
             if op.name == "store":
                 b, t = str(op.attrs["blob"]), op.operands[0].type
@@ -223,6 +228,18 @@ def _compile(args, backend: str, options: dict, build: bool = True):
             program.retitle(f"plan of {args.job}, {title}")
         done.append((module, program))
     return session, done
+
+
+def name_outputs(module, outputs: dict) -> None:
+    """Record in ``module`` the job file's names of the outputs its tasks produce
+    (``outputs``: name -> TaskOutput), so that its IR text prints them too."""
+    from dslc.ir.core import Symbol
+
+    produced = {str(n) for op in module.walk() if op.name == "task" for n in op.attrs["outputs"]}
+    named = [[name] + [Symbol(str(n)) for n in o.names] for name, o in outputs.items()
+             if o.names and all(str(n) in produced for n in o.names)]
+    if named:
+        module.op.attrs["outputs"] = named
 
 
 def _units(runnables):
@@ -264,15 +281,31 @@ def _json_or_file(args, obj) -> int:
     return 0
 
 
-def _read_ir(path: str):
+def _read_ir(path: str, locate: bool = False):
+    """The module in the IR file ``path``; ``locate``: ops without a ``loc`` take their
+    line in the file (errors when it runs then point there)."""
     from dslc.ir import parse
+    from dslc.ir.diagnostics import UNKNOWN_LOC
 
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise DSLError(f"cannot read {path!r}: {e.strerror}", hint="check the path") from None
-    return parse(text, path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from dslc.ir.diagnostics import Location
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DSLError(f"the IR file is not UTF-8 text (byte {data[e.start]:#04x})",
+                       Location(path, line), "IR files are UTF-8: write them with dslc ir -o, "
+                       "or re-save the file as UTF-8") from None
+    module = parse(text, path)
+    if locate:
+        for op, where in module.origin.items():
+            if op.loc is None or op.loc == UNKNOWN_LOC:
+                op.loc = where
+    return module
 
 
 COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,

@@ -76,9 +76,11 @@ def write_artifacts(directory: str, compiled) -> list[str]:
     (a job returning several runnables) writes ``DIR/job_k.dslir`` and ``DIR/job_k/``.
     """
     from dslc.ir import print_module
+    from dslc.ir.pyrefs import check_portable
 
     written = []
     for k, (module, program) in enumerate(compiled, 1):
+        check_portable(module, os.path.join(directory, ("job" if k == 1 else f"job_{k}") + ".dslir"))
         stem = "job" if k == 1 else f"job_{k}"
         where = directory if k == 1 else os.path.join(directory, stem)
         try:

@@ -365,7 +365,13 @@ class CompositeReader(Reader):
 
 
 class CompositeReaderBuilder(ReaderBuilder):
-    """Builds a CompositeReader from one reader builder per name."""
+    """Builds a CompositeReader from one reader builder per name.
+
+    A builder's ``new_reader`` may return a Reader or anything with a ``reader()``
+    method (a Dataset, a pipe's queue ...). ``setup`` returns the builders' data-finished
+    blobs in one dict; a ``limiter`` goes to the last builder only, so that it counts a
+    batch only when every source had one.
+    """
 
     def __init__(self, names, reader_builders):
         _need(len(names) == len(reader_builders), "CompositeReaderBuilder needs one name per builder")
@@ -376,14 +382,32 @@ class CompositeReaderBuilder(ReaderBuilder):
         return self._schema
 
     def setup(self, **kwargs):
-        data_finished = []
-        for b in self._builders:
-            got = b.setup(**kwargs)
-            data_finished += got if isinstance(got, list) else []
+        limiter = kwargs.pop("limiter", None)
+        data_finished = {}
+        for i, b in enumerate(self._builders):
+            if limiter is not None and i == len(self._builders) - 1:
+                kwargs["limiter"] = limiter
+            got = b.setup(**kwargs) or {}
+            if not isinstance(got, dict):  # (a builder returning a list of blobs: keyed by position)
+                got = {f"{self._names[i]}/{k}": v for k, v in enumerate(got)}
+            both = set(data_finished) & set(got)
+            _need(not both, f"two reader builders report data-finished blobs under {sorted(both)}",
+                  "give each builder's blobs their own keys")
+            data_finished.update(got)
         return data_finished
 
     def new_reader(self, **kwargs):
-        return CompositeReader(self._names, [b.new_reader(**kwargs) for b in self._builders])
+        readers = []
+        for name, b in zip(self._names, self._builders):
+            reader = b.new_reader(**kwargs)
+            if not isinstance(reader, Reader):
+                make = getattr(reader, "reader", None)
+                _need(callable(make), f"reader builder {name!r} made a {type(reader).__name__}, which "
+                      "is neither a Reader nor has a reader() method",
+                      "return a Reader (or a Dataset / pipe) from new_reader()")
+                reader = make()
+            readers.append(reader)
+        return CompositeReader(self._names, readers)
 
 
 __all__ = ["Reader", "Writer", "ReaderBuilder", "PipedReaderBuilder", "Pipe", "CounterReader",

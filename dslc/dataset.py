@@ -207,6 +207,11 @@ class Dataset:
             reader.setup_ex(init_net, None)
         return reader
 
+    def trim(self, net, multiple_of):
+        """Record into ``net`` the cut of the dataset to a multiple of ``multiple_of`` rows."""
+        _need_blobs(self, "content")
+        net.TrimDataset(self.field_blobs, self.field_blobs, fields=self.fields, multiple_of=multiple_of)
+
     def writer(self, init_net=None):
         """A writer appending records at the end (threads append in arrival order)."""
         _need_blobs(self, "writer")

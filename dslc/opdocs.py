@@ -4,7 +4,7 @@
     python -m dslc.opdocs --check    # exit 1 if docs/ir.md differs from the table
 
 Every op is one row: name, operand and result counts, attributes with their
-defaults, traits, effects, regions and the one-line semantics from its ``doc``.
+defaults, traits (and whether it may fail), effects, regions and the one-line semantics from its ``doc``.
 Ops are grouped by the ``ir/ops`` module that declares them. ``tests/test_opdocs.py``
 fails when the committed file is stale, so the reference cannot drift.
 """
@@ -69,10 +69,18 @@ def _summary(module: str) -> str:
 
 def _row(d: OpDef) -> str:
     cells = [f"`{d.name}`", _count(d.operands), _count(d.results), _attrs(d),
-             ", ".join(sorted(d.traits)) or "-",
+             ", ".join(sorted(d.traits) + _may_fail(d)) or "-",
              ", ".join(f"{e.mode} {e.resource}" for e in d.effects) or "-",
              _regions(d.regions), d.doc or "(undocumented)"]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _may_fail(d: OpDef) -> list[str]:
+    """``may fail`` and when (the first line of the predicate's docstring), or nothing."""
+    if d.may_fail is None:
+        return []
+    when = (d.may_fail.__doc__ or "").strip().split("\n")[0]
+    return [f"may fail ({when.rstrip('.')})" if when else "may fail"]
 
 
 def _count(span: tuple[int, int | None]) -> str:

@@ -19,7 +19,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from dslc.core import BlobReference, DataType
+from dslc.core import BlobReference
 from dslc.ir.diagnostics import TraceError
 from dslc.tracing import user_location
 
@@ -30,8 +30,13 @@ class SchemaError(TraceError, ValueError):
     """A record built or used in a way its schema does not allow."""
 
 
-def _fail(message: str, hint: str | None = None):
-    raise SchemaError(message, user_location(), hint)
+class SchemaTypeError(SchemaError, TypeError):
+    """A schema operation on fields of the wrong kind: a TypeError, as Caffe2 raises there
+    (and still a SchemaError, so one ``except`` catches every schema error)."""
+
+
+def _fail(message: str, hint: str | None = None, error=SchemaError):
+    raise error(message, user_location(), hint)
 
 
 def _join(prefix: str, suffix: str) -> str:
@@ -161,6 +166,10 @@ class Scalar(Field):
             _fail("a plain string is ambiguous as a record field's blob",
                   "pass BlobReference(name) for a blob, or np.array(text) for string data")
         self._original_dtype = dtype
+        if isinstance(dtype, tuple) and dtype and dtype[0] is np.void:
+            _fail(f"a Scalar of untyped (np.void) entries cannot have a shape: {dtype}",
+                  "give the entries a dtype, e.g. (np.float32, shape), or None for untyped",
+                  SchemaTypeError)
         if isinstance(dtype, tuple) and len(dtype) == 2 and dtype[1] == 1:
             dtype = (dtype[0], (1,))  # numpy would drop a shape of 1
         if dtype is not None:
@@ -195,32 +204,47 @@ class Scalar(Field):
         return f"Scalar({self.dtype}, {self._blob!r})"
 
 
+def _leaf(what: str, given, dtype) -> Scalar:
+    """A list's own leaf: a Scalar given (cloned), else one of ``dtype`` holding ``given``."""
+    if isinstance(given, Field):
+        if not isinstance(given, Scalar):
+            _fail(f"a list's {what} must be a Scalar, got a {type(given).__name__}")
+        return _normalize(given)
+    return Scalar(dtype, given)
+
+
 class List(Field):
     """A variable-length list: a ``lengths`` leaf (int32) plus the ``values`` field."""
 
     def __init__(self, values, lengths_blob=None):
-        if isinstance(lengths_blob, Field):
-            if not isinstance(lengths_blob, Scalar):
-                _fail("a List's lengths must be a Scalar")
-            self.lengths = _normalize(lengths_blob)
-        else:
-            self.lengths = Scalar(np.int32, lengths_blob)
+        self.lengths = _leaf("lengths", lengths_blob, np.int32)
         self._items = _normalize(values)
         self.lengths._set_parent(self, 0)
         self._items._set_parent(self, 1)
         super().__init__([self.lengths, self._items])
 
+    def _extra(self) -> dict:
+        """Leaves after the values (ListWithEvicted's), by name."""
+        return {}
+
     def field_names(self):
-        return ["lengths"] + [_join("values", v) for v in self._items.field_names()]
+        return ["lengths"] + [_join("values", v) for v in self._items.field_names()] + list(self._extra())
 
     def all_scalars(self):
-        return self.lengths.all_scalars() + self._items.all_scalars()
+        extra = [s for f in self._extra().values() for s in f.all_scalars()]
+        return self.lengths.all_scalars() + self._items.all_scalars() + extra
 
     def clone(self, keep_blobs=True):
-        return type(self)(_normalize(self._items, keep_blobs), _normalize(self.lengths, keep_blobs))
+        extra = [_normalize(f, keep_blobs) for f in self._extra().values()]
+        return type(self)(_normalize(self._items, keep_blobs), _normalize(self.lengths, keep_blobs), *extra)
 
     def __getattr__(self, item):
-        if item.startswith("__") or item.startswith("_"):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        if item.startswith("_"):
+            extra = self._extra()
+            if item in extra:
+                return extra[item]
             raise AttributeError(item)
         if isinstance(self._items, Struct):
             return getattr(self._items, item)
@@ -234,7 +258,24 @@ class List(Field):
             return self.lengths
         if head == "values":
             return self._items[rest] if rest else self._items
+        extra = self._extra()
+        if head in extra and not rest:
+            return extra[head]
         raise KeyError(f"the list has no field {item!r}")
+
+
+class ListWithEvicted(List):
+    """A List with one more int64 leaf, ``_evicted_values`` (ids an LRU hash evicted)."""
+
+    def __init__(self, values, lengths_blob=None, evicted_values=None):
+        self._evicted_values = _leaf("evicted values", evicted_values, np.int64)
+        super().__init__(values, lengths_blob)
+        # (the offsets Field.__init__ made cover lengths and values; the last leaf follows)
+        self._evicted_values._set_parent(self, 2)
+        self._field_offsets.append(self._field_offsets[-1] + 1)
+
+    def _extra(self):
+        return {"_evicted_values": self._evicted_values}
 
 
 class Struct(Field):
@@ -258,7 +299,7 @@ class Struct(Field):
             if name in children:
                 if not (isinstance(field, Struct) and isinstance(children[name], Struct)):
                     _fail(f"duplicate field name {name!r} in a Struct",
-                          "only two Structs of one name merge")
+                          "only two Structs of one name merge")  # (a ValueError, as in Caffe2)
                 field = children[name] + field
             children[name] = field
         object.__setattr__(self, "fields", children)
@@ -319,8 +360,8 @@ class Struct(Field):
 
     def __setattr__(self, key, value):
         if getattr(self, "_frozen", False) and not key.startswith("_"):
-            raise SchemaError("a Struct cannot change after it is built", user_location(),
-                              "build a new Struct (s1 + s2 merges two)")
+            _fail("a Struct cannot change after it is built", "build a new Struct (s1 + s2 merges two)",
+                  SchemaTypeError)
         object.__setattr__(self, key, value)
 
     def __add__(self, other):
@@ -334,7 +375,33 @@ class Struct(Field):
             elif isinstance(left, Struct) and isinstance(right, Struct):
                 children[name] = left + right
             else:
-                _fail(f"cannot merge the two fields named {name!r}: both must be Structs")
+                _fail(f"cannot merge the two fields named {name!r}: both must be Structs, got a "
+                      f"{type(left).__name__} and a {type(right).__name__}",
+                      "rename one of them, or remove it first (s1 - s2)", SchemaTypeError)
+        return Struct(*children.items())
+
+    def __sub__(self, other):
+        """The fields of ``self`` not in ``other``, recursively; Structs left empty are dropped.
+
+        Struct(('a', x), ('b', Struct(('c', y), ('d', z)))) - Struct(('b', Struct(('c', y))))
+            == Struct(('a', x), ('b', Struct(('d', z))))
+        """
+        if not isinstance(other, Struct):
+            return NotImplemented
+        children = OrderedDict(self.get_children())
+        for name, right in other.get_children():
+            left = children.get(name)
+            if left is None:
+                continue
+            if type(left) is not type(right):
+                _fail(f"cannot remove field {name!r}: it is a {type(left).__name__} here and a "
+                      f"{type(right).__name__} in the Struct subtracted",
+                      "subtract a Struct whose common fields have the same kinds", SchemaTypeError)
+            rest = left - right if isinstance(left, Struct) else None
+            if rest is not None and rest.get_children():
+                children[name] = rest
+            else:
+                del children[name]
         return Struct(*children.items())
 
 
@@ -357,134 +424,11 @@ def RawTuple(num_fields, name_prefix="field"):
     return NamedTuple(name_prefix, *([np.void] * int(num_fields)))
 
 
-def from_column_list(col_names, col_types=None, col_blobs=None, col_metadata=None):
-    """A record from flat column names (``a``, ``b:lengths``, ``b:values``...)."""
-    n = len(col_names)
-    types, blobs, metas = (x if x is not None else [None] * n for x in (col_types, col_blobs, col_metadata))
-    if not len(types) == len(blobs) == len(metas) == n:
-        _fail("from_column_list needs one type, blob and metadata per column name")
-    root: dict = {}
-    for name, t, b, m in zip(col_names, types, blobs, metas):
-        node = root
-        parts = name.split(FIELD_SEPARATOR)
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = Scalar(t, b, m)
-    return _from_tree(root)
-
-
-def _from_tree(node) -> Field:
-    if isinstance(node, Field):
-        return node
-    if set(node) == {"lengths", "values"}:
-        return List(_from_tree(node["values"]), _from_tree(node["lengths"]))
-    return Struct(*[(k, _from_tree(v)) for k, v in node.items()])
-
-
-def from_blob_list(schema, values, throw_on_type_mismatch=False):
-    """A copy of ``schema`` whose leaves hold ``values``, in order."""
-    if not isinstance(schema, Field):
-        _fail(f"from_blob_list needs a record schema, got {type(schema).__name__}")
-    if isinstance(values, BlobReference):
-        values = [values]
-    record = schema.clone_schema()
-    leaves = record.all_scalars()
-    if len(leaves) != len(values):
-        _fail(f"the record has {len(leaves)} fields, got {len(values)} values",
-              "give one blob per field, in field_names() order")
-    for leaf, v in zip(leaves, values):
-        leaf.set_value(v, throw_on_type_mismatch, unsafe=True)
-    return record
-
-
-def as_record(value):
-    """A Field for ``value``: a Field as is; (name, value) pairs or a dict become a Struct,
-    another list or tuple a Tuple; anything else a Scalar."""
-    if isinstance(value, Field):
-        return value
-    if isinstance(value, (list, tuple)):
-        if value and all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) for f in value):
-            return Struct(*[(k, as_record(v)) for k, v in value])
-        return Tuple(*[as_record(f) for f in value])
-    if isinstance(value, dict):
-        return Struct(*[(k, as_record(v)) for k, v in value.items()])
-    return _normalize(value)
-
-
-def NewRecord(net, schema):
-    """A record like ``schema`` with a fresh blob per field (``net.NextScopedBlob(field name)``)."""
-    if isinstance(schema, Scalar):
-        out = schema.clone()
-        out.set_value(net.NextScopedBlob("unnamed_scalar"), unsafe=True)
-        return out
-    if not isinstance(schema, Field):
-        _fail(f"NewRecord needs a record schema, got {type(schema).__name__}")
-    return from_blob_list(schema, [net.NextScopedBlob(prefix=name) for name in schema.field_names()])
-
-
-def ConstRecord(net, array_record):
-    """A record of constant blobs holding ``array_record``'s arrays (recorded in ``net``)."""
-    blob_record = NewRecord(net, array_record)
-    for blob, array in zip(blob_record.field_blobs(), array_record.field_blobs()):
-        net.Const(array, blob)
-    return blob_record
-
-
-_DATA_TYPES = [(np.float16, DataType.FLOAT16), (np.float32, DataType.FLOAT), (np.float64, DataType.DOUBLE),
-               (np.bool_, DataType.BOOL), (np.int8, DataType.INT8), (np.int16, DataType.INT16),
-               (np.int32, DataType.INT32), (np.int64, DataType.INT64), (np.uint8, DataType.UINT8),
-               (np.uint16, DataType.UINT16)]
-
-
-def data_type_for_dtype(dtype) -> int:
-    """The core.DataType code of a numpy dtype (TypeError for untyped or unknown ones)."""
-    base = np.dtype(dtype).base
-    if base.kind in "US":
-        return DataType.STRING
-    for np_type, code in _DATA_TYPES:
-        if base == np_type:
-            return code
-    raise TypeError(f"no core.DataType for {base}")
-
-
-def InitEmptyRecord(net, schema_or_record, enforce_types=False):
-    """Fill each field with an empty tensor of its type (untyped fields: empty float)."""
-    record = schema_or_record if schema_or_record.has_blobs() else NewRecord(net, schema_or_record)
-    for dtype, blob in zip(record.field_types(), record.field_blobs()):
-        try:
-            code = data_type_for_dtype(dtype)
-        except TypeError:
-            if enforce_types:
-                _fail(f"field {blob} has no tensor type ({dtype})", "give the schema's fields dtypes")
-            net.ConstantFill([], blob, shape=[0])
-            continue
-        net.ConstantFill([], blob, shape=[0] + list(dtype.shape), dtype=code)
-    return record
-
-
-def FetchRecord(blob_record, ws=None, throw_on_type_mismatch=False):
-    """The record's current values, fetched from ``ws`` (default: the current workspace)."""
-    from dslc import workspace
-    fetch = workspace.FetchBlob if ws is None else (lambda n: workspace._fetch(ws, n))
-    return from_blob_list(blob_record, [fetch(str(b)) for b in blob_record.field_blobs()],
-                          throw_on_type_mismatch)
-
-
-def FeedRecord(blob_record, arrays, ws=None):
-    """Feed ``arrays`` (a list, or a record of arrays) into the record's blobs."""
-    from dslc import workspace
-    if isinstance(arrays, Field):
-        arrays = arrays.field_blobs()
-    blobs = blob_record.field_blobs()
-    if len(arrays) != len(blobs):
-        _fail(f"the record has {len(blobs)} fields, got {len(arrays)} arrays")
-    for b, a in zip(blobs, arrays):
-        if ws is None:
-            workspace.FeedBlob(str(b), a)
-        else:
-            ws.feed(str(b), a)
-
+# The functions on whole records live in dslc.records, which needs the classes above.
+from dslc.records import (ConstRecord, FeedRecord, FetchRecord, InitEmptyRecord, NewRecord,  # noqa: E402
+                          as_record, data_type_for_dtype, dtype_for_core_type, from_blob_list,
+                          from_column_list)
 
 __all__ = ["FIELD_SEPARATOR", "Field", "Scalar", "List", "Struct", "Map", "NamedTuple", "Tuple",
-           "RawTuple", "Metadata", "from_column_list", "from_blob_list", "as_record", "NewRecord",
+           "RawTuple", "Metadata", "ListWithEvicted", "dtype_for_core_type", "from_column_list", "from_blob_list", "as_record", "NewRecord",
            "ConstRecord", "InitEmptyRecord", "FeedRecord", "FetchRecord", "data_type_for_dtype"]

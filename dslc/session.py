@@ -169,6 +169,10 @@ class LocalSession(Session):
         from dslc import workspace
         with workspace.current_as(self._ws):
             self.backend.compile(module).run(self._ws)
+        named = module.op.attrs.get("outputs") or []
+        if named:  # the job file's names (see cli.name_outputs)
+            return {str(o[0]): self._fetch(o[1]) if len(o) == 2 else [self._fetch(n) for n in o[1:]]
+                    for o in named}
         return {n: self._fetch(n) for n in names if not n.endswith(DUMMY_OUTPUT)}
 
     def _run(self, group: TaskGroup) -> None:

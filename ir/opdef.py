@@ -19,7 +19,8 @@ from .types import Type
 REQUIRED = object()  # marks an attribute without a default
 
 # Traits
-PURE = "pure"                # no effects: may be folded, CSE'd, removed when unused
+PURE = "pure"                # no effects: may be folded, CSE'd, removed when unused (unless
+                             # it may fail: see OpDef.may_fail)
 ELEMENTWISE = "elementwise"  # result[i] depends on operand[i] only (with broadcasting)
 COMMUTATIVE = "commutative"
 TERMINATOR = "terminator"    # ends a region (yield)
@@ -28,7 +29,8 @@ PLAN = "plan"                # execution-plan structure (group, task, parallel, 
 BLOB = "blob"                # reads or writes a named workspace slot
 
 TRAIT_DOCS = {  # what each trait promises, for passes and for docs/ir.md
-    PURE: "no effects: may be folded, CSE'd, removed when unused",
+    PURE: "no effects: may be folded, CSE'd, removed when unused; an op that may fail "
+          "(its kernel can raise, e.g. integer Div by zero) stays where it is",
     ELEMENTWISE: "result[i] depends on operand[i] only (with broadcasting)",
     COMMUTATIVE: "operands may be swapped",
     TERMINATOR: "ends a region (yield)",
@@ -60,12 +62,20 @@ class OpDef:
     symbol: str | None = None                   # attribute printed as ``@name`` after the op name
     doc: str = ""                               # the semantics in one line
     module: str = ""                            # the ir.ops module that declared it (for docs)
+    # (op) -> whether running this op may raise an error (integer Div by zero...); None:
+    # never. A pure op that may fail is not dead code, its error is never folded away,
+    # and it keeps its place among effects (see ``fails``)
+    may_fail: Callable | None = None
     # whether ``traits`` holds PURE: a plain field (set by __post_init__), since passes ask
     # it of every op
     is_pure: bool = field(init=False, repr=False, compare=False, default=False)
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
+
+    def fails(self, op) -> bool:
+        """Whether running ``op`` (an op of this declaration) may raise an error."""
+        return self.may_fail is not None and bool(self.may_fail(op))
 
     def check_arity(self, n_operands: int, n_results: int) -> None:
         """Raise VerifyError unless the operand and result counts fit the declaration."""

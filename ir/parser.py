@@ -20,6 +20,8 @@ from .pyrefs import PyRef
 from .types import ANY, NUMPY_DTYPES, HandleType, TensorType
 from .verifier import verify
 
+_ELEMENT_HINTS = {"b": "bool tensors hold true or false", "U": 'string tensors hold "quoted" strings',
+                  "O": 'string tensors hold "quoted" strings', "f": "float tensors hold numbers"}
 _GRAMMAR = os.path.join(os.path.dirname(__file__), "grammar.lark")
 _parser = None
 
@@ -42,6 +44,11 @@ class ParseError(DSLError):
     def one_line(self) -> str:
         where = f"{self.loc.file}:{self.loc.line}:{self.col}: " if self.loc else ""
         return f"{where}{self.kind}: {self.message}" + (f"; {self.hint}" if self.hint else "")
+
+
+def _a(word: str) -> str:
+    """``word`` with its article: "an i64", "a f32" is spoken "an f32" too."""
+    return ("an " if word[:1] in "aeioufs" else "a ") + word
 
 
 def _lark() -> lark.Lark:
@@ -97,7 +104,8 @@ def _syntax_error(e, text: str, filename: str) -> ParseError:
         found = repr(lines[line - 1][col - 1:].split(" ")[0]) if 0 < line <= len(lines) else "text"
         expected = getattr(e, "allowed", None) or ()
     names = sorted({_describe(t) for t in expected})
-    hint = f"expected {', '.join(names[:6])}" + (", ..." if len(names) > 6 else "") if names else None
+    hint = f"expected {', '.join(names[:6])}" + (", ..." if len(names) > 6 else "") if names else \
+        "compare with the IR text that dslc ir JOB.py prints"
     return ParseError(f"unexpected {found}", Location(filename, line), col, hint)
 
 
@@ -126,7 +134,7 @@ class _ModuleBuilder:
         self.scopes: list[dict] = [{}]
         self.locs: dict[str, Location] = {}
 
-    def fail(self, node, msg, hint=None):
+    def fail(self, node, msg, hint):
         """Raise a ParseError at ``node`` (a token, or the first token of a subtree)."""
         line, col = _position(node)
         raise ParseError(msg, Location(self.filename, line), col, hint)
@@ -136,11 +144,13 @@ class _ModuleBuilder:
         for scope in reversed(self.scopes):
             if str(tok) in scope:
                 return scope[str(tok)]
-        self.fail(tok, f"{tok} is used before it is defined")
+        self.fail(tok, f"{tok} is used before it is defined",
+                  f"define {tok} earlier in this region or an enclosing one (values of another "
+                  "task, and of a region that has ended, are not visible here)")
 
     def define(self, tok, value):
         if str(tok) in self.scopes[-1]:
-            self.fail(tok, f"{tok} is defined twice")
+            self.fail(tok, f"{tok} is defined twice", "give each value its own %name")
         name = str(tok)[1:]
         if not name.isdigit():
             value.hint = name
@@ -153,21 +163,23 @@ class _ModuleBuilder:
         opdef = OPS.get(str(name))
         if opdef is None:
             self.fail(name, f"unknown op {str(name)!r}",
-                      f"did you mean {' or '.join(OPS.suggest(str(name)))}?" if OPS.suggest(str(name)) else None)
+                      f"did you mean {' or '.join(OPS.suggest(str(name)))}?" if OPS.suggest(str(name))
+                      else "the operator reference (docs/ir.md) lists the operators")
         result_toks = list(results.children) if results is not None else []
         result_types = [self.type(t) for t in types.children] if types is not None else []
         if len(result_types) != len(result_toks):
-            self.fail(name, f"{name} has {len(result_toks)} results but {len(result_types)} types")
+            self.fail(name, f"{name} has {len(result_toks)} results but {len(result_types)} types",
+                      "write one type after ':' for each %result, in order")
         values = [self.lookup(t) for t in operands.children if t is not None] if operands is not None else []
         attr_map = dict(self.attr(a) for a in attrs.children[1:]) if attrs is not None else {}
         if sym is not None:
             if opdef.symbol is None:
-                self.fail(sym, f"{name} takes no @name")
-            attr_map[opdef.symbol] = Symbol(json.loads(str(sym)[1:]))
+                self.fail(sym, f"{name} takes no @name", "remove the @\"...\" after the op name")
+            attr_map[opdef.symbol] = Symbol(self.string(sym, str(sym)[1:]))
         try:
             attr_map = opdef.full_attrs(attr_map)
         except DSLError as e:
-            self.fail(name, e.message, e.hint)
+            self.fail(name, e.message, e.hint or f"the operator reference (docs/ir.md) describes {name}")
         region_nodes = node.children[1:]
         op_loc = loc if node.data == "simple_op" else region_nodes[-1]
         if node.data == "region_op":
@@ -228,7 +240,7 @@ class _ModuleBuilder:
         got = self.locs.get(text)
         if got is None:
             file, _, line = text[len("loc("):-1].rpartition(":")
-            got = self.locs[text] = Location(json.loads(file), int(line))
+            got = self.locs[text] = Location(self.string(tok, file), int(line))
         return got
 
     # --- attributes and types
@@ -245,9 +257,9 @@ class _ModuleBuilder:
         if kind == "float_value":
             return float(v.children[0])
         if kind == "string_value":
-            return json.loads(str(v.children[0]))
+            return self.string(v.children[0])
         if kind == "symbol_value":
-            return Symbol(json.loads(str(v.children[0])[1:]))
+            return Symbol(self.string(v.children[0], str(v.children[0])[1:]))
         if kind == "word_value":
             return self.word(v.children[0])
         if kind == "list_value":
@@ -255,10 +267,24 @@ class _ModuleBuilder:
         if kind == "dense_value":
             return self.dense(v)
         if kind == "pyref_value":
-            return PyRef(int(v.children[1]), json.loads(str(v.children[2])))
+            return self.pyref(v)
         if kind == "type_value":
             return self.type(v.children[1])
-        self.fail(v, f"cannot read attribute value {kind}")
+        self.fail(v, f"cannot read attribute value {kind}",
+                  "attribute values are numbers, strings, @\"blobs\", lists, dense<...> or type<...>")
+
+    def pyref(self, v) -> PyRef:
+        token, *texts = v.children[1:]
+        texts = [self.string(t) for t in texts]
+        if token is not None:
+            if len(texts) > 2:
+                self.fail(v, "a pyref with a token takes a name and a reason",
+                          'write pyref<1, "name", "why"> (or pyref<"name", "module or file.py">)')
+            return PyRef(int(token), texts[0], why=texts[1] if len(texts) > 1 else "")
+        if not 2 <= len(texts) <= 3:
+            self.fail(v, "a pyref names a function and where it is defined",
+                      'write pyref<"name", "module or file.py"> (a builder adds "[args, kwargs]")')
+        return PyRef(None, *texts)
 
     def word(self, tok):
         words = {"true": True, "false": False, "none": None}
@@ -272,23 +298,57 @@ class _ModuleBuilder:
         if tok.type == "FLOAT":
             return float(tok)
         if tok.type == "STRING":
-            return json.loads(str(tok))
+            return self.string(tok)
         return self.word(tok)
+
+    def string(self, tok, text: str | None = None) -> str:
+        """The string a STRING token (or ``text``, the quoted part of ``tok``) stands for."""
+        try:
+            return json.loads(str(tok) if text is None else text)
+        except ValueError as e:  # a raw tab or control character, a bad escape
+            self.fail(tok, f"bad string: {e.msg.removesuffix(' at')}",
+                      "write control characters as escapes (\\t, \\n, \\u0001), as JSON does")
 
     def dense(self, node):
         _, dtype, shape, *items = node.children
         if str(dtype) not in NUMPY_DTYPES:
-            self.fail(dtype, f"unknown dtype {str(dtype)!r}")
+            self.fail(dtype, f"unknown dtype {str(dtype)!r}",
+                      f"dense dtypes are {', '.join(sorted(NUMPY_DTYPES))}")
         dims = self.shape(shape) if shape is not None else ()
         if dims is None or any(d is None for d in dims):
-            self.fail(dtype, "a dense value needs a fully known shape")
-        values = [self.scalar(t) for t in items if t is not None]
+            self.fail(dtype, "a dense value needs a fully known shape",
+                      "write every dim as a number: dense<f32[2,3]: ...>")
+        values = [self.element(t, str(dtype)) for t in items if t is not None]
         arr = np.array(values, dtype=NUMPY_DTYPES[str(dtype)])
         if arr.size != int(np.prod(dims)):
-            self.fail(dtype, f"dense<{dtype}> has {arr.size} values for shape {list(dims)}")
+            self.fail(dtype, f"dense<{dtype}> has {arr.size} values for shape {list(dims)}",
+                      "give one value per element, or one value for a scalar")
         arr = arr.reshape(dims)
         arr.setflags(write=False)
         return arr
+
+    def element(self, tok, dtype: str):
+        """One value of a dense<dtype: ...>, checked to fit the dtype (numpy would raise,
+        or wrap, or truncate a fraction)."""
+        v = self.scalar(tok)
+        kind = np.dtype(NUMPY_DTYPES[dtype]).kind
+        ok = {"b": lambda: isinstance(v, bool),
+              "U": lambda: isinstance(v, str), "O": lambda: isinstance(v, str),
+              "f": lambda: isinstance(v, (int, float)) and not isinstance(v, bool),
+              }.get(kind)
+        if ok is not None:
+            if not ok():
+                self.fail(tok, f"{str(tok)} is not {_a(dtype)} value", _ELEMENT_HINTS.get(kind))
+            return v
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        info = np.iinfo(NUMPY_DTYPES[dtype])
+        if not isinstance(v, int) or isinstance(v, bool):
+            self.fail(tok, f"{str(tok)} is not {_a(dtype)} value", "integer tensors hold whole numbers")
+        if not info.min <= v <= info.max:
+            self.fail(tok, f"{str(tok)} is out of range for {dtype} ({info.min} to {info.max})",
+                      "use a wider dtype (i64), or a value in range")
+        return v
 
     def type(self, node):
         if node.data == "handle_type":

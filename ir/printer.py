@@ -38,7 +38,7 @@ def format_attr(v) -> str:
     if v is None:
         return "none"
     if isinstance(v, PyRef):
-        return f"pyref<{v.token}, {json.dumps(v.name)}>"
+        return _format_pyref(v)
     if isinstance(v, np.ndarray):
         return _format_dense(v)
     if isinstance(v, (list, tuple)):
@@ -46,6 +46,14 @@ def format_attr(v) -> str:
     if isinstance(v, Type):
         return f"type<{v}>"
     raise TypeError(f"cannot print attribute value {v!r}")
+
+
+def _format_pyref(v: PyRef) -> str:
+    """``pyref<token, "name", "why">`` (this process only) or ``pyref<"name", "source"[, "args"]>``."""
+    if v.token is not None:
+        return f"pyref<{v.token}, {json.dumps(v.name)}, {json.dumps(v.why)}>"
+    parts = [v.name, v.source] + ([v.args] if v.args else [])
+    return "pyref<" + ", ".join(map(json.dumps, parts)) + ">"
 
 
 def _format_float(f: float) -> str:

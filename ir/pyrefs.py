@@ -1,34 +1,156 @@
-"""References from IR attributes to live Python objects (Python op functions).
+"""References from IR attributes to Python objects (Python op functions).
 
-The IR text shows ``pyref<token, "name">``; the token finds the object again within
-the process that made it.
+A function defined at the top level of a module (or a class there) is referenced by
+where it lives: ``pyref<"report", "/home/me/jobs/stats.py">`` (a job file, by its absolute path) or
+``pyref<"report", "mylib.ops">`` (an importable module); a builder tuple adds its
+arguments as JSON: ``pyref<"make_op", "mylib.ops", "[[2], {}]">``. Such a reference
+works in any process: the function is imported again. Anything else (a lambda, a
+function local to another, a callable object) is kept by a token that only finds it
+in the process that made it: ``pyref<1, "my_op", "why it cannot be imported">``.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import json
+import os
+import sys
 import threading
 from dataclasses import dataclass
+
+from .diagnostics import DSLError
 
 
 @dataclass(frozen=True, slots=True)
 class PyRef:
-    token: int
-    name: str
+    token: int | None  # set when the object cannot be imported again (``why``)
+    name: str          # the qualified name (of the builder, for a builder tuple)
+    source: str = ""   # a module name, or a path ending in .py
+    args: str = ""     # a builder tuple's [args, kwargs], as JSON
+    why: str = ""      # why the object cannot be imported again ("" when it can)
 
 
 _objects: dict[int, object] = {}
+_by_address: dict[tuple, object] = {}  # (source, name, args) -> the object registered
+_imported: dict[str, object] = {}  # source -> the module imported again for it
 _lock = threading.Lock()
 
 
 def register(obj, name: str | None = None) -> PyRef:
     """Keep ``obj`` alive for the process and return a reference to it."""
+    fn, args = (obj[0], obj[1:]) if isinstance(obj, tuple) else (obj, None)
+    qualname = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+    source, why = _address(fn)
+    text = ""
+    if not why and args is not None:
+        try:
+            text = json.dumps([list(args[0]), dict(args[1])], allow_nan=False)
+        except (TypeError, ValueError):
+            why = "its builder's arguments are not plain values (numbers, strings, lists, dicts)"
     with _lock:
-        token = len(_objects) + 1
-        _objects[token] = obj
-    return PyRef(token, name or getattr(obj, "__qualname__", None) or type(obj).__name__)
+        if why:
+            token = len(_objects) + 1
+            _objects[token] = obj
+            return PyRef(token, qualname, why=why)
+        _by_address[(source, qualname, text)] = obj
+    return PyRef(None, qualname, source, text)
+
+
+def _address(fn) -> tuple[str, str]:
+    """(where ``fn`` can be imported from, "") or ("", why it cannot)."""
+    qualname = getattr(fn, "__qualname__", None)
+    mod = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if qualname is None or not callable(fn):
+        return "", f"a {type(fn).__name__} object is not a function defined in a module"
+    if "<lambda>" in qualname:
+        return "", "it is a lambda"
+    if "<locals>" in qualname:
+        return "", f"it is local to {qualname.split('.<locals>')[0]}()"
+    if mod is None or _lookup(mod, qualname) is not fn:
+        return "", f"{qualname} is not found under that name in its module"
+    if mod.__name__ == "__main__" or getattr(mod, "__spec__", None) is None:
+        path = getattr(mod, "__file__", None)  # a job file, run as a module of its own
+        if not path:
+            return "", "its module has no file"
+        return os.path.abspath(path), ""  # (absolute: the text may run from anywhere)
+    return mod.__name__, ""
+
+
+def _lookup(mod, qualname: str):
+    obj = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
 
 
 def resolve(ref: PyRef):
+    """The object ``ref`` names: registered in this process, or imported again. Raises
+    DSLError (without a location: the caller knows the op) when it cannot be found."""
+    if ref.token is not None:
+        obj = _objects.get(ref.token)
+        name = getattr(obj[0] if isinstance(obj, tuple) else obj, "__qualname__", None)
+        if obj is None or (name is not None and name != ref.name):
+            raise DSLError(f"the Python op function {ref.name!r} cannot be found: {ref.why or 'it was '}"
+                           f"{'' if ref.why else 'made by another process'}",
+                           hint="define the function at the top level of the job file (or of a "
+                                "module), so that its IR text can name it")
+        return obj
+    key = (ref.source, ref.name, ref.args)
+    obj = _by_address.get(key)
+    if obj is None:
+        fn = _lookup(_import(ref.source), ref.name)
+        if fn is None:
+            raise DSLError(f"the Python op function {ref.name!r} is not in {ref.source}",
+                           hint="the IR names a function that the file no longer defines: "
+                                "write the IR again (dslc ir -o)")
+        obj = fn
+        if ref.args:
+            args, kwargs = json.loads(ref.args)
+            obj = (fn, args, kwargs)
+        with _lock:
+            obj = _by_address.setdefault(key, obj)
+    return obj
+
+
+def _import(source: str):
+    """The module ``source`` names (a module name, or a .py file imported once)."""
+    got = _imported.get(source)
+    if got is not None:
+        return got
     try:
-        return _objects[ref.token]
-    except KeyError:
-        raise LookupError(f"pyref<{ref.token}> ({ref.name}) does not exist in this process") from None
+        if source.endswith(".py"):
+            name = "dslc_pyref_" + str(len(_imported))
+            spec = importlib.util.spec_from_file_location(name, source)
+            if spec is None or not os.path.exists(source):
+                raise FileNotFoundError(source)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(source)
+    except Exception as e:
+        raise DSLError(f"cannot import {source!r} for a Python op: {type(e).__name__}: {e}",
+                       hint="run from the directory the IR was written in, or put the module "
+                            "on PYTHONPATH") from None
+    with _lock:
+        return _imported.setdefault(source, mod)
+
+
+def unportable(ref) -> str:
+    """Why ``ref`` (an attribute value) would not work in another process, or ""."""
+    return ref.why if isinstance(ref, PyRef) and ref.token is not None else ""
+
+
+def check_portable(module, path: str) -> None:
+    """Raise a DSLError at the first Python op of ``module`` whose function another
+    process could not import again (the IR is being written to the file ``path``)."""
+    for op in module.walk():
+        for v in op.attrs.values():
+            why = unportable(v)
+            if why:
+                raise DSLError(f"cannot write {path}: the IR text cannot name the Python op "
+                               f"function {v.name!r}: {why}", op.loc,
+                               "define it at the top level of the job file or of a module (a "
+                               "lambda or local function exists only while the job runs)")

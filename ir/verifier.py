@@ -54,6 +54,8 @@ class _Verifier:
             self.structure(op)
         if not op.regions:
             return
+        if op.name == "module" or op.name == "group":
+            self.plan_only(op)
         if op.name in ISOLATED:  # nothing from outside is visible in its regions
             outer = self.visible
             for r in op.regions:
@@ -63,6 +65,16 @@ class _Verifier:
         else:
             for r in op.regions:
                 self.region(r)
+
+    def plan_only(self, op: Operation) -> None:
+        """A module, and a group's body, hold plan ops (groups, tasks...) only: other ops
+        run in a task (or in a group's init and exit regions)."""
+        for r in op.regions if op.name == "module" else op.regions[1:2]:
+            for o in r.ops:
+                if PLAN not in o.opdef.traits:
+                    self.fail(o, f"must be inside a task, not directly in a {op.name}"
+                                 + (" body" if op.name == "group" else ""),
+                              'put it in a task\'s body: task @"name" body { ... }')
 
     def undefined_operand(self, op: Operation):
         i = next(i for i, v in enumerate(op.operands) if v not in self.visible)
@@ -82,7 +94,9 @@ class _Verifier:
                 if inferred is not None and inferred != tuple([r.type for r in op.results]):
                     got = ", ".join(str(r.type) for r in op.results)
                     want = ", ".join(map(str, inferred))
-                    raise VerifyError(f"result types ({got}) differ from the inferred ({want})")
+                    raise VerifyError(f"result types ({got}) differ from the inferred ({want})",
+                                      hint=f"its operands give ({want}): write those types after "
+                                           "':' or change the operands")
         except DSLError as e:
             self.fail(op, e.message, e.hint)
 
@@ -190,7 +204,8 @@ class _Verifier:
                 self.fail(op, f"{what}: type {g} does not match {w}")
 
     def fail(self, op: Operation, msg: str, hint=None):
-        raise VerifyError(f"{op.name}: {msg}", self.origin.get(op, op.loc), hint)
+        raise VerifyError(f"{op.name}: {msg}", self.origin.get(op, op.loc),
+                          hint or "the IR reference (docs/ir.md) states what each op takes and where")
 
 
 # Per-op structural checks beyond the declaration (control-flow ops).

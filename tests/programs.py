@@ -20,6 +20,7 @@ import operator
 from dataclasses import dataclass, replace
 
 import numpy as np
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from dslc.core import BlobReference
@@ -35,6 +36,27 @@ MAX_TOTAL_ITERATIONS = 400  # loop bodies run at most this many times, over the 
 MAX_STATEMENTS = 26         # statements in a program (a few more with the clamps)
 MAX_COUNT = 6               # iterations of one loop execution
 MAX_DEPTH = 3               # nesting of loops and Ifs
+
+
+def hypothesis_settings(ci_examples: int) -> settings:
+    """Stable in CI (``ci_examples``, derandomized, no example database); with
+    DSLC_HYPOTHESIS_EXAMPLES=N, N random examples (the nightly run, bench/nightly_random.py)."""
+    import os
+
+    common = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                       HealthCheck.too_slow])
+    asked = os.environ.get("DSLC_HYPOTHESIS_EXAMPLES")
+    if asked:
+        return settings(max_examples=int(asked), **common)
+    return settings(max_examples=ci_examples, derandomize=True, database=None, **common)
+
+
+def fresh() -> None:
+    """What conftest does per test, done per example: fresh names and workspace."""
+    from dslc import names, workspace
+
+    names.reset()
+    workspace.ResetWorkspace()
 
 
 # ----------------------------------------------------------------------------- the program tree

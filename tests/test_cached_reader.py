@@ -22,13 +22,14 @@ from dslc.net_builder import ops
 from dslc.pipeline import pipe
 from dslc.schema import Struct, from_column_list
 from dslc.task import Task, TaskGroup, WorkspaceType
+from dbtypes import leveldb
 from markers import Markers
 
 GLOBAL = WorkspaceType.GLOBAL
 # "" is the default type (dslcdb, one file); lmdb keeps a directory
-DB_TYPES = ["", "lmdb"]
+DB_TYPES = ["", "lmdb", leveldb("LevelDB")]  # (Caffe2's spelling of leveldb)
 
-@pytest.fixture(params=DB_TYPES, ids=["dslcdb", "lmdb"])
+@pytest.fixture(params=DB_TYPES, ids=["dslcdb", "lmdb", "leveldb"])
 def db_type(request):
     return request.param
 
@@ -299,12 +300,9 @@ def test_a_cache_damaged_inside_a_column_fails_when_loaded(tmp_path):
 def test_wrong_db_types(tmp_path):
     path = str(tmp_path / "c.db")
     with pytest.raises(blobdb.DBTypeError) as info:
-        DBFileReader(path, "LevelDB")  # @leveldb
-    assert_error_at(info.value, "leveldb", "not supported")
+        CachedReader(source_reader(3), path, db_type="rocksdb")  # @unknown_cached
+    assert_error_at(info.value, "unknown_cached", "rocksdb")
     assert "lmdb" in info.value.hint
-    with pytest.raises(blobdb.DBTypeError) as info:
-        CachedReader(source_reader(3), path, db_type="leveldb")  # @leveldb_cached
-    assert_error_at(info.value, "leveldb_cached", "not supported")
     with pytest.raises(blobdb.DBTypeError) as info:
         DBFileReader(path, "rocksdb")  # @unknown_type
     assert_error_at(info.value, "unknown_type", "rocksdb")

@@ -195,11 +195,11 @@ def test_resuming_from_a_missing_epoch_is_a_clear_error(tmp_path):
 
 
 def test_an_unknown_db_type_is_refused_when_the_manager_is_made(tmp_path):
-    for make in (lambda: CheckpointManager(str(tmp_path), "n", "leveldb"),
-                 lambda: MultiNodeCheckpointManager(str(tmp_path), "leveldb")):
+    for make in (lambda: CheckpointManager(str(tmp_path), "n", "rocksdb"),
+                 lambda: MultiNodeCheckpointManager(str(tmp_path), "rocksdb")):
         with pytest.raises(blobdb.DBTypeError) as info:
             make()
-        assert "leveldb" in info.value.message and "lmdb" in info.value.hint
+        assert "rocksdb" in info.value.message and "lmdb" in info.value.hint
         assert info.value.loc.file.endswith("test_checkpoint.py")
 
 

@@ -4,7 +4,7 @@ Each child process saves a complete checkpoint (values ``1.0 + i``), then starts
 second Save through a LocalSession: a new checkpoint, or over the first one. After
 its third blob it prints MID and waits; the test kills it there with SIGKILL. The
 first checkpoint must still load with its values, and the interrupted one must be
-absent (dslcdb) or reported as incomplete (lmdb), never half-loaded.
+absent (dslcdb) or reported as incomplete (lmdb, leveldb), never half-loaded.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from dbtypes import HAVE_PLYVEL, leveldb
 from dslc.backends.runtime import blobdb
 
 N_BLOBS, SIZE = 8, 1 << 18  # 1 MiB of float32 per blob
@@ -42,7 +43,13 @@ CHILD = textwrap.dedent(f"""
 
     save(first, 1.0)
     print("SAVED", flush=True)
-    for cls in (dbfile.FileDB, dblmdb.LmdbDB):
+    classes = [dbfile.FileDB, dblmdb.LmdbDB]
+    try:
+        from dslc.backends.runtime import dbleveldb
+        classes.append(dbleveldb.LevelDB)
+    except ImportError:  # (without the leveldb extra its cases are skipped)
+        pass
+    for cls in classes:
         put, count = cls._put, [0]
         def slow_put(self, *args, put=put, count=count):
             out = put(self, *args)
@@ -56,7 +63,11 @@ CHILD = textwrap.dedent(f"""
     print("FINISHED", flush=True)
 """)
 
-CASES = [(db, mode) for db in ("dslcdb", "lmdb") for mode in ("new", "overwrite")]
+_LEVELDB_CASES = [("leveldb", "new"), ("leveldb", "overwrite")]
+CASES = [(db, mode) for db in ("dslcdb", "lmdb") for mode in ("new", "overwrite")] + \
+    (_LEVELDB_CASES if HAVE_PLYVEL else [])  # the children the fixture runs
+CASE_PARAMS = CASES[:4] + [leveldb(*c) for c in _LEVELDB_CASES]  # (skipped without plyvel)
+DB_TYPES = ["dslcdb", "lmdb", leveldb()]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +99,7 @@ def expected(base):
     return {f"w{i}": np.full(SIZE, base + i, dtype=np.float32) for i in range(N_BLOBS)}
 
 
-@pytest.mark.parametrize("db, mode", CASES)
+@pytest.mark.parametrize("db, mode", CASE_PARAMS)
 def test_the_previous_checkpoint_survives(killed, db, mode):
     first, second, lines, code = killed[(db, mode)]
     assert lines == ["SAVED", "MID"] and code == -signal.SIGKILL
@@ -101,7 +112,7 @@ def test_the_previous_checkpoint_survives(killed, db, mode):
         assert got[k].dtype == np.float32 and np.array_equal(got[k], want[k])
 
 
-@pytest.mark.parametrize("db", ["dslcdb", "lmdb"])
+@pytest.mark.parametrize("db", DB_TYPES)
 def test_the_interrupted_checkpoint_is_absent_or_incomplete(killed, db):
     first, second, lines, code = killed[(db, "new")]
     store = blobdb.get(db)

@@ -16,9 +16,10 @@ from dslc.ir.diagnostics import DSLTypeError, ExecutionError
 from dslc.net_builder import ops
 from dslc.session import LocalSession
 from dslc.task import Task, final_output
+from dbtypes import leveldb
 from markers import Markers
 
-DB_TYPES = ["dslcdb", "minidb", "lmdb"]
+DB_TYPES = ["dslcdb", "minidb", "lmdb", leveldb()]
 
 @pytest.fixture(params=DB_TYPES)
 def db_type(request):
@@ -187,13 +188,14 @@ def test_loading_a_missing_checkpoint_names_the_path(session, db_type, tmp_path)
 
 def test_unknown_db_type_lists_the_known_ones(session, tmp_path):
     with pytest.raises(ExecutionError) as info:
-        run(session, save_values(str(tmp_path / "ck"), "leveldb"))  # (located at the Save in save_values)
-    assert "leveldb" in info.value.message
+        run(session, save_values(str(tmp_path / "ck"), "rocksdb"))  # (located at the Save in save_values)
+    assert "rocksdb" in info.value.message
     for known in ("dslcdb", "minidb", "lmdb"):
         assert known in info.value.hint
 
 
-@pytest.mark.parametrize("saved, asked", [("dslcdb", "lmdb"), ("lmdb", "minidb")])
+@pytest.mark.parametrize("saved, asked", [("dslcdb", "lmdb"), ("lmdb", "minidb"), leveldb("dslcdb", "leveldb"),
+                                          leveldb("lmdb", "leveldb")])
 def test_loading_with_the_wrong_db_type_says_which_type_it_is(session, tmp_path, saved, asked):
     path = str(tmp_path / "ck")
     run(session, save_values(path, saved))

@@ -10,14 +10,12 @@ explore N random ones instead.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import given, note
 
 import programs as P
-from dslc import names, workspace
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import parse, print_module
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
@@ -25,24 +23,15 @@ from dslc.lower import lower_group
 from dslc.session import LocalSession
 
 
-def _settings() -> settings:
-    """Stable in CI (derandomized, no example database); wider when asked through the env."""
-    common = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                       HealthCheck.too_slow])
-    asked = os.environ.get("DSLC_HYPOTHESIS_EXAMPLES")
-    if asked:
-        return settings(max_examples=int(asked), **common)
-    return settings(max_examples=40, derandomize=True, database=None, **common)
+def _settings():
+    return P.hypothesis_settings(40)
 
 
 # int64 wraparound is the semantics, not an accident: numpy's overflow warnings are noise here
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 
 
-def fresh() -> None:
-    """What conftest does per test, done per example: fresh names and workspace."""
-    names.reset()
-    workspace.ResetWorkspace()
+fresh = P.fresh
 
 
 def assert_same(got: dict, want: dict, how: str) -> None:

@@ -14,6 +14,8 @@ from dslc.ir import Module
 from .executor import Executor
 from . import kernels_db  # noqa: F401  (registers the Save/Load/DBExists kernels)
 from . import kernels_data  # noqa: F401  (registers the queue, cursor and dataset kernels)
+from . import kernels_records  # noqa: F401  (text files, packed records, Concat, Split)
+from . import kernels_collect  # noqa: F401  (tensor vectors, sampling, TrimDataset)
 from . import kernels_nn  # noqa: F401  (registers the neural-network kernels)
 
 

@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from dslc.ir import Operation, Region
-from dslc.ir.diagnostics import ExecutionError
+from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, ExecutionError
 
 from .kernels import KERNELS, Constant
 from .together import together
@@ -142,11 +142,16 @@ class Emitter:
         if entry is None:
             raise ExecutionError(f"the interp backend has no kernel for {op.name}", op.loc)
         factory, per_instance = entry
+        try:  # a factory may compute (a ConstantFill's tensor) or look up what the op names
+            k = factory(op, self.cfg)
+        except DSLError as e:
+            if e.loc is None or e.loc == UNKNOWN_LOC:
+                e.loc = op.loc
+            raise
         if per_instance:
-            self.makers.append(factory(op, self.cfg))
+            self.makers.append(k)
             callee = f"s{len(self.makers) - 1}"
         else:
-            k = factory(op, self.cfg)
             if isinstance(k, Constant):  # uses read the bound value directly
                 self.vars[op.result] = self.bind("c", k.value)
                 return

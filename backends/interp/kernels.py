@@ -360,7 +360,7 @@ class PythonOpError(Exception):
 
 @kernel("Python", per_instance=True)
 def _python(op, cfg):
-    target = pyrefs.resolve(op.attrs["func"])
+    target = pyrefs.resolve(op.attrs["func"])  # (codegen locates its errors at the op)
     n_out, name = len(op.results), op.attrs["name"]
     with_ws = bool(op.attrs["pass_workspace"])
 

@@ -163,7 +163,13 @@ kernel("ComputeOffset")(lambda op, cfg: lambda c, *data: row_offsets(c.tree, dat
 def _sort_and_shuffle(op, cfg):
     a = op.attrs
     k, size, chunk = int(a["sort_by_field_idx"]), int(a["batch_size"]), int(a["shuffle_size"])
-    return lambda c, *data: shuffled_rows(c.tree, data, k, size, chunk, np.random.default_rng())
+
+    def order(c, *data):
+        try:
+            return shuffled_rows(c.tree, data, k, size, chunk)
+        except ValueError as e:
+            raise _dataset_error(e) from None
+    return order
 
 
 @kernel("ReadRandomBatch")

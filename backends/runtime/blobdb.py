@@ -11,8 +11,8 @@ A database type is an object with three methods (paths are used as given):
     keys(path)                     the blob names stored at ``path`` (its manifest)
 
 ``get(db_type)`` finds one by name: ``dslcdb`` (the default, one file of our own
-format; ``minidb`` is an alias) and ``lmdb``; Caffe2's ``leveldb`` is refused with a
-pointer to those. Values go through ``blobcodec``, so
+format; ``minidb`` is an alias), ``lmdb``, and ``leveldb`` (also spelled ``LevelDB``,
+as Caffe2 code does; it needs the optional extra ``dslc[leveldb]``). Values go through ``blobcodec``, so
 nothing is ever unpickled. Every failure is a ``DBError`` naming the file (and the
 blob, when one blob is at fault) with a hint.
 """
@@ -48,9 +48,7 @@ class DBTypeError(DBError):
 
 
 _TYPES: dict[str, object] = {}
-_ALIASES = {"minidb": DEFAULT_DB_TYPE}
-# Caffe2 types dslc deliberately lacks (docs/differences.md), by lower-case name
-_UNSUPPORTED = {"leveldb": "it would need the leveldb library; lmdb stores the same data"}
+_ALIASES = {"minidb": DEFAULT_DB_TYPE, "LevelDB": "leveldb"}
 
 
 def register(name: str, db) -> None:
@@ -71,11 +69,6 @@ def get(db_type: str):
     db = _TYPES.get(name)
     if db is None:
         known = ", ".join(repr(k) for k in sorted(set(_TYPES) | set(_ALIASES)))
-        why = _UNSUPPORTED.get(name.lower())
-        if why is not None:
-            raise DBTypeError(f"db_type {db_type!r} is not supported by dslc ({why})",
-                              hint=f"use db_type='lmdb', or leave db_type out for the default (known types: "
-                                   f"{known})")
         raise DBTypeError(f"unknown db_type {db_type!r}", hint=f"use one of: {known}")
     return db
 
@@ -92,6 +85,11 @@ def _load_builtins() -> None:
         from . import dblmdb  # noqa: F401
     except ImportError:  # a declared dependency; say so if it is missing anyway
         register("lmdb", _Unavailable("lmdb", "pip install lmdb"))
+    try:
+        from . import dbleveldb  # noqa: F401
+    except ImportError:  # an optional extra (plyvel)
+        register("leveldb", _Unavailable("leveldb", "install the leveldb extra: pip install 'dslc[leveldb]' "
+                                                    "(or use db_type='lmdb')"))
 
 
 class _Unavailable:

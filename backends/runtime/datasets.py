@@ -19,6 +19,8 @@ import threading
 
 import numpy as np
 
+from .cxxorder import sort_and_shuffle
+
 
 class FieldTree:
     """The domain of every field, and the lengths field that opens each nested domain."""
@@ -128,22 +130,19 @@ def row_offsets(tree: FieldTree, data) -> np.ndarray:
     return out
 
 
-def shuffled_rows(tree: FieldTree, data, sort_by: int, batch_size: int, shuffle_size: int,
-                  rng: np.random.Generator) -> np.ndarray:
-    """Row indices: sorted by field ``sort_by`` (-1: not sorted), shuffled within chunks of
-    ``shuffle_size * batch_size`` rows, then whole batches shuffled (SortAndShuffle)."""
+def shuffled_rows(tree: FieldTree, data, sort_by: int, batch_size: int, shuffle_size: int) -> np.ndarray:
+    """Row indices as Caffe2's SortAndShuffle orders them (``cxxorder``): sorted by field
+    ``sort_by`` (-1: not sorted), shuffled within chunks of ``shuffle_size * batch_size``
+    rows, then whole batches shuffled; the same order on every call, as in Caffe2."""
     n = tree.rows(data)
-    idx = np.arange(n, dtype=np.int64)
+    keys = None
     if sort_by >= 0:
         if tree.domain[sort_by] != 0:
             raise ValueError(f"cannot sort by {tree.fields[sort_by]!r}: it is not a top-level field")
-        idx = np.argsort(np.asarray(data[sort_by]), kind="stable").astype(np.int64)
-    chunk = max(1, shuffle_size * batch_size)
-    for b in range(0, n, chunk):
-        rng.shuffle(idx[b:b + chunk])
-    batches = [idx[b:b + batch_size] for b in range(0, n, max(1, batch_size))]
-    order = rng.permutation(len(batches))
-    return np.concatenate([batches[k] for k in order]) if batches else idx
+        keys = np.asarray(data[sort_by])
+        if keys.ndim != 1:
+            raise ValueError(f"cannot sort by {tree.fields[sort_by]!r}: its rows are not single values")
+    return sort_and_shuffle(keys, n, batch_size, shuffle_size)
 
 
 def read_rows(cursor: TreeCursor, indices, offsets, data, batch_size: int, loop_over: bool) -> list:

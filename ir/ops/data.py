@@ -189,9 +189,10 @@ def _shuffle(types, attrs, n):
 
 declare("SortAndShuffle", (2, None), _shuffle,
         attrs={"sort_by_field_idx": -1, "batch_size": 1, "shuffle_size": 1},
-        effects=(Effect("random", "write"),),
+        effects=(Effect("cursor", "read"),),
         doc="row indices sorted by a field (-1: unsorted), shuffled within chunks of "
-            "shuffle_size * batch_size rows, then batch order shuffled")
+            "shuffle_size * batch_size rows, then batch order shuffled: Caffe2's fixed order "
+            "(the same on every run)")
 
 
 def _read_random(types, attrs, n):

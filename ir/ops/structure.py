@@ -66,7 +66,9 @@ declare("break_if", (1, None), _break_if, results=(0, 0), traits={CONTROL},
             "loop's results")
 
 declare("module", 0, lambda t, a, n: [], results=(0, 0), regions=("body",), traits={PLAN},
-        attrs={"source": ""}, doc="a compiled runnable")
+        attrs={"source": "", "outputs": []},
+        doc="a compiled runnable; `outputs` names what it fetches: [name, @blob, ...] lists (a "
+            "job file's output names, which `dslc run` of the IR text prints)")
 declare("group", 0, lambda t, a, n: [], results=(0, 0), regions=("init", "body", "exit"),
         traits={PLAN}, attrs={"node": "local", "existing": []},
         doc="node init, then the tasks in the body run concurrently, then node exit; `existing` "

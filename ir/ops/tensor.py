@@ -10,6 +10,7 @@ import numpy as np
 
 from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
+from . import failing
 from . import numeric as num
 from .infer import (binary_shape, dtype_from_code, elementwise, same_shape, tensors,
                     type_of_array)
@@ -114,13 +115,13 @@ def _fill_fold(*xs, **attrs):
     dt = fill_dtype(attrs)
     value, extra = fill_value(attrs, dt), _dims("extra_shape", attrs["extra_shape"])
     if not xs:
-        return num.fill_like(np.zeros(_dims("shape", attrs["shape"])), value, dt, extra)
+        return num.fill_like(np.broadcast_to(np.int8(0), _dims("shape", attrs["shape"])), value, dt, extra)
     return num.fill_like(xs[0], value, dt, extra, bool(attrs["input_as_shape"]))
 
 
 declare("ConstantFill", (0, 1), _constant_fill,
         attrs={"value": None, "dtype": None, "shape": None, "extra_shape": None, "input_as_shape": 0},
-        traits={PURE}, fold=_fill_fold,
+        traits={PURE}, fold=_fill_fold, may_fail=failing.constant_fill,
         doc="a tensor filled with `value` (default 0); shape from `shape`, or the input's shape "
             "(+ `extra_shape`), or the input's values (`input_as_shape`)")
 
@@ -133,18 +134,21 @@ def _copy(types, attrs, n):
 declare("Copy", 1, _copy, traits={PURE}, fold=num.copy, doc="y = a deep copy of the tensor x")
 
 
-def _binary(name, fn, allowed=NUMERIC_DTYPES, what="numeric", result=None, commutative=False, doc=""):
+def _binary(name, fn, allowed=NUMERIC_DTYPES, what="numeric", result=None, commutative=False, doc="",
+            may_fail=failing.elementwise):
     """Declare a two-operand elementwise op: numpy broadcasting, or ``broadcast=1, axis=k``."""
     traits = PURE_EW | ({COMMUTATIVE} if commutative else set())
     declare(name, 2,
             lambda t, a, n: elementwise(name, t, allowed, what, result, shape_rule=binary_shape(a)),
-            attrs={"broadcast": 0, "axis": -1}, traits=traits, fold=num.binary(fn), doc=doc)
+            attrs={"broadcast": 0, "axis": -1}, traits=traits, fold=num.binary(fn), doc=doc,
+            may_fail=may_fail)
 
 
 _binary("Add", operator.add, commutative=True, doc="c = a + b (numpy broadcasting)")
 _binary("Sub", operator.sub, doc="c = a - b (numpy broadcasting)")
 _binary("Mul", operator.mul, commutative=True, doc="c = a * b (numpy broadcasting)")
-_binary("Div", num.div, doc="c = a / b; integer division truncates toward zero, as in C++")
+_binary("Div", num.div, doc="c = a / b; integer division truncates toward zero, as in C++ "
+        "(by zero: an error)", may_fail=failing.div)
 for _name, _sym, _fn in [("GE", ">=", operator.ge), ("GT", ">", operator.gt), ("LE", "<=", operator.le),
                          ("LT", "<", operator.lt), ("EQ", "==", operator.eq), ("NE", "!=", operator.ne)]:
     _binary(_name, num.compare(_fn), allowed=NUMERIC_DTYPES | {"bool", "str"}, what="comparable",
@@ -175,7 +179,7 @@ _unary("Scale", num.scale, FLOAT_DTYPES, "float", attrs={"scale": 1.0}, doc="y =
 def _variadic(name, fn, doc):
     declare(name, (1, None),
             lambda t, a, n: elementwise(name, t, NUMERIC_DTYPES, "numeric", shape_rule=same_shape),
-            traits=PURE_EW | {COMMUTATIVE}, fold=num.variadic(fn), doc=doc)
+            traits=PURE_EW | {COMMUTATIVE}, fold=num.variadic(fn), doc=doc, may_fail=failing.elementwise)
 
 
 _variadic("Sum", operator.add, "y = x0 + x1 + ... (inputs of one shape)")

@@ -5,8 +5,9 @@
   workspace that is dropped afterwards (a PRIVATE task, one instance of a
   multi-instance task, a ``scope``). Stores in GLOBAL tasks stay: later runs of the
   session may read those blobs;
-* then, mark and sweep: ops with effects are live, and so is whatever they use,
-  transitively, through carried loop values and ``if`` results; the rest goes,
+* then, mark and sweep: ops with effects are live, and so are pure ops that may fail
+  (an integer ``Div`` whose divisor may be 0: its error is a result the user sees), and
+  whatever they use, transitively, through carried loop values and ``if`` results; the rest goes,
   including carried values and results nothing live needs.
 
     %c = Const {value = dense<i64: 2>} : i64       (nothing uses %c)
@@ -33,7 +34,7 @@ _NOTED = ("store", "load", "for", "flag", "must", "task", "GetAllBlobNames")
 
 def _kind(op: Operation) -> str:
     """``op``'s kind for the first walk; every op of its name has it."""
-    if op.name in _NOTED:
+    if op.name in _NOTED or op.opdef.may_fail is not None:
         kind = _ASK
     elif op.opdef.is_pure or op.name in REMOVABLE:
         kind = _DROPPABLE
@@ -94,7 +95,8 @@ class DeadCode(Pass):
 
     def note(self, op: Operation) -> None:
         """The first walk's other ops to note (``flag``, ``must``, ``task``,
-        ``GetAllBlobNames``), and ``for``: marked unless ``removable``."""
+        ``GetAllBlobNames``), and ``for`` and ops that may fail: marked unless
+        ``removable``."""
         n = op.name
         if n == "flag" or n == "must":
             self.read.add(op.attrs["blob"])
@@ -144,7 +146,8 @@ class DeadCode(Pass):
         """Whether ``op`` may go when nothing needs its results.
 
         Plain loads stay (a read of an unset blob is an error the user should see), and
-        so does a ``for`` whose count may be negative (that too is an error).
+        so do a ``for`` whose count may be negative and a pure op that may fail (those
+        too are errors).
         """
         if op.name == "store":
             return op in self.dead_stores
@@ -153,7 +156,8 @@ class DeadCode(Pass):
         if op.name == "for":
             c = getattr(op.operands[0], "owner", None)
             return c is not None and c.name == "Const" and int(c.attrs["value"]) >= 0
-        return op.opdef.is_pure or op.name in REMOVABLE
+        d = op.opdef
+        return (d.is_pure and not d.fails(op)) or op.name in REMOVABLE
 
     def mark_op(self, op: Operation) -> None:
         """``op`` is live: so are the values it needs, and the op whose region holds it."""

@@ -2,8 +2,14 @@
 
 * a pure op whose operands are all constants and whose declaration has a ``fold``
   becomes a ``Const``;
-* the rules below, each a law, where the result type equals the kept operand's;
+* the rules below, each a law, where the result type equals the kept operand's (for
+  floats x + 0 -> x only with a -0.0: IEEE's -0.0 + 0.0 is +0.0);
 * ``if`` on a constant condition becomes the taken branch; ``for`` zero times goes.
+  Their results may have had wider types than the values that replace them (an ``if``
+  result joins both branches: ``?`` for an i64 and an f32); the ops using them are then
+  inferred again, so every type is what the verifier infers;
+* an op whose fold raises (integer division by zero) stays, to fail at run time at
+  the user's line.
 
     %c = Const {value = dense<i64: 2>} : i64
     %d = Const {value = dense<i64: 3>} : i64      ->   %e = Const {value = dense<i64: 6>} : i64
@@ -16,6 +22,7 @@ import numpy as np
 from ..core import Module, Operation, OpResult, Region
 from ..opdef import OPS
 from .analysis import set_ops
+from .infer import InferTypes
 from .manager import Pass, register
 
 MAX_FOLD_ELEMENTS = 1 << 16  # larger constants stay computed at run time
@@ -67,6 +74,14 @@ IDENTITIES = [
     ("Or", "x or false -> x", 0, False),
     ("Or", "false or x -> x", 1, False),
 ]
+def _signed_zero_ok(name: str, c) -> bool:
+    """Whether a float zero ``c`` keeps x as it is in IEEE arithmetic: x + 0 is +0 for
+    x = -0, so only x + (-0) and x - (+0) are x for every x."""
+    if name not in ("Add", "Sub") or c.dtype.kind != "f":
+        return True
+    return bool(np.all(np.signbit(c))) if name == "Add" else not np.any(np.signbit(c))
+
+
 _IDENTITIES_OF: dict = {}  # op name -> its rules, in table order
 for _rule in IDENTITIES:
     _IDENTITIES_OF.setdefault(_rule[0], []).append(_rule)
@@ -109,8 +124,11 @@ class FoldConstants(Pass):
         # Folds run with floating-point errors raised (``evaluate`` then leaves the op to
         # fail at run time). Set once for the pass: per fold it cost as much as the fold;
         # nothing else in this pass does floating-point arithmetic.
+        self.narrowed = False  # a value was replaced by one of another type
         with np.errstate(all="raise"):
             self.region(module.body)
+        if self.narrowed:
+            InferTypes().run(module)
 
     def region(self, r: Region) -> None:
         out = []
@@ -142,7 +160,7 @@ class FoldConstants(Pass):
             if not _is(op.operands[0], 0):
                 return None
             for res, init in zip(op.results, op.operands[1:]):
-                res.replace_all_uses_with(init)
+                self.replace_value(res, init)
             op.drop_operands()
             return []
         if n == "Not":
@@ -155,7 +173,8 @@ class FoldConstants(Pass):
                 return None  # every other rule needs a constant operand (or no operands at all)
             values = []
         for _name, _law, keep, x in _IDENTITIES_OF.get(n, ()):
-            if _all_equal(values[1 - keep], x) and op.operands[keep].type == op.result.type:
+            c = values[1 - keep]
+            if _all_equal(c, x) and op.operands[keep].type == op.result.type and _signed_zero_ok(n, c):
                 return self.replace(op, op.operands[keep])
         return self.evaluate(op, values)
 
@@ -180,6 +199,12 @@ class FoldConstants(Pass):
         _become_const(op, out, t)
         return None
 
+    def replace_value(self, old, new) -> None:
+        """Every use of ``old`` uses ``new`` instead (noting a change of type)."""
+        if old.type is not new.type:
+            self.narrowed = True
+        old.replace_all_uses_with(new)
+
     @staticmethod
     def replace(op: Operation, v) -> list:
         op.result.replace_all_uses_with(v)
@@ -196,7 +221,7 @@ class FoldConstants(Pass):
         y = body.pop() if body and body[-1].name == "yield" else None
         if y is not None:
             for res, v in zip(op.results, y.operands):
-                res.replace_all_uses_with(v)
+                self.replace_value(res, v)
             y.drop_operands()
         for other in op.regions:
             if other is not taken:

@@ -4,7 +4,9 @@ A group is a maximal set of elementwise ops of one block, over one iteration spa
 (every member's result has the group's array shape; operands have it too or are
 scalars), connected by def-use edges. Values used outside the group become its
 results; everything else is internal. Backends compile a group as one kernel (the
-interpreter simply runs it inline). Groups are capped in size: a huge kernel body
+interpreter simply runs it inline). The kernel runs where the group's last member was:
+a member that may fail (integer Div) is not moved past an op with effects, or one that
+may fail too (its error would come at another time). Groups are capped in size: a huge kernel body
 costs more to compile than it saves.
 
     %t = Mul(%a, %b) : f32[8]             %y = fused(%a, %b, %c) : f32[8] {
@@ -100,6 +102,8 @@ class FuseElementwise(Pass):
     def fuse(self, r: Region, members, position):
         inside = set(members)
         last = position[members[-1]]
+        if _moves_error(r, members, inside, position, last):
+            return None
         inputs, outputs = [], []
         for m in members:
             for v in m.operands:
@@ -127,6 +131,17 @@ class FuseElementwise(Pass):
             region.append(m)
         region.append(make_op("yield", outputs, loc=members[-1].loc))
         return fused
+
+
+def _moves_error(r: Region, members, inside, position, last) -> bool:
+    """Whether fusing would move a member that may fail past an op that is not pure, or
+    may fail too (the kernel runs at ``last``)."""
+    for m in members:
+        if m.opdef.fails(m):
+            for o in r.ops[position[m] + 1:last]:
+                if o not in inside and (not o.opdef.is_pure or o.opdef.fails(o)):
+                    return True
+    return False
 
 
 def _top(op, r: Region):

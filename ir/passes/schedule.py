@@ -5,7 +5,9 @@ The DAG (networkx) has a data edge from each value's definer to its users, and a
 ordering edge between two ops touching one resource when either writes it: a
 blob, a counter, a queue... (``io``, Python ops and ``must`` checks share one
 resource, the outside world; so do blobs that other threads may touch). Stop
-checks, terminators and ops that run other code on the workspace are barriers.
+checks, terminators, ops that run other code on the workspace and ops that may fail
+(an error must come after the effects before it, and before those after it) are
+barriers.
 Ops are then placed by topological generation (original order within one); in a
 generation, two or more pure ops over large arrays become a ``concurrent`` op::
 
@@ -64,7 +66,7 @@ class Schedule(Pass):
         out = set()
         for o in op.walk():
             n = o.name
-            if n in PINNED or is_barrier(o):
+            if n in PINNED or is_barrier(o) or o.opdef.fails(o):
                 out.add((None, True))
             elif n in ("load", "store", "flag") and str(o.attrs["blob"]) not in self.volatile:
                 out.add(("blob:" + str(o.attrs["blob"]), n == "store"))
@@ -141,7 +143,8 @@ def _two_large_pure(ops) -> bool:
 
 
 def _large_pure(op: Operation) -> bool:
-    if not op.opdef.is_pure or op.regions or len(op.results) != 1 or op.name == "Const":
+    if not op.opdef.is_pure or op.regions or len(op.results) != 1 or op.name == "Const" \
+            or op.opdef.fails(op):
         return False
     t = op.result.type
     return isinstance(t, TensorType) and t.shape is not None and None not in t.shape and \

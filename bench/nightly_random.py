@@ -1,0 +1,54 @@
+"""The nightly-style run of our own generators, with a larger budget than CI's.
+
+Runs the random-program tests (tests/test_random_programs.py, tests/test_random_numeric.py:
+every backend, both pipelines, the IR text) with DSLC_HYPOTHESIS_EXAMPLES random
+examples each (not derandomized: each night draws new ones), and the IR mutation
+fuzzer (tests/test_ir_fuzz.py) with DSLC_FUZZ_MUTANTS mutants from a new seed.
+Prints, per test, how many examples ran and whether one failed (hypothesis then prints
+the shrunk program, and stores it in .hypothesis/ so the next run tries it first).
+
+Usage: python bench/nightly_random.py [--examples 500] [--mutants 5000] [--seed N]
+Exit status: 0 when everything passed, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = ["tests/test_random_numeric.py", "tests/test_random_programs.py", "tests/test_ir_fuzz.py"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--examples", type=int, default=500, help="hypothesis examples per test")
+    ap.add_argument("--mutants", type=int, default=5000, help="IR mutants for the fuzzer")
+    ap.add_argument("--seed", type=int, default=None, help="the fuzzer's seed (default: random)")
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    env = dict(os.environ, DSLC_HYPOTHESIS_EXAMPLES=str(args.examples),
+               DSLC_FUZZ_MUTANTS=str(args.mutants), DSLC_FUZZ_SEED=str(seed))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q",
+                           "--hypothesis-show-statistics", *TESTS], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    out = done.stdout
+    print(f"examples per test: {args.examples}; fuzzer: {args.mutants} mutants, seed {seed}; "
+          f"{time.perf_counter() - start:.0f} s")
+    for name, passing, failing in re.findall(
+            r"(test_\S+):\n(?:.*\n)*?\s+- (\d+) passing examples, (\d+) failing", out):
+        print(f"  {name}: {passing} examples passed, {failing} failed")
+    results = [ln for ln in out.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
+    print(results[-1] if results else done.stderr.strip()[-500:])
+    if done.returncode != 0:
+        print(out[-20000:])
+    return 0 if done.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Collecting samples of a stream of tensors, and trimming a dataset.
+
+A tensor vector (``!tensorvector``) is a growing list of tensors: ``CollectTensor``
+keeps a uniform sample of at most ``num_to_collect`` of the records it sees
+(reservoir sampling; the inputs after the vectors are one record, collected all or
+none, at one index in every vector). ``LastNWindowCollector`` keeps the last
+``num_to_collect`` rows it saw in a ring buffer whose next slot is ``next``.
+``TrimDataset`` cuts a dataset to the largest multiple of ``multiple_of`` rows::
+
+    %v = CreateTensorVector : !tensorvector
+    %v2 = CollectTensor(%v, %x) {num_to_collect = 100} : !tensorvector
+    %all = ConcatTensorVector(%v2) : f32[?,2]
+    %last, %next = LastNWindowCollector(%last0, %next0, %x) {num_to_collect = 7} : f32[?,2], i32
+"""
+from __future__ import annotations
+
+from ..opdef import PURE, Effect, declare, type_error
+from ..types import ANY, I32, I64, HandleType, TensorType
+from .infer import tensors
+
+TENSORVECTOR = HandleType("tensorvector")
+_VECTOR = (Effect("tensorvector", "write"),)
+
+
+def _positive(op: str, attrs, name: str) -> None:
+    if int(attrs[name]) < 1:
+        type_error(f"{op} {name} must be >= 1, got {attrs[name]}", f"pass {name}=1 or more")
+
+
+def _vectors(op: str, types) -> None:
+    for i, t in enumerate(types):
+        if t != ANY and t != TENSORVECTOR:
+            type_error(f"{op} input {i} must be a tensor vector, got {t}",
+                       "pass a blob CreateTensorVector wrote")
+
+
+declare("CreateTensorVector", 0, lambda t, a, n: [TENSORVECTOR], effects=(Effect("tensorvector", "alloc"),),
+        doc="a new, empty vector of tensors")
+
+
+def _size(types, attrs, n):
+    _vectors("TensorVectorSize", types)
+    return [I32]
+
+
+declare("TensorVectorSize", 1, _size, effects=(Effect("tensorvector", "read"),),
+        doc="int32 scalar: how many tensors the vector holds")
+
+
+def _concat_vector(types, attrs, n):
+    _vectors("ConcatTensorVector", types)
+    return [ANY]
+
+
+declare("ConcatTensorVector", 1, _concat_vector, effects=(Effect("tensorvector", "read"),),
+        doc="the vector's tensors concatenated along their first dim")
+
+
+def _collect(types, attrs, n):
+    _positive("CollectTensor", attrs, "num_to_collect")
+    if len(types) != 2 * n:
+        type_error(f"CollectTensor takes k tensor vectors and k tensors and writes the k vectors; got "
+                   f"{len(types)} inputs and {n} outputs",
+                   "call CollectTensor(vectors + tensors, vectors)")
+    _vectors("CollectTensor", types[:n])
+    tensors("CollectTensor", types[n:])
+    return [TENSORVECTOR] * n
+
+
+declare("CollectTensor", (2, None), _collect, results=(1, None), attrs={"num_to_collect": -1},
+        effects=_VECTOR + (Effect("random", "write"),),
+        doc="add the record (the tensors after the k vectors) to the vectors as reservoir sampling "
+            "does: each of the records seen so far is kept with chance num_to_collect / seen")
+
+
+def _last_n(types, attrs, n):
+    _positive("LastNWindowCollector", attrs, "num_to_collect")
+    if len(types) < 3:
+        type_error(f"LastNWindowCollector takes (window, next, data[, mutex][, num_visited]), got "
+                   f"{len(types)} inputs", "pass the window blob, the next-slot blob and the data")
+    window, nxt, data = tensors("LastNWindowCollector", types[:3])
+    if data.shape == ():
+        type_error("LastNWindowCollector collects rows: its data must have a first dim, got a scalar",
+                   "pass a tensor of rows")
+    if nxt.dtype is not None and nxt.dtype != "i32":
+        type_error(f"LastNWindowCollector next must be an int32 scalar, got {nxt}",
+                   "feed it as np.array(0, dtype=np.int32)")
+    rows = TensorType(data.dtype, None if data.shape is None else (None,) + data.shape[1:])
+    return [rows, I32, I64][:n]
+
+
+declare("LastNWindowCollector", (3, 5), _last_n, results=(2, 3), attrs={"num_to_collect": -1},
+        traits={PURE},
+        doc="append the data's rows to the window (operand 0) as a ring buffer of num_to_collect "
+            "rows, next (operand 1) its next slot; a third result counts the rows seen")
+
+
+def _trim(types, attrs, n):
+    ts = tensors("TrimDataset", types)
+    if n != len(ts) or len(attrs["fields"]) != len(ts):
+        type_error(f"TrimDataset has {len(ts)} blobs, {n} outputs and {len(attrs['fields'])} fields",
+                   "call TrimDataset(dataset_blobs, dataset_blobs, fields=field_names)")
+    _positive("TrimDataset", attrs, "multiple_of")
+    return [TensorType(t.dtype, None if t.shape is None else (None,) + t.shape[1:]) for t in ts]
+
+
+declare("TrimDataset", (1, None), _trim, results=(1, None), attrs={"fields": [], "multiple_of": 1},
+        traits={PURE},
+        doc="the dataset (operands, named by fields) cut to its first rows, as many as the largest "
+            "multiple of multiple_of")

@@ -1,0 +1,144 @@
+"""The leveldb db type (Caffe2's ``db_type="leveldb"``, through plyvel): round trips, damage
+to the files on disk, other types' checkpoints, and the hint when the extra is missing.
+
+Save / Load / DBExists through ops, CachedReader and DBFileReader run on leveldb in
+test_db_ops.py and test_cached_reader.py, and a writer killed mid-save in
+test_checkpoint_crash.py, beside the other db types.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from dbtypes import NEEDS_LEVELDB
+from dslc.backends.runtime import blobcodec, blobdb
+
+PATTERN = np.float64(1234.5678)
+
+
+def values():
+    return {"a": np.arange(5, dtype=np.int32), "b": np.full(64, PATTERN),
+            "c": np.array(["one", "two"], dtype=object)}
+
+
+def save(path, vals=None, db_type="leveldb"):
+    vals = vals if vals is not None else values()
+    blobdb.get(db_type).write(path, [(k, blobcodec.encode(k, v)) for k, v in vals.items()])
+
+
+def same(got, want) -> bool:
+    return got.keys() == want.keys() and all(
+        np.asarray(got[k]).dtype == np.asarray(want[k]).dtype and
+        np.asarray(got[k]).tolist() == np.asarray(want[k]).tolist() for k in want)
+
+
+@NEEDS_LEVELDB
+def test_round_trip_keys_and_resave(tmp_path):
+    path = str(tmp_path / "ck")
+    db = blobdb.get("LevelDB")  # Caffe2's spelling names the same type
+    assert db is blobdb.get("leveldb")
+    assert not db.exists(path)
+    save(path)
+    assert db.exists(path) and db.keys(path) == ["a", "b", "c"]
+    assert same(db.read(path), values())
+    assert same(db.read(path, ["c"]), {"c": values()["c"]})
+    save(path, {"only": np.int64(3)})  # a save replaces every blob
+    assert db.keys(path) == ["only"] and db.read(path)["only"] == 3
+
+
+def _damage_every_file(path, how):
+    """Apply ``how(bytearray) -> bytearray`` to the database file holding the blobs."""
+    for name in os.listdir(path):
+        f = os.path.join(path, name)
+        if name.endswith((".log", ".ldb")) and os.path.getsize(f):
+            raw = how(bytearray(open(f, "rb").read()))
+            with open(f, "wb") as out:
+                out.write(raw)
+
+
+def _flip(at):
+    def how(raw):
+        raw[int(len(raw) * at)] ^= 0x40
+        return raw
+    return how
+
+
+@NEEDS_LEVELDB
+@pytest.mark.parametrize("reopened", [False, True], ids=["log", "table"])
+@pytest.mark.parametrize("at", [0.1, 0.3, 0.5])  # (inside the data: the last bytes of a table are padding)
+def test_a_flipped_bit_is_an_error_naming_the_checkpoint(tmp_path, reopened, at):
+    path = str(tmp_path / "ck")
+    save(path)
+    if reopened:  # a read moves the blobs from the log into a table file
+        blobdb.get("leveldb").read(path)
+    _damage_every_file(path, _flip(at))
+    db = blobdb.get("leveldb")
+    assert not db.exists(path)
+    with pytest.raises(blobdb.CorruptDBError) as info:
+        db.read(path)
+    assert path in info.value.message and info.value.hint
+
+
+@NEEDS_LEVELDB
+@pytest.mark.parametrize("keep", [0.3, 0.9])
+def test_a_log_cut_short_is_a_save_that_did_not_finish(tmp_path, keep):
+    path = str(tmp_path / "ck")
+    save(path)
+    _damage_every_file(path, lambda raw: raw[:int(len(raw) * keep)])
+    with pytest.raises(blobdb.IncompleteDBError) as info:
+        blobdb.get("leveldb").read(path)
+    assert path in info.value.message
+
+
+@NEEDS_LEVELDB
+def test_a_cut_short_resave_leaves_the_previous_checkpoint(tmp_path):
+    path = str(tmp_path / "ck")
+    save(path)
+    blobdb.get("leveldb").read(path)  # the first save now lives in a table file
+    save(path, {"new": np.arange(1000.0)})
+    # cut the second save's log record: LevelDB drops it when it opens the database
+    for name in os.listdir(path):
+        if name.endswith(".log") and os.path.getsize(os.path.join(path, name)):
+            f = os.path.join(path, name)
+            os.truncate(f, os.path.getsize(f) // 2)
+    assert same(blobdb.get("leveldb").read(path), values())
+
+
+@NEEDS_LEVELDB
+def test_checkpoints_of_other_types_are_named(tmp_path):
+    lm, one = str(tmp_path / "lm"), str(tmp_path / "one")
+    save(lm, db_type="lmdb")
+    save(one, db_type="dslcdb")
+    for path, kind in ((lm, "lmdb"), (one, "dslcdb")):
+        with pytest.raises(blobdb.DBTypeError) as info:
+            blobdb.get("leveldb").read(path)
+        assert f"db_type='{kind}'" in info.value.message
+    empty = str(tmp_path / "empty")
+    os.mkdir(empty)
+    with pytest.raises(blobdb.IncompleteDBError):
+        blobdb.get("leveldb").read(empty)
+    with pytest.raises(blobdb.MissingDBError):
+        blobdb.get("leveldb").read(str(tmp_path / "none"))
+
+
+def test_without_plyvel_leveldb_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(blobdb, "_TYPES", {k: v for k, v in blobdb._TYPES.items() if k != "leveldb"})
+    monkeypatch.setattr(blobdb, "_builtins_loaded", [False])
+    import builtins
+    real_import = builtins.__import__
+
+    def no_plyvel(name, *args, **kwargs):
+        if name == "plyvel":
+            raise ImportError("No module named 'plyvel'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_plyvel)
+    monkeypatch.delitem(sys.modules, "dslc.backends.runtime.dbleveldb", raising=False)
+    from dslc.backends import runtime
+    monkeypatch.delattr(runtime, "dbleveldb", raising=False)  # (else `from . import` finds it)
+    with pytest.raises(blobdb.DBTypeError) as info:
+        blobdb.get("LevelDB").read("/nowhere")
+    assert "dslc[leveldb]" in info.value.hint
