@@ -1,7 +1,7 @@
 """Save and Load of float32 blobs with each db type, against plain file I/O of the same bytes.
 
-Cases: 256 MiB and 2 GiB (``--sizes``), each as many small blobs (``--small`` KiB
-each) and as a few large ones (``--few`` blobs). In each case the same bytes are
+Cases: 256 MiB and 2 GiB (``--sizes``), each as many small blobs (``--many``, 4096:
+64 KiB each at 256 MiB) and as a few large ones (``--few``, 8). In each case the same bytes are
 also written and read with plain file I/O in the same run: one file, ``writev`` of
 the arrays then ``fsync`` (the durable baseline: a checkpoint is fsynced too), and
 ``preadv`` into new arrays. Save and Load run as ops in a LocalSession, so their
@@ -13,7 +13,7 @@ rotates, and each figure is the best of its rounds; a ratio is the best plain ti
 over the best db time, and in brackets the median of the ratios within each round
 (the machine is shared: a neighbour's burst slows one round, not one kind).
 
-Usage: python bench/checkpoint.py [--sizes 256,2048] [--small 64] [--few 8]
+Usage: python bench/checkpoint.py [--sizes 256,2048] [--many 4096] [--few 8]
                                   [--repeat 5] [--repeat-large 3] [--dir DIR]
 """
 from __future__ import annotations
@@ -189,7 +189,7 @@ def report(case: Case, t: dict, label: str) -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="256,2048", help="checkpoint sizes in MiB, comma-separated")
-    p.add_argument("--small", type=int, default=64, help="KiB per blob in the many-small-blobs cases")
+    p.add_argument("--many", type=int, default=4096, help="blobs in the many-small-blobs cases")
     p.add_argument("--few", type=int, default=8, help="blobs in the few-large-blobs cases")
     p.add_argument("--repeat", type=int, default=5, help="rounds for sizes under 1 GiB")
     p.add_argument("--repeat-large", type=int, default=3, help="rounds for sizes of 1 GiB and more")
@@ -199,7 +199,7 @@ def main(argv=None):
     print(f"dir {root}; {os.cpu_count()} cores")
     try:
         for mib in (int(s) for s in args.sizes.split(",")):
-            for blobs, what in ((max(1, mib * 1024 // args.small), "many small"), (args.few, "few large")):
+            for blobs, what in ((args.many, "many small"), (args.few, "few large")):
                 case = Case(root, mib, blobs)
                 t = measure(case, args.repeat if mib < 1024 else args.repeat_large)
                 report(case, t, f"{mib} MiB, {what}")

@@ -37,12 +37,14 @@ def cmd_run(args) -> int:
         else contextlib.nullcontext()
     with shown:
         if args.job.endswith(".dslir"):
-            module = _read_ir(args.job, locate=True)
+            if args.cluster:
+                raise DSLError("--cluster runs job files, not IR files", hint=f"run the job file of {args.job}")
+            modules = _read_modules(args.job, locate=True)
             with LocalSession(backend=args.backend, source=args.job, **options) as session:
-                values = session.run_module(module)
+                values = session.run_modules(modules)
         else:
             job = jobfile.load(args.job)
-            with LocalSession(backend=args.backend, source=args.job, **options) as session:
+            with _run_session(args, options) as session:
                 for r in job.runnables:
                     session.run(r)
                 values = {name: o.fetch() for name, o in job.outputs.items()}
@@ -53,6 +55,19 @@ def cmd_run(args) -> int:
         for name, v in values.items():
             print(f"{name} = {out.text(v)}")
     return 0
+
+
+def _run_session(args, options: dict):
+    """The session ``dslc run`` runs a job file in: local, or with ``--cluster`` on Ray
+    (``ray``: a local cluster started for this run and stopped after it, also on failure
+    or Ctrl-C; ``auto`` or ``ray://HOST:PORT``: a running cluster)."""
+    from dslc.session import LocalSession
+
+    if not args.cluster:
+        return LocalSession(backend=args.backend, source=args.job, **options)
+    from dslc.distributed import RaySession
+    address = "local" if args.cluster == "ray" else args.cluster
+    return RaySession(address=address, backend=args.backend, source=args.job, passes=options["passes"])
 
 
 def cmd_ir(args) -> int:
@@ -196,9 +211,10 @@ def _compile(args, backend: str, options: dict, build: bool = True, locate: bool
 
     session = LocalSession(backend=backend, source=args.job, **options)
     if args.job.endswith(".dslir"):
-        module = _read_ir(args.job, locate=locate)
-        session.optimize(module)
-        return session, [(module, session.backend.compile(module) if build else None)]
+        modules = _read_modules(args.job, locate=locate)
+        for module in modules:
+            session.optimize(module)
+        return session, [(m, session.backend.compile(m) if build else None) for m in modules]
     from dslc.ir.types import join
     from dslc.lower import lower_group
 
@@ -208,6 +224,9 @@ def _compile(args, backend: str, options: dict, build: bool = True, locate: bool
     for title, runnable, stops in _units(args._job.runnables):
         module = lower_group(session.as_group(runnable), args.job, dict(known))
         name_outputs(module, args._job.outputs)
+        if stops:  # a Job's epoch group: its text says when the epochs end
+            from dslc.ir.core import Symbol
+            module.op.attrs["until"] = [Symbol(s) for s in stops]
         for op in module.walk():
             if op.name == "store":
                 b, t = str(op.attrs["blob"]), op.operands[0].type
@@ -281,11 +300,30 @@ def _json_or_file(args, obj) -> int:
     return 0
 
 
-def _read_ir(path: str, locate: bool = False):
-    """The module in the IR file ``path``; ``locate``: ops without a ``loc`` take their
-    line in the file (errors when it runs then point there)."""
+def _read_ir(path: str):
+    """The one module in the IR file ``path``."""
     from dslc.ir import parse
+
+    return parse(_ir_text(path), path)
+
+
+def _read_modules(path: str, locate: bool = False) -> list:
+    """Every module in the IR file ``path``; ``locate``: ops without a ``loc`` take their
+    line in the file (errors when it runs then point there)."""
+    from dslc.ir import parse_all
     from dslc.ir.diagnostics import UNKNOWN_LOC
+
+    modules = parse_all(_ir_text(path), path)
+    if locate:
+        for module in modules:
+            for op, where in module.origin.items():
+                if op.loc is None or op.loc == UNKNOWN_LOC:
+                    op.loc = where
+    return modules
+
+
+def _ir_text(path: str) -> str:
+    """The text of the IR file ``path`` (a located error if it cannot be read as UTF-8)."""
 
     try:
         with open(path, "rb") as f:
@@ -300,12 +338,7 @@ def _read_ir(path: str, locate: bool = False):
         raise DSLError(f"the IR file is not UTF-8 text (byte {data[e.start]:#04x})",
                        Location(path, line), "IR files are UTF-8: write them with dslc ir -o, "
                        "or re-save the file as UTF-8") from None
-    module = parse(text, path)
-    if locate:
-        for op, where in module.origin.items():
-            if op.loc is None or op.loc == UNKNOWN_LOC:
-                op.loc = where
-    return module
+    return text
 
 
 COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,

@@ -45,6 +45,10 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     run.add_argument("--backend", default="interp", choices=names,
                      help="where to run it (default: interp)")
     run.add_argument("--json", action="store_true", help="print the outputs as one JSON object")
+    run.add_argument("--cluster", metavar="ray|auto|ray://HOST:PORT",
+                     help="run each Node of the job in its own process of a Ray cluster: 'ray' starts a "
+                          "local one for this run, 'auto' or an address joins a running one "
+                          "(needs pip install 'dslc[ray]'; docs/distributed.md)")
     _pass_options(run, default="default")
     _common(run, quiet=True)
 

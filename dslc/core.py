@@ -15,6 +15,7 @@ import numpy as np
 
 from dslc import names, protoview
 from dslc.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal  # noqa: F401
+from dslc import workspace  # noqa: F401  (Caffe2 code reaches it as core.workspace)
 from dslc.workspace import C  # noqa: F401  (Caffe2's core.C is its workspace.C)
 from dslc.ir.diagnostics import Location, TraceError, UnknownOperatorError
 from dslc.ir.opdef import OPS
@@ -635,14 +636,18 @@ class Net:
     # --- composition
     def AppendNet(self, other: "Net") -> "Net":
         """Append ``other``'s ops; its external inputs not produced here become ours (attributes stay)."""
+        self._extend_ops(other)
+        self.AddExternalOutput(*other._external_outputs)
+        return self
+
+    def _extend_ops(self, other: "Net") -> None:
+        """Append ``other``'s ops; its external inputs not produced here become ours."""
         for b in other._external_inputs:
             if b not in self._produced:
                 self._external_inputs.setdefault(b)
         for op in other._ops:
             self._ops.append(op)
             self._produced.update(op.outputs)
-        self.AddExternalOutput(*other._external_outputs)
-        return self
 
     def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True, update_external_list=False):
         """A copy of this net named ``name`` with blob names mapped through ``blob_remap``."""

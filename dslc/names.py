@@ -45,6 +45,22 @@ def unique_step_name() -> str:
     return "step" if k == 0 else f"step_{k}"
 
 
+_control_steps: set[str] = set()
+_control_suffix = [1]  # one counter for every name, as Caffe2's control module keeps
+
+
+def unique_control_step_name(control: str, base: str) -> str:
+    """``base/control``, else ``base/control_<k>`` with a process-wide k (dslc.control's step names)."""
+    with _lock:
+        joined = f"{base}/{control}"
+        name = joined
+        while name in _control_steps:
+            name = f"{joined}_{_control_suffix[0]}"
+            _control_suffix[0] += 1
+        _control_steps.add(name)
+    return name
+
+
 def next_instance(kind: str) -> int:
     """0, 1, 2 ... for successive instances of ``kind`` (``SgdOptimizer_0_lr_cpu`` ...)."""
     with _lock:
@@ -60,3 +76,5 @@ def reset() -> None:
         _next_suffix.clear()
         _step_count[0] = 0
         _instances.clear()
+        _control_steps.clear()
+        _control_suffix[0] = 1

@@ -161,19 +161,33 @@ class LocalSession(Session):
             verify(module)
 
     def run_module(self, module) -> dict:
-        """Run a module (e.g. parsed from IR text); returns its tasks' outputs by blob name."""
-        self.optimize(module)
-        names = [str(n) for op in module.walk() if op.name == "task" for n in op.attrs["outputs"]]
-        for n in names:
-            self._ws.create_blob(n)
+        """Run a module (e.g. parsed from IR text); returns its tasks' outputs by blob name
+        (by the job file's names if the module records them)."""
+        return self.run_modules([module])
+
+    def run_modules(self, modules) -> dict:
+        """Run modules in order, as a job file's runnables (a Job's epoch module, whose
+        ``until`` names stop blobs, runs again until one holds true). Returns the outputs
+        the modules name (see cli.name_outputs), else every task output by blob name."""
         from dslc import workspace
-        with workspace.current_as(self._ws):
-            self.backend.compile(module).run(self._ws)
-        named = module.op.attrs.get("outputs") or []
-        if named:  # the job file's names (see cli.name_outputs)
-            return {str(o[0]): self._fetch(o[1]) if len(o) == 2 else [self._fetch(n) for n in o[1:]]
-                    for o in named}
-        return {n: self._fetch(n) for n in names if not n.endswith(DUMMY_OUTPUT)}
+
+        named, plain = {}, {}
+        for module in modules:
+            self.optimize(module)
+            names = [str(n) for op in module.walk() if op.name == "task" for n in op.attrs["outputs"]]
+            for n in names:
+                self._ws.create_blob(n)
+            program = self.backend.compile(module)
+            until = [str(b) for b in module.op.attrs.get("until") or []]
+            while True:
+                with workspace.current_as(self._ws):
+                    program.run(self._ws)
+                if not until or any(bool(np.asarray(self._fetch(b)).any()) for b in until):
+                    break
+            for o in module.op.attrs.get("outputs") or []:
+                named[str(o[0])] = self._fetch(o[1]) if len(o) == 2 else [self._fetch(n) for n in o[1:]]
+            plain.update({n: self._fetch(n) for n in names if not n.endswith(DUMMY_OUTPUT)})
+        return named or plain
 
     def _run(self, group: TaskGroup) -> None:
         from dslc import workspace

@@ -180,6 +180,17 @@ def FeedBlob(name, value, device_option=None) -> bool:
     return True
 
 
+def CreateBlob(name) -> bool:
+    """Make blob ``name`` in the current workspace, holding nothing yet (Caffe2's empty blob)."""
+    current().create_blob(str(name))
+    return True
+
+
+def FetchBlobs(names) -> list:
+    """The values of several blobs, in order (``FetchBlob`` of each)."""
+    return [FetchBlob(n) for n in names]
+
+
 def _fetch(ws: _rt.Workspace, name):
     """The value of ``name`` as numpy (a 0-d array for scalars); a located error if it has none."""
     cell = ws.lookup(str(name))

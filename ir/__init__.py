@@ -11,7 +11,7 @@ from .verifier import verify
 
 __all__ = [
     "ANY", "AnyType", "Builder", "DSLError", "DSLTypeError", "ExecutionError", "HandleType",
-    "JobFileError", "Location", "Module", "OPS", "OpDef", "OpResult", "Operation", "ParseError", "parse", "Region",
+    "JobFileError", "Location", "Module", "OPS", "OpDef", "OpResult", "Operation", "ParseError", "parse", "parse_all", "Region",
     "RegionArg", "Symbol", "TensorType", "TraceError", "Type", "UnknownOperatorError", "Value",
     "VerifyError", "make_op", "print_module", "print_op", "verify",
 ]
@@ -19,7 +19,7 @@ __all__ = [
 
 def __getattr__(name):
     # the parser (and lark) load on first use: most runs never parse text
-    if name in ("parse", "ParseError"):
+    if name in ("parse", "parse_all", "ParseError"):
         from . import parser
         return getattr(parser, name)
     raise AttributeError(f"module 'dslc.ir' has no attribute {name!r}")

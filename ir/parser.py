@@ -67,23 +67,38 @@ def parse(text: str, filename: str = "<text>", check: bool = True) -> Module:
     Bad text raises ParseError (``file:line:column``, the text found there, what was
     expected); with ``check`` the verifier runs too, and its errors name the text's line.
     """
+    modules = parse_all(text, filename, check)
+    if len(modules) > 1:
+        second = min(modules[1].origin.values(), key=lambda loc: loc.line)
+        raise ParseError("the text holds more than one module (a job's runnables or groups)", second, 1,
+                         "dslc run, compile and plan read such a file; keep one module for dslc opt")
+    return modules[0]
+
+
+def parse_all(text: str, filename: str = "<text>", check: bool = True) -> list[Module]:
+    """Every module the text describes, in order (``dslc ir -o`` writes one per runnable
+    of a job file, and one per group of a Job)."""
     if not text.endswith("\n"):
         text += "\n"
     try:
         tree = _lark().parse(text)
     except lark.exceptions.UnexpectedInput as e:
         raise _syntax_error(e, text, filename) from None
-    top = tree.children[-1].children[0].children[1]  # the first op's name
-    if str(top) != "module":
-        raise ParseError(f"the text must hold a module, not {str(top)!r}", Location(filename, top.line),
-                         top.column, "IR files start with `module {`, as `dslc ir -o` writes them")
-    b = _ModuleBuilder(filename)
-    op = b.op(tree.children[-1], None)
-    module = Module(op)
-    module.origin = b.origin
-    if check:
-        verify(module)
-    return module
+    out = []
+    for node in tree.children:
+        if not isinstance(node, lark.Tree):
+            continue  # the optional blank line first
+        top = node.children[0].children[1]  # the op's name
+        if str(top) != "module":
+            raise ParseError(f"the text must hold a module, not {str(top)!r}", Location(filename, top.line),
+                             top.column, "IR files start with `module {`, as `dslc ir -o` writes them")
+        b = _ModuleBuilder(filename)
+        module = Module(b.op(node, None))
+        module.origin = b.origin
+        if check:
+            verify(module)
+        out.append(module)
+    return out
 
 
 def _syntax_error(e, text: str, filename: str) -> ParseError:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import struct
+import zlib
 
+import lmdb
 import numpy as np
 import pytest
 import xxhash
@@ -179,6 +181,40 @@ def test_lmdb_resave_replaces_every_blob(tmp_path):
     save("lmdb", path)
     save("lmdb", path, {"only": np.int64(3)})
     assert blobdb.get("lmdb").keys(path) == ["only"]
+
+
+def test_lmdb_format_2_checksums_are_xxh3_over_1_mib_chunks(tmp_path):
+    path = str(tmp_path / "ck")
+    big = np.random.default_rng(1).random(300_000)  # 2.3 MiB: three 1 MiB chunks
+    save("lmdb", path, {"big": big, "small": np.int32(7)})
+    with lmdb.open(path, readonly=True) as env, env.begin() as txn:
+        doc = json.loads(txn.get(b"manifest"))
+    assert doc["format"] == 2 and doc["chunk"] == 1 << 20
+    data = big.tobytes()
+    parts = [xxhash.xxh3_64_intdigest(data[i:i + (1 << 20)]) for i in range(0, len(data), 1 << 20)]
+    want = {"big": xxhash.xxh3_64_intdigest(struct.pack(f"<{len(parts)}Q", *parts)),
+            "small": xxhash.xxh3_64_intdigest(np.int32(7).tobytes())}
+    assert {b["name"]: b["xxh3"] for b in doc["blobs"]} == want
+
+
+def test_lmdb_format_1_with_crc32_is_still_read_and_checked(tmp_path):
+    """A format-1 lmdb checkpoint, written here with the lmdb package as docs/checkpoints.md
+    lays it out (CRC-32 per blob), loads; a changed payload byte names its blob."""
+    path = str(tmp_path / "ck")
+    vals = {"a": np.arange(5, dtype=np.int32), "b": np.full(64, PATTERN)}
+    with lmdb.open(path, map_size=1 << 24) as env, env.begin(write=True) as txn:
+        for k, v in vals.items():
+            txn.put(b"blob/" + k.encode(), v.tobytes())
+        txn.put(b"manifest", json.dumps({"format": 1, "blobs": [
+            {"name": k, "kind": "tensor", "dtype": v.dtype.str, "shape": list(v.shape), "length": v.nbytes,
+             "crc32": zlib.crc32(v.tobytes())} for k, v in vals.items()]}).encode())
+    assert same(blobdb.get("lmdb").read(path), vals)
+    data = os.path.join(path, "data.mdb")
+    raw = bytearray(open(data, "rb").read())
+    raw[raw.find(PATTERN.tobytes()) + 3] ^= 0x40
+    open(data, "wb").write(raw)
+    with pytest.raises(blobdb.CorruptDBError, match="blob 'b' in the lmdb checkpoint .* checksum does not match"):
+        blobdb.get("lmdb").read(path)
 
 
 # ----------------------------------------------------------------------------- through Load

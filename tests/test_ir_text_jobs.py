@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dslc import cli
+from test_job_files import JOB
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,3 +96,14 @@ def test_a_text_whose_function_lives_in_no_process_is_a_located_error(capsys, tm
     assert cli.main(["run", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "gone.dslir:4" in err and "'gone' cannot be found: it is a lambda" in err
+
+
+
+def test_a_job_and_its_ir_text_run_the_same_epochs(capsys, tmp_path, backend):
+    """100 from the init group, + 5 in each of 3 epochs: [115], under the job's name."""
+    job, ir = tmp_path / "job.py", tmp_path / "job.dslir"
+    job.write_text(JOB.format(epochs=3))  # (test_job_files' job)
+    assert _run_json(capsys, str(job), "--backend", backend)["outputs"] == {"total": [115]}
+    assert cli.main(["ir", str(job), "-o", str(ir)]) == 0
+    assert ir.read_text().count("\nmodule {") >= 2  # one module per group, and the fetcher
+    assert _run_json(capsys, str(ir), "--backend", backend)["outputs"] == {"total": [115]}

@@ -119,8 +119,8 @@ class NumbaProgram:
     def __init__(self, module: Module, executor: Executor, stats: Stats):
         self.module, self.executor, self.stats = module, executor, stats
 
-    def run(self, ws) -> None:
-        self.executor.run(ws)
+    def run(self, ws, token=None) -> None:
+        self.executor.run(ws, token)
 
     def summary(self) -> dict:
         s = self.stats

@@ -15,6 +15,7 @@ import numpy as np
 
 from dslc.ir.types import NUMPY_DTYPES
 
+from .failures import KernelFail, Sites
 from .kernels import tensor
 
 _parallel_lock = threading.Lock()  # numba's default threading layer is not re-entrant
@@ -31,8 +32,9 @@ def _to_value(v):
 class IslandCall:
     """Calls one compiled island; ``consts`` are its array constants."""
 
-    def __init__(self, fn, outputs, consts, counters=()):
+    def __init__(self, fn, outputs, consts, counters=(), sites=None):
         self.fn = fn
+        self.sites = sites or Sites()
         self.consts = tuple(consts)
         self.convert = [_to_value(v) for v in outputs]
         self.single = len(outputs) == 1
@@ -41,7 +43,10 @@ class IslandCall:
     def __call__(self, *args):
         if self.counters:
             return self.with_counters(args)
-        res = self.fn(*(args + self.consts))
+        try:
+            res = self.fn(*(args + self.consts))
+        except KernelFail as e:
+            raise self.sites.error(e) from None
         return self.results(res)
 
     def with_counters(self, args):
@@ -54,6 +59,8 @@ class IslandCall:
             held.append((c, args[i]))
         try:
             res = self.fn(*(tuple(args) + self.consts))
+        except KernelFail as e:
+            raise self.sites.error(e) from None
         finally:
             for c, arr in held:
                 c.count = int(arr[0])
@@ -69,8 +76,9 @@ class IslandCall:
 class FusedCall:
     """Runs a fused group: numba for arrays of the expected shape, else ``fallback``."""
 
-    def __init__(self, serial, parallel, n_inputs, out_types, fallback, par_min):
+    def __init__(self, serial, parallel, n_inputs, out_types, fallback, par_min, sites=None):
         self.serial, self.parallel = serial, parallel
+        self.sites = sites or Sites()
         self.n_inputs = n_inputs
         self.out_dtypes = [np.dtype(NUMPY_DTYPES[t.dtype]) for t in out_types]
         self.fallback = fallback
@@ -90,11 +98,14 @@ class FusedCall:
         ins = tuple(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x for x in ins)
         outs = [self.buffer(c, shape, dt) for c, dt in zip(cells, self.out_dtypes)]
         size = outs[0].size
-        if self.parallel is not None and size >= self.par_min:
-            with _parallel_lock:
-                self.parallel(*ins, *outs)
-        else:
-            self.serial(*ins, *outs)
+        try:
+            if self.parallel is not None and size >= self.par_min:
+                with _parallel_lock:
+                    self.parallel(*ins, *outs)
+            else:
+                self.serial(*ins, *outs)
+        except KernelFail as e:
+            raise self.sites.error(e) from None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     @staticmethod

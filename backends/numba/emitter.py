@@ -14,6 +14,7 @@ from dslc.backends.interp.codegen import Emitter
 from . import islands
 from .cache import module_for
 from .calls import FusedCall, IslandCall
+from .failures import Sites
 from dslc.ir.types import COUNTER
 
 from .kernels import scalar, tensor
@@ -74,11 +75,12 @@ def build_island(island, cfg):
     fn = mod.kernel
     cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts])
     counters = [i for i, v in enumerate(args) if v.type == COUNTER]
-    return IslandCall(fn, island.outputs, [c for _, c in w.consts], counters), args
+    return IslandCall(fn, island.outputs, [c for _, c in w.consts], counters, w.sites), args
 
 
 def build_fused(op, cfg):
-    serial_src = _fused_module(op, parallel=False)
+    sites = Sites()
+    serial_src = _fused_module(op, False, sites)
     mod = module_for(serial_src)
     cfg.stats.sources.append(serial_src)
     cfg.stats.fused += 1
@@ -86,18 +88,18 @@ def build_fused(op, cfg):
     cfg.stats.compile(mod.kernel, types, [])
     parallel = None
     if cfg.parallel:
-        par_src = _fused_module(op, parallel=True)
+        par_src = _fused_module(op, True, Sites())  # the same sites again
         par = module_for(par_src)
         cfg.stats.sources.append(par_src)
         cfg.stats.compile(par.kernel, types, [])
         parallel = par.kernel
     return FusedCall(mod.kernel, parallel, len(op.operands), [r.type for r in op.results],
-                     _fallback(op, cfg), cfg.par_min)
+                     _fallback(op, cfg), cfg.par_min, sites)
 
 
-def _fused_module(op, parallel: bool) -> str:
+def _fused_module(op, parallel: bool, sites) -> str:
     from .source import HEADER
-    return HEADER.format(source=_source_file(op)) + "\n\n" + fused_source(op, "kernel", parallel) + "\n"
+    return HEADER.format(source=_source_file(op)) + "\n\n" + fused_source(op, "kernel", parallel, sites) + "\n"
 
 
 def _fallback(op, cfg):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dslc.ir import Operation, Region
 
 from .kernels import supported, tensor
-from .kernels_nn import HELPERS, elements
+from .kernels_nn import NN_HELPERS, elements
 
 UNKNOWN_TRIPS = 1000
 MIN_WORK = int(os.environ.get("DSLC_NUMBA_MIN_WORK", 5000))   # estimated op executions
@@ -28,6 +28,7 @@ NN_MIN_WORK = int(os.environ.get("DSLC_NUMBA_NN_MIN_WORK", 100_000))
 MAX_OPS = int(os.environ.get("DSLC_NUMBA_MAX_OPS", 400))      # ops per generated function
 STRUCTURE = ("for", "loop", "if")
 EXITS = ("yield", "break_if")
+MAX_BREAKS = 40  # break_ifs in one loop body: each nests the generated code one level deeper
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Island:
     work: float = 0.0
 
 
-NN_OPS = frozenset(HELPERS) | {"FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh",
+NN_OPS = frozenset(NN_HELPERS) | {"FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh",
                                 "TanhGradient", "WeightedSum", "AveragedLoss", "AveragedLossGradient"}
 COUNTER_OPS = ("CountUp", "CountDown", "RetrieveCount", "CheckCounterDone", "ResetCounter")
 def compilable(op: Operation, local=frozenset()) -> bool:
@@ -52,6 +53,8 @@ def compilable(op: Operation, local=frozenset()) -> bool:
         carried = list(op.results) + [a for r in op.regions for a in r.args]
         if any(tensor(v) is None and v not in local for v in carried + list(op.operands)):
             return False
+        if sum(o.name == "break_if" for r in op.regions for o in r.ops) > MAX_BREAKS:
+            return False  # Python allows 100 levels of indentation
         return all(o.name in EXITS or compilable(o, local) for r in op.regions for o in r.ops)
     if op.name == "fused":
         body = op.regions[0].ops
@@ -63,13 +66,14 @@ def compilable(op: Operation, local=frozenset()) -> bool:
 def trips(op: Operation) -> float:
     """How many times a ``for`` runs, as far as the IR knows.
 
-    A constant count is exact; a count that is an enclosing loop's index is below
-    that loop's count; anything else is UNKNOWN_TRIPS.
+    A constant count is exact (a negative one fails before the body runs); a count
+    that is an enclosing loop's index is below that loop's count; anything else is
+    UNKNOWN_TRIPS.
     """
     v = op.operands[0]
     owner = getattr(v, "owner", None)
     if owner is not None and owner.name == "Const":
-        return int(owner.attrs["value"])
+        return max(0, int(owner.attrs["value"]))
     region = getattr(v, "region", None)
     if region is not None and region.parent is not None and region.parent.name == "for" and v.index == 0:
         return trips(region.parent)

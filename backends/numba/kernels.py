@@ -1,20 +1,97 @@
 """The numba backend's kernels: each op as a Python expression numba compiles.
 
-``EXPR["Add"](op, args)`` returns the source of ``op``'s value given its operands'
-source names, or None when this op (with these types) stays on the interpreter.
-Scalars (rank 0) and arrays (rank >= 1) may need different spellings; literals
-carry explicit numpy types so loop-carried values never change type.
+``EXPR["Add"](op, args, site)`` returns the source of ``op``'s value given its operands'
+source names (``site(kind)`` numbers a check that can fail, see ``failures``), or None
+when this op (with these types) stays on the interpreter.
+
+Every expression has exactly its result's dtype and gives the interpreter's (numpy's)
+answer bit for bit where numpy's is exact:
+
+- numba computes a narrow int scalar (int8 ... int32, uint8, uint16) in int64 and a
+  float32 quotient in float64; the result is cast back (``np.int32(a * b)`` wraps as
+  numpy does, and a float32 rounded from the exact float64 quotient is the float32 one).
+- numba marks signed arithmetic "no signed wrap", so LLVM may assume an int64 never
+  overflows; int64 (and signed array) arithmetic runs on same-width unsigned views,
+  which wrap, reinterpreted as signed: ``np.int64(np.uint64(a) * np.uint64(b))``.
+- Max, Min and Relu follow numpy's maximum/minimum: NaN wins, and of two equal operands
+  (0.0 and -0.0) the one numpy returns (``TIE_SECOND``).
+- float to int casts follow numpy on x86-64 (NaN and out-of-range values give the
+  minimum of int32 or int64; narrower ints truncate the int32), not LLVM's poison.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from dslc.ir.ops.infer import dtype_from_code
-from dslc.ir.types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
+from dslc.ir.types import FLOAT_DTYPES, INT_DTYPES, TensorType
 
+# float16 is missing: numba has no float16 arithmetic on the CPU, so it stays interpreted
 NP = {"bool": "np.bool_", "i8": "np.int8", "i16": "np.int16", "i32": "np.int32", "i64": "np.int64",
-      "u8": "np.uint8", "u16": "np.uint16", "f16": "np.float16", "f32": "np.float32", "f64": "np.float64"}
+      "u8": "np.uint8", "u16": "np.uint16", "f32": "np.float32", "f64": "np.float64"}
+UNSIGNED = {"i8": "np.uint8", "i16": "np.uint16", "i32": "np.uint32", "i64": "np.uint64"}
 EXPR: dict = {}
+
+# numpy's maximum/minimum of two equal operands returns the second on x86-64 (the SIMD
+# max/min instructions do); asked once so that the kernels agree with this numpy
+TIE_SECOND = {"Max": bool(np.signbit(np.maximum(np.float32(0.0), np.float32(-0.0)))),
+              "Min": not np.signbit(np.minimum(np.float32(-0.0), np.float32(0.0)))}
+
+HELPERS = {
+    "_idiv": '''
+@njit(cache=True, nogil=True, error_model="numpy")
+def _idiv(a, b, site):
+    # C++ integer division: truncate toward zero; MIN / -1 wraps to MIN (as numpy)
+    if b == 0:
+        raise KernelFail(site, 0)
+    if b == -1:
+        return -a
+    q = a // b
+    if (a % b != 0) and ((a < 0) != (b < 0)):
+        q += 1
+    return q
+''',
+}
+
+
+def _cast_helper(bits: int) -> str:
+    """``_f2i64``/``_f2i32``: numpy's float to int conversion on x86-64 (cvttsd2si and
+    cvttss2si): NaN and values out of range give the minimum; narrower ints truncate the int32."""
+    lo = -(1 << (bits - 1))
+    return f'''
+@njit(cache=True, nogil=True, error_model="numpy")
+def _f2i{bits}(x):
+    # as numpy on x86-64: NaN and values out of range give INT{bits}_MIN (LLVM: poison)
+    if x >= {float(lo)!r} and x < {float(-lo)!r}:
+        return np.int{bits}(x)
+    return np.int{bits}({lo})
+'''
+
+
+HELPERS.update({f"_f2i{bits}": _cast_helper(bits) for bits in (32, 64)})
+
+
+def _pick_helpers() -> dict:
+    """``_max(a, b)`` and the like, for floats: NaN wins, ties as ``TIE_SECOND`` says."""
+    out = {}
+    for name, fn in (("Max", "max"), ("Min", "min")):
+        cmp = (">" if name == "Max" else "<") + ("" if TIE_SECOND[name] else "=")
+        tie = "the second" if TIE_SECOND[name] else "the first"
+        out[f"_{fn}"] = f'''
+@njit(cache=True, nogil=True, error_model="numpy")
+def _{fn}(a, b):
+    # numpy's {fn}imum: NaN wins; of equal operands (0.0 and -0.0), {tie}
+    return a if (a {cmp} b or a != a) else b
+'''
+        out[f"_a{fn}"] = f'''
+@njit(cache=True, nogil=True, error_model="numpy")
+def _a{fn}(a, b):
+    # numpy's {fn}imum of arrays: NaN wins; of equal operands (0.0 and -0.0), {tie}
+    return np.where((a {cmp} b) | (a != a), a, b)
+'''
+    return out
+
+
+HELPERS.update(_pick_helpers())
 
 
 def kernel(*names):
@@ -56,6 +133,11 @@ def literal(value, dtype: str) -> str:
     return f"{NP[dtype]}({int(value)})"
 
 
+def exact(expr: str, dtype: str) -> str:
+    """A scalar expression as exactly ``dtype`` (numba widens narrow ints and float32 quotients)."""
+    return expr if dtype in ("bool", "i64", "f64") else f"{NP[dtype]}({expr})"
+
+
 def _dtype(op):
     t = tensor(op.results[0]) if op.results else None
     return t.dtype if t is not None else None
@@ -65,26 +147,47 @@ def _legacy(op) -> bool:
     return bool(op.attrs.get("broadcast")) and op.attrs.get("axis", -1) not in (-1, None)
 
 
+def arith(sym: str, dt: str, x, y) -> str:
+    """``x sym y`` in ``dt``, wrapping for integers (never signed overflow).
+
+    ``x`` and ``y`` are (source, is_scalar) pairs.
+    """
+    if x[1] and y[1]:
+        if dt == "i64":
+            return f"np.int64(np.uint64({x[0]}) {sym} np.uint64({y[0]}))"
+        return exact(f"({x[0]} {sym} {y[0]})", dt)  # narrow ints are exact in numba's int64
+    if dt not in UNSIGNED:  # floats, and unsigned ints (which wrap)
+        return f"({x[0]} {sym} {y[0]})"
+    u = UNSIGNED[dt]
+    xs, ys = (f"{u}({s})" if is_scalar else f"{s}.view({u})" for s, is_scalar in (x, y))
+    return f"({xs} {sym} {ys}).view({NP[dt]})"
+
+
+def _operands(op, a):
+    return [(s, scalar(v)) for s, v in zip(a, op.operands)]
+
+
 @kernel("Add", "Sub", "Mul")
-def _arith(op, a):
+def _arith(op, a, site):
     if _legacy(op):
         return None
-    sym = {"Add": "+", "Sub": "-", "Mul": "*"}[op.name]
-    return f"({a[0]} {sym} {a[1]})"
+    return arith({"Add": "+", "Sub": "-", "Mul": "*"}[op.name], _dtype(op), *_operands(op, a))
 
 
 @kernel("Div")
-def _div(op, a):
+def _div(op, a, site):
     dt = _dtype(op)
     if _legacy(op) or dt is None:
         return None
     if dt in INT_DTYPES:
-        return f"_idiv({a[0]}, {a[1]})" if all(scalar(v) for v in op.operands) else None
-    return f"({a[0]} / {a[1]})"
+        if not all(scalar(v) for v in op.operands):
+            return None
+        return exact(f"_idiv({a[0]}, {a[1]}, {site('div')})", dt)
+    return exact(f"({a[0]} / {a[1]})", dt) if scalar(op.result) else f"({a[0]} / {a[1]})"
 
 
 @kernel("GE", "GT", "LE", "LT", "EQ", "NE")
-def _compare(op, a):
+def _compare(op, a, site):
     if _legacy(op) or any(tensor(v) is None for v in op.operands):
         return None
     sym = {"GE": ">=", "GT": ">", "LE": "<=", "LT": "<", "EQ": "==", "NE": "!="}[op.name]
@@ -92,7 +195,7 @@ def _compare(op, a):
 
 
 @kernel("And", "Or", "Xor")
-def _logic(op, a):
+def _logic(op, a, site):
     if _legacy(op):
         return None
     if all(scalar(v) for v in op.operands):
@@ -102,79 +205,100 @@ def _logic(op, a):
 
 
 @kernel("Not")
-def _not(op, a):
+def _not(op, a, site):
     return f"(not {a[0]})" if scalar(op.operands[0]) else f"np.logical_not({a[0]})"
 
 
 @kernel("Negative")
-def _neg(op, a):
+def _neg(op, a, site):
+    dt = _dtype(op)
+    if scalar(op.operands[0]):
+        return exact(f"(-{a[0]})", dt)  # numba negates ints without "no signed wrap"
+    if dt in UNSIGNED:
+        return f"(-{a[0]}.view({UNSIGNED[dt]})).view({NP[dt]})"
     return f"(-{a[0]})"
 
 
 @kernel("Abs")
-def _abs(op, a):
-    return f"abs({a[0]})" if scalar(op.operands[0]) else f"np.abs({a[0]})"
+def _abs(op, a, site):
+    return exact(f"abs({a[0]})", _dtype(op)) if scalar(op.operands[0]) else f"np.abs({a[0]})"
 
 
 @kernel("Sqr")
-def _sqr(op, a):
-    return f"({a[0]} * {a[0]})"
+def _sqr(op, a, site):
+    x = (a[0], scalar(op.operands[0]))
+    return arith("*", _dtype(op), x, x)
 
 
 @kernel("Sqrt", "Exp", "Log")
-def _math(op, a):
-    return f"np.{op.name.lower()}({a[0]})"
+def _math(op, a, site):
+    expr = f"np.{op.name.lower()}({a[0]})"
+    return exact(expr, _dtype(op)) if scalar(op.operands[0]) else expr
+
+
+def _pick(name: str, x: str, y: str, float_: bool, arrays: bool) -> str:
+    """numpy's maximum (name "Max") or minimum of x and y (see the ``_max`` helpers)."""
+    if not float_:  # no NaN, and equal ints are the same int
+        fn = "np.maximum" if name == "Max" else "np.minimum"
+        return f"{fn}({x}, {y})" if arrays else f"{name.lower()}({x}, {y})"
+    return f"_{'a' if arrays else ''}{name.lower()}({x}, {y})"
 
 
 @kernel("Relu")
-def _relu(op, a):
-    zero = literal(0, _dtype(op))
-    if scalar(op.operands[0]):
-        return f"({a[0]} if {a[0]} > {zero} else {zero})"
-    return f"np.maximum({a[0]}, {zero})"
+def _relu(op, a, site):
+    dt = _dtype(op)
+    arrays = not scalar(op.operands[0])
+    out = _pick("Max", a[0], literal(0, dt), dt in FLOAT_DTYPES, arrays)
+    return out if arrays else exact(out, dt)
 
 
 @kernel("Scale")
-def _scale(op, a):
-    return f"({a[0]} * {literal(op.attrs['scale'], _dtype(op))})"
+def _scale(op, a, site):
+    dt = _dtype(op)
+    return arith("*", dt, (a[0], scalar(op.operands[0])), (literal(op.attrs["scale"], dt), True))
 
 
-@kernel("Sum")
-def _sum(op, a):
-    return "(" + " + ".join(a) + ")" if len(a) > 1 else None
-
-
-@kernel("Max", "Min")
-def _maxmin(op, a):
+@kernel("Sum", "Max", "Min")
+def _variadic(op, a, site):
+    """Folded left to right, as numpy's reduce; a single operand stays interpreted (a copy)."""
     if len(a) < 2:
         return None
-    if all(scalar(v) for v in op.operands):
-        return f"{op.name.lower()}({', '.join(a)})"
-    f = "np.maximum" if op.name == "Max" else "np.minimum"
-    out = a[0]
-    for x in a[1:]:
-        out = f"{f}({out}, {x})"
-    return out
+    dt = _dtype(op)
+    xs = _operands(op, a)
+    out = xs[0]
+    for x in xs[1:]:
+        arrays = not (out[1] and x[1])
+        if op.name == "Sum":
+            out = (arith("+", dt, out, x), not arrays)
+        else:
+            pick = _pick(op.name, out[0], x[0], dt in FLOAT_DTYPES, arrays)
+            out = (pick if arrays else exact(pick, dt), not arrays)
+    return out[0]
 
 
 @kernel("Cast")
-def _cast(op, a):
+def _cast(op, a, site):
     to = dtype_from_code("Cast", op.attrs["to"])
     src = tensor(op.operands[0])
     if to not in NP or src is None:
         return None
-    if scalar(op.operands[0]):
-        return f"({a[0]} != 0)" if to == "bool" else f"{NP[to]}({a[0]})"
-    return f"{a[0]}.astype({NP[to]})"
+    from_float = src.dtype in FLOAT_DTYPES and to in INT_DTYPES
+    if not scalar(op.operands[0]):
+        return None if from_float else f"{a[0]}.astype({NP[to]})"  # LLVM's vector casts saturate
+    if to == "bool":
+        return f"({a[0]} != 0)"
+    if from_float:
+        return "_f2i64({})".format(a[0]) if to == "i64" else exact(f"_f2i32({a[0]})", to)
+    return f"{NP[to]}({a[0]})"
 
 
 @kernel("Copy")
-def _copy(op, a):
+def _copy(op, a, site):
     return a[0] if scalar(op.operands[0]) else f"{a[0]}.copy()"
 
 
 @kernel("IsEmpty")
-def _is_empty(op, a):
+def _is_empty(op, a, site):
     return "False" if scalar(op.operands[0]) else f"({a[0]}.size == 0)"
 
 
@@ -185,9 +309,7 @@ def supported(op) -> bool:
     f = EXPR.get(op.name)
     if f is None or any(tensor(v) is None for v in list(op.operands) + list(op.results)):
         return False
-    if any(tensor(v).dtype not in NUMERIC_DTYPES | {"bool"} for v in op.operands):
-        return False
-    return f(op, ["x"] * len(op.operands)) is not None
+    return f(op, ["x"] * len(op.operands), lambda kind: 0) is not None
 
 
-__all__ = ["EXPR", "NP", "literal", "scalar", "supported", "tensor", "np"]
+__all__ = ["EXPR", "HELPERS", "NP", "exact", "literal", "scalar", "supported", "tensor", "np"]

@@ -12,9 +12,18 @@ from __future__ import annotations
 
 from dslc.ir.ops.tensor import fill_value
 
-from .kernels import NP, kernel, literal, scalar, tensor
+from .kernels import HELPERS, NP, literal, scalar, tensor
+from .kernels import kernel as _register
 
-HELPERS: dict[str, str] = {}  # op name -> the source of the helper its expression calls
+NN_HELPERS: dict[str, str] = {}  # op name -> the source of the helper its expression calls
+
+
+def kernel(*names):
+    """Register a kernel ``f(op, args)`` (these never number a failure site)."""
+    def register(f):
+        _register(*names)(lambda op, a, site=None: f(op, a))
+        return f
+    return register
 
 
 def elements(op) -> float:
@@ -33,7 +42,16 @@ def elements(op) -> float:
 
 
 def helper(name: str, source: str):
-    HELPERS[name] = "\n\n@njit(cache=True, nogil=True)\n" + source.strip("\n") + "\n"
+    """``source`` defines one function, the helper of op ``name``; the writer adds it to a
+    module whose code calls it (kernels.HELPERS, by function name)."""
+    text = "\n\n@njit(cache=True, nogil=True)\n" + source.strip("\n") + "\n"
+    NN_HELPERS[name] = text
+    fname = text.split("def ", 1)[1].split("(", 1)[0]
+    if "_DT" in fname:  # one per dtype (the loss keeps its type)
+        for dt in ("float32", "float64"):
+            HELPERS[fname.replace("DT", dt)] = text.replace("DT", dt)
+    else:
+        HELPERS[fname] = text
 
 
 def _dt(op, i=0):
@@ -260,13 +278,3 @@ def _momentum(op, a):
         return None
     return (f"_momentum_sgd({a[0]}, {a[1]}, {_one(op.operands[2], a[2])}, {a[3]}, "
             f"{literal(op.attrs['momentum'], dt)}, {literal(1, dt)}, {int(op.attrs['nesterov'])})")
-
-
-def expr_helpers(op) -> list[str]:
-    """The helper sources ``op``'s expression calls."""
-    src = HELPERS.get(op.name)
-    if src is None:
-        return []
-    if op.name == "SoftmaxWithLoss":  # one helper per result dtype: the loss keeps its type
-        src = src.replace("DT", NP[_dt(op)][3:])
-    return [src]

@@ -14,6 +14,7 @@ keep its kind, dtype and shape in their manifest.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -78,6 +79,10 @@ def _bytes_view(buf) -> memoryview:
 
 def encode(name: str, value) -> Encoded:
     """The encoding of blob ``name``'s value; BlobEncodingError if it has none."""
+    if type(value) is np.ndarray and value.size and value.ndim and value.dtype.kind in _PLAIN_KINDS \
+            and value.flags.c_contiguous:
+        # the common case first, in few steps: a checkpoint may hold thousands of small tensors
+        return Encoded("tensor", value.dtype.str, value.shape, memoryview(value).cast("B"))
     codec = _BY_CLASS.get(type(value))
     if codec is not None:
         return Encoded(codec.kind, "", (), _bytes_view(bytes(codec.encode(value))))
@@ -159,6 +164,7 @@ def from_buffer(name: str, kind: str, dtype: str, shape, buf: np.ndarray) -> obj
     return decode(name, kind, dtype, shape, buf)
 
 
+@functools.lru_cache(maxsize=256)  # (a checkpoint names the same few dtypes thousands of times)
 def _plain_dtype(dtype: str) -> np.dtype:
     dt = np.dtype(dtype)
     if dt.kind not in _PLAIN_KINDS or dt.hasobject or dt.fields is not None:

@@ -204,7 +204,11 @@ class FileDB:
             raise DBTypeError(f"the checkpoint {path} has format {doc.get('format')!r}; this dslc reads "
                               f"formats {', '.join(str(f.number) for f in FORMATS.values())}",
                               hint="load it with the dslc that wrote it")
-        return _with_chunk(fmt, doc, path), index, offset
+        try:
+            return replace(fmt, payload=dbio.as_in_manifest(fmt.payload, doc)), index, offset
+        except ValueError as e:
+            raise CorruptDBError(f"the manifest of the checkpoint {path} is not valid: {e}",
+                                 hint=_CORRUPT_HINT) from None
 
     def _format(self, fd: int, path: str, size: int) -> Format:
         head = os.pread(fd, MAGIC_SIZE, 0)
@@ -236,17 +240,6 @@ def _gap(record: int, raw_name: bytes, length: int) -> bytes:
     """The bytes from a blob's record to its payload: header, name, zero padding."""
     head = RECORD.pack(b"BLOB", len(raw_name), length) + raw_name
     return head + bytes(_aligned(record + len(head)) - record - len(head))
-
-
-def _with_chunk(fmt: Format, doc: dict, path: str) -> Format:
-    """``fmt`` with the checksum chunk size its manifest gives (format 2 on)."""
-    if not fmt.payload.chunk:
-        return fmt
-    chunk = doc.get("chunk")
-    if not isinstance(chunk, int) or not 4096 <= chunk <= 1 << 30:
-        raise CorruptDBError(f"the manifest of the checkpoint {path} has no valid checksum chunk size",
-                             hint=_CORRUPT_HINT)
-    return replace(fmt, payload=replace(fmt.payload, chunk=chunk))
 
 
 _CORRUPT_HINT = "the file was changed or cut short after it was saved; load an earlier epoch's checkpoint"

@@ -20,13 +20,14 @@ import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import xxhash
 
 BATCH = 8 << 20  # bytes gathered per writev on save
 PARALLEL_MIN = 1 << 20  # below this, a helper thread costs more than it saves
+_HELPER_PIECE = 256 << 10  # the mean payload size from which a save's hashing goes to the helper
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
 
@@ -53,6 +54,17 @@ class Checksum:
 
     def of(self, view: memoryview) -> int:
         return self.combine([self.hash(c) for c in self.chunks(view)])
+
+
+def as_in_manifest(scheme: Checksum, doc: dict) -> Checksum:
+    """``scheme`` with the chunk size a manifest ``doc`` gives (a chunked scheme's manifest
+    records it); ValueError if it has none that is valid."""
+    if not scheme.chunk:
+        return scheme
+    chunk = doc.get("chunk")
+    if type(chunk) is not int or not 4096 <= chunk <= 1 << 30:
+        raise ValueError(f"its checksum chunk size {chunk!r} is not valid")
+    return scheme if chunk == scheme.chunk else replace(scheme, chunk=chunk)
 
 
 CRC32 = Checksum("crc32", 0, zlib.crc32)  # dslcdb format 1
@@ -245,11 +257,15 @@ class Writer:
             return
         jobs, hash_ = [chunks for _, chunks in self._jobs], self.scheme.hash
         run = lambda: [[hash_(c) for c in chunks] for chunks in jobs]  # noqa: E731
-        fut = _helpers()[0].submit(run) if self._size >= PARALLEL_MIN else _Done(run())
-        self._pending.append(([item for item, _ in self._jobs], fut))
+        # Large pieces are hashed by the helper while this thread writes them. Many small
+        # ones are hashed here, after the write, while the copy left them in the cache:
+        # handing the GIL back and forth at every small piece costs more than the hashing.
+        helper = self._size >= PARALLEL_MIN and len(self._iovs) <= 2 * self._size // _HELPER_PIECE
+        fut = _helpers()[0].submit(run) if helper else None
         write_all(self.fd, self._iovs)
         if EARLY_WRITEBACK:
             _start_writeback(self.fd, self.pos - self._size, self._size)
+        self._pending.append(([item for item, _ in self._jobs], fut or _Done(run())))
         self._iovs, self._jobs, self._size = [], [], 0
 
     def finish(self) -> None:

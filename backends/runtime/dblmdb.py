@@ -1,12 +1,13 @@
 """``lmdb``: a checkpoint as an LMDB environment (a directory holding data.mdb and lock.mdb).
 
 Each Save is one write transaction: it empties the database, puts every blob under
-``blob/<name>`` and the manifest (names, kinds, dtypes, shapes, lengths, CRC-32s)
+``blob/<name>`` and the manifest (names, kinds, dtypes, shapes, lengths, checksums)
 under ``manifest``, and commits. LMDB makes the commit atomic and durable, so a
 writer that dies mid-save leaves the previous checkpoint, or, for a new one, an
 environment without a manifest, which Load reports as incomplete.
 
-LMDB checksums none of its pages; the per-blob CRC-32 catches changed payloads,
+LMDB checksums none of its pages; the per-blob checksum catches changed payloads
+(format 2: XXH3-64 in chunks, as dslcdb's format 2; format 1, still read: CRC-32),
 and the file size is checked against LMDB's last page before anything is read
 through its memory map (reading past the end of a cut-short file would crash).
 """
@@ -25,7 +26,9 @@ from .blobdb import CorruptDBError, DBError, DBTypeError, IncompleteDBError, Mis
 
 MANIFEST = b"manifest"
 PREFIX = b"blob/"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# the payload checksum of each format (the manifest says which)
+_CHECKSUMS = {1: dbio.CRC32, 2: dbio.XXH3}
 _HINT = "the checkpoint was changed or cut short after it was saved; load an earlier epoch's checkpoint"
 
 # LMDB forbids opening one environment twice in a process; ops of concurrent tasks take turns.
@@ -57,15 +60,16 @@ class LmdbDB:
                 env.close()
 
     def _commit(self, env, entries) -> None:
-        index, crcs = [], []
+        index, digests, scheme = [], [], _CHECKSUMS[FORMAT_VERSION]
         with env.begin(write=True) as txn:
             txn.drop(env.open_db(), delete=False)
             for name, enc in entries:
                 self._put(txn, name, enc, index)
-                crcs.append(dbio.digest_async(dbio.CRC32, enc.data))
-            for item, crc in zip(index, crcs):
-                item["crc32"] = crc.result()
-            txn.put(MANIFEST, json.dumps({"format": FORMAT_VERSION, "blobs": index}).encode("utf-8"))
+                digests.append(dbio.digest_async(scheme, enc.data))
+            for item, digest in zip(index, digests):
+                item[scheme.field] = digest.result()
+            txn.put(MANIFEST, json.dumps({"format": FORMAT_VERSION, "chunk": scheme.chunk,
+                                          "blobs": index}).encode("utf-8"))
 
     def _put(self, txn, name: str, enc, index: list) -> None:
         txn.put(PREFIX + name.encode("utf-8"), enc.data)
@@ -115,6 +119,18 @@ class LmdbDB:
         if os.path.getsize(data) == 0:
             raise CorruptDBError(f"the lmdb checkpoint {path} is empty (its data.mdb has 0 bytes)", hint=_HINT)
 
+    def _checksum(self, doc: dict, path: str) -> dbio.Checksum:
+        """The payload checksum of the manifest ``doc``'s format."""
+        scheme = _CHECKSUMS.get(doc.get("format"))
+        if scheme is None:
+            raise DBTypeError(f"the lmdb checkpoint {path} has format {doc.get('format')!r}; this dslc reads "
+                              f"formats {', '.join(map(str, _CHECKSUMS))}", hint="load it with the dslc that wrote it")
+        try:
+            return dbio.as_in_manifest(scheme, doc)
+        except ValueError as e:
+            raise CorruptDBError(f"the manifest of the lmdb checkpoint {path} is not valid: {e}",
+                                 hint=_HINT) from None
+
     def _check_size(self, env, path: str) -> None:
         need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
         have = os.path.getsize(os.path.join(path, "data.mdb"))
@@ -141,7 +157,8 @@ class LmdbDB:
                 raise MissingBlobError(f"the checkpoint {path} has no blob {n!r}",
                                        hint=f"pass allow_incomplete=True to skip blobs it lacks; it holds "
                                             f"{len(by_name)} blobs: {shown}")
-        bufs, crcs = [], []
+        scheme = self._checksum(doc, path)
+        bufs, digests = [], []
         for n in wanted:
             mv = txn.get(PREFIX + n.encode("utf-8"))
             if mv is None or len(mv) != int(by_name[n]["length"]):
@@ -150,9 +167,9 @@ class LmdbDB:
             buf = np.empty(len(mv), dtype=np.uint8)
             buf[:] = np.frombuffer(mv, dtype=np.uint8)  # the view dies with the transaction
             bufs.append(buf)
-            crcs.append(dbio.digest_async(dbio.CRC32, memoryview(buf)))
-        for n, crc in zip(wanted, crcs):
-            if crc.result() != int(by_name[n]["crc32"]):
+            digests.append(dbio.digest_async(scheme, memoryview(buf)))
+        for n, digest in zip(wanted, digests):
+            if digest.result() != int(by_name[n][scheme.field]):
                 raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is damaged: its checksum "
                                      "does not match", hint=_HINT)
         out = {}

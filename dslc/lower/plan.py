@@ -15,6 +15,7 @@ from dslc.ir.types import ANY, join_into
 from dslc.task import Task, TaskGroup, get_setup_nets
 
 from .blocks import Block
+from .nodes import warn_cross_node_writes
 from .records import read_counts
 from .steps import lower_seq, lower_step, lower_step_parts
 
@@ -94,6 +95,7 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
     module.body.ops[0].attrs["existing"] = _existing_used(module, existing)
     # lowering only makes ops (setting no more than the group's declared `existing` after)
     verify(module, built=True)
+    warn_cross_node_writes(module)
     return module
 
 

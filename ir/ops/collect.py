@@ -73,6 +73,11 @@ declare("CollectTensor", (2, None), _collect, results=(1, None), attrs={"num_to_
             "does: each of the records seen so far is kept with chance num_to_collect / seen")
 
 
+def _always(op) -> bool:
+    """always: the data are checked when it runs (row shapes, a consistent dataset, next)"""
+    return True
+
+
 def _last_n(types, attrs, n):
     _positive("LastNWindowCollector", attrs, "num_to_collect")
     if len(types) < 3:
@@ -90,7 +95,7 @@ def _last_n(types, attrs, n):
 
 
 declare("LastNWindowCollector", (3, 5), _last_n, results=(2, 3), attrs={"num_to_collect": -1},
-        traits={PURE},
+        traits={PURE}, may_fail=_always,
         doc="append the data's rows to the window (operand 0) as a ring buffer of num_to_collect "
             "rows, next (operand 1) its next slot; a third result counts the rows seen")
 
@@ -105,6 +110,6 @@ def _trim(types, attrs, n):
 
 
 declare("TrimDataset", (1, None), _trim, results=(1, None), attrs={"fields": [], "multiple_of": 1},
-        traits={PURE},
+        traits={PURE}, may_fail=_always,
         doc="the dataset (operands, named by fields) cut to its first rows, as many as the largest "
             "multiple of multiple_of")

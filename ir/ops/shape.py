@@ -30,6 +30,12 @@ def given_axis(op: str, attrs, rank: int | None):
     return axis % rank
 
 
+def _unknown_dims(op) -> bool:
+    """when an operand's shape is not fully known, so the dims may not line up at run time"""
+    return any(not isinstance(v.type, TensorType) or v.type.shape is None or None in v.type.shape
+               for v in op.operands)
+
+
 def _concat(types, attrs, n):
     ts = tensors("Concat", types)
     dtype = common_dtype("Concat", ts)
@@ -66,7 +72,7 @@ def _joined(ts, axis: int, add: bool) -> tuple:
     return tuple(out)
 
 
-declare("Concat", (1, None), _concat, results=(1, 2), traits={PURE},
+declare("Concat", (1, None), _concat, results=(1, 2), traits={PURE}, may_fail=_unknown_dims,
         attrs={"axis": None, "order": "NCHW", "add_axis": 0},
         doc="the operands joined along axis (add_axis: stacked along a new axis), and the int32 "
             "sizes each contributed along it")
@@ -118,7 +124,7 @@ def _part(shape, axis: int, size, add: bool) -> tuple:
     return shape[:axis] + (size,) + shape[axis + 1:]
 
 
-declare("Split", (1, 2), _split, results=(1, None), traits={PURE},
+declare("Split", (1, 2), _split, results=(1, None), traits={PURE}, may_fail=_unknown_dims,
         attrs={"axis": None, "order": "NCHW", "split": [], "add_axis": 0},
         doc="the operand cut along axis into parts of the sizes in split (or operand 1), equal "
             "parts if neither; add_axis drops the axis from each part")

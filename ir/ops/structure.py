@@ -66,9 +66,10 @@ declare("break_if", (1, None), _break_if, results=(0, 0), traits={CONTROL},
             "loop's results")
 
 declare("module", 0, lambda t, a, n: [], results=(0, 0), regions=("body",), traits={PLAN},
-        attrs={"source": "", "outputs": []},
+        attrs={"source": "", "outputs": [], "until": []},
         doc="a compiled runnable; `outputs` names what it fetches: [name, @blob, ...] lists (a "
-            "job file's output names, which `dslc run` of the IR text prints)")
+            "job file's output names, which `dslc run` of the IR text prints); `until`: a Job's "
+            "epoch group, which runs again until one of these blobs holds true")
 declare("group", 0, lambda t, a, n: [], results=(0, 0), regions=("init", "body", "exit"),
         traits={PLAN}, attrs={"node": "local", "existing": []},
         doc="node init, then the tasks in the body run concurrently, then node exit; `existing` "
