@@ -17,6 +17,7 @@ Usage: python bench/distributed.py [--iters N] [--epochs E] [--batches K] [--rep
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 
@@ -184,6 +185,7 @@ def main(argv=None) -> int:
     finally:
         cluster.stop()
         cluster.remove_temp_dir()
+        shutil.rmtree(home, ignore_errors=True)
     return 0
 
 
