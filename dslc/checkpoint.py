@@ -52,6 +52,7 @@ class Job(Managed):
         self.exit_group = exit_group or TaskGroup()
         self.stop_conditions = list(stop_conditions or stop_signals or [])
         self._nodes_to_checkpoint = nodes_to_checkpoint
+        self.loc = user_location()  # where a job without stop conditions is reported
 
     @property
     def stop_signals(self) -> list:
@@ -492,7 +493,7 @@ class JobRunner:
     def _run(self, session, timed: bool) -> int:
         job, cm = self.job, self.checkpoint_manager
         if not job.stop_conditions:
-            raise TraceError("this Job has no stop condition, so its epochs would never end", user_location(),
+            raise TraceError("this Job has no stop condition, so its epochs would never end", job.loc,
                              "add one with job.add_stop_condition(blob) or epoch_limiter(job, n)")
         if cm is not None:
             cm.timed = timed

@@ -55,7 +55,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     ir = _command(sub, "ir", "print the typed IR of a job file",
                   "Trace JOB.py and print its IR, one module per runnable.",
                   ["dslc ir examples/loops.py --no-locs", "dslc ir examples/loops.py -O -o job.dslir"])
-    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
+    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job()), or an IR file (.dslir)")
     ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
     ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
     ir.add_argument("--json", action="store_true", help="print {\"modules\": [IR text, ...]}")
@@ -98,7 +98,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                       help="the backend to compile for (default: interp)")
     comp.add_argument("-o", "--output", metavar="DIR", help="write job.dslir and the backend's artifacts to DIR")
     comp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    _pass_options(comp, default=None)
+    _pass_options(comp, default="default")
     _common(comp)
 
     graph = _command(sub, "graph", "draw the job's structure or one task's or net's dataflow",
@@ -115,6 +115,16 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     graph.add_argument("--passes", metavar="A,B,...", help="draw the job after these passes instead")
     graph.add_argument("--json", action="store_true", help="print {\"written\": FILE, \"format\": ...}")
     _common(graph, quiet=True)
+
+    ops = _command(sub, "ops", "print the operator reference (all ops of the IR)",
+                   "Print the operator reference generated from the op table: every op's operands, "
+                   "results, attributes, traits, effects and meaning (the same text as docs/ir.md). "
+                   "With names, print only those ops.",
+                   ["dslc ops Div Cast", "dslc ops -o ops.md"])
+    ops.add_argument("names", metavar="OP", nargs="*", help="only these ops (default: all)")
+    ops.add_argument("-o", "--output", metavar="FILE", help="write the reference to FILE instead of stdout")
+    ops.add_argument("--json", action="store_true", help="print {\"reference\": markdown text}")
+    _common(ops)
     return p
 
 
