@@ -56,7 +56,7 @@ with paused():
     PassManager(DEFAULT_PIPELINE).run(m)
     t = time.perf_counter(); p = NumbaBackend().compile(m); dt = time.perf_counter() - t
 s = p.summary()
-print(n, dt, s["regions compiled"], s["ops compiled"])
+print(n, dt, len(s["regions compiled"]), s["ops compiled"])
 """
 
 

@@ -23,7 +23,7 @@ import re
 
 from dslc import core, progress
 from dslc.context import Managed
-from dslc.ir.diagnostics import DSLError, TraceError
+from dslc.ir.diagnostics import DSLError, NodeLostError, TraceError
 from dslc.net_builder import ops
 from dslc.task import Node, Task, TaskGroup, TaskOutput, WorkspaceType, final_output
 from dslc.tracing import user_location
@@ -52,6 +52,7 @@ class Job(Managed):
         self.exit_group = exit_group or TaskGroup()
         self.stop_conditions = list(stop_conditions or stop_signals or [])
         self._nodes_to_checkpoint = nodes_to_checkpoint
+        self.loc = user_location()  # where a job without stop conditions is reported
 
     @property
     def stop_signals(self) -> list:
@@ -472,12 +473,16 @@ class JobRunner:
     and ``runner(session)`` (old API) return the number of the last epoch run.
     """
 
+    MAX_NODE_RESTARTS = 3  # lost nodes a run survives before it gives up
+
     def __init__(self, job: Job, checkpoint_manager=None, resume_from_epoch=None,
                  upload_task_group_builder=None):
         self.job = job
         self.checkpoint_manager = checkpoint_manager
         self.resume_from_epoch = resume_from_epoch
         self.upload_task_group_builder = upload_task_group_builder
+        self.recoveries: list = []  # (lost node, epoch it was in, epoch restored from)
+        self._last_complete = None  # the last epoch whose checkpoint every node saved
 
     def train(self, session) -> int:
         return self._run(session, timed=True)
@@ -488,7 +493,7 @@ class JobRunner:
     def _run(self, session, timed: bool) -> int:
         job, cm = self.job, self.checkpoint_manager
         if not job.stop_conditions:
-            raise TraceError("this Job has no stop condition, so its epochs would never end", user_location(),
+            raise TraceError("this Job has no stop condition, so its epochs would never end", job.loc,
                              "add one with job.add_stop_condition(blob) or epoch_limiter(job, n)")
         if cm is not None:
             cm.timed = timed
@@ -497,6 +502,7 @@ class JobRunner:
             self._save_failed = False
             self.resume_from_epoch = cm.get_resume_from_epoch_id(self.resume_from_epoch)
         from_scratch = self.resume_from_epoch is None
+        self._last_complete = None if from_scratch else self.resume_from_epoch
         if from_scratch:
             session.run(job.init_group)
         if cm is not None:
@@ -511,11 +517,15 @@ class JobRunner:
         epoch = 1 if from_scratch else self.resume_from_epoch + 1
         epochs = progress.counter("epochs")  # a line on a terminal, when the CLI shows progress
         while True:
-            session.run(job.epoch_group)
-            epochs.tick()
-            stop = [o.fetch() for o in job.stop_conditions]  # read before the save, as Caffe2 does
-            if cm is not None:
-                self.save_checkpoints(epoch, session)
+            try:
+                session.run(job.epoch_group)
+                epochs.tick()
+                stop = [o.fetch() for o in job.stop_conditions]  # read before the save, as Caffe2 does
+                if cm is not None:
+                    self.save_checkpoints(epoch, session)
+            except NodeLostError as lost:
+                epoch = self._recover(session, lost, epoch)
+                continue
             if any(bool(s) for s in stop):
                 break
             epoch += 1
@@ -535,9 +545,12 @@ class JobRunner:
                 logger.warning("checkpoints are not accessible: epoch %s is not saved", epoch)
                 return
             session.run(cm.save(epoch))
+            self._last_complete = epoch
             cm.write_checkpoint_metadata(epoch)
             if cm.timed:
                 cm.report_checkpoint_stats("checkpoint_save")
+        except NodeLostError:
+            raise  # not a failing save: the job lost a node (see _recover)
         except Exception as e:  # Caffe2's contract: a failing save never stops the job
             self._report_failed_save(epoch, e)
 
@@ -553,6 +566,23 @@ class JobRunner:
         logger.warning("%swarning: the checkpoint of epoch %s was not saved, and the job goes on "
                        "without checkpoints: %s (later failed saves of this run are not reported)",
                        f"{where}: " if where else "", epoch, why)
+
+    def _recover(self, session, lost: NodeLostError, epoch: int) -> int:
+        """A node's process died in ``epoch`` (a cluster session): start a new one for it,
+        load every node from the last checkpoint all nodes completed, and return the
+        epoch to run next. Without such a checkpoint, or a session that can restart
+        nodes, the loss is the job's end."""
+        restart = getattr(session, "restart_node", None)
+        if self.checkpoint_manager is None or restart is None or self._last_complete is None \
+                or len(self.recoveries) >= self.MAX_NODE_RESTARTS:
+            raise lost
+        back_to = self._last_complete
+        logger.warning("node %r was lost in epoch %s; restarting it and loading every node from the "
+                       "checkpoint of epoch %s", lost.node, epoch, back_to)
+        self.recoveries.append((lost.node, epoch, back_to))
+        restart(lost.node)
+        session.run(self.checkpoint_manager.load(back_to))
+        return back_to + 1
 
     def load_blobs_from_checkpoints(self, blob_names, epoch, session) -> bool:
         """Load just ``blob_names`` from every node's checkpoint of ``epoch``; False if one is missing."""

@@ -22,7 +22,7 @@ import traceback
 import dslc
 from dslc import progress
 from dslc.cli_parser import build_parser
-from dslc.ir.diagnostics import DSLError
+from dslc.ir.diagnostics import DSLError, Location
 
 from . import cli_output as out
 
@@ -37,12 +37,14 @@ def cmd_run(args) -> int:
         else contextlib.nullcontext()
     with shown:
         if args.job.endswith(".dslir"):
+            if args.cluster:
+                raise DSLError("--cluster runs job files, not IR files", hint=f"run the job file of {args.job}")
             modules = _read_modules(args.job, locate=True)
             with LocalSession(backend=args.backend, source=args.job, **options) as session:
                 values = session.run_modules(modules)
         else:
             job = jobfile.load(args.job)
-            with LocalSession(backend=args.backend, source=args.job, **options) as session:
+            with _run_session(args, options) as session:
                 for r in job.runnables:
                     session.run(r)
                 values = {name: o.fetch() for name, o in job.outputs.items()}
@@ -53,6 +55,19 @@ def cmd_run(args) -> int:
         for name, v in values.items():
             print(f"{name} = {out.text(v)}")
     return 0
+
+
+def _run_session(args, options: dict):
+    """The session ``dslc run`` runs a job file in: local, or with ``--cluster`` on Ray
+    (``ray``: a local cluster started for this run and stopped after it, also on failure
+    or Ctrl-C; ``auto`` or ``ray://HOST:PORT``: a running cluster)."""
+    from dslc.session import LocalSession
+
+    if not args.cluster:
+        return LocalSession(backend=args.backend, source=args.job, **options)
+    from dslc.distributed import RaySession
+    address = "local" if args.cluster == "ray" else args.cluster
+    return RaySession(address=address, backend=args.backend, source=args.job, passes=options["passes"])
 
 
 def cmd_ir(args) -> int:
@@ -104,8 +119,6 @@ def cmd_compile(args) -> int:
     """``dslc compile``: trace, optimize and compile for a backend; summarize; ``-o DIR`` writes
     the optimized IR (``job.dslir``) and whatever the backend's program writes."""
     options = _session_options(args, sys.stderr)
-    if options["passes"] == "none" and args.passes is None:
-        options["passes"] = "default"
     session, compiled = _compile(args, args.backend, options, locate=True)
     _report_times(session, args)
     written: list[str] = []
@@ -122,8 +135,8 @@ def cmd_compile(args) -> int:
     for i, r in enumerate(reports, 1):
         where = f" (runnable {i} of {len(reports)})" if len(reports) > 1 else ""
         print(out.summary_line(args.job, args.backend, r, len(session.passes)) + where)
-        for k, v in r["summary"].items():
-            print(f"  {k}: {v}")
+        for line in out.summary_lines(r["summary"]):
+            print(line)
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -267,9 +280,31 @@ def _session_options(args, stream) -> dict:
     passes = args.passes
     if passes is None:
         passes = "default" if (args.print_ir_after_all or args.print_ir_after) else "none"
+    _check_pass_options(args, passes)
     print_after = "all" if args.print_ir_after_all else set(args.print_ir_after) or None
     return {"passes": passes, "print_after": print_after, "ir_out": stream,
             "verify_each": True if args.verify_each else None}
+
+
+def _check_pass_options(args, passes) -> None:
+    """Refuse pass names that are unknown, or that ``--print-ir-after`` asks for but the
+    pipeline does not run (it would print nothing), before any tracing."""
+    from dslc.session import pipeline
+
+    where = Location(f"dslc {args.command}", 0)
+    try:
+        running = pipeline(passes)
+    except DSLError as e:
+        raise DSLError(f"--passes: {e.message}", where, e.hint) from None
+    for name in args.print_ir_after:
+        try:
+            pipeline([name])
+        except DSLError as e:
+            raise DSLError(f"--print-ir-after: {e.message}", where, e.hint) from None
+        if name not in running:
+            raise DSLError(f"--print-ir-after {name}: the passes run here ({', '.join(running) or 'none'}) "
+                           f"do not include {name}, so nothing would be printed",
+                           where, f"add {name} to --passes, or print after one of those")
 
 
 def _report_times(session, args) -> None:
@@ -326,8 +361,20 @@ def _ir_text(path: str) -> str:
     return text
 
 
+def cmd_ops(args) -> int:
+    """``dslc ops``: the operator reference (docs/ir.md, which an installed dslc lacks), or
+    the rows of the named ops."""
+    from dslc import opdocs
+
+    text = opdocs.render_ops(args.names) if args.names else opdocs.render()
+    if args.json:
+        return _json_or_file(args, {"reference": text})
+    out.write(args.output, text)
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,
-            "compile": cmd_compile, "graph": cmd_graph}
+            "compile": cmd_compile, "graph": cmd_graph, "ops": cmd_ops}
 
 
 def main(argv=None) -> int:

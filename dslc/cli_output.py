@@ -110,6 +110,22 @@ def describe_program(module, program) -> dict:
             "listing": listing() if listing else None}
 
 
+def summary_lines(summary: dict) -> list[str]:
+    """A backend's summary as indented lines: a list or dict value one item per line
+    (a dict's as ``count  what``), never Python's repr of it."""
+    lines = []
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            lines.append(f"  {k}: {'none' if not v else ''}".rstrip())
+            lines += [f"    {n:>5}  {what}" for what, n in v.items()]
+        elif isinstance(v, (list, tuple)):
+            lines.append(f"  {k}: {len(v) if v else 'none'}")
+            lines += [f"    {item}" for item in v]
+        else:
+            lines.append(f"  {k}: {v}")
+    return lines
+
+
 def summary_line(job: str, backend: str, report: dict, passes: int) -> str:
     tasks = report["tasks"]
     return (f"compiled {job} for {backend}: {tasks} task{'s' if tasks != 1 else ''}, "

@@ -45,13 +45,17 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     run.add_argument("--backend", default="interp", choices=names,
                      help="where to run it (default: interp)")
     run.add_argument("--json", action="store_true", help="print the outputs as one JSON object")
+    run.add_argument("--cluster", metavar="ray|auto|ray://HOST:PORT",
+                     help="run each Node of the job in its own process of a Ray cluster: 'ray' starts a "
+                          "local one for this run, 'auto' or an address joins a running one "
+                          "(needs pip install 'dslc[ray]'; docs/distributed.md)")
     _pass_options(run, default="default")
     _common(run, quiet=True)
 
     ir = _command(sub, "ir", "print the typed IR of a job file",
                   "Trace JOB.py and print its IR, one module per runnable.",
                   ["dslc ir examples/loops.py --no-locs", "dslc ir examples/loops.py -O -o job.dslir"])
-    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job())")
+    ir.add_argument("job", metavar="JOB.py", help="the job file (defines build_job()), or an IR file (.dslir)")
     ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
     ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
     ir.add_argument("--json", action="store_true", help="print {\"modules\": [IR text, ...]}")
@@ -94,7 +98,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                       help="the backend to compile for (default: interp)")
     comp.add_argument("-o", "--output", metavar="DIR", help="write job.dslir and the backend's artifacts to DIR")
     comp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    _pass_options(comp, default=None)
+    _pass_options(comp, default="default")
     _common(comp)
 
     graph = _command(sub, "graph", "draw the job's structure or one task's or net's dataflow",
@@ -111,6 +115,16 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     graph.add_argument("--passes", metavar="A,B,...", help="draw the job after these passes instead")
     graph.add_argument("--json", action="store_true", help="print {\"written\": FILE, \"format\": ...}")
     _common(graph, quiet=True)
+
+    ops = _command(sub, "ops", "print the operator reference (all ops of the IR)",
+                   "Print the operator reference generated from the op table: every op's operands, "
+                   "results, attributes, traits, effects and meaning (the same text as docs/ir.md). "
+                   "With names, print only those ops.",
+                   ["dslc ops Div Cast", "dslc ops -o ops.md"])
+    ops.add_argument("names", metavar="OP", nargs="*", help="only these ops (default: all)")
+    ops.add_argument("-o", "--output", metavar="FILE", help="write the reference to FILE instead of stdout")
+    ops.add_argument("--json", action="store_true", help="print {\"reference\": markdown text}")
+    _common(ops)
     return p
 
 

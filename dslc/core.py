@@ -507,12 +507,12 @@ class Net:
         if op_type.startswith("_"):
             raise AttributeError(op_type)
         if not is_operator(op_type):
-            known = [d.name for d in OPS if d.name not in _IR_ONLY] + list(ALIASES)
+            known = sum(1 for _ in OPS)  # the count docs/ir.md and `dslc ops` show
             close = [n for n in OPS.suggest(op_type, ALIASES) if n not in _IR_ONLY]
             raise UnknownOperatorError(
                 f"unknown operator {op_type!r}", user_location(),
                 f"did you mean {' or '.join(repr(c) for c in close)}?" if close
-                else f"see docs/ir.md for the {len(known)} declared operators")
+                else f"`dslc ops` lists all {known} operators (those a net records and IR-only ones)")
         recorder = _OpRecorder(op_type)
         setattr(Net, op_type, recorder)
         return recorder.__get__(self)

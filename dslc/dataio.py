@@ -269,6 +269,10 @@ class ReaderWithLimit(ReaderWithLimitBase):
 
     def __init__(self, reader, num_iter=1):
         super().__init__(reader)
+        if num_iter is not None and (isinstance(num_iter, bool) or not isinstance(num_iter, (int, np.integer))
+                                     or num_iter < 0):
+            raise TraceError(f"a reader limit (num_iter) must be an int >= 0 or None, got {num_iter!r}",
+                             user_location(), "give the number of records to read, or None for no limit")
         self.counter = None
         self.num_iter = num_iter
         if num_iter is not None:

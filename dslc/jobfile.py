@@ -20,7 +20,7 @@ import traceback
 import types
 from dataclasses import dataclass, field
 
-from dslc import names, tracing
+from dslc import names, pipeline, tracing
 from dslc.checkpoint import Job
 from dslc.core import ExecutionStep, Net, Plan
 from dslc.ir.gcpause import paused
@@ -71,8 +71,10 @@ def load(path: str) -> LoadedJob:
         _user_call(path, exec, code, module.__dict__)
         build = _entry(path, module)
         group = TaskGroup()
+        mark = pipeline.zero_thread_pipes_mark()
         with Cluster(), group, paused():  # tracing builds a big graph: see ir/gcpause.py
             result = _user_call(path, build)
+        pipeline.check_zero_thread_pipes(mark)
     finally:
         if job_dir in sys.path:  # the job may have edited sys.path itself
             sys.path.remove(job_dir)

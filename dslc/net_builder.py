@@ -202,6 +202,9 @@ class _RunOnce(NetBuilder):
             self.current_net()._reserve("ConstantFill", 0)  # Caffe2's closing ops.stop()
 
 
+_I64_MAX = 2 ** 63 - 1
+
+
 class _Loop(NetBuilder):
     """``ops.loop(n)``: n times (an int, or an int blob read at every iteration), or until stopped."""
 
@@ -215,6 +218,9 @@ class _Loop(NetBuilder):
         if isinstance(iters, int) and iters < 0:
             raise TraceError(f"ops.loop count must be >= 0, got {iters}", loc,
                              "a loop cannot run a negative number of times")
+        if isinstance(iters, int) and iters > _I64_MAX:
+            raise TraceError(f"ops.loop count {iters} does not fit in an int64 (at most {_I64_MAX})", loc,
+                             "loop counts are int64; use a smaller count, or no count and ops.stop_if")
         parent = _parent or NetBuilder.current()
         super().__init__(name, _stop_blob_required=iters is None, _loc=loc, _parent=parent)
         self._count = iters

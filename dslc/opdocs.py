@@ -50,6 +50,23 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_ops(names) -> str:
+    """The reference's rows of the ops ``names`` (under the table header); an unknown name
+    is a DSLError suggesting close ones."""
+    from dslc.ir.diagnostics import DSLError
+
+    rows = []
+    for name in names:
+        d = OPS.get(name)
+        if d is None:
+            close = OPS.suggest(name)
+            raise DSLError(f"no operator {name!r} in the op table",
+                           hint=f"did you mean {' or '.join(close)}?" if close
+                           else f"`dslc ops` lists all {sum(1 for _ in OPS)} operators")
+        rows.append(_row(d))
+    return "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER), *rows]) + "\n"
+
+
 def _by_module() -> dict[str, list[OpDef]]:
     groups: dict[str, list[OpDef]] = {m: [] for m in MODULE_ORDER}
     for d in OPS:

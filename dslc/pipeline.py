@@ -135,6 +135,8 @@ def pipe_and_output(input, output=None, num_threads=1, processor=None, name=None
 def _pipe_step(input, output=None, num_threads=1, processor=None, name=None, capacity=None, group=None,
                num_runtime_threads=None, final_outputs=None):
     runtime = 1 if num_runtime_threads is None else num_runtime_threads
+    _check_threads("num_threads", num_threads)
+    _check_threads("num_runtime_threads", runtime)
     if num_threads > 1 and runtime > 1:
         raise PipelineError("pipe takes num_threads or num_runtime_threads, not both above 1",
                             user_location(), "use num_runtime_threads (num_threads is the older form)")
@@ -151,6 +153,10 @@ def _pipe_step(input, output=None, num_threads=1, processor=None, name=None, cap
         if output is not None:
             raise PipelineError("a pipe without threads has no output: it returns its reader",
                                 user_location(), "drop output=, or give it threads")
+        if isinstance(reader, ProcessingReader):
+            reader.unread = _ZeroThreadPipe(user_location(), "num_threads" if num_threads == 0
+                                            else "num_runtime_threads")
+            _ZERO_THREAD_PIPES.append(reader.unread)
         return reader, None
     if name is None and processor is not None:
         name = processor_name(processor)
@@ -238,6 +244,43 @@ def _static_threads_task(name, group, final_outputs, reader, num_threads, output
     return queue, task
 
 
+def _check_threads(what: str, n) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise PipelineError(f"pipe's {what} must be an int >= 0, got {n!r}", user_location(),
+                            f"{what}=1 (the default) runs one thread; 0 makes no task and returns "
+                            "the (processing) reader")
+
+
+class _ZeroThreadPipe:
+    """A ``pipe(..., num_runtime_threads=0)`` with a processor: it made no task, only a
+    reader; whether anything read that reader (else the pipe does nothing at all)."""
+
+    def __init__(self, loc, what: str):
+        self.loc, self.what, self.read = loc, what, False
+
+
+# the zero-thread pipes made since dslc started, so a job file's can be checked once it is built
+_ZERO_THREAD_PIPES: list[_ZeroThreadPipe] = []
+
+
+def zero_thread_pipes_mark() -> int:
+    """A mark for ``check_zero_thread_pipes``: the pipes made after it are checked."""
+    return len(_ZERO_THREAD_PIPES)
+
+
+def check_zero_thread_pipes(mark: int) -> None:
+    """Refuse the first zero-thread pipe made since ``mark`` whose reader nothing read: it
+    would silently do nothing (Caffe2 returns the reader and runs nothing)."""
+    made = _ZERO_THREAD_PIPES[mark:]
+    del _ZERO_THREAD_PIPES[mark:]
+    for p in made:
+        if not p.read:
+            raise PipelineError(f"this pipe has {p.what}=0, so it makes no task and only returns a "
+                                "reader, but nothing in the job reads that reader: the pipe does nothing",
+                                p.loc, f"give it {p.what}=1 or more to run it as a task, or read the "
+                                "reader it returns (e.g. pipe it into a writer)")
+
+
 class ProcessingReader(Reader):
     """Reads from ``reader``, then runs the processor on the record; reads what it returns."""
 
@@ -245,11 +288,14 @@ class ProcessingReader(Reader):
         super().__init__()
         self.reader = reader
         self.processor = make_processor(processor)
+        self.unread = None  # a zero-thread pipe's record, until something reads this
 
     def setup_ex(self, init_net, finish_net):
         self.reader.setup_ex(init_net, finish_net)
 
     def read_ex(self, init_net, exit_net):
+        if self.unread is not None:
+            self.unread.read = True
         read_nets, status, rec = self.reader.read_record_ex(init_net, exit_net)
         with NetBuilder():
             result = normalize_processor_output(self.processor(rec))

@@ -206,8 +206,9 @@ class LocalSession(Session):
     def _fetch(self, name):
         cell = self._ws.lookup(str(name))
         if cell is None or cell.v is None:
-            raise DSLError(f"output {str(name)!r} was never written", user_location(),
-                           "check that its task writes it")
+            # located by the caller: TaskOutput.fetch names the line that made the output
+            raise DSLError(f"output {str(name)!r} was never written: the run stored no value to it",
+                           None, "check that an op of its task writes that blob (and the blob's name)")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from dslc import core
 from dslc.context import DefaultManaged, Managed
 from dslc.core import BlobReference, ExecutionStep, Net
-from dslc.ir.diagnostics import TraceError
+from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, TraceError
 from dslc.net_builder import NetBuilder
 from dslc.tracing import user_location
 
@@ -224,6 +224,12 @@ class TaskOutput:
             names = names.field_blobs()
         self._is_scalar = not isinstance(names, (list, tuple))
         self.names = [names] if self._is_scalar else list(names)
+        self.loc = user_location()  # where a failed fetch is reported (final_output's line)
+        for n in self.names:
+            if not isinstance(n, (str, BlobReference)):
+                raise TraceError(f"a task output is a blob (a BlobReference or a blob name), a list of them "
+                                 f"or a record, got {type(n).__name__} {n!r}", self.loc,
+                                 "to output a value, write it to a blob first, e.g. final_output(ops.Const(5))")
         self._values = None
         self._fetch_func = None
 
@@ -248,7 +254,12 @@ class TaskOutput:
         if self._fetch_func is None:
             raise TraceError("this output cannot be fetched yet", user_location(),
                              "run its task with session.run(...) first")
-        return self._shape([self._fetch_func(v) for v in self._values])
+        try:
+            return self._shape([self._fetch_func(v) for v in self._values])
+        except DSLError as e:  # e.g. nothing stored it: say so at the line that made the output
+            if e.loc is None or e.loc == UNKNOWN_LOC:
+                e.loc = self.loc
+            raise
 
     def __repr__(self):
         return f"TaskOutput(names={self.names}, values={self._values})"
@@ -328,8 +339,11 @@ class Task(Managed):
         self.node = str(Node.current(node))
         self.group = TaskGroup.current(group, required=False)
         self.name = Task._next_name(self.node, self.group, name)
-        if num_instances is not None and (not isinstance(num_instances, int) or num_instances < 0):
-            raise TraceError(f"num_instances must be a non-negative int, got {num_instances!r}", self._loc)
+        if num_instances is not None and (isinstance(num_instances, bool) or not isinstance(num_instances, int)
+                                          or num_instances < 1):
+            raise TraceError(f"num_instances must be an int >= 1 (how many copies of the task run "
+                             f"concurrently), got {num_instances!r}", self._loc,
+                             "leave it out (or give 1) to run the task once")
         self._num_instances = num_instances
         self._workspace_type = workspace_type
         self._step = None
@@ -356,6 +370,12 @@ class Task(Managed):
     def __enter__(self):
         if self._step is not None:
             raise TraceError("this Task already has a step", user_location())
+        outer = Task.current(required=False)
+        if outer is not None:  # its ops would run in another workspace than the outer task's blobs
+            raise TraceError(f"a Task cannot be opened inside another Task ({outer.name!r}, opened at "
+                             f"{outer._loc})", user_location(),
+                             "close the outer Task first: put both in one TaskGroup, one after the other, "
+                             "or use ops.loop / ops.If / nets for structure inside one task")
         super().__enter__()
         if self.group is not None and self in self.group._tasks_to_add:
             self.group._tasks_to_add.remove(self)

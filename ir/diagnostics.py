@@ -47,6 +47,18 @@ class DSLError(Exception):
     def __str__(self) -> str:
         return self.one_line()
 
+    def __reduce__(self):
+        # errors travel between processes (a node of a cluster raises, the driver reports):
+        # rebuild with every field, not by calling __init__ again on the final message
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls, args, state):
+    e = cls.__new__(cls)
+    Exception.__init__(e, *args)
+    e.__dict__.update(state)
+    return e
+
 
 class TraceError(DSLError):
     """The DSL was used in a way that cannot be recorded (e.g. ``Elif`` after ``Else``)."""
@@ -74,6 +86,15 @@ class ExecutionError(DSLError):
             message = f"in task '{task}': {message}"
         super().__init__(message, loc, hint)
         self.task = task
+
+
+class NodeLostError(ExecutionError):
+    """A node of a cluster stopped answering (its process died) while running a job."""
+
+    def __init__(self, node: str, hint: str | None = None):
+        super().__init__(f"node {node!r} was lost: its process died", None,
+                         hint or "restart the job (a JobRunner with a checkpoint manager resumes by itself)")
+        self.node = node
 
 
 class JobFileError(DSLError):

@@ -179,7 +179,7 @@ class _ModuleBuilder:
         if opdef is None:
             self.fail(name, f"unknown op {str(name)!r}",
                       f"did you mean {' or '.join(OPS.suggest(str(name)))}?" if OPS.suggest(str(name))
-                      else "the operator reference (docs/ir.md) lists the operators")
+                      else "`dslc ops` prints the operator reference")
         result_toks = list(results.children) if results is not None else []
         result_types = [self.type(t) for t in types.children] if types is not None else []
         if len(result_types) != len(result_toks):
@@ -194,7 +194,7 @@ class _ModuleBuilder:
         try:
             attr_map = opdef.full_attrs(attr_map)
         except DSLError as e:
-            self.fail(name, e.message, e.hint or f"the operator reference (docs/ir.md) describes {name}")
+            self.fail(name, e.message, e.hint or f"`dslc ops {name}` describes {name}")
         region_nodes = node.children[1:]
         op_loc = loc if node.data == "simple_op" else region_nodes[-1]
         if node.data == "region_op":

@@ -205,7 +205,7 @@ class _Verifier:
 
     def fail(self, op: Operation, msg: str, hint=None):
         raise VerifyError(f"{op.name}: {msg}", self.origin.get(op, op.loc),
-                          hint or "the IR reference (docs/ir.md) states what each op takes and where")
+                          hint or "`dslc ops` (the operator reference) states what each op takes and where")
 
 
 # Per-op structural checks beyond the declaration (control-flow ops).

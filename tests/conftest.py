@@ -57,3 +57,6 @@ def scratch(tmp_path):
         shutil.rmtree(d, ignore_errors=True)
     else:
         yield str(tmp_path)
+
+
+from ray_fixtures import ray_cluster, ray_session, shared_ray_session  # noqa: E402,F401  (the distributed tests' cluster)

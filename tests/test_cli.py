@@ -224,7 +224,7 @@ def test_dsl_error_in_a_job_names_its_line(capsys, tmp_path, monkeypatch):
 
 def test_errors_after_the_job_ran_are_not_placed_in_the_launcher(capsys, tmp_path, monkeypatch):
     # the output's only writer is skipped, so fetching it fails after build_job() returned;
-    # no line of the job is to blame, and the CLI's caller (here: this test) is not either
+    # the error names the final_output line, never the CLI's caller (here: this test)
     job = write_job(tmp_path, monkeypatch, """\
         from dslc.net_builder import ops
         from dslc.task import Task, final_output
@@ -238,7 +238,7 @@ def test_errors_after_the_job_ran_are_not_placed_in_the_launcher(capsys, tmp_pat
     code, _, err = run_cli(capsys, "run", job)
     assert code == 2
     line = one_error_line(err)
-    assert line.startswith("error: ") and "never written" in line
+    assert line.startswith("job.py:8: error: ") and "never written" in line
 
 
 def test_build_job_that_takes_arguments(capsys, tmp_path, monkeypatch):

@@ -410,10 +410,10 @@ def test_names_the_user_gave_blobs_win(capsys, tmp_path, monkeypatch):
 def test_queue_ops_read_as_method_calls(capsys, tmp_path, monkeypatch):
     job = job_file(tmp_path, monkeypatch, """
         from dslc.net_builder import ops
-        from dslc.task import Task, TaskGroup, final_output
+        from dslc.task import Task, TaskGroup, WorkspaceType, final_output
 
         def build_job():
-            with TaskGroup() as tg:
+            with TaskGroup(WorkspaceType.GLOBAL) as tg:  # the consumer sees the producer's queue
                 with Task(name="producer"):
                     q = ops.CreateBlobsQueue([], ["q"], capacity=4, num_blobs=1)
                     with ops.loop(5) as lp:
@@ -431,12 +431,12 @@ def test_queue_ops_read_as_method_calls(capsys, tmp_path, monkeypatch):
     assert plan(capsys, job, "--no-locs") == expected("""
         plan of job.py:
           group on node local:
-            task local/producer:
+            task local/producer, global workspace:
               q = Queue(capacity=4)
               for i in range(5):
                 q.put(i)
               q.close()
-            task local/consumer, outputs total:
+            task local/consumer, global workspace, outputs total:
               total = 0
               while True:
                 item, done = q.get_unless_closed()

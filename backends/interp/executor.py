@@ -144,12 +144,13 @@ class Executor:
             self.groups.append((compile_fn(init), tasks, reporters, compile_fn(exit_)))
 
     # --- entry
-    def run(self, root: Workspace) -> None:
+    def run(self, root: Workspace, token: CancelToken | None = None) -> None:
+        """Run every group on ``root``; ``token.cancel()`` from another thread stops the run."""
         with ieee():
-            self.run_groups(root)
+            self.run_groups(root, token)
 
-    def run_groups(self, root: Workspace) -> None:
-        token = CancelToken()
+    def run_groups(self, root: Workspace, token: CancelToken | None = None) -> None:
+        token = token or CancelToken()
         for init, tasks, reporters, exit_ in self.groups:
             rt = Run(token, self, None)
             inst = Instance(root, None, self.cfg)

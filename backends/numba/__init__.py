@@ -119,25 +119,33 @@ class NumbaProgram:
     def __init__(self, module: Module, executor: Executor, stats: Stats):
         self.module, self.executor, self.stats = module, executor, stats
 
-    def run(self, ws) -> None:
-        self.executor.run(ws)
+    def run(self, ws, token=None) -> None:
+        self.executor.run(ws, token)
 
     def summary(self) -> dict:
         s = self.stats
         in_islands = sum(len(op.walk()) for island, _ in s.islands for op in island.ops)
         why = Counter()
         for (reason, name), n in s.interp.items():
-            why[f"{reason} ({name})" if reason != "cold" else "cold: not worth compiling"] += n
-        return {
-            "ops": len(self.module.walk()),
-            "regions compiled": len(s.islands),
+            why[f"{name}: {reason}" if reason != "cold" else
+                f"compilable, but under the work threshold ({islands.MIN_WORK})"] += n
+        summary = {
+            "ops": len(self.module.walk()) - 1,  # as `dslc ir` prints them: the module op is not one
+            "regions compiled": [f"from {island.ops[0].name} at {island.ops[0].loc}: {len(island.ops)} "
+                                 f"top-level ops, {sum(len(op.walk()) for op in island.ops)} in all"
+                                 for island, _ in s.islands],
             "ops compiled": in_islands,
             "kernels fused": s.fused,
             "functions compiled now": s.compiled,
             "functions from cache": s.cache_hits,
             "compile seconds": round(s.seconds, 3),
-            "interpreted": dict(sorted(why.items())),
+            "ops interpreted, and why": dict(why.most_common()),
         }
+        if any(reason == "cold" for reason, _ in s.interp):
+            summary["note"] = (f"regions whose estimated work is under {islands.MIN_WORK} op executions "
+                               "run on the interpreter (compiling them would cost more than it saves); "
+                               "set DSLC_NUMBA_MIN_WORK=0 to compile every compilable region")
+        return summary
 
     def write_artifacts(self, directory: str) -> list[str]:
         """The generated source of every kernel, as ``kernels/kernel_<n>.py``."""

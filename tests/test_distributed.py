@@ -1,0 +1,119 @@
+"""RaySession: each Node of a job in its own process of a (local, loopback) Ray cluster."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dslc import core
+from dslc.ir.diagnostics import ExecutionError
+from dslc.net_builder import ops
+from dslc.task import Cluster, Node, Task, TaskGroup, final_output
+from markers import Markers
+
+M = Markers(__file__)
+
+
+def sum_to(n):
+    total = ops.Const(0)
+    with ops.loop(n) as loop:
+        ops.Add([total, loop.iter()], [total])
+    return total
+
+
+def test_each_node_runs_its_tasks_in_its_own_process(ray_session):
+    pids = {}
+
+    def note_pid(node):
+        return lambda inputs, outputs: pids.setdefault(node, os.getpid())
+
+    with Cluster(), TaskGroup() as group:
+        outs = {}
+        for node, n in (("a", 10), ("b", 100)):
+            with Node(node), Task():
+                ops.Python(note_pid(node))([], [])  # runs in the node's process: pids stays empty here
+                outs[node] = final_output(sum_to(n))
+    ray_session.run(group)
+    assert outs["a"].fetch() == 45 and outs["b"].fetch() == 4950  # sum(range(n)) = n(n-1)/2
+    assert pids == {}
+    info = {n: ray_session.node_info(n) for n in ("a", "b")}
+    assert len({i["pid"] for i in info.values()} | {os.getpid()}) == 3
+    ray_session.run(group)  # the second run reuses the nodes' compiled programs and root workspaces
+    assert outs["b"].fetch() == 4950
+    assert ray_session.fetch_blob(outs["b"].names[0], node="b") == 4950  # FetchBlob names the node
+
+
+def test_a_failing_task_is_located_by_node_task_and_line(ray_session):
+    with Cluster(), TaskGroup() as group:
+        with Node("ok"), Task(name="waits"):
+            q = ops.CreateBlobsQueue([], capacity=1, num_blobs=1)
+            ops.DequeueBlobs(q, 1)  # blocks forever unless the node is stopped
+        with Node("bad"), Task(name="fails"):
+            ops.Python(lambda i, o: 1 / 0)([], [])  # @raise
+    with pytest.raises(ExecutionError) as err:
+        ray_session.run(group)
+    M.assert_at(err.value, "raise")
+    assert "node 'bad'" in str(err.value) and "fails" in str(err.value)
+    assert err.value.node == "bad"
+    import ray
+    assert ray.get(ray_session.actor("ok").running.remote()) == 0  # the waiting node stopped
+
+
+def test_two_raylets_place_nodes_on_the_raylet_offering_their_resource(ray_session):
+    import ray
+    with Cluster(), TaskGroup() as group:
+        for node in ("host_a", "host_b"):
+            with Node(node), Task():
+                final_output(ops.Const(1))
+    ray_session.run(group)
+    by_resource = {}
+    for n in ray.nodes():
+        for r in ("host_a", "host_b"):
+            if r in n["Resources"]:
+                by_resource[r] = n["NodeID"]
+    assert len(set(by_resource.values())) == 2
+    for node in ("host_a", "host_b"):
+        assert ray_session.node_info(node)["node_id"] == by_resource[node]
+
+
+N_RECORDS = 100_000
+
+
+def test_a_queue_feeds_two_consumer_nodes_each_record_exactly_once_in_order(ray_session):
+    """100k records 0..N-1 from a producer node to two consumer nodes. Each consumer counts
+    its records, sums them and their squares, and counts records not above the one
+    before (order). Two consumers together must see every record once: counts adding up
+    to N, sums to N(N-1)/2, squares to (N-1)N(2N-1)/6, and no order violation."""
+    with Cluster():
+        with Node("producer"):
+            setup = Task()  # a GLOBAL run: the queue stays in the producer's workspace
+            with setup:
+                q = ops.CreateBlobsQueue([], ["records"], capacity=512, num_blobs=1)
+        with TaskGroup() as group:
+            with Node("producer"), Task():
+                with ops.loop(N_RECORDS) as loop:
+                    ops.EnqueueBlobs([q, loop.iter()], [])
+                ops.CloseBlobsQueue([q], [])
+            stats = {}
+            for c in ("consumer_1", "consumer_2"):
+                with Node(c), Task():
+                    one = ops.Const(1)
+                    count, total, squares, disorder, last = (ops.Const(v) for v in (0, 0, 0, 0, -1))
+                    with ops.loop():
+                        rec, done = ops.SafeDequeueBlobs([q], 2)
+                        ops.stop_if(done)
+                        ops.Add([count, one], [count])
+                        ops.Add([total, rec], [total])
+                        ops.Add([squares, ops.Mul([rec, rec])], [squares])
+                        ops.Add([disorder, ops.Cast(ops.LE([rec, last]), to=core.DataType.INT64)], [disorder])
+                        ops.Copy([rec], [last])
+                    stats[c] = [final_output(b) for b in (count, total, squares, disorder)]
+    ray_session.run(setup)
+    ray_session.run(group)
+    got = {c: [int(o.fetch()) for o in outs] for c, outs in stats.items()}
+    n = N_RECORDS
+    assert sum(g[0] for g in got.values()) == n
+    assert sum(g[1] for g in got.values()) == n * (n - 1) // 2
+    assert sum(g[2] for g in got.values()) == (n - 1) * n * (2 * n - 1) // 6
+    assert [g[3] for g in got.values()] == [0, 0]
+    assert all(g[0] > 0 for g in got.values())  # both consumers took part
