@@ -8,7 +8,7 @@ the op table is the single source of arity, attribute and type rules.
 from __future__ import annotations
 
 from .core import Operation, Region, Symbol, Value, value_type
-from .diagnostics import UNKNOWN_LOC, DSLError, Location, VerifyError
+from .diagnostics import UNKNOWN_LOC, DSLError, Location, VerifyError, warn_unused_args
 from .opdef import OPS
 
 
@@ -25,6 +25,8 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
         raise VerifyError(f"unknown operator {name!r}", loc)
     try:
         full = opdef.full_attrs(attrs) if attrs or opdef.attrs else {}  # most ops: none at all
+        if len(full) > len(opdef.attrs):  # an argument the op does not read: kept, with a warning
+            warn_unused_args(name, opdef.unused_attrs(full), loc)
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
         if opdef.infer is not None:  # (inferred checks the arity)

@@ -99,3 +99,31 @@ class NodeLostError(ExecutionError):
 
 class JobFileError(DSLError):
     """A job file that cannot be loaded: missing, syntax error, no entry point."""
+
+
+class UnusedArgumentWarning(UserWarning):
+    """An operator was given an argument it does not read (kept in the IR, ignored)."""
+
+
+_warned: set = set()
+
+
+def warn_unused_args(op_name: str, names, loc: Location | None) -> None:
+    """Warn, once per op, argument and line, that ``op_name`` ignores the arguments ``names``.
+
+    Caffe2 ignores an argument an operator does not read; so does dslc, but says so
+    at the user's line (a misspelled argument would otherwise go unnoticed).
+    """
+    import warnings
+
+    for name in names:
+        key = (op_name, name, loc)
+        if key in _warned:
+            continue
+        _warned.add(key)
+        msg = (f"{op_name} does not read the argument {name!r}; it is kept and ignored, "
+               f"as Caffe2 ignores it (remove it to silence this)")
+        if loc and loc.line > 0:  # reported at the user's line
+            warnings.warn_explicit(msg, UnusedArgumentWarning, loc.file, loc.line)
+        else:
+            warnings.warn(msg, UnusedArgumentWarning, stacklevel=2)

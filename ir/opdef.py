@@ -132,8 +132,9 @@ class OpDef:
     def _checked_attrs(self, attrs: dict) -> dict:
         """``full_attrs``, checked one attribute at a time: an unknown name is reported
         first, then the first wrong or missing attribute in declaration order."""
-        if not attrs.keys() <= self.attrs.keys():
-            self._unknown_attr(attrs)
+        unused = [k for k in attrs if k not in self.attrs]
+        for k in unused:
+            self._unknown_attr(k)
         out = {}
         for k, default in self.attrs.items():
             if k in attrs:
@@ -148,15 +149,29 @@ class OpDef:
                                   hint=f"pass {k}=... to {self.name}")
             else:
                 out[k] = default
+        for k in unused:  # kept after the declared ones, unused (the verifier warns)
+            out[k] = attrs[k]
         return out
 
-    def _unknown_attr(self, attrs: dict):
-        bad = sorted(set(attrs) - set(self.attrs))[0]
-        close = difflib.get_close_matches(bad, list(self.attrs), n=1, cutoff=0.6)
-        known = f"its arguments are: {', '.join(sorted(self.attrs))}" if self.attrs \
-            else "it takes no arguments"
-        raise VerifyError(f"{self.name} has no argument {bad!r}",
-                          hint=(f"did you mean {close[0]!r}? " if close else "remove it; ") + known)
+    def _unknown_attr(self, bad: str) -> None:
+        """An argument the op does not declare. Caffe2 ignores those (jobs pass arguments
+        such as ``run_once=0`` that an operator never reads), so it is kept unused; but a
+        name within two edits of a declared one is taken for a misspelling, an error."""
+        close = [k for k in self.attrs if _within_two_edits(bad, k)]
+        if close:
+            known = f"its arguments are: {', '.join(sorted(self.attrs))}"
+            raise VerifyError(f"{self.name} has no argument {bad!r}",
+                              hint=f"did you mean {close[0]!r}? {known}")
+
+    def known_attrs(self, attrs: dict) -> dict:
+        """``attrs`` without the undeclared (unused) ones: what folds and kernels take."""
+        return attrs if len(attrs) <= len(self.attrs) else {k: v for k, v in attrs.items() if k in self.attrs}
+
+    def unused_attrs(self, attrs: dict) -> list:
+        """The names in ``attrs`` the op does not declare (kept, never read)."""
+        return [] if len(attrs) <= len(self.attrs) else [k for k in attrs if k not in self.attrs]
+
+
 
     def inferred(self, types, attrs: dict, n_results: int, defaults: bool = False):
         """``infer(types, attrs, n_results)`` as a tuple (None if the creator gives them),
@@ -299,3 +314,16 @@ def _caller_module() -> str:
 
 def type_error(msg: str, hint: str | None = None):
     raise DSLTypeError(msg, hint=hint)
+
+
+def _within_two_edits(a: str, b: str) -> bool:
+    """Whether the Levenshtein distance between ``a`` and ``b`` is at most 2."""
+    if abs(len(a) - len(b)) > 2:
+        return False
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1] <= 2

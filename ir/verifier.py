@@ -5,7 +5,7 @@ A failure raises ``VerifyError`` at the offending op's location (the user's line
 from __future__ import annotations
 
 from .core import Module, Operation, Region
-from .diagnostics import DSLError, VerifyError
+from .diagnostics import DSLError, VerifyError, warn_unused_args
 from .opdef import PLAN, TERMINATOR
 from .types import I64, subsumes
 
@@ -85,8 +85,11 @@ class _Verifier:
         d = op.opdef
         try:
             d.check_arity(len(op.operands), len(op.results))
-            if not op.attrs.keys() <= d.attrs.keys():
-                raise VerifyError(f"unknown attribute {sorted(set(op.attrs) - set(d.attrs))[0]!r}")
+            unused = d.unused_attrs(op.attrs)
+            for k in unused:
+                d._unknown_attr(k)  # a misspelling of a declared argument is an error
+            if unused:
+                warn_unused_args(op.name, unused, op.loc)
             if d.infer is not None:
                 inferred = d.inferred([v.type for v in op.operands], op.attrs, len(op.results))
                 if op.name in LOOPS:

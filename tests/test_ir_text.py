@@ -17,11 +17,32 @@ from dslc.ir import ParseError, VerifyError, parse, print_module
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
 from dslc.lower import lower_group
 from dslc.net_builder import ops
+from dslc.backends.runtime.values import type_of_value
+from dslc.checkpoint import Job
 from dslc.session import LocalSession
 from dslc.task import Task
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def runnables(job, session):
+    """(runnable, types of the blobs before it) for each runnable of the loaded job.
+
+    A Job is its groups, as a JobRunner runs them: the init group is run in ``session``,
+    and the epoch and exit groups are lowered against what it left in the workspace.
+    """
+    out, existing = [], {}
+    for r in job.runnables:
+        if not isinstance(r, Job):
+            out.append((r, existing))
+            continue
+        out.append((r.init_group, {}))
+        session.run(r.init_group)
+        ws = session.workspace
+        existing = {n: type_of_value(ws.fetch(n)) for n in ws.names()}
+        out += [(g, existing) for g in (r.epoch_group, r.exit_group) if g is not None]
+    return out
 
 
 def round_trip(module, when: str) -> str:
@@ -37,9 +58,9 @@ def round_trip(module, when: str) -> str:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_each_examples_modules_round_trip_after_lowering_and_after_each_pass(path):
     job = jobfile.load(str(path))
-    session = LocalSession(passes="none")
-    for runnable in job.runnables:
-        module = lower_group(session.as_group(runnable), str(path), {})
+    session = LocalSession(Workspace(), passes="none")
+    for runnable, existing in runnables(job, session):
+        module = lower_group(session.as_group(runnable), str(path), existing)
         round_trip(module, "after lowering")
         for name in DEFAULT_PIPELINE:
             PassManager([name]).run(module)
@@ -49,8 +70,8 @@ def test_each_examples_modules_round_trip_after_lowering_and_after_each_pass(pat
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_each_examples_compiled_module_round_trips_without_locations(path):
     job = jobfile.load(str(path))
-    session = LocalSession()
-    for runnable in job.runnables:
+    session = LocalSession(Workspace())
+    for runnable, _ in runnables(job, session):
         module = session.compile(runnable).module
         round_trip(module, "after the default pipeline")
         text = print_module(module, with_locs=False)

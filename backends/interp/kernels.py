@@ -103,7 +103,7 @@ def _const(op, cfg):
 @kernel("ConstantFill")
 def _constant_fill(op, cfg):
     if not op.operands:  # the lowering folds these into Const; a parsed module may not
-        return Constant(to_value(op.opdef.fold(**op.attrs)))
+        return Constant(to_value(op.opdef.fold(**op.opdef.known_attrs(op.attrs))))
     dt = _dtype(op)
     value = fill_value(op.attrs, dt)
     extra, as_shape = tuple(op.attrs["extra_shape"] or ()), bool(op.attrs["input_as_shape"])

@@ -17,9 +17,14 @@ from dataclasses import dataclass, field
 from dslc.ir import Operation, Region
 
 from .kernels import supported, tensor
+from .kernels_nn import NN_HELPERS, elements
 
 UNKNOWN_TRIPS = 1000
 MIN_WORK = int(os.environ.get("DSLC_NUMBA_MIN_WORK", 5000))   # estimated op executions
+# a straight run of training ops (no loop) is compiled when its arrays are this large
+# (element operations; a matrix product counts M N sqrt(K)): smaller ones gain less than
+# numba's compile time
+NN_MIN_WORK = int(os.environ.get("DSLC_NUMBA_NN_MIN_WORK", 100_000))
 MAX_OPS = int(os.environ.get("DSLC_NUMBA_MAX_OPS", 400))      # ops per generated function
 STRUCTURE = ("for", "loop", "if")
 EXITS = ("yield", "break_if")
@@ -34,6 +39,8 @@ class Island:
     work: float = 0.0
 
 
+NN_OPS = frozenset(NN_HELPERS) | {"FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh",
+                                "TanhGradient", "WeightedSum", "AveragedLoss", "AveragedLossGradient"}
 COUNTER_OPS = ("CountUp", "CountDown", "RetrieveCount", "CheckCounterDone", "ResetCounter")
 def compilable(op: Operation, local=frozenset()) -> bool:
     """Whether numba can compile ``op`` (with everything nested in it).
@@ -81,6 +88,8 @@ def work(op: Operation) -> float:
         return 1 + UNKNOWN_TRIPS * _region_work(op.regions[0])
     if op.name == "if":
         return 1 + max(_region_work(r) for r in op.regions)
+    if op.name in NN_OPS:
+        return elements(op)
     if op.name == "fused":
         t = tensor(op.results[0])
         size = 1
@@ -105,8 +114,12 @@ def partition(r: Region, local=frozenset()) -> list:
     def close():
         for chunk in _chunks(run):
             island = Island(chunk, work=sum(work(o) for o in chunk))
-            # a lone fused group is a kernel call of its own (op_fused), which can reuse buffers
-            if island.work >= MIN_WORK and any(o.name in STRUCTURE for o in chunk):
+            # a lone fused group is a kernel call of its own (op_fused), which can reuse buffers;
+            # training ops are worth a function of their own (BLAS calls and loops without
+            # the interpreter between them)
+            loops = any(o.name in STRUCTURE for o in chunk)
+            nn = not loops and any(o.name in NN_OPS for o in chunk)
+            if (loops and island.work >= MIN_WORK) or (nn and island.work >= NN_MIN_WORK):
                 _connect(island)
                 out.append(island)
             else:

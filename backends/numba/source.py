@@ -151,7 +151,11 @@ class Writer:
         if op.name == "Const":
             return self.const(op)
         self.comment(indent, op)
-        self.emit(indent, f"{self.name(op.result)} = {self.expr(op, op)}")
+        expr = self.expr(op, op)
+        if len(op.results) == 1:
+            self.emit(indent, f"{self.name(op.result)} = {expr}")
+        else:  # a helper returning a tuple (FCGradient, SoftmaxWithLoss, MomentumSGDUpdate)
+            self.emit(indent, f"{', '.join(self.name(r) for r in op.results)} = {expr}")
 
     def expr(self, op, typed) -> str:
         """``op``'s expression (with ``typed``'s operand and result types); notes the helpers it calls."""

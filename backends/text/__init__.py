@@ -93,6 +93,20 @@ class TextBackend:
         return dot.dataflow(module, task, source)
 
     @staticmethod
+    def analyze(modules, defined: dict | None = None) -> list:
+        """Blobs read before anything defined them, and blobs concurrent tasks both create,
+        in ``modules`` run in order (see ``analysis``)."""
+        from . import analysis
+        return analysis.problems(modules, defined)
+
+    @staticmethod
+    def op_line(op_type: str, inputs, outputs, args: dict) -> str:
+        """One recorded op as a plan line: ``y = Add(a, b, broadcast=1)``."""
+        from .render import literal
+        call = f"{op_type}({', '.join(list(inputs) + [f'{k}={literal(v)}' for k, v in args.items()])})"
+        return f"{', '.join(outputs)} = {call}" if outputs else call
+
+    @staticmethod
     def net_dot(name: str, ops) -> str:
         """A recorded net's dataflow as DOT; ``ops`` are (type, inputs, outputs) triples."""
         from . import dot

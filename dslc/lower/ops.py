@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslc.core import FILL_ALIASES, OpRecord
-from dslc.ir.diagnostics import DSLError, VerifyError
+from dslc.ir.diagnostics import DSLError, VerifyError, warn_unused_args
 from dslc.ir.opdef import OPS
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.ops.tensor import fill_value
@@ -139,6 +139,8 @@ def _constant_fill(rec: OpRecord) -> np.ndarray:
     """The constant an input-less ConstantFill makes (its type comes from the op table)."""
     opdef = OPS["ConstantFill"]
     attrs = opdef.full_attrs(rec.args)
+    if len(attrs) > len(opdef.attrs):  # folded to a constant below: warn here, where the op goes
+        warn_unused_args(rec.type, opdef.unused_attrs(attrs), rec.loc)
     (t,) = opdef.infer([], attrs, 1)
     value = fill_value(attrs, t.dtype)
     try:

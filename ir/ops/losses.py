@@ -18,7 +18,7 @@ def _labels(name, x: TensorType, label: TensorType, axis: int = 1):
         type_error(f"{name} labels must be a vector (one per row), got shape {list(label.shape)}",
                    "Reshape the labels to [N]")
     mismatch(name, "the labels' length differs from the number of rows", n, rows,
-             f"give one label per row of the {list(x.shape)} input")
+             lambda: f"give one label per row of the {list(x.shape)} input")
     return rows
 
 

@@ -59,9 +59,10 @@ def split2d(name: str, t: TensorType, axis: int, arg: str = "axis"):
     return t.shape[:a], prod(t.shape[:a]), prod(t.shape[a:])
 
 
-def mismatch(name: str, what: str, a, b, hint: str):
+def mismatch(name: str, what: str, a, b, hint):
+    """An error if both are known and differ; ``hint`` is made only then (shapes may be unknown)."""
     if a is not None and b is not None and a != b:
-        type_error(f"{name}: {what} ({a} vs {b})", hint)
+        type_error(f"{name}: {what} ({a} vs {b})", hint())
 
 
 # --- matrix products
@@ -70,11 +71,11 @@ def _fc(types, attrs, n):
     outer, _, k = split2d("FC", x, int(attrs["axis"]))
     _, nw, kw = split2d("FC", w, int(attrs["axis_w"]), "axis_w")
     mismatch("FC", "the input's K differs from the weight's K", k, kw,
-             f"X {list(x.shape)} must have prod(dims[axis:]) equal to W {list(w.shape)}'s "
+             lambda: f"X {list(x.shape)} must have prod(dims[axis:]) equal to W {list(w.shape)}'s "
              "prod(dims[axis_w:]); W is [N, K] for Y = X W^T + b")
     if b.shape is not None and w.shape is not None:
         mismatch("FC", "the bias length differs from N", prod(b.shape), nw,
-                 f"b must have N = {nw} elements (W is {list(w.shape)})")
+                 lambda: f"b must have N = {nw} elements (W is {list(w.shape)})")
     shape = None if outer is None else tuple(outer) + (nw,)
     return [TensorType(x.dtype or w.dtype, shape)]
 
@@ -105,11 +106,11 @@ def _matmul(types, attrs, n):
             type_error(f"MatMul needs 2-D inputs, {arg} has shape {list(t.shape)}",
                        "Flatten or Reshape it to a matrix first (dslc's MatMul is 2-D only)")
     if a.shape is None or b.shape is None:
-        return [TensorType(a.dtype or b.dtype, (None, None) if True else None)]
+        return [TensorType(a.dtype or b.dtype, (None, None))]
     m, ka = a.shape[::-1] if attrs["trans_a"] else a.shape
     kb, nn = b.shape[::-1] if attrs["trans_b"] else b.shape
     mismatch("MatMul", "the inner dimensions differ", ka, kb,
-             f"A {list(a.shape)} (trans_a={attrs['trans_a']}) times B {list(b.shape)} "
+             lambda: f"A {list(a.shape)} (trans_a={attrs['trans_a']}) times B {list(b.shape)} "
              f"(trans_b={attrs['trans_b']}) needs equal inner dims")
     return [TensorType(a.dtype or b.dtype, (m, nn))]
 

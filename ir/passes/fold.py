@@ -189,7 +189,7 @@ class FoldConstants(Pass):
             if v is None or v.size > MAX_FOLD_ELEMENTS:
                 return None
         try:  # floating-point errors raise here: see run()
-            out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **op.attrs))
+            out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **d.known_attrs(op.attrs)))
         except Exception:
             return None  # let it fail (or not) at run time, where the user sees it
         (t,) = OPS["Const"].inferred((), {"value": out}, 1)

@@ -1,0 +1,280 @@
+"""The numba backend's kernels for the training ops (ir/ops/nn.py, losses.py, optim.py).
+
+Matrix products are ``np.dot``, which numba hands to BLAS (through SciPy's bindings),
+with the bias and activations written around it, so a training step of known shapes
+compiles into one function: forward, backward and update without returning to the
+interpreter between ops. Ops with several results, or whose loops numba writes better
+than numpy expressions, call small helper functions written into the same module
+(``HELPERS``); the others are expressions. Anything outside what is covered here
+(other axes, unknown ranks, label probabilities, random ops) stays on the interpreter.
+"""
+from __future__ import annotations
+
+from dslc.ir.ops.tensor import fill_value
+
+from .kernels import HELPERS, NP, literal, scalar, tensor
+from .kernels import kernel as _register
+
+NN_HELPERS: dict[str, str] = {}  # op name -> the source of the helper its expression calls
+
+
+def kernel(*names):
+    """Register a kernel ``f(op, args)`` (these never number a failure site)."""
+    def register(f):
+        _register(*names)(lambda op, a, site=None: f(op, a))
+        return f
+    return register
+
+
+def elements(op) -> float:
+    """Work of one run of a training op, in element operations: a product counts M N K."""
+    sizes = []
+    for v in list(op.operands) + list(op.results):
+        t = tensor(v)
+        n = 1
+        for d in (t.shape if t is not None else ()):
+            n *= 1000 if d is None else d
+        sizes.append(n)
+    if op.name in ("FC", "FCGradient", "MatMul") and len(sizes) >= 2:
+        big = sorted(sizes)
+        return float(big[-1]) * max(1, min(big[-2], 4096)) ** 0.5
+    return float(max(sizes or [1]))
+
+
+def helper(name: str, source: str):
+    """``source`` defines one function, the helper of op ``name``; the writer adds it to a
+    module whose code calls it (kernels.HELPERS, by function name)."""
+    text = "\n\n@njit(cache=True, nogil=True)\n" + source.strip("\n") + "\n"
+    NN_HELPERS[name] = text
+    fname = text.split("def ", 1)[1].split("(", 1)[0]
+    if "_DT" in fname:  # one per dtype (the loss keeps its type)
+        for dt in ("float32", "float64"):
+            HELPERS[fname.replace("DT", dt)] = text.replace("DT", dt)
+    else:
+        HELPERS[fname] = text
+
+
+def _dt(op, i=0):
+    t = tensor(op.results[i])
+    return t.dtype if t is not None else None
+
+
+def _rank(v):
+    t = tensor(v)
+    return None if t is None else len(t.shape)
+
+
+def _float_ranks(op, *ranks):
+    """Every operand a float tensor of the given rank (None: any)."""
+    for v, r in zip(op.operands, ranks):
+        t = tensor(v)
+        if t is None or t.dtype not in ("f32", "f64") or (r is not None and len(t.shape) != r):
+            return False
+    return True
+
+
+def _plain_fc(op):
+    return int(op.attrs.get("axis", 1)) == 1 and int(op.attrs.get("axis_w", 1)) == 1 and \
+        _float_ranks(op, 2, 2)
+
+
+@kernel("FC")
+def _fc(op, a):  # Y = X W^T + b
+    if not _plain_fc(op) or _rank(op.operands[2]) != 1:
+        return None
+    return f"(np.dot({a[0]}, {a[1]}.T) + {a[2]})"
+
+
+helper("FCGradient", """
+def _fc_grad(x, w, dy):
+    # (dW, db, dX) of Y = X W^T + b
+    return np.dot(dy.T, x), dy.sum(axis=0), np.dot(dy, w)
+""")
+
+
+@kernel("FCGradient")
+def _fc_grad(op, a):
+    if not _plain_fc(op) or _rank(op.operands[2]) != 2:
+        return None
+    return f"_fc_grad({a[0]}, {a[1]}, {a[2]})"
+
+
+@kernel("MatMul")
+def _matmul(op, a):
+    if not _float_ranks(op, 2, 2):
+        return None
+    x = f"{a[0]}.T" if op.attrs["trans_a"] else a[0]
+    y = f"{a[1]}.T" if op.attrs["trans_b"] else a[1]
+    return f"np.dot({x}, {y})"
+
+
+@kernel("ReluGradient")
+def _relu_grad(op, a):
+    zero = literal(0, _dt(op))
+    return f"np.where({a[0]} > {zero}, {a[1]}, {zero})" if not scalar(op.operands[0]) else None
+
+
+# one-line kernels: {0}, {1} are the operands, {one} is 1 in the result's dtype
+TEMPLATES = {
+    "Sigmoid": "({one} / ({one} + np.exp(-{0})))",     # 1 / (1 + e^-x)
+    "SigmoidGradient": "({1} * {0} * ({one} - {0}))",  # dy y (1 - y)
+    "Tanh": "np.tanh({0})",
+    "TanhGradient": "({1} * ({one} - {0} * {0}))",     # dy (1 - y^2)
+    "Iter": "({0} + 1)",
+}
+
+
+def _template(op, a):
+    return TEMPLATES[op.name].format(*a, one=literal(1, _dt(op)))
+
+
+kernel(*TEMPLATES)(_template)
+
+
+def _one(v, name):
+    """A one-element weight as a scalar expression."""
+    return name if scalar(v) else f"{name}.ravel()[0]"
+
+
+@kernel("WeightedSum")
+def _weighted_sum(op, a):
+    if any(tensor(v).dtype != _dt(op) for v in op.operands):
+        return None
+    terms = [f"{a[k]} * {_one(op.operands[k + 1], a[k + 1])}" for k in range(0, len(a), 2)]
+    return "(" + " + ".join(terms) + ")"
+
+
+@kernel("AveragedLoss")
+def _averaged_loss(op, a):
+    return f"{NP[_dt(op)]}({a[0]}.sum() / {a[0]}.size)"
+
+
+@kernel("AveragedLossGradient")
+def _averaged_loss_grad(op, a):
+    dy = a[1] if scalar(op.operands[1]) else f"{a[1]}.ravel()[0]"
+    return f"np.full({a[0]}.shape, {dy} / {a[0]}.size, {NP[_dt(op)]})"
+
+
+@kernel("LearningRate")
+def _learning_rate(op, a):
+    if op.attrs["policy"] != "fixed":
+        return None
+    return literal(op.attrs["base_lr"], "f32")
+
+
+helper("SoftmaxWithLoss", """
+def _softmax_with_loss_DT(x, label, scale):
+    # (softmax of each row, mean of -log softmax[label] times scale, as DT)
+    n, d = x.shape
+    p = np.empty_like(x)
+    total = 0.0
+    for i in range(n):
+        m = x[i, 0]
+        for j in range(1, d):
+            m = max(m, x[i, j])
+        s = 0.0
+        for j in range(d):
+            e = np.exp(x[i, j] - m)
+            p[i, j] = e
+            s += e
+        for j in range(d):
+            p[i, j] = p[i, j] / s
+        total -= np.log(max(p[i, label[i]], 1e-20))
+    return p, np.DT(total / n * scale)
+""")
+helper("SoftmaxWithLossGradient", """
+def _softmax_with_loss_grad(label, p, dloss, scale):
+    # (p - onehot(label)) * dloss * scale / n, in p's dtype (stores into dx convert)
+    n, d = p.shape
+    coef = dloss * scale / n
+    dx = np.empty_like(p)
+    for i in range(n):
+        for j in range(d):
+            dx[i, j] = p[i, j] * coef
+        dx[i, label[i]] = (p[i, label[i]] - 1) * coef
+    return dx
+""")
+
+
+def _plain_loss(op):
+    return int(op.attrs.get("axis", 1)) == 1 and not op.attrs.get("label_prob") and \
+        len(op.operands) in (2, 4) and _rank(op.operands[0]) == 2 and _rank(op.operands[1]) == 1
+
+
+@kernel("SoftmaxWithLoss")
+def _swl(op, a):
+    if not _plain_loss(op) or tensor(op.operands[0]).dtype not in ("f32", "f64"):
+        return None
+    return f"_softmax_with_loss_{NP[_dt(op)][3:]}({a[0]}, {a[1]}, {float(op.attrs['scale'])})"
+
+
+@kernel("SoftmaxWithLossGradient")
+def _swl_grad(op, a):
+    if not _plain_loss(op) or not scalar(op.operands[3]):
+        return None
+    dt = _dt(op)
+    return (f"_softmax_with_loss_grad({a[1]}, {a[2]}, {NP[dt]}({a[3]}), "
+            f"{NP[dt]}({float(op.attrs['scale'])}))")
+
+
+helper("Accuracy", """
+def _accuracy(pred, label, top_k):
+    n, d = pred.shape
+    correct = 0
+    for i in range(n):
+        score = pred[i, label[i]]
+        better = 0
+        for j in range(d):
+            if pred[i, j] > score or (pred[i, j] == score and j < label[i]):
+                better += 1
+        if better < top_k:
+            correct += 1
+    return np.float32(correct / n)
+""")
+
+
+@kernel("Accuracy")
+def _accuracy(op, a):
+    if _rank(op.operands[0]) != 2 or _rank(op.operands[1]) != 1:
+        return None
+    return f"_accuracy({a[0]}, {a[1]}, {int(op.attrs['top_k'])})"
+
+
+@kernel("SumReduceLike")
+def _sum_reduce_like(op, a):
+    same = tensor(op.operands[0]).shape == tensor(op.operands[1]).shape and None not in tensor(op.results[0]).shape
+    return f"{a[0]}.copy()" if same and not scalar(op.operands[0]) else None
+
+
+@kernel("ConstantFill")
+def _constant_fill(op, a):  # with an input: its shape (AddGradientOperators' seed of 1s)
+    if len(a) != 1 or op.attrs["input_as_shape"] or op.attrs["extra_shape"] or _dt(op) not in NP:
+        return None
+    value = literal(fill_value(op.attrs, _dt(op)), _dt(op))
+    return value if scalar(op.operands[0]) else f"np.full({a[0]}.shape, {value}, {NP[_dt(op)]})"
+
+
+@kernel("StopGradient")
+def _stop_gradient(op, a):
+    return a[0] if scalar(op.operands[0]) else f"{a[0]}.copy()"
+
+
+helper("MomentumSGDUpdate", """
+def _momentum_sgd(g, m, lr, p, momentum, one, nesterov):
+    # (one: 1 in the arrays' dtype, so that nothing widens to float64)
+    if not nesterov:
+        adjusted = lr * g + momentum * m
+        return adjusted, adjusted, p - adjusted
+    new_m = momentum * m + lr * g
+    adjusted = (one + momentum) * new_m - momentum * m
+    return adjusted, new_m, p - adjusted
+""")
+
+
+@kernel("MomentumSGDUpdate")
+def _momentum(op, a):
+    dt = _dt(op)
+    if any(tensor(v).dtype != dt for v in op.operands):
+        return None
+    return (f"_momentum_sgd({a[0]}, {a[1]}, {_one(op.operands[2], a[2])}, {a[3]}, "
+            f"{literal(op.attrs['momentum'], dt)}, {literal(1, dt)}, {int(op.attrs['nesterov'])})")

@@ -1,0 +1,183 @@
+"""Training speed: an MLP step on dslc (numba, interp) against PyTorch and the real Caffe2,
+and a large FC forward+backward against numpy's own matmuls.
+
+    python bench/train.py [--steps 200] [--fc-batch 256] [--threads 1]
+
+MLP: batch 256, 64-256-10, float32, FC-Relu-FC-SoftmaxWithLoss, plain SGD (lr 0.1).
+dslc runs the step as its training net (AddGradientOperators + build_sgd), once per
+session.run and as `steps` iterations of one execution step; PyTorch (if installed) runs
+the same model eagerly (torch.nn.Linear, cross_entropy, backward, SGD); every library
+gets `--threads` threads (default 1: BLAS threads that spin on a busy machine make
+figures meaningless), set before numpy is imported; the real Caffe2 (if /tmp/caffe2-venv exists, or
+$CAFFE2_VENV) runs the same brew model in its own process and prints its figure, which
+is read here. Every figure is a median of warmed-up runs in this one process (run.py's
+timing); ratios are against the numba figure.
+
+Large FC: Y = X W^T + b, then (dW, db, dX) from dY, for X [fc-batch, 4096], W [4096, 4096],
+on dslc's numba backend, against numpy doing the same three products and the bias sum.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+
+def _threads() -> str:
+    """--threads N from the command line (read before numpy loads its BLAS)."""
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "1"
+
+
+THREADS = _threads()
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_var] = THREADS  # (the Caffe2 process inherits them)
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import median_time  # noqa: E402
+
+from dslc import brew, core, optimizer, workspace  # noqa: E402
+from dslc.model_helper import ModelHelper  # noqa: E402
+from dslc.session import LocalSession  # noqa: E402
+
+B, D_IN, D_HID, D_OUT, LR = 256, 64, 256, 10, 0.1
+
+
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(B, D_IN)).astype(np.float32), rng.integers(0, D_OUT, B).astype(np.int32)
+
+
+def dslc_mlp(backend, steps):
+    """(ms per step with one session.run per step, ms per step inside one execution step)."""
+    ws = workspace.Workspace()
+    x, y = data()
+    ws.feed_blob("data", x)
+    ws.feed_blob("label", y)
+    model = ModelHelper(name="mlp")
+    h = brew.relu(model, brew.fc(model, "data", "fc1", dim_in=D_IN, dim_out=D_HID), "r1")
+    fc2 = brew.fc(model, h, "fc2", dim_in=D_HID, dim_out=D_OUT)
+    _, loss = model.net.SoftmaxWithLoss([fc2, "label"], ["softmax", "loss"])
+    model.AddGradientOperators([loss])
+    optimizer.build_sgd(model, LR)
+    s = LocalSession(ws, backend=backend)
+    s.run(model.param_init_net)
+    per_run = median_time(lambda: [s.run(model.net) for _ in range(20)], 5) / 20
+    loop = core.execution_step("train", [model.net], num_iter=steps)
+    in_plan = median_time(lambda: s.run(loop), 5) / steps
+    return per_run * 1e3, in_plan * 1e3
+
+
+def torch_mlp(threads):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    x, y = data()
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+    model = torch.nn.Sequential(torch.nn.Linear(D_IN, D_HID), torch.nn.ReLU(), torch.nn.Linear(D_HID, D_OUT))
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+
+    def steps():
+        for _ in range(20):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(xt), yt).backward()
+            opt.step()
+    return median_time(steps, 5) / 20 * 1e3
+
+
+CAFFE2_SCRIPT = """
+import time, statistics, numpy as np
+from caffe2.python import brew, model_helper, optimizer, workspace
+rng = np.random.default_rng(0)
+workspace.FeedBlob("data", rng.normal(size=({B}, {D_IN})).astype(np.float32))
+workspace.FeedBlob("label", rng.integers(0, {D_OUT}, {B}).astype(np.int32))
+m = model_helper.ModelHelper(name="mlp")
+h = brew.relu(m, brew.fc(m, "data", "fc1", dim_in={D_IN}, dim_out={D_HID}), "r1")
+fc2 = brew.fc(m, h, "fc2", dim_in={D_HID}, dim_out={D_OUT})
+_, loss = m.net.SoftmaxWithLoss([fc2, "label"], ["softmax", "loss"])
+m.AddGradientOperators([loss])
+optimizer.build_sgd(m, {LR})
+workspace.RunNetOnce(m.param_init_net)
+workspace.CreateNet(m.net)
+workspace.RunNet(m.net.Proto().name, 20)
+ts = []
+for _ in range(5):
+    t = time.perf_counter()
+    workspace.RunNet(m.net.Proto().name, 20)
+    ts.append((time.perf_counter() - t) / 20)
+print("CAFFE2_MS", statistics.median(ts) * 1e3)
+"""
+
+
+def caffe2_mlp():
+    python = Path(os.environ.get("CAFFE2_VENV", "/tmp/caffe2-venv")) / "bin" / "python"
+    if not python.exists():
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(CAFFE2_SCRIPT.format(B=B, D_IN=D_IN, D_HID=D_HID, D_OUT=D_OUT, LR=LR))
+    try:
+        out = subprocess.run([str(python), f.name], capture_output=True, text=True, timeout=600).stdout
+    finally:
+        os.unlink(f.name)
+    for line in out.splitlines():
+        if line.startswith("CAFFE2_MS"):
+            return float(line.split()[1])
+    return None
+
+
+def large_fc(batch):
+    """(dslc numba ms, numpy ms) for FC forward + FCGradient at [batch, 4096] x [4096, 4096]."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(batch, 4096)).astype(np.float32)
+    w = (rng.normal(size=(4096, 4096)) * 0.01).astype(np.float32)
+    b = np.zeros(4096, np.float32)
+    dy = rng.normal(size=(batch, 4096)).astype(np.float32)
+    ws = workspace.Workspace()
+    for k, v in (("x", x), ("w", w), ("b", b), ("y_grad", dy)):
+        ws.feed_blob(k, v)
+    net = core.Net("fc")
+    net.FC(["x", "w", "b"], "y")
+    net.AddGradientOperators({"y": "y_grad"})
+    s = LocalSession(ws, backend="numba")
+    t_dslc = median_time(lambda: s.run(net), 3)
+
+    def numpy_fc():
+        np.dot(x, w.T) + b
+        np.dot(dy.T, x), dy.sum(axis=0), np.dot(dy, w)
+    return t_dslc * 1e3, median_time(numpy_fc, 3) * 1e3
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--fc-batch", type=int, default=256)
+    p.add_argument("--threads", type=int, default=1, help="threads for BLAS, numba and PyTorch")
+    args = p.parse_args(argv)
+    threads = int(THREADS)
+    numba_run, numba_loop = dslc_mlp("numba", args.steps)
+    interp_run, interp_loop = dslc_mlp("interp", args.steps)
+    rows = [("dslc numba, in one plan", numba_loop), ("dslc numba, a run per step", numba_run),
+            ("dslc interp, in one plan", interp_loop), ("dslc interp, a run per step", interp_run),
+            (f"PyTorch eager ({threads} threads)", torch_mlp(threads)), ("Caffe2 (own process)", caffe2_mlp())]
+    print(f"MLP step, batch {B}, {D_IN}-{D_HID}-{D_OUT}, float32, SGD (ms per step; ratio to numba in one plan)")
+    for name, ms in rows:
+        print(f"  {name:32s} " + ("not installed" if ms is None else f"{ms:8.3f} ms  {ms / numba_loop:6.2f}x"))
+    d, n = large_fc(args.fc_batch)
+    print(f"Large FC [{args.fc_batch}, 4096] x [4096, 4096] forward+backward: dslc numba {d:.1f} ms, "
+          f"numpy {n:.1f} ms, ratio {d / n:.2f}")
+
+
+if __name__ == "__main__":
+    main()
