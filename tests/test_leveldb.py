@@ -125,6 +125,9 @@ def test_checkpoints_of_other_types_are_named(tmp_path):
 
 
 def test_without_plyvel_leveldb_says_how_to_install_it(monkeypatch):
+    # fill the real registry first: types register when their module is first imported,
+    # so a first import under the patch below would register them into the stand-in only
+    blobdb._load_builtins()
     monkeypatch.setattr(blobdb, "_TYPES", {k: v for k, v in blobdb._TYPES.items() if k != "leveldb"})
     monkeypatch.setattr(blobdb, "_builtins_loaded", [False])
     import builtins
