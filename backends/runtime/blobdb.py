@@ -92,6 +92,20 @@ def _load_builtins() -> None:
                                                     "(or use db_type='lmdb')"))
 
 
+class KeyValueDB:
+    """``exists`` and ``keys`` for a db type whose ``read(path, names, values)`` does the work
+    (the key-value stores: one read of the manifest answers both)."""
+
+    def exists(self, path: str) -> bool:
+        try:
+            return self.read(path, names=[]) == {}
+        except DBError:
+            return False
+
+    def keys(self, path: str) -> list[str]:
+        return self.read(path, names=None, values=False)
+
+
 class _Unavailable:
     """A db type whose package is not installed: every use says how to install it."""
 

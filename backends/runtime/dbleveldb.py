@@ -21,7 +21,7 @@ import plyvel
 
 from . import blobdb
 from .blobcodec import BlobEncodingError, decode
-from .blobdb import CorruptDBError, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
+from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
 MANIFEST = b"manifest"
 PREFIX = b"blob/"
@@ -38,7 +38,7 @@ def _why(e) -> str:
 _lock = threading.Lock()
 
 
-class LevelDB:
+class LevelDB(KeyValueDB):
     name = "leveldb"
 
     def write(self, path: str, entries) -> None:
@@ -72,15 +72,6 @@ class LevelDB:
         batch.put(PREFIX + name.encode("utf-8"), bytes(data))
         index.append({"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
                       "length": enc.nbytes, "crc32": zlib.crc32(data)})
-
-    def exists(self, path: str) -> bool:
-        try:
-            return self.read(path, names=[]) == {}
-        except DBError:
-            return False
-
-    def keys(self, path: str) -> list[str]:
-        return self.read(path, names=None, values=False)
 
     def read(self, path: str, names=None, values: bool = True):
         _check_path(path)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import blobdb, dbio
 from .blobcodec import BlobEncodingError, decode
-from .blobdb import CorruptDBError, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
+from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
 MANIFEST = b"manifest"
 PREFIX = b"blob/"
@@ -35,7 +35,7 @@ _HINT = "the checkpoint was changed or cut short after it was saved; load an ear
 _lock = threading.Lock()
 
 
-class LmdbDB:
+class LmdbDB(KeyValueDB):
     name = "lmdb"
 
     def write(self, path: str, entries) -> None:
@@ -75,15 +75,6 @@ class LmdbDB:
         txn.put(PREFIX + name.encode("utf-8"), enc.data)
         index.append({"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
                       "length": enc.nbytes})
-
-    def exists(self, path: str) -> bool:
-        try:
-            return self.read(path, names=[]) == {}
-        except DBError:
-            return False
-
-    def keys(self, path: str) -> list[str]:
-        return self.read(path, names=None, values=False)
 
     def read(self, path: str, names=None, values: bool = True):
         self._check_path(path)
