@@ -153,10 +153,8 @@ def _pipe_step(input, output=None, num_threads=1, processor=None, name=None, cap
         if output is not None:
             raise PipelineError("a pipe without threads has no output: it returns its reader",
                                 user_location(), "drop output=, or give it threads")
-        if isinstance(reader, ProcessingReader):
-            reader.unread = _ZeroThreadPipe(user_location(), "num_threads" if num_threads == 0
-                                            else "num_runtime_threads")
-            _ZERO_THREAD_PIPES.append(reader.unread)
+        _watch_zero_thread_reader(reader, _ZeroThreadPipe(
+            user_location(), "num_threads" if num_threads == 0 else "num_runtime_threads"))
         return reader, None
     if name is None and processor is not None:
         name = processor_name(processor)
@@ -252,11 +250,24 @@ def _check_threads(what: str, n) -> None:
 
 
 class _ZeroThreadPipe:
-    """A ``pipe(..., num_runtime_threads=0)`` with a processor: it made no task, only a
-    reader; whether anything read that reader (else the pipe does nothing at all)."""
+    """A ``pipe(..., num_runtime_threads=0)``: it made no task, only returned a reader;
+    whether anything read that reader since (else the pipe does nothing at all)."""
 
     def __init__(self, loc, what: str):
         self.loc, self.what, self.read = loc, what, False
+
+
+def _watch_zero_thread_reader(reader, pipe: _ZeroThreadPipe) -> None:
+    """Mark ``pipe`` read when ``reader`` is next read. The reader is returned as it is (Caffe2
+    hands back the same object), so its own read entry points are wrapped on the instance."""
+    _ZERO_THREAD_PIPES.append(pipe)
+    for method in ("read_ex", "read"):
+        inner = getattr(reader, method)
+
+        def marking(*args, _inner=inner, **kwargs):
+            pipe.read = True
+            return _inner(*args, **kwargs)
+        setattr(reader, method, marking)
 
 
 # the zero-thread pipes made since dslc started, so a job file's can be checked once it is built
@@ -288,14 +299,11 @@ class ProcessingReader(Reader):
         super().__init__()
         self.reader = reader
         self.processor = make_processor(processor)
-        self.unread = None  # a zero-thread pipe's record, until something reads this
 
     def setup_ex(self, init_net, finish_net):
         self.reader.setup_ex(init_net, finish_net)
 
     def read_ex(self, init_net, exit_net):
-        if self.unread is not None:
-            self.unread.read = True
         read_nets, status, rec = self.reader.read_record_ex(init_net, exit_net)
         with NetBuilder():
             result = normalize_processor_output(self.processor(rec))

@@ -76,15 +76,19 @@ PIPE_JOB = """
 """
 
 
+@pytest.mark.parametrize("processor", ["processor=lambda rec: rec, ", ""])
 @pytest.mark.parametrize("threads", ["num_runtime_threads=0", "num_threads=0"])
-def test_a_pipe_without_threads_whose_reader_nothing_reads(capsys, tmp_path, monkeypatch, threads):
-    body = f"pipe(ds.reader(), processor=lambda rec: rec, {threads})  # @here"
+def test_a_pipe_without_threads_whose_reader_nothing_reads(capsys, tmp_path, monkeypatch, threads,
+                                                           processor):
+    body = f"pipe(ds.reader(), {processor}{threads})  # @here"
     fails_at(capsys, tmp_path, monkeypatch, PIPE_JOB.format(body=body),
              threads, "nothing in the job reads that reader", "does nothing")
 
 
-def test_a_pipe_without_threads_whose_reader_is_piped_on_is_fine(capsys, tmp_path, monkeypatch):
-    body = ("reader = pipe(ds.reader(), processor=lambda rec: rec, num_runtime_threads=0)\n"
+@pytest.mark.parametrize("processor", ["processor=lambda rec: rec, ", ""])
+def test_a_pipe_without_threads_whose_reader_is_piped_on_is_fine(capsys, tmp_path, monkeypatch,
+                                                                  processor):
+    body = (f"reader = pipe(ds.reader(), {processor}num_runtime_threads=0)\n"
             "            pipe(reader, num_runtime_threads=1)")
     job, _ = marked_job(tmp_path, monkeypatch, PIPE_JOB.format(body=body + "  # @here"))
     assert cli.main(["run", job]) == 0
