@@ -78,17 +78,34 @@ def _plain_fc(op):
         _float_ranks(op, 2, 2)
 
 
+helper("FC", """
+def _fc(x, w, b):
+    # Y = X W^T + b, the bias added in place (numpy's y += b: one rounding per element)
+    y = np.dot(x, w.T)
+    n, m = y.shape
+    for i in range(n):
+        for j in range(m):
+            y[i, j] += b[j]
+    return y
+""")
+
+
 @kernel("FC")
-def _fc(op, a):  # Y = X W^T + b
+def _fc(op, a):
     if not _plain_fc(op) or _rank(op.operands[2]) != 1:
         return None
-    return f"(np.dot({a[0]}, {a[1]}.T) + {a[2]})"
+    return f"_fc({a[0]}, {a[1]}, {a[2]})"
 
 
 helper("FCGradient", """
 def _fc_grad(x, w, dy):
-    # (dW, db, dX) of Y = X W^T + b
-    return np.dot(dy.T, x), dy.sum(axis=0), np.dot(dy, w)
+    # (dW, db, dX) of Y = X W^T + b; db row by row, as numpy's sum(axis=0) adds
+    n, m = dy.shape
+    db = dy[0].copy()
+    for i in range(1, n):
+        for j in range(m):
+            db[j] += dy[i, j]
+    return np.dot(dy.T, x), db, np.dot(dy, w)
 """)
 
 
@@ -108,10 +125,23 @@ def _matmul(op, a):
     return f"np.dot({x}, {y})"
 
 
+helper("ReluGradient", """
+def _relu_grad(y, dy, zero):
+    # dy where y > 0, else 0 (one loop: np.where allocates a mask)
+    out = np.empty(dy.shape, dy.dtype)
+    ys, gs, dst = np.ascontiguousarray(y).reshape(-1), np.ascontiguousarray(dy).reshape(-1), out.reshape(-1)
+    for i in range(dst.size):
+        dst[i] = gs[i] if ys[i] > 0 else zero
+    return out
+""")
+
+
 @kernel("ReluGradient")
 def _relu_grad(op, a):
-    zero = literal(0, _dt(op))
-    return f"np.where({a[0]} > {zero}, {a[1]}, {zero})" if not scalar(op.operands[0]) else None
+    t0, t1 = tensor(op.operands[0]), tensor(op.operands[1])
+    if scalar(op.operands[0]) or t0.shape != t1.shape or None in t0.shape:
+        return None
+    return f"_relu_grad({a[0]}, {a[1]}, {literal(0, _dt(op))})"
 
 
 # one-line kernels: {0}, {1} are the operands, {one} is 1 in the result's dtype
