@@ -142,3 +142,34 @@ def test_loads_run_before_the_island_unless_an_op_may_fail(monkeypatch, dtype, h
         assert kinds == ["load", "load", "load", "load", "load", ["Div", "FC"], "store", "store"]
     else:
         assert kinds == ["load", "load", "Div", "load", "load", "load", ["FC"], "store", "store"]
+
+
+def test_matmul_axes_compiled(monkeypatch):
+    # MatMul's axis_a / axis_b (inputs seen as matrices) and its gradients, which take their
+    # inputs' shapes from a third input, compiled: the interpreter's answers
+    from dslc import core
+    monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
+    rng = np.random.default_rng(4)
+    values = {"a": rng.normal(size=(2, 3, 4)), "b": rng.normal(size=(2, 2, 5)), "c": rng.normal(size=(5, 4))}
+    out = {}
+    for backend in ("interp", "numba"):
+        ws = workspace.Workspace()
+        for k, v in values.items():
+            ws.feed_blob(k, v.astype(np.float32))
+        net = core.Net("mm")
+        y1 = net.MatMul(["a", "b"], "y1", axis_a=2, axis_b=-1)
+        y2 = net.MatMul(["a", "c"], "y2", axis_a=-1, trans_b=1)
+        s1, s2 = net.SumElements(y1, "s1"), net.SumElements(y2, "s2")
+        net.AddGradientOperators([net.Add([s1, s2], "loss")])
+        s = LocalSession(ws, backend=backend)
+        s.run(net)
+        out[backend] = {k: ws.fetch_blob(k) for k in ("y1", "y2", "a_grad", "b_grad", "c_grad")}
+        if backend == "numba":
+            why = s.compile(net).program.summary()["ops interpreted, and why"]
+            assert not any(k.startswith("MatMul") for k in why), why
+    a2, b2, c = values["a"].reshape(6, 4), values["b"].reshape(4, 5), values["c"]
+    np.testing.assert_allclose(out["numba"]["y2"], a2 @ c.T, rtol=1e-5)
+    np.testing.assert_allclose(out["numba"]["y1"], a2 @ b2, rtol=1e-5)
+    for k, w in out["interp"].items():
+        assert out["numba"][k].shape == w.shape == {"a_grad": (2, 3, 4), "b_grad": (2, 2, 5)}.get(k, w.shape)
+        np.testing.assert_allclose(out["numba"][k], w, rtol=1e-5, atol=1e-6)
