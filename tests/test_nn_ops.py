@@ -39,6 +39,8 @@ CASES = [  # (op, feeds, outputs, args, Caffe2's results)
      ["p", "loss"], {}, [[[0.09003058, 0.24472849, 0.665241], [0.574097, 0.07769558, 0.34820744]], 0.4812814]),
     ("SoftmaxWithLoss", {"x": np.array([[1., 2., 3.], [1., -1., .5]], np.float32), "l": np.array([2, 0], np.int32),
                          "w": np.array([1., 3.], np.float32)}, ["p", "loss"], dict(scale=2.0), [None, 1.0362383]),
+    # Flatten at axis = rank: all dims outer, shape (6, 1) on the real Caffe2 for a (1, 3, 2) input
+    ("Flatten", {"x": np.arange(6.0).reshape(1, 3, 2)}, ["y"], dict(axis=3), [np.arange(6.0).reshape(6, 1)]),
     ("ReduceMean", {"x": X}, ["y"], dict(axes=[0, 1], keepdims=0), [5.5]),
     ("SumElements", {"x": X}, ["y"], dict(average=1), [5.5]),
     ("AveragedLoss", {"x": X}, ["y"], {}, [5.5]),

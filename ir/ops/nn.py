@@ -43,10 +43,13 @@ def prod(dims):
 
 
 def norm_axis(name: str, axis: int, rank: int, arg: str = "axis") -> int:
-    if not -rank <= axis < rank + (1 if arg == "axis_end" else 0):
+    """``axis`` as a non-negative index; an ``axis_end`` (where a matrix view splits the
+    dims) may also be ``rank``: all dims outer, an inner dim of 1."""
+    top = rank if arg == "axis_end" else rank - 1
+    if not -rank <= axis <= top:
         type_error(f"{name} {arg}={axis} is out of range for a rank-{rank} input",
-                   f"use an {arg} between {-rank} and {rank - 1}")
-    return axis % rank if rank else 0
+                   f"use an {arg} between {-rank} and {top}")
+    return axis + rank if axis < 0 else axis
 
 
 def split2d(name: str, t: TensorType, axis: int, arg: str = "axis"):
