@@ -140,10 +140,11 @@ class LocalSession(Session):
         it was compiled for; a blob fed since with another type recompiles.
         """
         group = self.as_group(runnable, workspace_type)
-        existing = {n: type_of_value(c.v) for n, c in self._ws.blobs.items() if c.v is not None}
         got = self._compiled.get(id(group))
-        if got is not None and got.group is group and _still_valid(got.deps, existing):
+        # (only the blobs it loads are typed to reuse it: a root may hold thousands)
+        if got is not None and got.group is group and _still_valid(got.deps, _root_types(self._ws, got.deps)):
             return got
+        existing = _root_types(self._ws)
         with paused():
             module = lower_group(group, self.source, existing)
             deps = _load_types(module)  # before any pass: what the lowering assumed
@@ -240,6 +241,14 @@ def _load_types(module) -> dict:
             name, t = str(op.attrs["blob"]), op.results[0].type
             deps[name] = join(deps[name], t) if name in deps else t
     return deps
+
+
+def _root_types(ws: Workspace, only=None) -> dict:
+    """The types of the values in ``ws``'s own blobs (of those named in ``only``, if given)."""
+    if only is None:
+        return {n: type_of_value(c.v) for n, c in ws.blobs.items() if c.v is not None}
+    cells = ((n, ws.blobs.get(n)) for n in only)
+    return {n: type_of_value(c.v) for n, c in cells if c is not None and c.v is not None}
 
 
 def _still_valid(deps: dict, existing: dict) -> bool:
