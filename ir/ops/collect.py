@@ -95,9 +95,10 @@ def _last_n(types, attrs, n):
 
 
 declare("LastNWindowCollector", (3, 5), _last_n, results=(2, 3), attrs={"num_to_collect": -1},
-        traits={PURE}, may_fail=_always,
+        traits={PURE}, may_fail=_always, unset_ok=(0,),
         doc="append the data's rows to the window (operand 0) as a ring buffer of num_to_collect "
-            "rows, next (operand 1) its next slot; a third result counts the rows seen")
+            "rows, next (operand 1) its next slot; a third result counts the rows seen; the window "
+            "may start as an empty blob")
 
 
 def _trim(types, attrs, n):
