@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from dslc import backends
-from dslc.backends.runtime.values import type_of_value
+from dslc.backends.runtime.values import blob_types
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir import verify
@@ -141,12 +141,7 @@ class LocalSession(Session):
         it was compiled for; a blob fed since with another type recompiles.
         """
         group = self.as_group(runnable, workspace_type)
-        existing, created = {}, set()
-        for n, c in self._ws.blobs.items():
-            if c.v is not None:
-                existing[n] = type_of_value(c.v)
-            else:
-                created.add(n)
+        existing, created = blob_types(self._ws)
         got = self._compiled.get(id(group))
         if got is not None and got.group is group and _still_valid(got.deps, existing) \
                 and got.created == created.intersection(got.deps):
