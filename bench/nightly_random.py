@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     env = dict(os.environ, DSLC_HYPOTHESIS_EXAMPLES=str(args.examples),
                DSLC_FUZZ_MUTANTS=str(args.mutants), DSLC_FUZZ_SEED=str(seed))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q",
+    done = subprocess.run([sys.executable, "-m", "pytest",
                            "--hypothesis-show-statistics", *TESTS], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     out = done.stdout

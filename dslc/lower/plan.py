@@ -17,6 +17,7 @@ from dslc.task import Task, TaskGroup, get_setup_nets
 from .blocks import Block
 from .nodes import warn_cross_node_writes
 from .private import check_private_reads
+from .queues import check_starved_dequeues
 from .records import read_counts
 from .steps import lower_seq, lower_step, lower_step_parts
 
@@ -102,6 +103,7 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
         _check_reads(ctx, final)
         if not ctx.opaque_writes:
             check_private_reads(module, existing)
+            check_starved_dequeues(module)
     module.body.ops[0].attrs["existing"] = _existing_used(module, existing)
     # lowering only makes ops (setting no more than the group's declared `existing` after)
     verify(module, built=True)
