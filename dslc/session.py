@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from dslc import backends
-from dslc.backends.runtime.values import type_of_value
+from dslc.backends.runtime.values import blob_types
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir import verify
@@ -34,9 +34,10 @@ class CompiledRunnable:
     types it was compiled for.
     """
 
-    def __init__(self, group, module, program, deps, tasks):
+    def __init__(self, group, module, program, deps, tasks, created=frozenset()):
         self.group, self.module, self.program, self.deps = group, module, program, deps
         self.tasks = list(tasks)
+        self.created = created  # the blobs of deps the root held created but empty
 
 
 class Session:
@@ -141,16 +142,18 @@ class LocalSession(Session):
         """
         group = self.as_group(runnable, workspace_type)
         got = self._compiled.get(id(group))
-        # (only the blobs it loads are typed to reuse it: a root may hold thousands)
-        if got is not None and got.group is group and _still_valid(got.deps, _root_types(self._ws, got.deps)):
-            return got
-        existing = _root_types(self._ws)
+        if got is not None and got.group is group:
+            # (only the blobs it loads are typed to reuse it: a root may hold thousands)
+            known, created = blob_types(self._ws, got.deps)
+            if _still_valid(got.deps, known) and got.created == created:
+                return got
+        existing, created = blob_types(self._ws)
         with paused():
-            module = lower_group(group, self.source, existing)
+            module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
             self.optimize(module)
             program = self.backend.compile(module)
-        got = CompiledRunnable(group, module, program, deps, group.tasks())
+        got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps))
         self._compiled[id(group)] = got
         return got
 
@@ -241,14 +244,6 @@ def _load_types(module) -> dict:
             name, t = str(op.attrs["blob"]), op.results[0].type
             deps[name] = join(deps[name], t) if name in deps else t
     return deps
-
-
-def _root_types(ws: Workspace, only=None) -> dict:
-    """The types of the values in ``ws``'s own blobs (of those named in ``only``, if given)."""
-    if only is None:
-        return {n: type_of_value(c.v) for n, c in ws.blobs.items() if c.v is not None}
-    cells = ((n, ws.blobs.get(n)) for n in only)
-    return {n: type_of_value(c.v) for n, c in cells if c is not None and c.v is not None}
 
 
 def _still_valid(deps: dict, existing: dict) -> bool:

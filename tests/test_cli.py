@@ -298,8 +298,8 @@ def test_internal_failure_exits_1_and_suggests_debug(capsys, broken_lowering):
 
 def test_internal_failure_while_tracing_is_not_blamed_on_the_job(capsys, monkeypatch):
     # a bug inside dslc, hit while build_job() records ops, is still an internal error:
-    # here making an op's record fails inside dslc.core
-    monkeypatch.setattr("dslc.core.OpRecord", None)
+    # here making an op's record fails inside dslc.net_record
+    monkeypatch.setattr("dslc.net_record.OpRecord", None)
     code, _, err = run_cli(capsys, "run", EXAMPLES / "setup.py")
     assert code == 1
     assert one_error_line(err).startswith("dslc: internal error: TypeError")

@@ -100,3 +100,12 @@ def test_dequeues_that_may_not_wait_forever_are_not_refused(session, guard):
         return
     with pytest.raises(ExecutionError, match="timed out|waiting forever"):
         session.run(tg)
+
+
+def test_a_queue_made_in_the_node_init_and_dequeued_in_a_task(session):
+    with TaskGroup(workspace_type="global") as tg:
+        with Task(name="t"):
+            with ops.local_init():
+                ops.CreateBlobsQueue([], ["q"], capacity=4); made = _line()  # noqa: E702
+            ops.DequeueBlobs(["q"], ["x"]); line = _line()  # noqa: E702
+    _refused(session, tg, line, made)

@@ -1,0 +1,253 @@
+"""Net: a recorded network's ops, the blob names it makes and reads, and its composition.
+
+Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/net_record.py.
+"""
+from __future__ import annotations
+
+import functools
+
+from dslc import names, protoview
+from dslc.blobref import BlobReference, CurrentNameScope, ScopedName
+from dslc.net_record import NetRecording, _OpRecorder
+from dslc.oprecord import OpRecord
+from dslc.tracing import call_site
+
+
+class Net(NetRecording):
+    """A recorded network: ops in order, plus the names it produces and reads."""
+
+    # Parts most nets never use start as these class-level defaults (a task makes a net per
+    # block, most with a few ops); the first write gives the net its own.
+    _external_outputs: list[str] | tuple = ()
+    _registered: set[str] | None = None  # names NextBlob handed out
+    _attributes: dict[str, list] | None = None
+    _input_record = None
+    _output_record = None
+    _next_blob = 0
+    _next_index: dict[tuple, int] | None = None  # (scope, base, suffix) -> where _next_name's scan resumes
+    _op_names: dict[int, str] | None = None  # op index -> the name PopulateProtoWithFileName gave it
+
+    def __init__(self, name_or_proto=None, inplace=False, _prefix=None):
+        # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
+        src = name_or_proto if isinstance(name_or_proto, Net) else None
+        requested = name_or_proto if src is None else src._name
+        prefix = _builder_prefix() if _prefix is None else _prefix
+        self._name = names.unique_net_name(prefix, requested)
+        self._ops: list[OpRecord] = []
+        self._produced: set[str] = set()
+        self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
+        if src is not None:
+            self.AppendNet(src)
+
+    # --- identity
+    def Name(self) -> str:
+        return self._name
+
+    def Proto(self) -> protoview.NetDef:
+        """A read-only NetDef view: name, op (type, input, output, arg, name), external_input/output."""
+        names_ = self._op_names or {}
+        return protoview.NetDef(self._name, [protoview.operator_view(op, names_.get(i))
+                                             for i, op in enumerate(self._ops)],
+                                list(self._external_inputs), list(self._external_outputs))
+
+    def __str__(self):
+        return self._name  # Caffe2 code runs nets by name: workspace.RunNet(str(net))
+
+    def __repr__(self):
+        return f"Net({self._name!r}, {len(self._ops)} ops)"
+
+    def PopulateProtoWithFileName(self):
+        """Name each op ``file:line:function`` after the user's call that recorded it."""
+        self._op_names = {}
+        for i, op in enumerate(self._ops):
+            file, func = call_site(op.loc)
+            self._op_names[i] = f"{file}:{op.loc.line}:{func}"
+
+    def _CheckLookupTables(self):
+        """Assert that the names this net counts as made are those its ops write."""
+        made = {b for op in self._ops for b in op.outputs}
+        assert made <= self._produced, f"ops of {self._name} write {sorted(made - self._produced)} unrecorded"
+
+    # --- names
+    def BlobIsDefined(self, blob) -> bool:
+        name = str(blob)
+        return name in self._produced or name in self._external_inputs
+
+    def NextName(self, prefix=None, output_id=None) -> str:
+        """An unused auto name: ``<net>/<prefix>[:id]``, then ``_2``, ``_3`` ...; no prefix: ``<net>_blob_<k>``.
+
+        Net ``local/task``: ``NextName('Add')`` -> ``local/task/Add`` (then ``Add_2``);
+        ``NextName('Fill', 0)`` -> ``local/task/Fill:0`` (then ``Fill_2:0``). The caller
+        adds the NameScope; candidates are checked with it, as Caffe2 does.
+        """
+        return self._next_name(prefix, output_id, CurrentNameScope())
+
+    def _next_name(self, prefix, output_id, scope: str) -> str:
+        """``NextName`` under the NameScope ``scope`` (callers naming several outputs look it up once)."""
+        if not prefix:
+            name = f"{self._name}_blob_{self._next_blob}"
+            while self.BlobIsDefined(name):  # Caffe2 does not check; a collision helps nobody
+                self._next_blob += 1
+                name = f"{self._name}_blob_{self._next_blob}"
+            self._next_blob += 1
+            return name
+        base = f"{self._name}/{prefix}"
+        suffix = "" if output_id is None else f":{output_id}"
+        candidate = base + suffix
+        produced, external = self._produced, self._external_inputs
+        scoped = scope + candidate
+        if not (scoped in produced or scoped in external):  # BlobIsDefined, inlined: runs per auto name
+            return candidate
+        # The first free index from 2 up. Names are never undefined, so the scan resumes
+        # where the last one for these parts stopped (from 2 each time it was quadratic).
+        if self._next_index is None:
+            self._next_index = {}
+        key = (scope, base, suffix)
+        index = self._next_index.get(key, 2)
+        while True:
+            candidate = f"{base}_{index}{suffix}"
+            scoped = scope + candidate
+            if not (scoped in produced or scoped in external):
+                break
+            index += 1
+        self._next_index[key] = index  # not past it: NextName() alone does not define the name
+        return candidate
+
+    def _reserve(self, prefix, output_id=None) -> str:
+        """Take an auto name as if an op produced it (keeps later auto names in step with Caffe2)."""
+        scope = CurrentNameScope()
+        name = scope + self._next_name(prefix, output_id, scope)
+        self._produced.add(name)
+        return name
+
+    def NextBlob(self, prefix="unnamed") -> BlobReference:
+        """``prefix`` if this net neither made nor handed it out yet, else ``prefix_auto_0``, ``_auto_1`` ..."""
+        return BlobReference(self._next_registered(str(prefix)), self)
+
+    def NextScopedBlob(self, prefix="unnamed") -> BlobReference:
+        """``NextBlob`` of the NameScope-qualified ``prefix``."""
+        return BlobReference(self._next_registered(ScopedName(str(prefix))), self)
+
+    def _next_registered(self, name: str) -> str:
+        if self._registered is None:
+            self._registered = set()
+        candidate, k = name, 0
+        while candidate in self._registered or self.BlobIsDefined(candidate):
+            candidate = f"{name}_auto_{k}"
+            k += 1
+        self._registered.add(candidate)
+        return candidate
+
+    def AddExternalInput(self, *inputs):
+        refs = []
+        for b in inputs:
+            for ref in (b if isinstance(b, (list, tuple)) else [b]):
+                ref = ref if isinstance(ref, BlobReference) else BlobReference(str(ref), self)
+                self._external_inputs.setdefault(str(ref))
+                refs.append(BlobReference(str(ref), self))
+        return refs[0] if len(refs) == 1 else refs
+
+    AddExternalInputs = AddExternalInput
+
+    def AddExternalOutput(self, *outputs):
+        if not self._external_outputs:
+            self._external_outputs = []  # (the class default is an empty tuple)
+        for b in outputs:
+            for ref in (b if isinstance(b, (list, tuple)) else [b]):
+                if str(ref) not in self._external_outputs:
+                    self._external_outputs.append(str(ref))
+
+    AddExternalOutputs = AddExternalOutput
+
+    @property
+    def external_inputs(self) -> list:
+        return [BlobReference(n, self) for n in self._external_inputs]
+
+    @property
+    def external_outputs(self) -> list:
+        return [BlobReference(n, self) for n in self._external_outputs]
+
+    def UsedBlobNames(self) -> set[str]:
+        used = set(self._external_inputs) | set(self._external_outputs)
+        for op in self._ops:
+            used.update(op.inputs)
+            used.update(op.outputs)
+        return used
+
+    # --- attributes (setup blocks, report steps)
+    def add_attribute(self, key, obj):
+        if self._attributes is None:
+            self._attributes = {}
+        self._attributes.setdefault(key, []).append(obj)
+
+    def get_attributes(self, key):
+        return self._attributes.get(key, []) if self._attributes else []
+
+    # --- records (schema)
+    def set_input_record(self, record):
+        self._input_record = record
+        return record
+
+    def set_output_record(self, record):
+        self._output_record = record
+        return record
+
+    def input_record(self):
+        return self._input_record
+
+    def output_record(self):
+        return self._output_record
+
+    # --- composition
+    def AppendNet(self, other: "Net") -> "Net":
+        """Append ``other``'s ops; its external inputs not produced here become ours (attributes stay)."""
+        self._extend_ops(other)
+        self.AddExternalOutput(*other._external_outputs)
+        return self
+
+    def _extend_ops(self, other: "Net") -> None:
+        """Append ``other``'s ops; its external inputs not produced here become ours."""
+        for b in other._external_inputs:
+            if b not in self._produced:
+                self._external_inputs.setdefault(b)
+        for op in other._ops:
+            self._ops.append(op)
+            self._produced.update(op.outputs)
+
+    def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True, update_external_list=False):
+        """A copy of this net named ``name`` with blob names mapped through ``blob_remap``."""
+        remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
+        new = Net(name)
+        for i, op in enumerate(self._ops):
+            if op_id_mask is not None and i not in op_id_mask:
+                continue
+            new._ops.append(OpRecord(op.type, tuple(remap.get(b, b) for b in op.inputs),
+                                     tuple(remap.get(b, b) for b in op.outputs), dict(op.args),
+                                     op.loc, dict(op.extra)))
+            new._produced.update(remap.get(b, b) for b in op.outputs)
+        new._external_inputs = dict.fromkeys(remap.get(b, b) for b in self._external_inputs)
+        new._external_outputs = [remap.get(b, b) for b in self._external_outputs]
+        if self._attributes:
+            new._attributes = {key: list(objs) for key, objs in self._attributes.items()}
+        if keep_schema:
+            new._input_record, new._output_record = self._input_record, self._output_record
+        return new
+
+    def ops(self) -> list[OpRecord]:
+        return list(self._ops)
+
+
+_OpRecorder.owner = Net
+
+
+def _builder_prefix() -> str:
+    """The name of the innermost open NetBuilder ("" if none): a new net's name starts with it."""
+    nb = _net_builder_class().current(required=False)
+    return (nb.name or "") if nb is not None else ""
+
+
+@functools.cache
+def _net_builder_class():
+    from dslc.net_builder import NetBuilder  # the builder module needs Net; resolve at first use
+    return NetBuilder
+
