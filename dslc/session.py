@@ -8,6 +8,7 @@ run. Task outputs are created in the root first, so they can be fetched after
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -97,8 +98,8 @@ class Session:
         if runnable is None:
             raise TraceError("session.run() needs something to run", user_location(),
                              "pass a Task, TaskGroup, Net, ExecutionStep or Plan")
-        from dslc.checkpoint import Job, JobRunner
-        if isinstance(runnable, Job):  # its groups run epoch by epoch, without checkpoints
+        if _is_job(runnable):  # its groups run epoch by epoch, without checkpoints
+            from dslc.checkpoint import JobRunner
             JobRunner(runnable).train(self)
             return
         self._run(self.as_group(runnable, workspace_type))
@@ -215,6 +216,13 @@ class LocalSession(Session):
                            None, "check that an op of its task writes that blob (and the blob's name)")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+def _is_job(runnable) -> bool:
+    """Whether ``runnable`` is a checkpoint Job (none exists before dslc.checkpoint is
+    imported, so a plain run does not import it)."""
+    checkpoint = sys.modules.get("dslc.checkpoint")
+    return checkpoint is not None and isinstance(runnable, checkpoint.Job)
 
 
 def default_backend() -> str:
