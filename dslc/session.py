@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from dslc import backends
-from dslc.backends.runtime.values import type_of_value
+from dslc.backends.runtime.values import blob_types
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir import verify
@@ -34,9 +34,10 @@ class CompiledRunnable:
     types it was compiled for.
     """
 
-    def __init__(self, group, module, program, deps, tasks):
+    def __init__(self, group, module, program, deps, tasks, created=frozenset()):
         self.group, self.module, self.program, self.deps = group, module, program, deps
         self.tasks = list(tasks)
+        self.created = created  # the blobs of deps the root held created but empty
 
 
 class Session:
@@ -140,16 +141,17 @@ class LocalSession(Session):
         it was compiled for; a blob fed since with another type recompiles.
         """
         group = self.as_group(runnable, workspace_type)
-        existing = {n: type_of_value(c.v) for n, c in self._ws.blobs.items() if c.v is not None}
+        existing, created = blob_types(self._ws)
         got = self._compiled.get(id(group))
-        if got is not None and got.group is group and _still_valid(got.deps, existing):
+        if got is not None and got.group is group and _still_valid(got.deps, existing) \
+                and got.created == created.intersection(got.deps):
             return got
         with paused():
-            module = lower_group(group, self.source, existing)
+            module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
             self.optimize(module)
             program = self.backend.compile(module)
-        got = CompiledRunnable(group, module, program, deps, group.tasks())
+        got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps))
         self._compiled[id(group)] = got
         return got
 

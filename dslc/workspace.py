@@ -12,6 +12,7 @@ import types
 import numpy as np
 
 from dslc.backends.runtime import workspace as _rt
+from dslc.backends.runtime import values as _values
 from dslc.ir.diagnostics import DSLError, DSLTypeError
 from dslc.tracing import user_location
 
@@ -246,6 +247,27 @@ def RunNetOnce(net) -> bool:
 
 def RunPlan(plan_or_step) -> bool:
     return current().run(plan_or_step)
+
+
+def InferShapesAndTypes(nets, blob_dimensions=None, nets_proto=False, blob_types=None):
+    """``(shapes, types)`` of the blobs ``nets`` (core.Net objects, run in order) write and
+    of those they start from, keyed by blob name: dims as a list, and Caffe2's dtype code
+    (``caffe2_pb2.TensorProto.FLOAT``...). They start from the current workspace's blobs,
+    or, given ``blob_dimensions`` (name -> dims), from those blobs only, typed by
+    ``blob_types`` (name -> code; float where missing). Blobs of unknown shape are left out.
+    """
+    from dslc import shapes
+    if nets_proto:
+        raise DSLError("InferShapesAndTypes(nets_proto=True): dslc has no NetDef protos to read",
+                       user_location(), "pass the core.Net objects with nets_proto=False")
+    if blob_dimensions is None:
+        if blob_types is not None:
+            raise DSLError("InferShapesAndTypes: blob_types needs blob_dimensions", user_location(),
+                           "give the dims of the same blobs (blob_dimensions={name: [dims]})")
+        known, created = _values.blob_types(current())
+    else:
+        known, created = shapes.types_from_map(blob_dimensions, blob_types), frozenset()
+    return shapes.infer_shapes_and_types(nets, known, created)
 
 
 class _CurrentBlobs:

@@ -9,6 +9,7 @@ import pytest
 
 from dslc import brew, core, optimizer, workspace
 from dslc.model_helper import ModelHelper
+from dslc.session import LocalSession
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4)
 P = np.array([[0.2, 0.5, 0.3], [0.4, 0.4, 0.2], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]], np.float32)
@@ -190,3 +191,24 @@ def test_every_training_op_lowers_with_unknown_shapes_and_round_trips():
 
 def _nothing(inputs, outputs):
     pass
+
+
+def test_matmul_axes_as_caffe2(backend):
+    # figures read off the real Caffe2 (/work/shared/tools/caffe2-ref/run.sh, this program):
+    # A [2,3,4] seen at axis_a=2 as [6,4], B [2,2,5] at axis_b=2 as [4,5]; Y is [6,5]
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    rng.normal(size=(4, 5))
+    b = rng.normal(size=(2, 2, 5)).astype(np.float32)
+    ws = workspace.Workspace()
+    ws.feed_blob("a", a)
+    ws.feed_blob("b", b)
+    net = core.Net("mm")
+    net.MatMul(["a", "b"], "y", axis_a=2, axis_b=2)
+    net.MatMul(["a", "b"], "y_neg", axis_a=-1, axis_b=-1)
+    LocalSession(ws, backend=backend).run(net)
+    for name in ("y", "y_neg"):
+        y = ws.fetch_blob(name)
+        assert y.shape == (6, 5)
+        np.testing.assert_allclose(y.ravel()[:3], [1.5744296312332153, -0.7365291714668274, 1.5233216285705566],
+                                   rtol=1e-6)

@@ -77,3 +77,99 @@ def test_small_steps_stay_interpreted():
     # below the size threshold a straight-line step is not worth numba's compile time
     _, s, model = run("numba", softmax_loss_momentum, steps=1)
     assert s.compile(model.net).program.summary()["ops compiled"] == 0
+
+
+def plain_sgd():
+    model = ModelHelper(name="m")
+    h = brew.relu(model, brew.fc(model, "data", "fc1", dim_in=D_IN, dim_out=D_HID), "r1")
+    fc2 = brew.fc(model, h, "fc2", dim_in=D_HID, dim_out=D_OUT)
+    _, loss = model.net.SoftmaxWithLoss([fc2, "label"], ["sm", "loss"])
+    model.AddGradientOperators([loss])
+    optimizer.build_sgd(model, 0.3)
+    return model, ["loss", "fc1_w", "fc1_b", "fc2_w", "fc2_b", "optimizer_iteration"]
+
+
+@pytest.mark.parametrize("build", [plain_sgd, softmax_loss_momentum])
+def test_training_step_is_one_function(monkeypatch, build):
+    # the parameters are loaded where each layer first uses them, and the optimizer's
+    # iteration counter and constants after the backward ops: those loads run before
+    # the island, so forward, backward, Iter, LearningRate and the updates are one call
+    monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
+    want, _, _ = run("interp", build, steps=3)
+    got, s, model = run("numba", build, steps=3)
+    for w_step, g_step in zip(want, got):
+        for w, g in zip(w_step, g_step):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+    summary = s.compile(model.net).program.summary()
+    assert len(summary["regions compiled"]) == 1, summary
+    # every op of the net is in it: only the loads and stores around it are interpreted
+    assert summary["ops compiled"] == len(model.net.Proto().op), summary
+    if build is plain_sgd:
+        assert got[-1][-1].tolist() == [3]  # the iteration counter went up once a step
+
+
+STEP = """
+module {
+  group {existing = [@"b", @"d", @"data", @"n", @"w"]} body {
+    task @"t" {workspace = "global"} body {
+      %n = load @"n" : TYPE[4]
+      %d = load @"d" : TYPE[4]
+      %q = Div(%n, %d) : TYPE[4]
+      %data = load @"data" : f32[32,8]
+      %w = load @"w" : f32[5,8]
+      %b = load @"b" : f32[5]
+      %y = FC(%data, %w, %b) : f32[32,5]
+      store @"q"(%q)
+      store @"y"(%y)
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("dtype, hoisted", [("f32", True), ("i32", False)])
+def test_loads_run_before_the_island_unless_an_op_may_fail(monkeypatch, dtype, hoisted):
+    # a float Div cannot fail, so the loads after it run before the island and Div and FC
+    # are one function; an integer Div may (by zero), and a load moved over it would
+    # report an unset blob where the interpreter reports the division
+    from dslc.ir import parse
+    monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
+    body = parse(STEP.replace("TYPE", dtype)).walk()
+    task = next(op for op in body if op.name == "task")
+    items = islands.partition(max(task.regions, key=lambda r: len(r.ops)))
+    kinds = [[o.name for o in it.ops] if isinstance(it, islands.Island) else it.name for it in items]
+    if hoisted:
+        assert kinds == ["load", "load", "load", "load", "load", ["Div", "FC"], "store", "store"]
+    else:
+        assert kinds == ["load", "load", "Div", "load", "load", "load", ["FC"], "store", "store"]
+
+
+def test_matmul_axes_compiled(monkeypatch):
+    # MatMul's axis_a / axis_b (inputs seen as matrices) and its gradients, which take their
+    # inputs' shapes from a third input, compiled: the interpreter's answers
+    from dslc import core
+    monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
+    rng = np.random.default_rng(4)
+    values = {"a": rng.normal(size=(2, 3, 4)), "b": rng.normal(size=(2, 2, 5)), "c": rng.normal(size=(5, 4))}
+    out = {}
+    for backend in ("interp", "numba"):
+        ws = workspace.Workspace()
+        for k, v in values.items():
+            ws.feed_blob(k, v.astype(np.float32))
+        net = core.Net("mm")
+        y1 = net.MatMul(["a", "b"], "y1", axis_a=2, axis_b=-1)
+        y2 = net.MatMul(["a", "c"], "y2", axis_a=-1, trans_b=1)
+        s1, s2 = net.SumElements(y1, "s1"), net.SumElements(y2, "s2")
+        net.AddGradientOperators([net.Add([s1, s2], "loss")])
+        s = LocalSession(ws, backend=backend)
+        s.run(net)
+        out[backend] = {k: ws.fetch_blob(k) for k in ("y1", "y2", "a_grad", "b_grad", "c_grad")}
+        if backend == "numba":
+            why = s.compile(net).program.summary()["ops interpreted, and why"]
+            assert not any(k.startswith("MatMul") for k in why), why
+    a2, b2, c = values["a"].reshape(6, 4), values["b"].reshape(4, 5), values["c"]
+    np.testing.assert_allclose(out["numba"]["y2"], a2 @ c.T, rtol=1e-5)
+    np.testing.assert_allclose(out["numba"]["y1"], a2 @ b2, rtol=1e-5)
+    for k, w in out["interp"].items():
+        assert out["numba"][k].shape == w.shape == {"a_grad": (2, 3, 4), "b_grad": (2, 2, 5)}.get(k, w.shape)
+        np.testing.assert_allclose(out["numba"][k], w, rtol=1e-5, atol=1e-6)

@@ -108,26 +108,36 @@ def nested_ops(op: Operation) -> int:
 
 
 def partition(r: Region, local=frozenset()) -> list:
-    """The region's ops, with worthwhile runs of compilable ops replaced by Islands."""
+    """The region's ops, with worthwhile runs of compilable ops replaced by Islands.
+
+    A blob load met inside a run does not end it: it runs on the interpreter just
+    before the island instead (see ``_hoistable``), so a training step whose
+    parameters are loaded where each layer first uses them is still one function.
+    """
     out, run = [], []
 
     def close():
         for chunk in _chunks(run):
-            island = Island(chunk, work=sum(work(o) for o in chunk))
+            loads = [o for o in chunk if o.name == "load"]
+            body = [o for o in chunk if o.name != "load"]
+            island = Island(body, work=sum(work(o) for o in body))
             # a lone fused group is a kernel call of its own (op_fused), which can reuse buffers;
             # training ops are worth a function of their own (BLAS calls and loops without
             # the interpreter between them)
-            loops = any(o.name in STRUCTURE for o in chunk)
-            nn = not loops and any(o.name in NN_OPS for o in chunk)
-            if (loops and island.work >= MIN_WORK) or (nn and island.work >= NN_MIN_WORK):
+            loops = any(o.name in STRUCTURE for o in body)
+            nn = not loops and any(o.name in NN_OPS for o in body)
+            if body and ((loops and island.work >= MIN_WORK) or (nn and island.work >= NN_MIN_WORK)):
                 _connect(island)
+                out.extend(loads)
                 out.append(island)
             else:
-                out.extend(chunk)
+                out.extend(chunk)  # in their own order
         run.clear()
 
     for op in r.ops:
         if op.name not in EXITS and compilable(op, local):
+            run.append(op)
+        elif run and _hoistable(op, run):
             run.append(op)
         else:
             close()
@@ -136,11 +146,21 @@ def partition(r: Region, local=frozenset()) -> list:
     return out
 
 
+def _hoistable(op: Operation, run: list) -> bool:
+    """Whether ``op`` is a load that may run before the compilable ops of ``run``.
+
+    Those ops touch no blob (a store ends a run), so the load reads what it would
+    have read after them; moved over ops that may fail, an unset blob would be
+    reported in place of their error, so not then.
+    """
+    return op.name == "load" and not any(o.opdef.fails(o) for r_op in run for o in r_op.walk())
+
+
 def _chunks(run: list):
     """Split a run into functions of at most about MAX_OPS ops (compile time grows with size)."""
     chunk, size = [], 0
     for op in run:
-        n = nested_ops(op)
+        n = 0 if op.name == "load" else nested_ops(op)
         if chunk and size + n > MAX_OPS:
             yield chunk
             chunk, size = [], 0

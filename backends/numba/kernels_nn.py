@@ -78,17 +78,34 @@ def _plain_fc(op):
         _float_ranks(op, 2, 2)
 
 
+helper("FC", """
+def _fc(x, w, b):
+    # Y = X W^T + b, the bias added in place (numpy's y += b: one rounding per element)
+    y = np.dot(x, w.T)
+    n, m = y.shape
+    for i in range(n):
+        for j in range(m):
+            y[i, j] += b[j]
+    return y
+""")
+
+
 @kernel("FC")
-def _fc(op, a):  # Y = X W^T + b
+def _fc(op, a):
     if not _plain_fc(op) or _rank(op.operands[2]) != 1:
         return None
-    return f"(np.dot({a[0]}, {a[1]}.T) + {a[2]})"
+    return f"_fc({a[0]}, {a[1]}, {a[2]})"
 
 
 helper("FCGradient", """
 def _fc_grad(x, w, dy):
-    # (dW, db, dX) of Y = X W^T + b
-    return np.dot(dy.T, x), dy.sum(axis=0), np.dot(dy, w)
+    # (dW, db, dX) of Y = X W^T + b; db row by row, as numpy's sum(axis=0) adds
+    n, m = dy.shape
+    db = dy[0].copy()
+    for i in range(1, n):
+        for j in range(m):
+            db[j] += dy[i, j]
+    return np.dot(dy.T, x), db, np.dot(dy, w)
 """)
 
 
@@ -99,19 +116,51 @@ def _fc_grad(op, a):
     return f"_fc_grad({a[0]}, {a[1]}, {a[2]})"
 
 
+helper("MatMul", """
+def _as_2d(x, k):
+    # x seen as [prod(dims[:k]), prod(dims[k:])] (MatMul's axis_a, axis_b)
+    m, n = 1, 1
+    for i in range(k):
+        m *= x.shape[i]
+    for i in range(k, x.ndim):
+        n *= x.shape[i]
+    return np.ascontiguousarray(x).reshape(m, n)
+""")
+
+
 @kernel("MatMul")
 def _matmul(op, a):
-    if not _float_ranks(op, 2, 2):
+    if not _float_ranks(op, None, None):
         return None
-    x = f"{a[0]}.T" if op.attrs["trans_a"] else a[0]
-    y = f"{a[1]}.T" if op.attrs["trans_b"] else a[1]
-    return f"np.dot({x}, {y})"
+    sides = []
+    for v, name, axis, trans in ((op.operands[0], a[0], "axis_a", "trans_a"),
+                                 (op.operands[1], a[1], "axis_b", "trans_b")):
+        rank, k = _rank(v), int(op.attrs[axis])
+        k = k % rank if rank else 0
+        m = name if (rank, k) == (2, 1) else f"_as_2d({name}, {k})"
+        sides.append(f"{m}.T" if op.attrs[trans] else m)
+    product = f"np.dot({sides[0]}, {sides[1]})"
+    # shaped like a third input (the gradient's form): a view, np.dot's result is contiguous
+    return f"{product}.reshape({a[2]}.shape)" if len(a) == 3 else product
+
+
+helper("ReluGradient", """
+def _relu_grad(y, dy, zero):
+    # dy where y > 0, else 0 (one loop: np.where allocates a mask)
+    out = np.empty(dy.shape, dy.dtype)
+    ys, gs, dst = np.ascontiguousarray(y).reshape(-1), np.ascontiguousarray(dy).reshape(-1), out.reshape(-1)
+    for i in range(dst.size):
+        dst[i] = gs[i] if ys[i] > 0 else zero
+    return out
+""")
 
 
 @kernel("ReluGradient")
 def _relu_grad(op, a):
-    zero = literal(0, _dt(op))
-    return f"np.where({a[0]} > {zero}, {a[1]}, {zero})" if not scalar(op.operands[0]) else None
+    t0, t1 = tensor(op.operands[0]), tensor(op.operands[1])
+    if scalar(op.operands[0]) or t0.shape != t1.shape or None in t0.shape:
+        return None
+    return f"_relu_grad({a[0]}, {a[1]}, {literal(0, _dt(op))})"
 
 
 # one-line kernels: {0}, {1} are the operands, {one} is 1 in the result's dtype
@@ -155,11 +204,89 @@ def _averaged_loss_grad(op, a):
     return f"np.full({a[0]}.shape, {dy} / {a[0]}.size, {NP[_dt(op)]})"
 
 
+POLICIES = {"fixed": 0, "step": 1, "exp": 2, "inv": 3}
+helper("LearningRate", """
+def _learning_rate(it, policy, base, gamma, stepsize, power):
+    # Caffe2's arithmetic (nn_math.learning_rate): float32, iter / stepsize truncated
+    if policy == 1:
+        q = abs(it) // stepsize
+        f = gamma ** np.float32(-q if it < 0 else q)
+    elif policy == 2:
+        f = gamma ** np.float32(it)
+    elif policy == 3:
+        f = (np.float32(1) + gamma * np.float32(it)) ** -power
+    else:
+        f = np.float32(1)
+    return np.float32(base * f)
+""")
+
+
 @kernel("LearningRate")
 def _learning_rate(op, a):
-    if op.attrs["policy"] != "fixed":
+    f32 = [literal(op.attrs[k], "f32") for k in ("base_lr", "gamma", "power")]
+    return (f"_learning_rate({_one(op.operands[0], a[0])}, {POLICIES[op.attrs['policy']]}, {f32[0]}, "
+            f"{f32[1]}, {max(1, int(op.attrs['stepsize']))}, {f32[2]})")
+
+
+# Adagrad and Adam (nn_math.adagrad, adam): one loop over the flattened arrays, in
+# Caffe2's order of operations; a quotient is rounded to the arrays' dtype, as numpy's
+helper("Adagrad", """
+def _adagrad_DT(p, m, g, lr, epsilon, decay):
+    p_out, m_out = np.empty_like(p), np.empty_like(m)
+    ps, ms, gs = p.reshape(-1), m.reshape(-1), g.reshape(-1)
+    po, mo = p_out.reshape(-1), m_out.reshape(-1)
+    for i in range(ps.size):
+        gi = gs[i]
+        hi = ms[i] * decay + gi * gi
+        mo[i] = hi
+        po[i] = ps[i] + np.DT(lr * gi / (np.sqrt(hi) + epsilon))
+    return p_out, m_out
+""")
+helper("Adam", """
+def _adam_DT(p, m1, m2, g, lr, it, beta1, beta2, epsilon, one):
+    # the bias correction in float64 from the betas as DT, t = iter + 1 (Caffe2's)
+    t = np.float64(it + 1)
+    corr = np.DT(np.sqrt(1.0 - np.float64(beta2) ** t) / (1.0 - np.float64(beta1) ** t))
+    p_out, m1_out, m2_out = np.empty_like(p), np.empty_like(m1), np.empty_like(m2)
+    ps, as_, bs, gs = p.reshape(-1), m1.reshape(-1), m2.reshape(-1), g.reshape(-1)
+    po, ao, bo = p_out.reshape(-1), m1_out.reshape(-1), m2_out.reshape(-1)
+    for i in range(ps.size):
+        gi = gs[i]
+        mi = as_[i] * beta1 + gi * (one - beta1)
+        vi = bs[i] * beta2 + gi * gi * (one - beta2)
+        ao[i] = mi
+        bo[i] = vi
+        po[i] = ps[i] + np.DT(lr * corr * mi / (np.sqrt(vi) + epsilon))
+    return p_out, m1_out, m2_out
+""")
+
+
+def _optimizer(op, n_arrays):
+    """(dtype, True) if the first ``n_arrays`` operands and the learning rate share a float
+    dtype and the arrays are not scalars; else (None, False): the interpreter's."""
+    dt = _dt(op)
+    if dt not in ("f32", "f64") or any(tensor(v).dtype != dt or scalar(v) for v in op.operands[:n_arrays]):
+        return None, False
+    return dt, tensor(op.operands[n_arrays]).dtype == dt
+
+
+@kernel("Adagrad")
+def _adagrad(op, a):
+    dt, ok = _optimizer(op, 3)
+    if not ok:
         return None
-    return literal(op.attrs["base_lr"], "f32")
+    return (f"_adagrad_{NP[dt][3:]}({a[0]}, {a[1]}, {a[2]}, {_one(op.operands[3], a[3])}, "
+            f"{literal(op.attrs['epsilon'], dt)}, {literal(op.attrs['decay'], dt)})")
+
+
+@kernel("Adam")
+def _adam(op, a):
+    dt, ok = _optimizer(op, 4)
+    if not ok:
+        return None
+    lit = [literal(op.attrs[k], dt) for k in ("beta1", "beta2", "epsilon")]
+    return (f"_adam_{NP[dt][3:]}({a[0]}, {a[1]}, {a[2]}, {a[3]}, {_one(op.operands[4], a[4])}, "
+            f"{_one(op.operands[5], a[5])}, {', '.join(lit)}, {literal(1, dt)})")
 
 
 helper("SoftmaxWithLoss", """

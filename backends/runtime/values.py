@@ -8,6 +8,18 @@ from dslc.ir.types import ANY, COUNTER, TIMER, HandleType, TensorType, Type, dty
 from .resources import Counter, Timer
 
 
+def blob_types(ws) -> tuple[dict, set]:
+    """Blob -> the type of the value workspace ``ws`` holds, and the blobs it holds created
+    but empty (``CreateBlob``)."""
+    known, created = {}, set()
+    for n, c in ws.blobs.items():
+        if c.v is None:
+            created.add(n)
+        else:
+            known[n] = type_of_value(c.v)
+    return known, created
+
+
 def type_of_value(v) -> Type:
     if isinstance(v, (np.ndarray, np.generic)):
         try:

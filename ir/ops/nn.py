@@ -100,34 +100,41 @@ def _(g):
 
 
 def _matmul(types, attrs, n):
-    a, b = floats("MatMul", types)
-    for t, arg in ((a, "A"), (b, "B")):
-        if t.shape is not None and len(t.shape) != 2:
-            type_error(f"MatMul needs 2-D inputs, {arg} has shape {list(t.shape)}",
-                       "Flatten or Reshape it to a matrix first (dslc's MatMul is 2-D only)")
-    if a.shape is None or b.shape is None:
-        return [TensorType(a.dtype or b.dtype, (None, None))]
-    m, ka = a.shape[::-1] if attrs["trans_a"] else a.shape
-    kb, nn = b.shape[::-1] if attrs["trans_b"] else b.shape
+    a, b = floats("MatMul", types[:2])
+    _, a0, a1 = split2d("MatMul", a, int(attrs["axis_a"]), "axis_a")
+    _, b0, b1 = split2d("MatMul", b, int(attrs["axis_b"]), "axis_b")
+    m, ka = (a1, a0) if attrs["trans_a"] else (a0, a1)
+    kb, nn = (b1, b0) if attrs["trans_b"] else (b0, b1)
     mismatch("MatMul", "the inner dimensions differ", ka, kb,
-             lambda: f"A {list(a.shape)} (trans_a={attrs['trans_a']}) times B {list(b.shape)} "
-             f"(trans_b={attrs['trans_b']}) needs equal inner dims")
+             lambda: f"A {list(a.shape)} (axis_a={attrs['axis_a']}, trans_a={attrs['trans_a']}) times "
+             f"B {list(b.shape)} (axis_b={attrs['axis_b']}, trans_b={attrs['trans_b']}) needs equal inner "
+             "dims; A is seen as [prod(dims[:axis_a]), prod(dims[axis_a:])], B likewise")
+    if len(types) == 3:  # the gradient's form: Y takes the third input's shape
+        (like,) = tensors("MatMul", types[2:])
+        size = None if like.shape is None else prod(like.shape)
+        mismatch("MatMul", "the product's size differs from the third input's", None if m is None or nn is None
+                 else m * nn, size, lambda: f"the third input ({list(like.shape)}) gives Y its shape")
+        return [TensorType(a.dtype or b.dtype, like.shape)]
     return [TensorType(a.dtype or b.dtype, (m, nn))]
 
 
-declare("MatMul", 2, _matmul, attrs={"trans_a": 0, "trans_b": 0}, traits={PURE},
-        doc="Y = op(A) op(B) for 2-D A, B; op transposes when trans_a / trans_b")
+declare("MatMul", (2, 3), _matmul, attrs={"trans_a": 0, "trans_b": 0, "axis_a": 1, "axis_b": 1}, traits={PURE},
+        doc="Y = op(A) op(B), A seen as a matrix at `axis_a` (B at `axis_b`); op transposes when "
+            "trans_a / trans_b; Y is 2-D, or shaped like a third input (as the gradient uses it)")
 
 
 @gradient("MatMul")
 def _(g):
     a, b, dy = g.I[0], g.I[1], g.GO[0]
     ta, tb = int(g.args.get("trans_a", 0)), int(g.args.get("trans_b", 0))
-    # dA = dY op(B)^T (transposed back when A was), dB likewise: all MatMuls with flags
-    da = GradOp("MatMul", [b, dy], [g.GI[0]], {"trans_a": tb, "trans_b": 1}) if ta else \
-        GradOp("MatMul", [dy, b], [g.GI[0]], {"trans_a": 0, "trans_b": 1 - tb})
-    db = GradOp("MatMul", [dy, a], [g.GI[1]], {"trans_a": 1, "trans_b": ta}) if tb else \
-        GradOp("MatMul", [a, dy], [g.GI[1]], {"trans_a": 1 - ta, "trans_b": 0})
+    axa, axb = int(g.args.get("axis_a", 1)), int(g.args.get("axis_b", 1))
+    # dA = dY op(B)^T (transposed back when A was), dB likewise: MatMuls that see A and B as
+    # the forward did, shaped like A and B by their third input (Caffe2's form; Caffe2's own
+    # maker passes the wrong axes when they are not 1, and its backward fails)
+    da = GradOp("MatMul", [b, dy, a], [g.GI[0]], {"trans_a": tb, "trans_b": 1, "axis_a": axb}) if ta else \
+        GradOp("MatMul", [dy, b, a], [g.GI[0]], {"trans_a": 0, "trans_b": 1 - tb, "axis_b": axb})
+    db = GradOp("MatMul", [dy, a, b], [g.GI[1]], {"trans_a": 1, "trans_b": ta, "axis_b": axa}) if tb else \
+        GradOp("MatMul", [a, dy, b], [g.GI[1]], {"trans_a": 1 - ta, "trans_b": 0, "axis_a": axa})
     return [da, db]
 
 

@@ -46,8 +46,11 @@ def fc_grad(x, w, dy, axis=1, axis_w=1):
     return dw, db, dx
 
 
-def matmul(a, b, trans_a=0, trans_b=0):
-    return np.dot(a.T if trans_a else a, b.T if trans_b else b)
+def matmul(a, b, *like, trans_a=0, trans_b=0, axis_a=1, axis_b=1):
+    """op(A) op(B) of A, B seen as matrices at axis_a, axis_b; shaped like ``like`` if given."""
+    a2, b2 = as_2d(a, axis_a), as_2d(b, axis_b)
+    y = np.dot(a2.T if trans_a else a2, b2.T if trans_b else b2)
+    return y.reshape(np.shape(like[0])) if like else y
 
 
 # --- shapes
@@ -289,16 +292,19 @@ def iter_(it):
 
 
 def learning_rate(it, base_lr=None, policy=None, gamma=0.0, stepsize=0, power=0.0, **_):
-    t = float(np.asarray(it).reshape(-1)[0])
+    """Caffe2's arithmetic: float32 throughout, iter / stepsize in integers (truncated)."""
+    t = int(np.asarray(it).reshape(-1)[0])
+    f32 = np.float32
     if policy == "fixed":
-        f = 1.0
+        f = f32(1)
     elif policy == "step":
-        f = gamma ** np.floor(t / stepsize)
+        q = abs(t) // int(stepsize)
+        f = f32(gamma) ** f32(-q if t < 0 else q)
     elif policy == "exp":
-        f = gamma ** t
+        f = f32(gamma) ** f32(t)
     else:  # "inv" (type inference refused every other policy)
-        f = (1.0 + gamma * t) ** (-power)
-    return np.float32(base_lr * f)
+        f = (f32(1) + f32(gamma) * f32(t)) ** -f32(power)
+    return f32(f32(base_lr) * f)
 
 
 def weighted_sum(*xs):
@@ -327,14 +333,15 @@ def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0):
 
 
 def adam(p, m1, m2, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5):
-    """(param out, first moment out, second moment out)."""
+    """(param out, first moment out, second moment out), in Caffe2's order of operations:
+    the bias correction in double from the float betas, t = iter + 1."""
+    dt = g.dtype.type
+    b1, b2 = dt(beta1), dt(beta2)
     t = float(np.asarray(it).reshape(-1)[0]) + 1
-    correction = np.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
-    b1, b2 = g.dtype.type(beta1), g.dtype.type(beta2)
-    n1 = b1 * m1 + (1 - b1) * g
-    n2 = b2 * m2 + (1 - b2) * g * g
-    step = lr.reshape(()) * g.dtype.type(correction) * n1 / (np.sqrt(n2) + g.dtype.type(epsilon))
-    return p + step, n1, n2
+    correction = dt(np.sqrt(1.0 - float(b2) ** t) / (1.0 - float(b1) ** t))
+    n1 = m1 * b1 + g * (1 - b1)
+    n2 = m2 * b2 + g * g * (1 - b2)
+    return p + lr.reshape(()) * correction * n1 / (np.sqrt(n2) + dt(epsilon)), n1, n2
 
 
 def dropout(x, mask_draw, ratio=0.5, is_test=0):
