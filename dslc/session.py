@@ -8,6 +8,7 @@ run. Task outputs are created in the root first, so they can be fetched after
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -97,8 +98,8 @@ class Session:
         if runnable is None:
             raise TraceError("session.run() needs something to run", user_location(),
                              "pass a Task, TaskGroup, Net, ExecutionStep or Plan")
-        from dslc.checkpoint import Job, JobRunner
-        if isinstance(runnable, Job):  # its groups run epoch by epoch, without checkpoints
+        if _is_job(runnable):  # its groups run epoch by epoch, without checkpoints
+            from dslc.checkpoint import JobRunner
             JobRunner(runnable).train(self)
             return
         self._run(self.as_group(runnable, workspace_type))
@@ -141,11 +142,13 @@ class LocalSession(Session):
         it was compiled for; a blob fed since with another type recompiles.
         """
         group = self.as_group(runnable, workspace_type)
-        existing, created = blob_types(self._ws)
         got = self._compiled.get(id(group))
-        if got is not None and got.group is group and _still_valid(got.deps, existing) \
-                and got.created == created.intersection(got.deps):
-            return got
+        if got is not None and got.group is group:
+            # (only the blobs it loads are typed to reuse it: a root may hold thousands)
+            known, created = blob_types(self._ws, got.deps)
+            if _still_valid(got.deps, known) and got.created == created:
+                return got
+        existing, created = blob_types(self._ws)
         with paused():
             module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
@@ -213,6 +216,13 @@ class LocalSession(Session):
                            None, "check that an op of its task writes that blob (and the blob's name)")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+def _is_job(runnable) -> bool:
+    """Whether ``runnable`` is a checkpoint Job (none exists before dslc.checkpoint is
+    imported, so a plain run does not import it)."""
+    checkpoint = sys.modules.get("dslc.checkpoint")
+    return checkpoint is not None and isinstance(runnable, checkpoint.Job)
 
 
 def default_backend() -> str:
