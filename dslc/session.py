@@ -142,11 +142,13 @@ class LocalSession(Session):
         it was compiled for; a blob fed since with another type recompiles.
         """
         group = self.as_group(runnable, workspace_type)
-        existing, created = blob_types(self._ws)
         got = self._compiled.get(id(group))
-        if got is not None and got.group is group and _still_valid(got.deps, existing) \
-                and got.created == created.intersection(got.deps):
-            return got
+        if got is not None and got.group is group:
+            # (only the blobs it loads are typed to reuse it: a root may hold thousands)
+            known, created = blob_types(self._ws, got.deps)
+            if _still_valid(got.deps, known) and got.created == created:
+                return got
+        existing, created = blob_types(self._ws)
         with paused():
             module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed

@@ -35,7 +35,8 @@ class RegionCode:
 
     def bind(self, ws, inst) -> "Bound":
         """Resolve the region's blobs in ``ws`` (creating missing ones) and build op state."""
-        cells = [ws.cell(n) for n in self.names]
+        own, cell = ws.blobs, ws.cell  # (most names are the workspace's own: one dict look-up)
+        cells = [own.get(n) or cell(n) for n in self.names]
         for n in self.eager:
             ws.cell(n)
         return Bound(self, cells, [make(inst) for make in self.makers])
