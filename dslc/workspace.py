@@ -13,7 +13,7 @@ import numpy as np
 
 from dslc.backends.runtime import workspace as _rt
 from dslc.backends.runtime import values as _values
-from dslc.ir.diagnostics import DSLError
+from dslc.ir.diagnostics import DSLError, DSLTypeError
 from dslc.tracing import user_location
 
 
@@ -68,7 +68,7 @@ class Workspace(_rt.Workspace):
     def create_net(self, net, overwrite: bool = False):
         """Check and compile ``net`` so that ``run_net(name)`` runs it; every blob it reads
         before writing must exist already (Caffe2 makes each op at this point, and an op
-        whose input is missing fails)."""
+        whose input is missing fails). Type errors wait for the run, as in Caffe2."""
         name = _net_name(net)
         if not hasattr(net, "_ops"):
             raise DSLError(f"create_net needs a core.Net, got {type(net).__name__}", user_location(),
@@ -82,7 +82,13 @@ class Workspace(_rt.Workspace):
         if missing:
             raise DSLError(f"net {name!r} reads {', '.join(map(repr, missing))}, not in the workspace",
                            user_location(), "feed them (FeedBlob) or run what makes them before creating the net")
-        self.session().compile(_bare_group(net))
+        try:
+            self.session().compile(_bare_group(net))
+        except DSLTypeError:
+            # Caffe2 finds operand types and shapes that do not fit when the net runs, not when
+            # it is made (its inputs may be fed again before then): run_net compiles it again,
+            # so the same located error comes at the run, before any op of the net runs.
+            pass
         self._nets[name] = net
         return net
 

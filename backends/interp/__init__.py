@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from dslc.backends.runtime.memory import keep_freed_memory
 from dslc.ir import Module
 
 from .executor import Executor
@@ -29,6 +30,7 @@ class InterpBackend:
 
     def __init__(self, log=None, seed=0, **_options):
         self.cfg = Config(log or sys.stderr, int(seed))
+        keep_freed_memory()
 
     def compile(self, module: Module) -> Executor:
         """Compile every region of ``module``; the result runs with ``.run(workspace)``."""
