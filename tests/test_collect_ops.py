@@ -143,3 +143,14 @@ def test_only_ops_declaring_it_take_an_empty_blob(session):
     with pytest.raises(DSLError) as e:
         session.run(net)
     assert "'x'" in str(e.value) and "read before anything wrote it" in str(e.value)
+
+
+def test_creating_the_window_after_a_failed_run_makes_the_same_net_run(session):
+    workspace.FeedBlob("next", np.array(0, np.int32))
+    net = core.Net("collect")
+    net.LastNWindowCollector(["w", "next", net.Const(ROWS)], ["w", "next"], num_to_collect=4)
+    with pytest.raises(DSLError, match="read before anything wrote it"):
+        session.run(net)  # no blob 'w' yet (compiled with a plain load)
+    workspace.CreateBlob("w")
+    session.run(net)  # the session compiles it again: 'w' is now an empty blob, an empty ring
+    assert workspace.FetchBlob("w").tolist() == ROWS.tolist() and workspace.FetchBlob("next") == 3
