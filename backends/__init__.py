@@ -19,10 +19,16 @@ theirs through the ``dslc.backends`` entry-point group.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 
 BUILTIN = {"interp": "dslc.backends.interp:InterpBackend", "text": "dslc.backends.text:TextBackend",
            "numba": "dslc.backends.numba:NumbaBackend"}
+
+
+def entry_points(group: str):
+    """The installed entry points of ``group`` (importlib.metadata is imported only when
+    asked: it costs a first run more than the built-in backends do)."""
+    from importlib.metadata import entry_points as found
+    return found(group=group)
 
 
 def names() -> list[str]:

@@ -1,7 +1,7 @@
 """Training speed: an MLP step on dslc (numba, interp) against PyTorch and the real Caffe2,
 and a large FC forward+backward against numpy's own matmuls.
 
-    python bench/train.py [--steps 200] [--fc-batch 256] [--threads 1]
+    python bench/train.py [--steps 200] [--fc-batch 256] [--threads 1] [--clock wall|cpu]
 
 MLP: batch 256, 64-256-10, float32, FC-Relu-FC-SoftmaxWithLoss, plain SGD (lr 0.1).
 dslc runs the step as its training net (AddGradientOperators + build_sgd), once per
@@ -11,7 +11,9 @@ gets `--threads` threads (default 1: BLAS threads that spin on a busy machine ma
 figures meaningless), set before numpy is imported; the real Caffe2 (if /tmp/caffe2-venv exists, or
 $CAFFE2_VENV) runs the same brew model in its own process and prints its figure, which
 is read here. Every figure is a median of warmed-up runs in this one process (run.py's
-timing); ratios are against the numba figure.
+timing); ratios are against the numba figure. `--clock cpu` times the CPU the process
+used instead of the wall clock: on a machine other jobs load, wall times measure them
+too (with one thread, CPU time is the work itself).
 
 Large FC: Y = X W^T + b, then (dW, db, dX) from dY, for X [fc-batch, 4096], W [4096, 4096],
 on dslc's numba backend, against numpy doing the same three products and the bias sum.
@@ -23,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -38,6 +41,7 @@ def _threads() -> str:
 
 
 THREADS = _threads()
+CLOCK = time.process_time if "cpu" in sys.argv else time.perf_counter
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = THREADS  # (the Caffe2 process inherits them)
 
@@ -58,8 +62,9 @@ def data():
     return rng.normal(size=(B, D_IN)).astype(np.float32), rng.integers(0, D_OUT, B).astype(np.int32)
 
 
-def dslc_mlp(backend, steps):
-    """(ms per step with one session.run per step, ms per step inside one execution step)."""
+def dslc_mlp(backend, steps, passes=None):
+    """(ms per step with one session.run per step, ms per step inside one execution step);
+    ``passes="none"``: without the pass pipeline."""
     ws = workspace.Workspace()
     x, y = data()
     ws.feed_blob("data", x)
@@ -70,11 +75,11 @@ def dslc_mlp(backend, steps):
     _, loss = model.net.SoftmaxWithLoss([fc2, "label"], ["softmax", "loss"])
     model.AddGradientOperators([loss])
     optimizer.build_sgd(model, LR)
-    s = LocalSession(ws, backend=backend)
+    s = LocalSession(ws, backend=backend, passes=passes)
     s.run(model.param_init_net)
-    per_run = median_time(lambda: [s.run(model.net) for _ in range(20)], 5) / 20
+    per_run = median_time(lambda: [s.run(model.net) for _ in range(20)], 5, CLOCK) / 20
     loop = core.execution_step("train", [model.net], num_iter=steps)
-    in_plan = median_time(lambda: s.run(loop), 5) / steps
+    in_plan = median_time(lambda: s.run(loop), 5, CLOCK) / steps
     return per_run * 1e3, in_plan * 1e3
 
 
@@ -94,7 +99,7 @@ def torch_mlp(threads):
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(xt), yt).backward()
             opt.step()
-    return median_time(steps, 5) / 20 * 1e3
+    return median_time(steps, 5, CLOCK) / 20 * 1e3
 
 
 CAFFE2_SCRIPT = """
@@ -114,9 +119,9 @@ workspace.CreateNet(m.net)
 workspace.RunNet(m.net.Proto().name, 20)
 ts = []
 for _ in range(5):
-    t = time.perf_counter()
+    t = time.{clock}()
     workspace.RunNet(m.net.Proto().name, 20)
-    ts.append((time.perf_counter() - t) / 20)
+    ts.append((time.{clock}() - t) / 20)
 print("CAFFE2_MS", statistics.median(ts) * 1e3)
 """
 
@@ -126,7 +131,7 @@ def caffe2_mlp():
     if not python.exists():
         return None
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(CAFFE2_SCRIPT.format(B=B, D_IN=D_IN, D_HID=D_HID, D_OUT=D_OUT, LR=LR))
+        f.write(CAFFE2_SCRIPT.format(B=B, D_IN=D_IN, D_HID=D_HID, D_OUT=D_OUT, LR=LR, clock=CLOCK.__name__))
     try:
         out = subprocess.run([str(python), f.name], capture_output=True, text=True, timeout=600).stdout
     finally:
@@ -151,12 +156,12 @@ def large_fc(batch):
     net.FC(["x", "w", "b"], "y")
     net.AddGradientOperators({"y": "y_grad"})
     s = LocalSession(ws, backend="numba")
-    t_dslc = median_time(lambda: s.run(net), 3)
+    t_dslc = median_time(lambda: s.run(net), 3, CLOCK)
 
     def numpy_fc():
         np.dot(x, w.T) + b
         np.dot(dy.T, x), dy.sum(axis=0), np.dot(dy, w)
-    return t_dslc * 1e3, median_time(numpy_fc, 3) * 1e3
+    return t_dslc * 1e3, median_time(numpy_fc, 3, CLOCK) * 1e3
 
 
 def main(argv=None):
@@ -164,14 +169,22 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--fc-batch", type=int, default=256)
     p.add_argument("--threads", type=int, default=1, help="threads for BLAS, numba and PyTorch")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time; cpu: the CPU time this process used (read before the parse)")
     args = p.parse_args(argv)
     threads = int(THREADS)
+    # PyTorch first: dslc's backends keep freed memory in the process (backends/runtime/memory.py),
+    # which would change the allocator PyTorch meets
+    torch_ms = torch_mlp(threads)
     numba_run, numba_loop = dslc_mlp("numba", args.steps)
     interp_run, interp_loop = dslc_mlp("interp", args.steps)
+    bare_run, bare_loop = dslc_mlp("numba", args.steps, passes="none")
     rows = [("dslc numba, in one plan", numba_loop), ("dslc numba, a run per step", numba_run),
+            ("dslc numba, no passes, in a plan", bare_loop), ("dslc numba, no passes, per run", bare_run),
             ("dslc interp, in one plan", interp_loop), ("dslc interp, a run per step", interp_run),
-            (f"PyTorch eager ({threads} threads)", torch_mlp(threads)), ("Caffe2 (own process)", caffe2_mlp())]
-    print(f"MLP step, batch {B}, {D_IN}-{D_HID}-{D_OUT}, float32, SGD (ms per step; ratio to numba in one plan)")
+            (f"PyTorch eager ({threads} threads)", torch_ms), ("Caffe2 (own process)", caffe2_mlp())]
+    print(f"MLP step, batch {B}, {D_IN}-{D_HID}-{D_OUT}, float32, SGD ({args.clock} ms per step; ratio to numba in one plan); "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
     for name, ms in rows:
         print(f"  {name:32s} " + ("not installed" if ms is None else f"{ms:8.3f} ms  {ms / numba_loop:6.2f}x"))
     d, n = large_fc(args.fc_batch)

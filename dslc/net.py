@@ -1,12 +1,13 @@
 """Net: a recorded network's ops, the blob names it makes and reads, and its composition.
 
-Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/net_record.py.
+Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/net_record.py; copies
+(``Clone``, ``ClonePartial``) in dslc/net_clone.py.
 """
 from __future__ import annotations
 
 import functools
 
-from dslc import names, protoview
+from dslc import names, net_clone, protoview
 from dslc.blobref import BlobReference, CurrentNameScope, ScopedName
 from dslc.net_record import NetRecording, _OpRecorder
 from dslc.oprecord import OpRecord
@@ -214,24 +215,18 @@ class Net(NetRecording):
             self._ops.append(op)
             self._produced.update(op.outputs)
 
-    def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True, update_external_list=False):
-        """A copy of this net named ``name`` with blob names mapped through ``blob_remap``."""
-        remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
-        new = Net(name)
-        for i, op in enumerate(self._ops):
-            if op_id_mask is not None and i not in op_id_mask:
-                continue
-            new._ops.append(OpRecord(op.type, tuple(remap.get(b, b) for b in op.inputs),
-                                     tuple(remap.get(b, b) for b in op.outputs), dict(op.args),
-                                     op.loc, dict(op.extra)))
-            new._produced.update(remap.get(b, b) for b in op.outputs)
-        new._external_inputs = dict.fromkeys(remap.get(b, b) for b in self._external_inputs)
-        new._external_outputs = [remap.get(b, b) for b in self._external_outputs]
-        if self._attributes:
-            new._attributes = {key: list(objs) for key, objs in self._attributes.items()}
-        if keep_schema:
-            new._input_record, new._output_record = self._input_record, self._output_record
-        return new
+    def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True,
+              update_external_list=False) -> "Net":
+        """A copy named ``name``: blob names mapped through ``blob_remap``, only the ops
+        ``op_id_mask`` lists (in its order), external lists recomputed from the ops if
+        ``update_external_list``. See dslc/net_clone.py."""
+        return net_clone.clone_net(self, name, blob_remap, op_id_mask, remap_funcs, keep_schema,
+                                   update_external_list)
+
+    def ClonePartial(self, name, inputs, outputs, remap_funcs=None) -> tuple:
+        """``(net, refs)``: the ops computing ``outputs`` from ``inputs`` (a list, or a dict
+        renaming them), other blobs prefixed ``<name>/``. See dslc/net_clone.py."""
+        return net_clone.clone_partial(self, name, inputs, outputs, remap_funcs)
 
     def ops(self) -> list[OpRecord]:
         return list(self._ops)

@@ -11,6 +11,7 @@ import numpy as np
 
 from dslc.ir.diagnostics import Location
 from dslc.ir.opdef import OPS
+from dslc.proto.caffe2_pb2 import TensorProto
 
 # Caffe2 spellings that the lowering turns into declared ops.
 FILL_ALIASES = {
@@ -22,22 +23,7 @@ ALIASES = frozenset(FILL_ALIASES)
 SPECIAL_ARGS = ("name", "engine", "device_option", "control_input")
 
 
-class DataType:
-    """Caffe2's tensor type codes (``core.DataType.FLOAT`` ...)."""
-
-    UNDEFINED = 0
-    FLOAT = 1
-    INT32 = 2
-    BYTE = 3
-    STRING = 4
-    BOOL = 5
-    UINT8 = 6
-    INT8 = 7
-    UINT16 = 8
-    INT16 = 9
-    INT64 = 10
-    FLOAT16 = 12
-    DOUBLE = 13
+DataType = TensorProto.DataType  # Caffe2's tensor type codes (core.DataType.FLOAT ...), as in Caffe2
 
 
 @dataclass(slots=True)

@@ -8,11 +8,12 @@ run. Task outputs are created in the root first, so they can be fetched after
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
 from dslc import backends
-from dslc.backends.runtime.values import type_of_value
+from dslc.backends.runtime.values import blob_types
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir import verify
@@ -34,9 +35,10 @@ class CompiledRunnable:
     types it was compiled for.
     """
 
-    def __init__(self, group, module, program, deps, tasks):
+    def __init__(self, group, module, program, deps, tasks, created=frozenset()):
         self.group, self.module, self.program, self.deps = group, module, program, deps
         self.tasks = list(tasks)
+        self.created = created  # the blobs of deps the root held created but empty
 
 
 class Session:
@@ -96,8 +98,8 @@ class Session:
         if runnable is None:
             raise TraceError("session.run() needs something to run", user_location(),
                              "pass a Task, TaskGroup, Net, ExecutionStep or Plan")
-        from dslc.checkpoint import Job, JobRunner
-        if isinstance(runnable, Job):  # its groups run epoch by epoch, without checkpoints
+        if _is_job(runnable):  # its groups run epoch by epoch, without checkpoints
+            from dslc.checkpoint import JobRunner
             JobRunner(runnable).train(self)
             return
         self._run(self.as_group(runnable, workspace_type))
@@ -140,16 +142,19 @@ class LocalSession(Session):
         it was compiled for; a blob fed since with another type recompiles.
         """
         group = self.as_group(runnable, workspace_type)
-        existing = {n: type_of_value(c.v) for n, c in self._ws.blobs.items() if c.v is not None}
         got = self._compiled.get(id(group))
-        if got is not None and got.group is group and _still_valid(got.deps, existing):
-            return got
+        if got is not None and got.group is group:
+            # (only the blobs it loads are typed to reuse it: a root may hold thousands)
+            known, created = blob_types(self._ws, got.deps)
+            if _still_valid(got.deps, known) and got.created == created:
+                return got
+        existing, created = blob_types(self._ws)
         with paused():
-            module = lower_group(group, self.source, existing)
+            module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
             self.optimize(module)
             program = self.backend.compile(module)
-        got = CompiledRunnable(group, module, program, deps, group.tasks())
+        got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps))
         self._compiled[id(group)] = got
         return got
 
@@ -211,6 +216,13 @@ class LocalSession(Session):
                            None, "check that an op of its task writes that blob (and the blob's name)")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+def _is_job(runnable) -> bool:
+    """Whether ``runnable`` is a checkpoint Job (none exists before dslc.checkpoint is
+    imported, so a plain run does not import it)."""
+    checkpoint = sys.modules.get("dslc.checkpoint")
+    return checkpoint is not None and isinstance(runnable, checkpoint.Job)
 
 
 def default_backend() -> str:

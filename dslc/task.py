@@ -127,6 +127,12 @@ def _setup_nets_of(key, objs, target):
     return init_nets, exit_nets
 
 
+class TaskGroupError(TraceError, AssertionError):
+    """A task that cannot join its TaskGroup (Caffe2 asserts there, so this is also an AssertionError).
+
+    Found when the group is first used (run, lowered, printed or analyzed), located at the task."""
+
+
 class TaskGroup(Managed):
     """Tasks that run concurrently; PRIVATE by default when you make the group yourself."""
 
@@ -148,12 +154,12 @@ class TaskGroup(Managed):
         group without a type takes its first task's.
         """
         if self._already_used:
-            raise TraceError(f"task {task.name} cannot be added to a TaskGroup that was already used",
-                             user_location(), "a group is fixed once it ran; put the task in a new TaskGroup")
+            raise TaskGroupError(f"task {task.name} cannot be added to a TaskGroup that was already used",
+                                 user_location(), "a group is fixed once it ran; put the task in a new TaskGroup")
         wt = task._workspace_type
         if self._workspace_type is not None and wt is not None and wt != self._workspace_type:
-            raise TraceError(f"a {wt} task ({task.name}) cannot join a {self._workspace_type} TaskGroup",
-                             task._loc, "give every task of a group the same workspace_type")
+            raise TaskGroupError(f"a {wt} task ({task.name}) cannot join a {self._workspace_type} TaskGroup",
+                                 task._loc, "give every task of a group the same workspace_type")
         if wt is None:
             task._workspace_type = self._workspace_type or WorkspaceType.PRIVATE
         if self._workspace_type is None:

@@ -12,7 +12,8 @@ import types
 import numpy as np
 
 from dslc.backends.runtime import workspace as _rt
-from dslc.ir.diagnostics import DSLError
+from dslc.backends.runtime import values as _values
+from dslc.ir.diagnostics import DSLError, DSLTypeError
 from dslc.tracing import user_location
 
 
@@ -67,7 +68,7 @@ class Workspace(_rt.Workspace):
     def create_net(self, net, overwrite: bool = False):
         """Check and compile ``net`` so that ``run_net(name)`` runs it; every blob it reads
         before writing must exist already (Caffe2 makes each op at this point, and an op
-        whose input is missing fails)."""
+        whose input is missing fails). Type errors wait for the run, as in Caffe2."""
         name = _net_name(net)
         if not hasattr(net, "_ops"):
             raise DSLError(f"create_net needs a core.Net, got {type(net).__name__}", user_location(),
@@ -81,7 +82,13 @@ class Workspace(_rt.Workspace):
         if missing:
             raise DSLError(f"net {name!r} reads {', '.join(map(repr, missing))}, not in the workspace",
                            user_location(), "feed them (FeedBlob) or run what makes them before creating the net")
-        self.session().compile(_bare_group(net))
+        try:
+            self.session().compile(_bare_group(net))
+        except DSLTypeError:
+            # Caffe2 finds operand types and shapes that do not fit when the net runs, not when
+            # it is made (its inputs may be fed again before then): run_net compiles it again,
+            # so the same located error comes at the run, before any op of the net runs.
+            pass
         self._nets[name] = net
         return net
 
@@ -240,6 +247,27 @@ def RunNetOnce(net) -> bool:
 
 def RunPlan(plan_or_step) -> bool:
     return current().run(plan_or_step)
+
+
+def InferShapesAndTypes(nets, blob_dimensions=None, nets_proto=False, blob_types=None):
+    """``(shapes, types)`` of the blobs ``nets`` (core.Net objects, run in order) write and
+    of those they start from, keyed by blob name: dims as a list, and Caffe2's dtype code
+    (``caffe2_pb2.TensorProto.FLOAT``...). They start from the current workspace's blobs,
+    or, given ``blob_dimensions`` (name -> dims), from those blobs only, typed by
+    ``blob_types`` (name -> code; float where missing). Blobs of unknown shape are left out.
+    """
+    from dslc import shapes
+    if nets_proto:
+        raise DSLError("InferShapesAndTypes(nets_proto=True): dslc has no NetDef protos to read",
+                       user_location(), "pass the core.Net objects with nets_proto=False")
+    if blob_dimensions is None:
+        if blob_types is not None:
+            raise DSLError("InferShapesAndTypes: blob_types needs blob_dimensions", user_location(),
+                           "give the dims of the same blobs (blob_dimensions={name: [dims]})")
+        known, created = _values.blob_types(current())
+    else:
+        known, created = shapes.types_from_map(blob_dimensions, blob_types), frozenset()
+    return shapes.infer_shapes_and_types(nets, known, created)
 
 
 class _CurrentBlobs:

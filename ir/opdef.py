@@ -66,6 +66,13 @@ class OpDef:
     # never. A pure op that may fail is not dead code, its error is never folded away,
     # and it keeps its place among effects (see ``fails``)
     may_fail: Callable | None = None
+    # operand indices that may be a blob created but never written (Caffe2's empty blob,
+    # ``workspace.CreateBlob``): such an op starts its state from it (the kernel gets None)
+    unset_ok: tuple[int, ...] = ()
+    # (types, attrs, n_results) -> per result, a shape giving the most each dim its type
+    # leaves open can be (None where unbounded), or None; shape reports (Caffe2's
+    # InferShapesAndTypes) show it. None: no bounds
+    bounds: Callable | None = None
     # whether ``traits`` holds PURE: a plain field (set by __post_init__), since passes ask
     # it of every op
     is_pure: bool = field(init=False, repr=False, compare=False, default=False)

@@ -98,3 +98,59 @@ def test_trim_keeps_whole_rows_up_to_a_multiple(session):
     ds.trim(again, multiple_of=2)  # already a multiple: unchanged
     session.run(again)
     assert [a.tolist() for a in FetchRecord(ds.content()).field_blobs()] == [[1, 2], [2, 0], [7, 8]]
+
+
+# ----------------------------------------------------------------------------- an empty (created) window
+
+def test_a_window_created_empty_starts_the_ring(session):
+    workspace.CreateBlob("window")  # Caffe2's idiom: the blob exists but holds nothing yet
+    workspace.FeedBlob("next", np.array(0, np.int32))
+    # two batches of 3 into 7 empty slots: slots 0..2, then 3..5; next is 6
+    session.run(_window_plan(2))
+    assert workspace.FetchBlob("window").tolist() == ROWS[[0, 1, 2, 0, 1, 2]].tolist()
+    assert workspace.FetchBlob("next") == 6
+
+
+def test_an_empty_window_as_caffe2_fills_it(backend):
+    # Read off the real Caffe2 (torch 1.10.2, /work/shared/tools/caffe2-ref/run.sh): after
+    # CreateBlob("w") and two RunNetOnce of a 4-row window over ROWS, w is
+    # [[3, 4], [5, 6], [5, 6], [1, 2]] and next is 2.
+    workspace.CreateBlob("w")
+    workspace.FeedBlob("next", np.array(0, np.int32))
+    net = core.Net("collect")
+    net.LastNWindowCollector(["w", "next", net.Const(ROWS)], ["w", "next"], num_to_collect=4)
+    ws = workspace.current()
+    ws.run(net, backend=backend)
+    assert workspace.FetchBlob("w").tolist() == ROWS.tolist()
+    ws.run(net, backend=backend)
+    assert workspace.FetchBlob("w").tolist() == [[3, 4], [5, 6], [5, 6], [1, 2]]
+    assert workspace.FetchBlob("next") == 2
+
+
+def test_a_window_blob_that_does_not_exist_is_a_located_error(session):
+    workspace.FeedBlob("next", np.array(0, np.int32))  # no CreateBlob("window"): a typo, say
+    plan = _window_plan(1)
+    with pytest.raises(DSLError) as e:
+        session.run(plan)
+    assert "'window'" in str(e.value) and "read before anything wrote it" in str(e.value)
+    assert "test_collect_ops.py:" in str(e.value)
+
+
+def test_only_ops_declaring_it_take_an_empty_blob(session):
+    workspace.CreateBlob("x")
+    net = core.Net("n")
+    net.Add(["x", "x"], "y")  # Caffe2 fails here too ("Blob contains nullptr (uninitialized)")
+    with pytest.raises(DSLError) as e:
+        session.run(net)
+    assert "'x'" in str(e.value) and "read before anything wrote it" in str(e.value)
+
+
+def test_creating_the_window_after_a_failed_run_makes_the_same_net_run(session):
+    workspace.FeedBlob("next", np.array(0, np.int32))
+    net = core.Net("collect")
+    net.LastNWindowCollector(["w", "next", net.Const(ROWS)], ["w", "next"], num_to_collect=4)
+    with pytest.raises(DSLError, match="read before anything wrote it"):
+        session.run(net)  # no blob 'w' yet (compiled with a plain load)
+    workspace.CreateBlob("w")
+    session.run(net)  # the session compiles it again: 'w' is now an empty blob, an empty ring
+    assert workspace.FetchBlob("w").tolist() == ROWS.tolist() and workspace.FetchBlob("next") == 3

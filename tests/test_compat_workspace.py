@@ -80,8 +80,11 @@ def test_test_util_testcase_starts_with_an_empty_workspace():
 def _counter_net(name="count"):
     """x <- x + 1.0 on a float32 [2] blob x."""
     net = core.Net(name)
-    net.Add(["x", net.Const(np.array([1.0, 1.0], dtype=np.float32))], ["x"])
+    net.Add(["x", net.Const(np.array([1.0, 1.0], dtype=np.float32))], ["x"])  # @counter-add
     return net
+
+
+_COUNTER_LINE = [i for i, t in enumerate(open(__file__).read().splitlines(), 1) if t.endswith("# @counter-add")][0]
 
 
 def test_str_of_a_net_is_its_name_and_runs_it_by_name(backend, monkeypatch):
@@ -124,6 +127,22 @@ def test_create_net_with_a_missing_input_is_a_located_error():
         workspace.CreateNet(net)
     assert "'x'" in str(e.value) and "FeedBlob" in str(e.value) and _located_here(e.value)
     workspace.CreateNet(net, input_blobs=["x"])  # Caffe2 creates listed inputs (empty) first
+
+
+def test_a_type_error_waits_for_run_net_and_is_located_at_the_op(backend, monkeypatch):
+    # Caffe2 creates a net whose operand types do not fit and fails when it runs it; so does
+    # dslc, with the op's line. Fed again with the right dtype, the created net runs: [2, 3] + 1.
+    monkeypatch.setenv("DSLC_BACKEND", backend)
+    ws = workspace.C.Workspace()
+    ws.create_blob("x").feed(np.array([1, 2], dtype=np.int64))
+    net = _counter_net("typed")  # float32 + int64: no common type
+    ws.create_net(net)
+    with pytest.raises(DSLError) as e:
+        ws.run("typed")
+    assert "Add" in str(e.value) and e.value.loc.file.endswith(HERE) and e.value.loc.line == _COUNTER_LINE
+    ws.create_blob("x").feed(np.array([2.0, 3.0], dtype=np.float32))
+    ws.run("typed")
+    np.testing.assert_array_equal(ws.blobs["x"].fetch(), [3.0, 4.0])
 
 
 def test_run_net_of_a_net_never_created_is_a_located_error():

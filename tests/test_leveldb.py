@@ -145,3 +145,56 @@ def test_without_plyvel_leveldb_says_how_to_install_it(monkeypatch):
     with pytest.raises(blobdb.DBTypeError) as info:
         blobdb.get("LevelDB").read("/nowhere")
     assert "dslc[leveldb]" in info.value.hint
+
+
+@NEEDS_LEVELDB
+def test_format_2_checksums_are_xxh3_over_1_mib_chunks(tmp_path):
+    import json
+
+    import plyvel
+    import xxhash
+
+    path = str(tmp_path / "ck")
+    big = np.arange((1 << 18) + 5, dtype=np.float64)  # 2 MiB and 40 bytes: three chunks
+    save(path, {**values(), "big": big})
+    db = plyvel.DB(path)
+    try:
+        doc = json.loads(db.get(b"manifest"))
+        payloads = {b["name"]: db.get(b"blob/" + b["name"].encode()) for b in doc["blobs"]}
+    finally:
+        db.close()
+    assert doc["format"] == 2 and doc["chunk"] == 1 << 20
+    for b in doc["blobs"]:
+        data = payloads[b["name"]]
+        chunks = [data[i:i + (1 << 20)] for i in range(0, len(data), 1 << 20)] or [data]
+        want = xxhash.xxh3_64_intdigest(data) if len(chunks) == 1 else xxhash.xxh3_64_intdigest(
+            np.array([xxhash.xxh3_64_intdigest(c) for c in chunks], dtype="<u8").tobytes())
+        assert b["xxh3"] == want and b["length"] == len(data), b["name"]
+    assert len(payloads["big"]) == big.nbytes and payloads["big"] == big.tobytes()
+
+
+@NEEDS_LEVELDB
+def test_a_format_1_checkpoint_with_crc32_is_still_read_and_checked(tmp_path):
+    """A format-1 checkpoint, as the writer before XXH3 laid it out, built here with plyvel."""
+    import json
+    import zlib
+
+    import plyvel
+
+    path = str(tmp_path / "ck")
+    a, names = np.arange(6, dtype=np.int16).reshape(2, 3), b"\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00xy"
+    rows = [{"name": "a", "kind": "tensor", "dtype": "<i2", "shape": [2, 3], "length": 12, "crc32": zlib.crc32(a.tobytes())},
+            {"name": "s", "kind": "strings", "dtype": "", "shape": [2], "length": len(names), "crc32": zlib.crc32(names)}]
+    db = plyvel.DB(path, create_if_missing=True)
+    db.put(b"blob/a", a.tobytes())
+    db.put(b"blob/s", names)
+    db.put(b"manifest", json.dumps({"format": 1, "blobs": rows}).encode())
+    db.close()
+    got = blobdb.get("leveldb").read(path)
+    assert got["a"].dtype == np.int16 and got["a"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert got["s"].tolist() == ["x", "y"]
+    db = plyvel.DB(path)
+    db.put(b"blob/a", (a + 1).tobytes())  # a changed payload: its CRC-32 no longer matches
+    db.close()
+    with pytest.raises(blobdb.CorruptDBError, match="blob 'a' in the leveldb checkpoint .* checksum does not match"):
+        blobdb.get("leveldb").read(path)

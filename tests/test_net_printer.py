@@ -64,6 +64,21 @@ def test_analyze_lets_private_tasks_make_the_same_blob():
     net_printer.analyze(tg)
 
 
+def test_analyze_refuses_a_task_whose_workspace_type_differs_from_its_group():
+    # As in Caffe2, the mismatch surfaces when the group's tasks are first read (here by
+    # analyze) as an AssertionError; dslc's also names the task's line and says what to do.
+    job = _job()
+    with job:
+        with Task(workspace_type=WorkspaceType.GLOBAL):  # @global-in-private
+            ops.Const(1, blob_out="g")
+    with pytest.raises(AssertionError) as e:
+        net_printer.analyze(job)
+    line = [i for i, t in enumerate(open(__file__).read().splitlines(), 1)
+            if t.endswith("# @global-in-private")][0]
+    assert e.value.loc.file.endswith(HERE) and e.value.loc.line == line
+    assert "same workspace_type" in e.value.one_line()
+
+
 def test_debug_net_logs_each_op_then_runs_it(backend, capsys):
     net = core.Net("dbg")
     net.ConstantFill([], ["a"], shape=[2], value=1.5)

@@ -256,3 +256,45 @@ def test_matmul_axes(session, a_shape, b_shape, attrs):
         a2, b2 = flat(A, attrs.get("axis_a", 1)), flat(B, attrs.get("axis_b", 1))
         return (a2.T if ta else a2) @ (b2.T if tb else b2)
     check(session, "MatMul", {"A": rand(*a_shape), "B": rand(*b_shape)}, fwd, ["A", "B"], attrs)
+
+
+def test_concat(session):
+    x, y = rand(2, 3), rand(1, 3)
+    check(session, "Concat", {"X": x, "Y": y}, lambda X, Y: np.concatenate([X, Y], 0), ["X", "Y"],
+          {"axis": 0}, n_out=2)
+    # recorded without its sizes output: the gradient joins the inputs again to learn them
+    check(session, "Concat", {"X": rand(2, 3), "Y": rand(2, 2)}, lambda X, Y: np.concatenate([X, Y], 1),
+          ["X", "Y"], {"axis": 1})
+    check(session, "Concat", {"X": rand(2, 3), "Y": rand(2, 3)}, lambda X, Y: np.stack([X, Y], 1),
+          ["X", "Y"], {"axis": 1, "add_axis": 1}, n_out=2)
+
+
+def test_split_every_part_used(session):
+    # loss = sum(p * Rp) + sum(q * Rq) for p, q = Split(x, [2, 3], axis=1)
+    x, rp, rq = rand(2, 5), rand(2, 2), rand(2, 3)
+    for name, v in (("x", x), ("Rp", rp), ("Rq", rq)):
+        workspace.FeedBlob(name, v)
+    net = core.Net("split_grad")
+    net.Split(["x"], ["p", "q"], split=[2, 3], axis=1)
+    net.Mul(["p", "Rp"], "pr")
+    net.Mul(["q", "Rq"], "qr")
+    net.Sum([net.SumElements(["pr"], "sp"), net.SumElements(["qr"], "sq")], "loss")
+    grads = net.AddGradientOperators({"loss": "loss_grad"})
+    workspace.FeedBlob("loss_grad", np.float64(1.0))
+    session.run(net)
+    f = lambda x: float((x[:, :2] * rp).sum() + (x[:, 2:] * rq).sum())  # noqa: E731
+    np.testing.assert_allclose(workspace.FetchBlob(grads["x"]), numeric_grad(f, {"x": x.copy()}, "x"),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_split_unused_part_gets_zeros(session):
+    # y = Split(x, axis 0) into 3 rows; loss = sum(r1 * r1): dx = [0, 2 r1, 0] (float32, the
+    # dtype of the zeros Caffe2's gradient fills an unused part with)
+    x = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    workspace.FeedBlob("x", x)
+    net = core.Net("split_unused")
+    net.Split(["x"], ["r0", "r1", "r2"], axis=0)
+    net.SumElements([net.Mul(["r1", "r1"], "sq")], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    session.run(net)
+    np.testing.assert_array_equal(workspace.FetchBlob(grads["x"]), [[0, 0], [6, 8], [0, 0]])

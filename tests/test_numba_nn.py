@@ -173,3 +173,28 @@ def test_matmul_axes_compiled(monkeypatch):
     for k, w in out["interp"].items():
         assert out["numba"][k].shape == w.shape == {"a_grad": (2, 3, 4), "b_grad": (2, 2, 5)}.get(k, w.shape)
         np.testing.assert_allclose(out["numba"][k], w, rtol=1e-5, atol=1e-6)
+
+
+def test_training_loop_step_is_one_function(monkeypatch):
+    # inside an execution step of several iterations the pass pipeline carries the
+    # parameters through the loop, checking each is set where the net reads it (`must`):
+    # those checks run before the island too
+    from dslc import core
+    monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
+    got = {}
+    for backend in ("interp", "numba"):
+        ws = workspace.Workspace()
+        feed(ws)
+        model, fetch = plain_sgd()
+        s = LocalSession(ws, backend=backend)
+        s.run(model.param_init_net)
+        loop = core.execution_step("train", [model.net], num_iter=4)
+        s.run(loop)
+        got[backend] = [np.array(ws.fetch_blob(b)) for b in fetch]
+        if backend == "numba":
+            summary = s.compile(loop).program.summary()
+            assert len(summary["regions compiled"]) == 1, summary
+            assert summary["ops compiled"] == len(model.net.Proto().op), summary
+    for w, g in zip(got["interp"], got["numba"]):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+    assert got["numba"][-1].tolist() == [4]

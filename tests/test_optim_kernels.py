@@ -15,11 +15,13 @@ from dslc.session import LocalSession
 f32 = np.float32
 
 
-def caffe2_inputs(ws):
+def caffe2_inputs(ws, strided=False):
     rng = np.random.default_rng(3)
     blobs = dict(p=rng.normal(size=5), m1=rng.random(5), m2=rng.random(5), g=rng.normal(size=5))
     for k, v in blobs.items():
-        ws.feed_blob(k, v.astype(np.float32))
+        v = v.astype(np.float32)
+        # the same values as every other element of a larger array: a view numba sees as strided
+        ws.feed_blob(k, np.repeat(v, 2)[::2] if strided else v)
     ws.feed_blob("lr", np.array([0.3], np.float32))
     ws.feed_blob("it", np.array([4], np.int64))
 
@@ -44,10 +46,11 @@ def compiled_names(s, net):
     return {why.split(":")[0] for why in summary["ops interpreted, and why"]}
 
 
-def test_equal_to_caffe2(backend, monkeypatch):
+@pytest.mark.parametrize("strided", [False, True])
+def test_equal_to_caffe2(backend, monkeypatch, strided):
     monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
     ws = workspace.Workspace()
-    caffe2_inputs(ws)
+    caffe2_inputs(ws, strided)
     net = core.Net("o")
     net.Adam(["p", "m1", "m2", "g", "lr", "it"], ["pa", "m1a", "m2a"], beta1=0.8, beta2=0.95, epsilon=1e-3)
     net.Adagrad(["p", "m2", "g", "lr"], ["pg", "m2g"], epsilon=1e-3, decay=0.9)

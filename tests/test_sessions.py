@@ -92,6 +92,7 @@ def test_mixing_global_and_private_tasks_raises(session):
         Task(step=Net("b"), workspace_type=WorkspaceType.PRIVATE)
     with pytest.raises(DSLError) as info:
         session.run(group)
+    assert isinstance(info.value, AssertionError)  # (Caffe2's TaskGroup asserts)
     assert "global" in info.value.message and "private" in info.value.message
     assert info.value.hint and _located_here(info.value)
 

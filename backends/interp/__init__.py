@@ -2,21 +2,19 @@
 
 Each region is compiled once into a Python function calling pre-resolved numpy
 kernels (``codegen``); the plan (groups, tasks, instances, parallel regions) is
-run by ``executor`` on threads, over the shared runtime's workspaces.
+run by ``executor`` on threads, over the shared runtime's workspaces. The kernels of
+the db, data, record, collect and nn ops are imported when a program first uses one
+(``kernels.kernel_entry``).
 """
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
+from dslc.backends.runtime.memory import keep_freed_memory
 from dslc.ir import Module
 
 from .executor import Executor
-from . import kernels_db  # noqa: F401  (registers the Save/Load/DBExists kernels)
-from . import kernels_data  # noqa: F401  (registers the queue, cursor and dataset kernels)
-from . import kernels_records  # noqa: F401  (text files, packed records, Concat, Split)
-from . import kernels_collect  # noqa: F401  (tensor vectors, sampling, TrimDataset)
-from . import kernels_nn  # noqa: F401  (registers the neural-network kernels)
 
 
 @dataclass
@@ -32,6 +30,7 @@ class InterpBackend:
 
     def __init__(self, log=None, seed=0, **_options):
         self.cfg = Config(log or sys.stderr, int(seed))
+        keep_freed_memory()
 
     def compile(self, module: Module) -> Executor:
         """Compile every region of ``module``; the result runs with ``.run(workspace)``."""

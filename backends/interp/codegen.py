@@ -20,7 +20,7 @@ import numpy as np
 from dslc.ir import Operation, Region
 from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, ExecutionError
 
-from .kernels import KERNELS, Constant
+from .kernels import Constant, kernel_entry
 from .together import together
 
 SOURCES: "weakref.WeakValueDictionary[str, RegionCode]" = weakref.WeakValueDictionary()
@@ -35,7 +35,8 @@ class RegionCode:
 
     def bind(self, ws, inst) -> "Bound":
         """Resolve the region's blobs in ``ws`` (creating missing ones) and build op state."""
-        cells = [ws.cell(n) for n in self.names]
+        own, cell = ws.blobs, ws.cell  # (most names are the workspace's own: one dict look-up)
+        cells = [own.get(n) or cell(n) for n in self.names]
         for n in self.eager:
             ws.cell(n)
         return Bound(self, cells, [make(inst) for make in self.makers])
@@ -138,7 +139,7 @@ class Emitter:
             return special(op, indent, loop_targets)
         if op.name in PLAN_OPS:
             return self.plan(op, indent)
-        entry = KERNELS.get(op.name)
+        entry = kernel_entry(op.name)
         if entry is None:
             raise ExecutionError(f"the interp backend has no kernel for {op.name}", op.loc)
         factory, per_instance = entry
@@ -177,7 +178,7 @@ class Emitter:
         body = [o for o in op.regions[0].ops if o.name != "yield"]
         thunks = []
         for o in body:
-            k = self.bind("k", KERNELS[o.name][0](o, self.cfg))
+            k = self.bind("k", kernel_entry(o.name)[0](o, self.cfg))
             thunks.append(f"(lambda: {k}({', '.join(self.var(v) for v in o.operands)}))")
         outs = [self.var(o.result) for o in body]
         self.emit(indent, f"{', '.join(outs)}, = {self.bind('t', together)}({', '.join(thunks)})", op)

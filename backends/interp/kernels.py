@@ -12,6 +12,7 @@ the op's line and the task name.
 from __future__ import annotations
 
 import functools
+import importlib
 import operator
 import sys
 
@@ -22,6 +23,7 @@ from dslc.backends.runtime.resources import Counter, Timer
 from dslc.backends.runtime.workspace import to_value
 from dslc.ir import pyrefs
 from dslc.ir.diagnostics import DSLError
+from dslc.ir.opdef import OPS
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.ops.tensor import fill_value
@@ -29,6 +31,38 @@ from dslc.ir.types import (ANY, COUNTER, INT_DTYPES, NUMPY_DTYPES, TIMER, Handle
                            dtype_of_numpy)
 
 KERNELS: dict[str, tuple] = {}
+DEFINED_IN: dict[str, str] = {}  # op name -> the module that registered its kernel
+
+# The kernels of the ops an ``ir/ops`` module declares live in the kernels module named
+# here, imported the first time a program uses one of those ops, so a first run imports
+# only the kernels it needs (tensor and effect ops: this module). For an op not found
+# there, every ``kernels_*`` module of this package is imported.
+_HOMES = {"db": "kernels_db", "data": "kernels_data", "records": "kernels_records",
+          "shape": "kernels_records", "collect": "kernels_collect", "nn": "kernels_nn",
+          "losses": "kernels_nn", "optim": "kernels_nn", "nn_grads": "kernels_nn"}
+
+
+def kernel_entry(name: str):
+    """``(factory, per_instance)`` registered for op ``name`` (None if no module has one)."""
+    got = KERNELS.get(name)
+    if got is None:
+        opdef = OPS.get(name)
+        home = _HOMES.get(opdef.module.rpartition(".")[2]) if opdef is not None else None
+        if home is not None:
+            importlib.import_module(f"{__package__}.{home}")
+        got = KERNELS.get(name)
+        if got is None:
+            load_all()
+            got = KERNELS.get(name)
+    return got
+
+
+def load_all() -> None:
+    """Import every kernels module of this package (each registers its kernels)."""
+    import pkgutil
+    for info in pkgutil.iter_modules(sys.modules[__package__].__path__):
+        if info.name.startswith("kernels_"):
+            importlib.import_module(f"{__package__}.{info.name}")
 
 
 class Constant:
@@ -44,6 +78,7 @@ def kernel(name: str, per_instance: bool = False):
     """Register a kernel factory for the op ``name``."""
     def register(factory):
         KERNELS[name] = (factory if per_instance else _typed(factory), per_instance)
+        DEFINED_IN[name] = factory.__module__
         return factory
     return register
 

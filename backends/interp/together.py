@@ -6,17 +6,17 @@ really run in parallel.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 from dslc.backends.runtime.ieee import in_ieee
 
-_pool: ThreadPoolExecutor | None = None
+_pool = None  # a ThreadPoolExecutor, made (and concurrent.futures imported) on first use
 
 
 def together(*thunks):
     """Call every thunk; all but the first on the pool. Returns their results in order."""
     global _pool
     if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
         _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
                                    thread_name_prefix="dslc-op")
     futures = [_pool.submit(in_ieee(t)) for t in thunks[1:]]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
+from dslc.backends.runtime.memory import keep_freed_memory
 from dslc.ir import Module
 
 from dslc.ir.passes.analysis import volatile_blobs
@@ -186,6 +187,7 @@ class NumbaBackend:
         self.log = log or sys.stderr
         self.parallel = parallel
         self.seed = int(seed)
+        keep_freed_memory()
 
     def compile(self, module: Module) -> NumbaProgram:
         cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,

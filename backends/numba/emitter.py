@@ -104,11 +104,11 @@ def _fused_module(op, parallel: bool, sites) -> str:
 
 def _fallback(op, cfg):
     """The fused group run op by op with the interpreter's kernels."""
-    from dslc.backends.interp.kernels import KERNELS, Constant
+    from dslc.backends.interp.kernels import Constant, kernel_entry
     body = op.regions[0]
     steps = []
     for o in body.ops[:-1]:
-        k = KERNELS[o.name][0](o, cfg)
+        k = kernel_entry(o.name)[0](o, cfg)
         steps.append((o, k))
     outputs = body.ops[-1].operands
 

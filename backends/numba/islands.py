@@ -28,6 +28,7 @@ NN_MIN_WORK = int(os.environ.get("DSLC_NUMBA_NN_MIN_WORK", 100_000))
 MAX_OPS = int(os.environ.get("DSLC_NUMBA_MAX_OPS", 400))      # ops per generated function
 STRUCTURE = ("for", "loop", "if")
 EXITS = ("yield", "break_if")
+HOISTED = ("load", "must")  # interpreted ops that may run before an island they sit in
 MAX_BREAKS = 40  # break_ifs in one loop body: each nests the generated code one level deeper
 
 
@@ -118,8 +119,8 @@ def partition(r: Region, local=frozenset()) -> list:
 
     def close():
         for chunk in _chunks(run):
-            loads = [o for o in chunk if o.name == "load"]
-            body = [o for o in chunk if o.name != "load"]
+            loads = [o for o in chunk if o.name in HOISTED]
+            body = [o for o in chunk if o.name not in HOISTED]
             island = Island(body, work=sum(work(o) for o in body))
             # a lone fused group is a kernel call of its own (op_fused), which can reuse buffers;
             # training ops are worth a function of their own (BLAS calls and loops without
@@ -147,20 +148,25 @@ def partition(r: Region, local=frozenset()) -> list:
 
 
 def _hoistable(op: Operation, run: list) -> bool:
-    """Whether ``op`` is a load that may run before the compilable ops of ``run``.
+    """Whether ``op`` is a load (or the check that a carried blob is set, ``must``) that
+    may run before the compilable ops of ``run``.
 
     Those ops touch no blob (a store ends a run), so the load reads what it would
     have read after them; moved over ops that may fail, an unset blob would be
     reported in place of their error, so not then.
     """
-    return op.name == "load" and not any(o.opdef.fails(o) for r_op in run for o in r_op.walk())
+    if op.name not in HOISTED:
+        return False
+    inside = {v for r_op in run for o in r_op.walk() for v in o.results}
+    return not any(v in inside for v in op.operands) and \
+        not any(o.opdef.fails(o) for r_op in run for o in r_op.walk())
 
 
 def _chunks(run: list):
     """Split a run into functions of at most about MAX_OPS ops (compile time grows with size)."""
     chunk, size = [], 0
     for op in run:
-        n = 0 if op.name == "load" else nested_ops(op)
+        n = 0 if op.name in HOISTED else nested_ops(op)
         if chunk and size + n > MAX_OPS:
             yield chunk
             chunk, size = [], 0

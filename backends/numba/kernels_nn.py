@@ -229,11 +229,13 @@ def _learning_rate(op, a):
 
 
 # Adagrad and Adam (nn_math.adagrad, adam): one loop over the flattened arrays, in
-# Caffe2's order of operations; a quotient is rounded to the arrays' dtype, as numpy's
+# Caffe2's order of operations; a quotient is rounded to the arrays' dtype, as numpy's.
+# A blob may hold a strided array (a transposed one fed): ascontiguousarray copies only those.
 helper("Adagrad", """
 def _adagrad_DT(p, m, g, lr, epsilon, decay):
-    p_out, m_out = np.empty_like(p), np.empty_like(m)
-    ps, ms, gs = p.reshape(-1), m.reshape(-1), g.reshape(-1)
+    p_out, m_out = np.empty(p.shape, p.dtype), np.empty(m.shape, m.dtype)  # C order, as numpy's
+    ps, ms = np.ascontiguousarray(p).reshape(-1), np.ascontiguousarray(m).reshape(-1)
+    gs = np.ascontiguousarray(g).reshape(-1)
     po, mo = p_out.reshape(-1), m_out.reshape(-1)
     for i in range(ps.size):
         gi = gs[i]
@@ -247,8 +249,9 @@ def _adam_DT(p, m1, m2, g, lr, it, beta1, beta2, epsilon, one):
     # the bias correction in float64 from the betas as DT, t = iter + 1 (Caffe2's)
     t = np.float64(it + 1)
     corr = np.DT(np.sqrt(1.0 - np.float64(beta2) ** t) / (1.0 - np.float64(beta1) ** t))
-    p_out, m1_out, m2_out = np.empty_like(p), np.empty_like(m1), np.empty_like(m2)
-    ps, as_, bs, gs = p.reshape(-1), m1.reshape(-1), m2.reshape(-1), g.reshape(-1)
+    p_out, m1_out, m2_out = np.empty(p.shape, p.dtype), np.empty(m1.shape, m1.dtype), np.empty(m2.shape, m2.dtype)
+    ps, gs = np.ascontiguousarray(p).reshape(-1), np.ascontiguousarray(g).reshape(-1)
+    as_, bs = np.ascontiguousarray(m1).reshape(-1), np.ascontiguousarray(m2).reshape(-1)
     po, ao, bo = p_out.reshape(-1), m1_out.reshape(-1), m2_out.reshape(-1)
     for i in range(ps.size):
         gi = gs[i]

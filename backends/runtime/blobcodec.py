@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,9 +34,9 @@ class BlobEncodingError(DSLError):
     does not decode as its manifest says."""
 
 
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """One blob ready to store: its kind, dtype (tensors only), shape and payload bytes."""
+class Encoded(NamedTuple):
+    """One blob ready to store: its kind, dtype (tensors only), shape and payload bytes.
+    (A tuple: a save makes one per blob, and a checkpoint may have thousands.)"""
 
     kind: str
     dtype: str
@@ -155,6 +156,23 @@ def allocate(name: str, kind: str, dtype: str, shape, length: int) -> np.ndarray
         raise BlobEncodingError(f"blob {name!r} does not decode: {e}",
                                 hint="the checkpoint was written by an incompatible program or is damaged") from None
     return arr
+
+
+def allocate_all(names: list, kinds: list, dtypes: list, shapes: list, lengths: list) -> list:
+    """``allocate`` for many blobs at once (a checkpoint may hold thousands of small ones):
+    the common case, a tensor whose shape is a list, in one step each."""
+    out, empty = [], np.empty
+    for name, kind, dtype, shape, length in zip(names, kinds, dtypes, shapes, lengths):
+        if kind == "tensor" and type(shape) is list:
+            try:
+                arr = empty(shape, _plain_dtype(dtype))
+                if arr.nbytes == length:
+                    out.append(arr)
+                    continue
+            except (ValueError, TypeError):
+                pass
+        out.append(allocate(name, kind, dtype, shape, length))  # (the others, and the errors)
+    return out
 
 
 def from_buffer(name: str, kind: str, dtype: str, shape, buf: np.ndarray) -> object:

@@ -25,9 +25,12 @@ import struct
 import zlib
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from . import blobdb, dbio, partials
-from .blobcodec import BlobEncodingError, allocate, from_buffer
-from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
+from .blobcodec import BlobEncodingError, allocate_all, from_buffer
+from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingDBError
+from .manifest import Index, rows_text
 
 END = b"DSLCEND\n"
 RECORD = struct.Struct("<4sIQ")
@@ -81,22 +84,20 @@ class FileDB:
     def _write_all(self, fd: int, entries) -> None:
         dbio.write_all(fd, [MAGIC])
         w = dbio.Writer(fd, MAGIC_SIZE, CURRENT.payload)
-        index: list = []
+        names, metas = [], []
         for name, enc in entries:
-            self._put(w, name, enc, index)
+            self._put(w, name, enc, names, metas)
         w.finish()
-        manifest = json.dumps({"format": CURRENT.number, "chunk": CURRENT.payload.chunk,
-                               "blobs": index}).encode("utf-8")
+        manifest = rows_text({"format": CURRENT.number, "chunk": CURRENT.payload.chunk}, names, metas, [
+            ("record", w.records), ("offset", w.offsets), ("length", [e.data.nbytes for e in metas]),
+            (CURRENT.payload.field, w.digests)]).encode("utf-8")
         dbio.write_all(fd, [manifest, TRAILER.pack(w.pos, len(manifest), CURRENT.manifest_hash(manifest), END)])
 
-    def _put(self, w: dbio.Writer, name: str, enc, index: list) -> None:
+    def _put(self, w: dbio.Writer, name: str, enc, names: list, metas: list) -> None:
         """Add one blob's record at the writer's position (written when its batch is full)."""
-        pos = w.pos
-        gap = _gap(pos, name.encode("utf-8"), enc.nbytes)
-        item = {"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
-                "record": pos, "offset": pos + len(gap), "length": enc.nbytes}
-        index.append(item)
-        w.add(gap, enc.data, item)
+        w.add(_gap(w.pos, name.encode("utf-8"), enc.data.nbytes), enc.data)
+        names.append(name)
+        metas.append(enc)
 
     # --- reading
     def exists(self, path: str) -> bool:
@@ -113,7 +114,7 @@ class FileDB:
     def keys(self, path: str) -> list[str]:
         fd = self._open(path)
         try:
-            return [b["name"] for b in self._manifest(fd, path)[1]]
+            return list(self._manifest(fd, path)[1].names)
         finally:
             os.close(fd)
 
@@ -121,43 +122,18 @@ class FileDB:
         fd = self._open(path)
         try:
             fmt, index, end = self._manifest(fd, path)
-            by_name = {b["name"]: b for b in index}
-            wanted = list(by_name) if names is None else list(dict.fromkeys(names))
-            missing = [n for n in wanted if n not in by_name]
-            if missing:
-                raise MissingBlobError(f"the checkpoint {path} has no blob {missing[0]!r}",
-                                       hint=_missing_hint(by_name))
-            plan = [self._planned(path, by_name[n], end) for n in wanted]
-            dbio.read_into(fd, [w for w, _ in plan], fmt.payload)
-            for (w, _), n in zip(plan, wanted):
-                self._verify(path, w, by_name[n], fmt.payload)
-            return {n: _decoded(path, by_name[n], buf) for (_, buf), n in zip(plan, wanted)}
+            wanted, pick = index.select(f"the checkpoint {path}", names)
+            order = np.argsort(index.record[pick], kind="stable")  # file order, for few long reads
+            at = pick[order]
+            raws = [index.names[i].encode("utf-8") for i in at.tolist()]
+            gap_lens = _check_places(path, index, pick, order, raws, end)
+            dests = _allocated(path, index, pick)
+            got = dbio.read_blobs(fd, index.record[at].tolist(), gap_lens.tolist(),
+                                  [dests[k] for k in order.tolist()], index.length[at].tolist(), fmt.payload)
+            _verify(path, index, at, order, raws, gap_lens, got)
+            return _decoded(path, index, wanted, pick, dests)
         finally:
             os.close(fd)
-
-    def _planned(self, path: str, b: dict, end: int) -> tuple:
-        """Where blob ``b`` is read to, after checking its place in the file."""
-        name, record, offset, length = b["name"], b["record"], b["offset"], b["length"]
-        raw = name.encode("utf-8")
-        gap = _gap(record, raw, length)
-        if record < MAGIC_SIZE or offset != record + len(gap) or offset + length > end:
-            raise CorruptDBError(f"blob {name!r} in the checkpoint {path} lies outside the file",
-                                 hint=_CORRUPT_HINT)
-        try:
-            buf = allocate(name, b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()), length)
-        except BlobEncodingError as e:
-            raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
-        return dbio.Wanted(name, record, offset, gap, memoryview(buf.reshape(-1).view("u1"))), buf
-
-    def _verify(self, path: str, w: dbio.Wanted, b: dict, scheme: dbio.Checksum) -> None:
-        if w.bad_gap:
-            raise CorruptDBError(f"the record header of blob {w.name!r} in the checkpoint {path} is damaged",
-                                 hint=_CORRUPT_HINT)
-        if w.cut:
-            raise CorruptDBError(f"blob {w.name!r} in the checkpoint {path} is cut off", hint=_CORRUPT_HINT)
-        if scheme.combine(w.digests) != b[scheme.field]:
-            raise CorruptDBError(f"blob {w.name!r} in the checkpoint {path} is damaged: its "
-                                 "checksum does not match", hint=_CORRUPT_HINT)
 
     def _open(self, path: str) -> int:
         if os.path.isdir(path):
@@ -193,11 +169,8 @@ class FileDB:
                                  f"checkpoint {path} is damaged", hint=_CORRUPT_HINT)
         try:
             doc = json.loads(raw)
-            index, field = doc["blobs"], fmt.payload.field
-            for b in index:
-                b["name"], b["record"], b["offset"], b["length"], b[field] = (
-                    str(b["name"]), int(b["record"]), int(b["offset"]), int(b["length"]), int(b[field]))
-        except (ValueError, KeyError, TypeError) as e:
+            index = Index(doc["blobs"], fmt.payload.field, placed=True)
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise CorruptDBError(f"the manifest of the checkpoint {path} is not valid: {e}",
                                  hint=_CORRUPT_HINT) from None
         if doc.get("format") != fmt.number:
@@ -236,26 +209,94 @@ class FileDB:
         return "it ends inside a record header" if pos < size else "its manifest is missing"
 
 
+def _check_places(path: str, index: Index, pick, order, raws: list, end: int):
+    """The length of each picked blob's gap (record header, name, padding), in file
+    order, after checking that the blob lies where its record says, inside the file."""
+    at = pick[order]
+    rec, off, n = index.record[at], index.offset[at], index.length[at]
+    gap = _aligned(rec + RECORD.size + np.fromiter(map(len, raws), np.int64, len(raws))) - rec
+    bad = (rec < MAGIC_SIZE) | (off != rec + gap) | (n < 0) | (off + n > end)
+    if bad.any():
+        name = index.names[pick[int(order[bad].min())]]  # the first one asked for
+        raise CorruptDBError(f"blob {name!r} in the checkpoint {path} lies outside the file", hint=_CORRUPT_HINT)
+    return gap
+
+
+def _allocated(path: str, index: Index, pick) -> list:
+    """The buffers the picked blobs are read to (for a tensor, its array)."""
+    try:
+        return allocate_all(*index.take(pick))
+    except BlobEncodingError as e:
+        raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
+
+
+def _verify(path: str, index: Index, at, order, raws: list, gap_lens, got) -> None:
+    """Raise for the first blob asked for whose gap, length or checksum is not right."""
+    gaps, cut, sums = got
+    starts = np.zeros(len(at), dtype=np.int64)
+    np.cumsum(gap_lens[:-1], out=starts[1:])
+    bad_gap = np.zeros(len(at), dtype=bool)
+    diff = np.flatnonzero(gaps != _expected_gaps(raws, index.length[at], starts, len(gaps)))
+    bad_gap[np.searchsorted(starts, diff, "right") - 1] = True
+    bad_gap &= ~cut  # (a piece the file ended in was not compared)
+    bad_sum = sums != index.digest[at]
+    problem = np.flatnonzero(bad_gap | cut | bad_sum)
+    if not problem.size:
+        return
+    j = problem[np.argmin(order[problem])]  # the first one asked for
+    name = index.names[at[j]]
+    if bad_gap[j]:
+        raise CorruptDBError(f"the record header of blob {name!r} in the checkpoint {path} is damaged",
+                             hint=_CORRUPT_HINT)
+    if cut[j]:
+        raise CorruptDBError(f"blob {name!r} in the checkpoint {path} is cut off", hint=_CORRUPT_HINT)
+    raise CorruptDBError(f"blob {name!r} in the checkpoint {path} is damaged: its checksum does not match",
+                         hint=_CORRUPT_HINT)
+
+
+_HEADERS = np.dtype([("tag", "S4"), ("name_len", "<u4"), ("length", "<u8")])  # RECORD as numpy sees it
+
+
+def _expected_gaps(raws: list, lengths, starts, total: int):
+    """What the gaps before the payloads must hold, one after the other: each record
+    header, name and zero padding, at ``starts``."""
+    n = len(raws)
+    name_lens = np.fromiter(map(len, raws), np.int64, n)
+    heads = np.zeros(n, dtype=_HEADERS)
+    heads["tag"], heads["name_len"], heads["length"] = b"BLOB", name_lens, lengths
+    out = np.zeros(total, dtype=np.uint8)
+    out[(starts[:, None] + np.arange(RECORD.size)).ravel()] = heads.view(np.uint8)
+    joined = np.frombuffer(b"".join(raws), dtype=np.uint8)
+    if joined.size:
+        name_at = starts + RECORD.size - (np.cumsum(name_lens) - name_lens)
+        out[np.repeat(name_at, name_lens) + np.arange(joined.size)] = joined
+    return out
+
+
+def _decoded(path: str, index: Index, wanted: list, pick, bufs: list) -> dict:
+    out = {}
+    kinds = index.kinds
+    for name, i, buf in zip(wanted, pick.tolist(), bufs):
+        if kinds[i] == "tensor":  # (the buffer is the array)
+            out[name] = buf if buf.ndim else buf[()]
+            continue
+        try:
+            out[name] = from_buffer(name, kinds[i], index.dtypes[i], index.shapes[i], buf)
+        except BlobEncodingError as e:
+            raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
+    return out
+
+
 def _gap(record: int, raw_name: bytes, length: int) -> bytes:
     """The bytes from a blob's record to its payload: header, name, zero padding."""
     head = RECORD.pack(b"BLOB", len(raw_name), length) + raw_name
-    return head + bytes(_aligned(record + len(head)) - record - len(head))
+    return head + _ZEROS[:-(record + len(head)) % ALIGN]
+
+
+_ZEROS = bytes(ALIGN)
 
 
 _CORRUPT_HINT = "the file was changed or cut short after it was saved; load an earlier epoch's checkpoint"
-
-
-def _missing_hint(by_name: dict) -> str:
-    names = sorted(by_name)
-    shown = ", ".join(repr(n) for n in names[:8]) + (" ..." if len(names) > 8 else "")
-    return f"pass allow_incomplete=True to skip blobs it lacks; it holds {len(names)} blobs: {shown}"
-
-
-def _decoded(path: str, b: dict, buf):
-    try:
-        return from_buffer(b["name"], b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()), buf)
-    except BlobEncodingError as e:
-        raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
 
 
 def _aligned(pos: int) -> int:

@@ -3,24 +3,26 @@ with no copy in between, and their checksums are computed while the I/O runs.
 
 Reading: the blobs wanted are cut along the file into pieces of about one checksum
 chunk. A piece is one ``preadv`` straight into the destination arrays (the record
-headers and padding between payloads go to small scratch buffers, compared with
-what they must hold). Two threads take pieces in turn, and each hashes the piece it
-just read while it is still in the CPU cache.
+headers and padding between payloads go to one scratch buffer, which the caller
+compares with what they must hold, all at once). Two threads take pieces in turn,
+and each hashes the piece it just read while it is still in the CPU cache.
 
 Writing: blobs are gathered into batches of about ``BATCH`` bytes. The hashing of a
-batch goes to the helper thread, then the batch is written with ``writev`` from the
-arrays' buffers, so the hashing overlaps the copy into the page cache.
+batch of large payloads goes to the helper thread, then the batch is written with
+``writev`` from the arrays' buffers, so the hashing overlaps the copy into the page
+cache; small payloads are hashed after the write, while they are in the cache.
 
 The checksum libraries (xxhash, zlib) release the GIL on large buffers, so the
 threads really run at once.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import xxhash
@@ -53,6 +55,8 @@ class Checksum:
         return self.hash(np.array(digests, dtype="<u8"))
 
     def of(self, view: memoryview) -> int:
+        if not self.chunk or view.nbytes <= self.chunk:
+            return self.hash(view)
         return self.combine([self.hash(c) for c in self.chunks(view)])
 
 
@@ -107,68 +111,98 @@ def digest_async(scheme: Checksum, view: memoryview):
 
 # --- reading
 
-@dataclass(slots=True, eq=False)
-class Wanted:
-    """One blob to read: where it is, the bytes before its payload (record header, name,
-    padding), where its payload goes; the readers fill in ``digests`` and the flags."""
+def read_blobs(fd: int, records: list, gap_lens: list, dests: list, lengths: list, scheme: Checksum):
+    """Read blobs laid out as ``records[i]``: ``gap_lens[i]`` bytes of record header, name
+    and padding, then ``lengths[i]`` bytes of payload into ``dests[i]`` (a writable buffer
+    of that size). Give them in file order: a run of records back to back is read with
+    few ``preadv`` calls. Returns (every gap's bytes, one after the other; which blobs the
+    file ended inside; each payload's checksum), for the caller to check."""
+    starts = list(itertools.accumulate(gap_lens, initial=0))
+    gaps = np.empty(starts[-1], dtype=np.uint8)
+    pieces, slots, multi, nslots = _pieces(records, gap_lens, dests, lengths, starts, memoryview(gaps), scheme)
+    digests, cut_pieces = [0] * nslots, []
+    hash_ = scheme.hash
 
-    name: str
-    record: int
-    offset: int
-    gap: bytes
-    dest: memoryview  # writable bytes, the payload's length
-    digests: list = field(default_factory=list)
-    bad_gap: bool = False
-    cut: bool = False
+    def read(p) -> None:
+        pos, iovs, size, hashes, _, _ = p
+        if not _preadv_fully(fd, iovs, pos, size):
+            cut_pieces.append(p)
+            return
+        for slot, view in hashes:
+            digests[slot] = hash_(view)
 
-
-@dataclass(slots=True, eq=False)
-class _Piece:
-    pos: int
-    iovs: list = field(default_factory=list)
-    size: int = 0
-    gaps: list = field(default_factory=list)  # (Wanted, scratch buffer)
-    hashes: list = field(default_factory=list)  # (Wanted, chunk number, view)
-
-    def add(self, buf) -> None:
-        self.iovs.append(buf)
-        self.size += memoryview(buf).nbytes
-
-
-def _pieces(blobs: list, scheme: Checksum) -> list:
-    """The reads for ``blobs`` (sorted by position): contiguous runs of records cut into
-    pieces of about one chunk (at most _IOV_MAX buffers each)."""
-    limit = scheme.chunk or (1 << 20)
-    out: list[_Piece] = []
-    cur: _Piece | None = None
-    for b in blobs:
-        if cur is None or cur.pos + cur.size != b.record or cur.size >= limit or len(cur.iovs) >= _IOV_MAX - 2:
-            cur = _Piece(b.record)
-            out.append(cur)
-        scratch = bytearray(len(b.gap))
-        cur.add(scratch)
-        cur.gaps.append((b, scratch))
-        chunks = scheme.chunks(b.dest)
-        b.digests = [0] * len(chunks)
-        for i, c in enumerate(chunks):
-            if cur.size >= limit or len(cur.iovs) >= _IOV_MAX:
-                cur = _Piece(cur.pos + cur.size)
-                out.append(cur)
-            cur.add(c)
-            cur.hashes.append((b, i, c))
-    return out
+    _run_all(pieces, read, parallel=starts[-1] + sum(lengths) >= PARALLEL_MIN)
+    cut = np.zeros(len(records), dtype=bool)
+    for p in cut_pieces:
+        cut[p[4]:p[5]] = True
+    flat = np.array(digests, dtype=np.uint64)
+    sums = flat[np.array(slots, dtype=np.intp)] if slots else np.zeros(0, np.uint64)
+    for i, (first, count) in multi.items():
+        sums[i] = scheme.combine(flat[first:first + count].tolist())
+    return gaps, cut, sums
 
 
-def _preadv_fully(fd: int, iovs: list, pos: int) -> bool:
-    """Fill every buffer of ``iovs`` from ``pos`` on; False if the file ends first."""
-    views = [memoryview(v) for v in iovs]
-    while views:
-        n = os.preadv(fd, views, pos)
+def _pieces(records, gap_lens, dests, lengths, starts, gaps: memoryview, scheme: Checksum):
+    """The reads: contiguous runs of records cut into pieces of about one chunk (at most
+    _IOV_MAX buffers each), as (file position, buffers, size, [(digest slot, buffer)],
+    first blob, end blob); each blob's digest slot (a payload longer than a chunk has
+    one per chunk: ``multi`` maps it to its first slot and count); the number of slots."""
+    chunk = scheme.chunk
+    limit = chunk or (1 << 20)
+    pieces: list = []
+    slots, multi = [0] * len(records), {}
+    iovs: list = []
+    hashes: list = []
+    pos = size = first = hi = nslots = 0
+    end = -1
+    for i, rec in enumerate(records):
+        if rec != end or size >= limit or len(iovs) >= _IOV_MAX - 2:
+            if iovs:
+                pieces.append((pos, iovs, size, hashes, first, hi))
+            iovs, hashes, pos, size, first = [], [], rec, 0, i
+        g, dest, n = gap_lens[i], dests[i], lengths[i]
+        iovs.append(gaps[starts[i]:starts[i + 1]])
+        size += g
+        slots[i] = nslots
+        if not chunk or n <= chunk:
+            iovs.append(dest)
+            hashes.append((nslots, dest))
+            nslots += 1
+            size += n
+        else:
+            view = np.asarray(dest).reshape(-1).view(np.uint8)
+            multi[i] = (nslots, -(-n // chunk))
+            for c in range(0, n, chunk):
+                if size >= limit or len(iovs) >= _IOV_MAX:
+                    pieces.append((pos, iovs, size, hashes, first, i + 1))
+                    iovs, hashes, pos, size, first = [], [], pos + size, 0, i
+                part = view[c:c + chunk]
+                iovs.append(part)
+                hashes.append((nslots, part))
+                nslots += 1
+                size += n - c if n - c < chunk else chunk
+        hi = i + 1
+        end = rec + g + n
+    if iovs:
+        pieces.append((pos, iovs, size, hashes, first, hi))
+    return pieces, slots, multi, nslots
+
+
+def _preadv_fully(fd: int, iovs: list, pos: int, size: int) -> bool:
+    """Fill every buffer of ``iovs`` (``size`` bytes in all) from ``pos`` on; False if
+    the file ends first."""
+    n = os.preadv(fd, iovs, pos)
+    if n == size:
+        return True
+    views = [memoryview(v).cast("B") for v in iovs]
+    while True:
         if n <= 0:
             return False
         pos += n
         views = _after(views, n)
-    return True
+        if not views:
+            return True
+        n = os.preadv(fd, views, pos)
 
 
 def _after(views: list, n: int) -> list:
@@ -181,28 +215,6 @@ def _after(views: list, n: int) -> list:
     if rest and n:
         rest[0] = rest[0][n:]
     return rest
-
-
-def _read_piece(fd: int, p: _Piece, scheme: Checksum) -> None:
-    if not _preadv_fully(fd, p.iovs, p.pos):
-        for b, _ in p.gaps:
-            b.cut = True
-        for b, _, _ in p.hashes:
-            b.cut = True
-        return
-    for b, scratch in p.gaps:
-        if scratch != b.gap:
-            b.bad_gap = True
-    for b, i, view in p.hashes:
-        b.digests[i] = scheme.hash(view)
-
-
-def read_into(fd: int, blobs: list, scheme: Checksum) -> None:
-    """Read every blob's payload into its ``dest`` and hash it; the caller then checks
-    ``bad_gap``, ``cut`` and ``scheme.combine(digests)`` of each."""
-    pieces = _pieces(sorted(blobs, key=lambda b: b.record), scheme)
-    total = sum(p.size for p in pieces)
-    _run_all(pieces, lambda p: _read_piece(fd, p, scheme), parallel=total >= PARALLEL_MIN)
 
 
 def _run_all(items: list, work, parallel: bool) -> None:
@@ -234,46 +246,48 @@ def _run_all(items: list, work, parallel: bool) -> None:
 
 class Writer:
     """Writes records at the end of an open file, ``add`` by ``add``, and hashes their
-    payloads on the helper thread; ``finish`` gives each index item its checksum."""
+    payloads; after ``finish``, ``records``, ``offsets`` and ``digests`` hold each
+    record's position, its payload's position and its payload's checksum."""
 
     def __init__(self, fd: int, pos: int, scheme: Checksum):
         self.fd, self.pos, self.scheme = fd, pos, scheme
+        self.records: list = []
+        self.offsets: list = []
+        self.digests: list = []
         self._iovs: list = []
-        self._jobs: list = []  # (index item, chunks) of the batch being gathered
+        self._payloads: list = []  # of the batch being gathered
         self._size = 0
-        self._pending: list = []  # (index items, future of their digests)
 
-    def add(self, gap: bytes, payload: memoryview, item: dict) -> None:
-        """Append ``gap`` then ``payload``; ``item`` gets the payload's checksum at ``finish``."""
+    def add(self, gap: bytes, payload: memoryview) -> None:
+        """Append ``gap`` then ``payload`` (written when the batch is full)."""
+        pos, g, n = self.pos, len(gap), payload.nbytes
+        self.records.append(pos)
+        self.offsets.append(pos + g)
         self._iovs += (gap, payload)
-        self._jobs.append((item, self.scheme.chunks(payload)))
-        self._size += len(gap) + payload.nbytes
-        self.pos += len(gap) + payload.nbytes
+        self._payloads.append(payload)
+        self.pos = pos + g + n
+        self._size += g + n
         if self._size >= BATCH or len(self._iovs) >= _IOV_MAX:
             self.flush()
 
     def flush(self) -> None:
         if not self._iovs:
             return
-        jobs, hash_ = [chunks for _, chunks in self._jobs], self.scheme.hash
-        run = lambda: [[hash_(c) for c in chunks] for chunks in jobs]  # noqa: E731
-        # Large pieces are hashed by the helper while this thread writes them. Many small
+        payloads, of = self._payloads, self.scheme.of
+        run = lambda: [of(p) for p in payloads]  # noqa: E731
+        # Large payloads are hashed by the helper while this thread writes them. Many small
         # ones are hashed here, after the write, while the copy left them in the cache:
         # handing the GIL back and forth at every small piece costs more than the hashing.
-        helper = self._size >= PARALLEL_MIN and len(self._iovs) <= 2 * self._size // _HELPER_PIECE
+        helper = self._size >= PARALLEL_MIN and len(payloads) <= self._size // _HELPER_PIECE
         fut = _helpers()[0].submit(run) if helper else None
         write_all(self.fd, self._iovs)
         if EARLY_WRITEBACK:
             _start_writeback(self.fd, self.pos - self._size, self._size)
-        self._pending.append(([item for item, _ in self._jobs], fut or _Done(run())))
-        self._iovs, self._jobs, self._size = [], [], 0
+        self.digests += fut.result() if fut is not None else run()
+        self._iovs, self._payloads, self._size = [], [], 0
 
     def finish(self) -> None:
         self.flush()
-        for items, fut in self._pending:
-            for item, digests in zip(items, fut.result()):
-                item[self.scheme.field] = self.scheme.combine(digests)
-        self._pending = []
 
 
 EARLY_WRITEBACK = True

@@ -3,29 +3,32 @@
 Through plyvel (the optional extra ``dslc[leveldb]``; its wheels bundle LevelDB). Each
 Save is one write batch, written with sync: it deletes every key there, puts each
 blob under ``blob/<name>`` and the manifest (names, kinds, dtypes, shapes, lengths,
-CRC-32s) under ``manifest``. LevelDB applies a batch as one log record, and drops a
+checksums: format 2, XXH3-64 in chunks as dslcdb's format 2; format 1, still read,
+zlib's CRC-32) under ``manifest``. LevelDB applies a batch as one log record, and drops a
 record cut short by a crash when the database is next opened, so a writer that dies
 mid-save leaves the previous checkpoint, or, for a new one, a database without a
 manifest, which Load reports as incomplete. LevelDB checksums its own blocks
-(checked on every read here) and the per-blob CRC-32 checks each payload.
+(checked on every read here) and the per-blob checksum checks each payload.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
-import zlib
 
 import numpy as np
 import plyvel
 
-from . import blobdb
-from .blobcodec import BlobEncodingError, decode
-from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
+from . import blobdb, dbio
+from .blobcodec import BlobEncodingError, allocate_all, from_buffer
+from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
+from .manifest import Index, rows_text
 
 MANIFEST = b"manifest"
 PREFIX = b"blob/"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# the payload checksum of each format (the manifest says which): 2 as dslcdb's format 2
+_CHECKSUMS = {1: dbio.CRC32, 2: dbio.XXH3}
 _HINT = "the checkpoint was changed or damaged after it was saved; load an earlier epoch's checkpoint"
 
 def _why(e) -> str:
@@ -58,20 +61,23 @@ class LevelDB(KeyValueDB):
                 db.close()
 
     def _commit(self, db, entries) -> None:
-        index = []
+        scheme = _CHECKSUMS[FORMAT_VERSION]
+        names, encs, digests = [], [], []
         batch = db.write_batch(transaction=True, sync=True)
         for key in db.iterator(include_value=False):
             batch.delete(key)
         for name, enc in entries:
-            self._put(batch, name, enc, index)
-        batch.put(MANIFEST, json.dumps({"format": FORMAT_VERSION, "blobs": index}).encode("utf-8"))
+            self._put(batch, name, enc, names, encs)
+            digests.append(dbio.digest_async(scheme, enc.data))
+        batch.put(MANIFEST, rows_text({"format": FORMAT_VERSION, "chunk": scheme.chunk}, names, encs, [
+            ("length", [e.data.nbytes for e in encs]),
+            (scheme.field, [d.result() for d in digests])]).encode("utf-8"))
         batch.write()
 
-    def _put(self, batch, name: str, enc, index: list) -> None:
-        data = enc.data  # (1-D bytes: plyvel takes a bytes copy)
-        batch.put(PREFIX + name.encode("utf-8"), bytes(data))
-        index.append({"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
-                      "length": enc.nbytes, "crc32": zlib.crc32(data)})
+    def _put(self, batch, name: str, enc, names: list, encs: list) -> None:
+        batch.put(PREFIX + name.encode("utf-8"), bytes(enc.data))  # (plyvel takes bytes)
+        names.append(name)
+        encs.append(enc)
 
     def read(self, path: str, names=None, values: bool = True):
         _check_path(path)
@@ -111,28 +117,35 @@ def _read(snap, path: str, names, values: bool):
         raise IncompleteDBError(f"the leveldb checkpoint {path} has no manifest: its save did not finish",
                                 hint="load an earlier epoch's checkpoint")
     try:
-        by_name = {str(b["name"]): b for b in json.loads(raw)["blobs"]}
-    except (ValueError, KeyError, TypeError) as e:
+        doc = json.loads(raw)
+        rows = doc["blobs"]
+        if not values:
+            return list(dict.fromkeys(str(b["name"]) for b in rows))
+        scheme = _CHECKSUMS.get(doc.get("format"))
+        if scheme is None:
+            raise DBTypeError(f"the leveldb checkpoint {path} has format {doc.get('format')!r}; this dslc "
+                              f"reads formats {', '.join(map(str, _CHECKSUMS))}",
+                              hint="load it with the dslc that wrote it")
+        scheme = dbio.as_in_manifest(scheme, doc)
+        index = Index(rows, scheme.field)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
         raise CorruptDBError(f"the manifest of the leveldb checkpoint {path} is not valid: {e}", hint=_HINT) from None
-    if not values:
-        return list(by_name)
-    wanted = list(by_name) if names is None else list(names)
-    missing = [n for n in wanted if n not in by_name]
-    if missing:
-        shown = ", ".join(repr(k) for k in sorted(by_name)[:8])
-        raise MissingBlobError(f"the checkpoint {path} has no blob {missing[0]!r}",
-                               hint=f"pass allow_incomplete=True to skip blobs it lacks; it holds "
-                                    f"{len(by_name)} blobs: {shown}")
-    out = {}
-    for n in wanted:
-        b = by_name[n]
+    wanted, pick = index.select(f"the checkpoint {path}", names)
+    try:
+        bufs = allocate_all(*index.take(pick))
+    except BlobEncodingError as e:
+        raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
+    out, of = {}, scheme.of
+    for n, i, buf in zip(wanted, pick.tolist(), bufs):
         data = snap.get(PREFIX + n.encode("utf-8"), verify_checksums=True)
-        if data is None or len(data) != int(b["length"]) or zlib.crc32(data) != int(b["crc32"]):
+        if data is None or len(data) != buf.nbytes or of(memoryview(data)) != int(index.digest[i]):
             raise CorruptDBError(f"blob {n!r} in the leveldb checkpoint {path} is damaged: it is missing or "
                                  "its length or checksum does not match", hint=_HINT)
+        buf.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+        kind = index.kinds[i]
         try:
-            out[n] = decode(n, b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()),
-                            np.frombuffer(bytearray(data), dtype=np.uint8))
+            out[n] = (buf if buf.ndim else buf[()]) if kind == "tensor" else \
+                from_buffer(n, kind, index.dtypes[i], index.shapes[i], buf)
         except BlobEncodingError as e:
             raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
     return out

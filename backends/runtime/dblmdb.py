@@ -21,8 +21,9 @@ import lmdb
 import numpy as np
 
 from . import blobdb, dbio
-from .blobcodec import BlobEncodingError, decode
-from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
+from .blobcodec import BlobEncodingError, allocate_all, from_buffer
+from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
+from .manifest import Index, rows_text
 
 MANIFEST = b"manifest"
 PREFIX = b"blob/"
@@ -60,21 +61,21 @@ class LmdbDB(KeyValueDB):
                 env.close()
 
     def _commit(self, env, entries) -> None:
-        index, digests, scheme = [], [], _CHECKSUMS[FORMAT_VERSION]
+        scheme = _CHECKSUMS[FORMAT_VERSION]
+        names, encs, digests = [], [], []
         with env.begin(write=True) as txn:
             txn.drop(env.open_db(), delete=False)
             for name, enc in entries:
-                self._put(txn, name, enc, index)
+                self._put(txn, name, enc, names, encs)
                 digests.append(dbio.digest_async(scheme, enc.data))
-            for item, digest in zip(index, digests):
-                item[scheme.field] = digest.result()
-            txn.put(MANIFEST, json.dumps({"format": FORMAT_VERSION, "chunk": scheme.chunk,
-                                          "blobs": index}).encode("utf-8"))
+            txn.put(MANIFEST, rows_text({"format": FORMAT_VERSION, "chunk": scheme.chunk}, names, encs, [
+                ("length", [e.data.nbytes for e in encs]),
+                (scheme.field, [d.result() for d in digests])]).encode("utf-8"))
 
-    def _put(self, txn, name: str, enc, index: list) -> None:
+    def _put(self, txn, name: str, enc, names: list, encs: list) -> None:
         txn.put(PREFIX + name.encode("utf-8"), enc.data)
-        index.append({"name": name, "kind": enc.kind, "dtype": enc.dtype, "shape": list(enc.shape),
-                      "length": enc.nbytes})
+        names.append(name)
+        encs.append(enc)
 
     def read(self, path: str, names=None, values: bool = True):
         self._check_path(path)
@@ -135,39 +136,44 @@ class LmdbDB(KeyValueDB):
                                     hint="load an earlier epoch's checkpoint")
         try:
             doc = json.loads(bytes(raw))
-            by_name = {str(b["name"]): b for b in doc["blobs"]}
+            rows = doc["blobs"]
+            if not values:
+                return list(dict.fromkeys(str(b["name"]) for b in rows))
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptDBError(f"the manifest of the lmdb checkpoint {path} is not valid: {e}",
                                  hint=_HINT) from None
-        if not values:
-            return list(by_name)
-        wanted = list(by_name) if names is None else list(names)
-        for n in wanted:
-            if n not in by_name:
-                shown = ", ".join(repr(k) for k in sorted(by_name)[:8])
-                raise MissingBlobError(f"the checkpoint {path} has no blob {n!r}",
-                                       hint=f"pass allow_incomplete=True to skip blobs it lacks; it holds "
-                                            f"{len(by_name)} blobs: {shown}")
         scheme = self._checksum(doc, path)
-        bufs, digests = [], []
-        for n in wanted:
-            mv = txn.get(PREFIX + n.encode("utf-8"))
-            if mv is None or len(mv) != int(by_name[n]["length"]):
+        try:
+            index = Index(rows, scheme.field)
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
+            raise CorruptDBError(f"the manifest of the lmdb checkpoint {path} is not valid: {e}",
+                                 hint=_HINT) from None
+        wanted, pick = index.select(f"the checkpoint {path}", names)
+        try:
+            bufs = allocate_all(*index.take(pick))
+        except BlobEncodingError as e:
+            raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
+        digests, get, of = [], txn.get, scheme.of
+        for n, buf in zip(wanted, bufs):
+            mv = get(PREFIX + n.encode("utf-8"))
+            if mv is None or len(mv) != buf.nbytes:
                 raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is missing or has the wrong "
                                      "length", hint=_HINT)
-            buf = np.empty(len(mv), dtype=np.uint8)
-            buf[:] = np.frombuffer(mv, dtype=np.uint8)  # the view dies with the transaction
-            bufs.append(buf)
-            digests.append(dbio.digest_async(scheme, memoryview(buf)))
-        for n, digest in zip(wanted, digests):
-            if digest.result() != int(by_name[n][scheme.field]):
-                raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is damaged: its checksum "
-                                     "does not match", hint=_HINT)
+            dest = buf.reshape(-1).view(np.uint8)
+            dest[:] = mv  # (the view dies with the transaction)
+            digests.append(of(dest))
+        bad = np.flatnonzero(np.array(digests, dtype=np.uint64) != index.digest[pick])
+        if bad.size:
+            raise CorruptDBError(f"blob {wanted[bad[0]]!r} in the lmdb checkpoint {path} is damaged: its checksum "
+                                 "does not match", hint=_HINT)
         out = {}
-        for n, buf in zip(wanted, bufs):
-            b = by_name[n]
+        for n, i, buf in zip(wanted, pick.tolist(), bufs):
+            kind = index.kinds[i]
+            if kind == "tensor":  # (the buffer is the array)
+                out[n] = buf if buf.ndim else buf[()]
+                continue
             try:
-                out[n] = decode(n, b.get("kind", ""), b.get("dtype", ""), b.get("shape", ()), buf)
+                out[n] = from_buffer(n, kind, index.dtypes[i], index.shapes[i], buf)
             except BlobEncodingError as e:
                 raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
         return out

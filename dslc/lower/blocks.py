@@ -111,6 +111,22 @@ class Block:
             self.env[key] = v
         return v
 
+    def read_state(self, name: str, loc):
+        """``read`` for an operand its op may take unset (``OpDef.unset_ok``).
+
+        A blob the workspace holds created but empty (``workspace.CreateBlob``) is read
+        with an optional load, whose value is None while nothing has written it; the
+        load is not shared, so other readers still fail on the unset blob. Any other
+        blob is an ordinary read (a blob the workspace lacks stays an error).
+        """
+        key = self.scope.resolve(name, False, loc) if self.scope else name
+        if name in self.iters or self.lookup(key) is not None or key not in self.ctx.created:
+            return self.read(name, loc)
+        v = self.b.load(key, self.ctx.blob_type(key), loc, hint(key))
+        v.owner.attrs["optional"] = 1
+        self.ctx.loads.append((key, v, loc, key in self.ctx.stored))
+        return v
+
     def _check_not_branch_local(self, key: str, loc) -> None:
         """A name made only inside an IfNet/WhileNet branch, read after it: say so."""
         made = getattr(self.ctx, "branch_locals", {}).get(key)

@@ -44,7 +44,7 @@ def _is_plain(op_type: str) -> bool:
     """A declared op that lowers as: read its inputs, make the op, write its outputs."""
     opdef = OPS.get(op_type)
     got = _PLAIN[op_type] = opdef is not None and op_type not in _SPECIAL and not is_sync(opdef) \
-        and "input_names" not in opdef.attrs and "output_names" not in opdef.attrs
+        and "input_names" not in opdef.attrs and "output_names" not in opdef.attrs and not opdef.unset_ok
     return got
 
 
@@ -55,7 +55,8 @@ def _lower_special(blk: Block, rec: OpRecord) -> None:
     if rec.type == "ConstantFill" and not rec.inputs:
         return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
     opdef = OPS[rec.type]
-    inputs = [blk.read(n, rec.loc) for n in rec.inputs]
+    inputs = [(blk.read_state if i in opdef.unset_ok else blk.read)(n, rec.loc)
+              for i, n in enumerate(rec.inputs)]
     if rec.type == "Load" and rec.args.get("allow_incomplete") and not rec.inputs:
         inputs = kept_values(blk, rec)  # what the outputs keep if the checkpoint lacks them
     attrs = dict(rec.args)

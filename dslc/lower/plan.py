@@ -27,8 +27,10 @@ MAX_ROUNDS = 6
 class LowerContext:
     """What the lowering of one module shares: blob types, loop indices, If chains."""
 
-    def __init__(self, assumed: dict, count_reads=Counter, protected=frozenset(), assumed_written=None):
+    def __init__(self, assumed: dict, count_reads=Counter, protected=frozenset(), assumed_written=None,
+                 created=frozenset()):
         self.assumed = assumed          # blob -> type to give its loads
+        self.created = created          # blobs the workspace holds created but empty (read_state)
         self.assumed_written = assumed_written or {}  # blob -> type of what the module stores
         self._count_reads = count_reads  # () -> reads per blob (see read_counts)
         self._read_counts = None
@@ -71,10 +73,11 @@ class LowerContext:
 
 
 def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None,
-                check_reads: bool = True) -> Module:
+                check_reads: bool = True, created=frozenset()) -> Module:
     """The verified module for one run of ``group``.
 
-    ``existing`` maps blobs already in the session's workspace to their types.
+    ``existing`` maps blobs already in the session's workspace to their types;
+    ``created`` names those it holds empty (made by ``CreateBlob``, never written).
     ``check_reads``: a blob read that nothing writes is an error (net_printer.analyze
     turns that off to report such reads its own way).
     """
@@ -86,7 +89,7 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
     protected = frozenset(n for t in tasks for n in t.output_names())
     written: dict = {}
     for _ in range(MAX_ROUNDS):
-        ctx = LowerContext(assumed, counts, protected, written)
+        ctx = LowerContext(assumed, counts, protected, written, frozenset(created))
         module = _lower(ctx, group, tasks, setup, source)
         final = dict(existing)
         for name, t in ctx.stored.items():
@@ -138,7 +141,7 @@ def _check_reads(ctx: LowerContext, final: dict) -> None:
     if ctx.opaque_writes:
         return
     for name, _, loc, _ in ctx.loads:
-        if name not in final:
+        if name not in final and name not in ctx.created:  # (a created blob: the op reads it at run time)
             raise VerifyError(f"blob {name!r} is read here, but nothing writes it", loc,
                               "write it earlier in the job, or feed it into the workspace before running")
 

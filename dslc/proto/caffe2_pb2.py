@@ -1,4 +1,5 @@
-"""Device codes and ``DeviceOption``, for code written against ``caffe2.proto.caffe2_pb2``.
+"""Device codes, ``DeviceOption`` and ``TensorProto``'s data type codes, for code written
+against ``caffe2.proto.caffe2_pb2``.
 
 dslc runs everything on the CPU and has no protobuf messages (docs/differences.md):
 a DeviceOption is a plain record that operators and scopes accept and ignore.
@@ -22,3 +23,14 @@ class DeviceOption:
     node_name: str = ""
     numa_node_id: int = 0
     extra_info: list = field(default_factory=list)
+
+
+class TensorProto:
+    """Only the data type codes of Caffe2's TensorProto (``TensorProto.FLOAT``, and
+    ``TensorProto.DataType.FLOAT``): ``core.DataType`` and the shape reports use them."""
+
+    UNDEFINED, FLOAT, INT32, BYTE, STRING, BOOL, UINT8, INT8 = 0, 1, 2, 3, 4, 5, 6, 7
+    UINT16, INT16, INT64, FLOAT16, DOUBLE = 8, 9, 10, 12, 13
+
+
+TensorProto.DataType = TensorProto

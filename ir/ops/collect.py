@@ -94,10 +94,19 @@ def _last_n(types, attrs, n):
     return [rows, I32, I64][:n]
 
 
+def _last_n_bounds(types, attrs, n):
+    """the window holds at most num_to_collect rows"""
+    data = types[2]
+    if not isinstance(data, TensorType) or data.shape is None:
+        return [None] * n
+    return [(int(attrs["num_to_collect"]),) + data.shape[1:]] + [None] * (n - 1)
+
+
 declare("LastNWindowCollector", (3, 5), _last_n, results=(2, 3), attrs={"num_to_collect": -1},
-        traits={PURE}, may_fail=_always,
+        traits={PURE}, may_fail=_always, unset_ok=(0,), bounds=_last_n_bounds,
         doc="append the data's rows to the window (operand 0) as a ring buffer of num_to_collect "
-            "rows, next (operand 1) its next slot; a third result counts the rows seen")
+            "rows, next (operand 1) its next slot; a third result counts the rows seen; the window "
+            "may start as an empty blob")
 
 
 def _trim(types, attrs, n):

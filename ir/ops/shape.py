@@ -8,6 +8,7 @@ Without ``axis`` both use Caffe2's ``order``: NCHW means axis 1, NHWC the last a
 """
 from __future__ import annotations
 
+from ..gradients import GradOp, gradient
 from ..opdef import PURE, declare, type_error
 from ..types import INT_DTYPES, TensorType
 from .infer import common_dtype, tensors
@@ -78,6 +79,19 @@ declare("Concat", (1, None), _concat, results=(1, 2), traits={PURE}, may_fail=_u
             "sizes each contributed along it")
 
 
+@gradient("Concat")
+def _(g):  # dX_k = the k-th part of dY, cut at the sizes Concat reported
+    if g.GO[0] is None:  # only the sizes reach the loss: they are integers, nothing flows back
+        return []
+    axis_args = g.pick("axis", "order", "add_axis")
+    made = []
+    sizes = g.O[1] if len(g.O) > 1 else None
+    if sizes is None:  # recorded without its sizes output: join the inputs again to learn them
+        joined, sizes = f"{g.GI[0]}_rejoined", f"{g.GI[0]}_sizes"
+        made.append(GradOp("Concat", list(g.I), [joined, sizes], axis_args))
+    return made + [GradOp("Split", [g.GO[0], sizes], list(g.GI), axis_args)]
+
+
 def _split(types, attrs, n):
     (t,), rest = tensors("Split", types[:1]), tensors("Split", types[1:])
     split = attrs["split"]
@@ -128,3 +142,14 @@ declare("Split", (1, 2), _split, results=(1, None), traits={PURE}, may_fail=_unk
         attrs={"axis": None, "order": "NCHW", "split": [], "add_axis": 0},
         doc="the operand cut along axis into parts of the sizes in split (or operand 1), equal "
             "parts if neither; add_axis drops the axis from each part")
+
+
+@gradient("Split")
+def _(g):  # dX = the parts' gradients joined back; a part no loss reads contributes zeros
+    made, parts = [], []
+    for k, (part, grad) in enumerate(zip(g.O, g.GO)):
+        if grad is None:  # (float32 zeros of the part's shape, as Caffe2 fills them)
+            grad = f"{g.GI[0]}_zeros_{k}"
+            made.append(GradOp("ConstantFill", [part], [grad], {"value": 0.0}))
+        parts.append(grad)
+    return made + [GradOp("Concat", parts, [g.GI[0]], g.pick("axis", "order", "add_axis"))]
