@@ -161,3 +161,22 @@ def test_the_manifest_is_the_json_of_its_rows(tmp_path):
     assert json.dumps(doc).encode() == raw[off:off + length]
     assert [(b["name"], b["kind"], b["dtype"], b["shape"]) for b in doc["blobs"]] == [
         ("w\u00e9\"\\", "tensor", "<f4", [2, 3]), ("s", "strings", "", [1]), ("z", "tensor", "|i1", [])]
+
+
+def test_manifest_rows_without_kind_dtype_or_shape_are_read_as_format_1_writers_left_them():
+    """A row may lack kind, dtype and shape (""/""/() then); a row without its place or
+    checksum is not valid, whichever row it is."""
+    from dslc.backends.runtime.manifest import Index
+
+    rows = [{"name": "a", "kind": "tensor", "dtype": "<f4", "shape": [2], "length": 8, "xxh3": 5},
+            {"name": "b", "length": 3, "xxh3": (1 << 64) - 1}]
+    index = Index(rows, "xxh3")
+    assert index.names == ["a", "b"] and index.kinds == ["tensor", ""] and index.dtypes == ["<f4", ""]
+    assert index.shapes == [[2], ()] and index.length.tolist() == [8, 3]
+    assert index.digest.tolist() == [5, (1 << 64) - 1]
+    with pytest.raises(KeyError):  # no checksum
+        Index([rows[0], {"name": "c", "length": 1}], "xxh3")
+    with pytest.raises(KeyError):  # no record/offset, which a dslcdb manifest must have
+        Index(rows, "xxh3", placed=True)
+    with pytest.raises(OverflowError):
+        Index([{**rows[0], "xxh3": -1}], "xxh3")
