@@ -66,7 +66,22 @@ def _hook(handler, name: str, *args, default=None, **kwargs):
     return method(*args, **kwargs) if method is not None else default
 
 
-class CheckpointManager:
+class _MetadataHooks:
+    """What both managers ask of their ``_metadata_handler`` (None: no handler)."""
+
+    _metadata_handler = None
+
+    def write_checkpoint_metadata(self, epoch) -> None:
+        _hook(self._metadata_handler, "write", epoch=epoch)
+
+    def get_resume_from_epoch_id(self, user_epoch=None):
+        """The epoch to resume from: the handler's choice if there is one, else ``user_epoch``."""
+        if self._metadata_handler is None or not hasattr(self._metadata_handler, "last_epoch"):
+            return user_epoch
+        return self._metadata_handler.last_epoch(user_epoch=user_epoch)
+
+
+class CheckpointManager(_MetadataHooks):
     """Saves and loads one node's root workspace at epoch boundaries.
 
     ``init`` fixes which blobs are checkpointed: every blob in the node's root
@@ -195,15 +210,6 @@ class CheckpointManager:
         self.collect_checkpoint_stats(stats)
         _hook(self._metadata_handler, "report", action_name, stats)
 
-    def write_checkpoint_metadata(self, epoch) -> None:
-        _hook(self._metadata_handler, "write", epoch=epoch)
-
-    def get_resume_from_epoch_id(self, user_epoch=None):
-        """The epoch to resume from: the handler's choice if there is one, else ``user_epoch``."""
-        if self._metadata_handler is None or not hasattr(self._metadata_handler, "last_epoch"):
-            return user_epoch
-        return self._metadata_handler.last_epoch(user_epoch=user_epoch)
-
     def set_params(self, nodes, path_prefix=None, path_type=None) -> None:
         if path_prefix:
             self._path_prefix = path_prefix
@@ -231,7 +237,7 @@ class SnapshotManager(CheckpointManager):
     _dbname = _db_name
 
 
-class MultiNodeCheckpointManager:
+class MultiNodeCheckpointManager(_MetadataHooks):
     """One CheckpointManager per node; ``init``/``save``/``load`` give GLOBAL TaskGroups
     with one Task per node (made under that ``Node``)."""
 
@@ -316,14 +322,6 @@ class MultiNodeCheckpointManager:
         for _, manager in self._node_managers or []:
             manager.collect_checkpoint_stats(stats)
         _hook(self._metadata_handler, "report", action_name, stats)
-
-    def write_checkpoint_metadata(self, epoch) -> None:
-        _hook(self._metadata_handler, "write", epoch=epoch)
-
-    def get_resume_from_epoch_id(self, user_epoch=None):
-        if self._metadata_handler is None or not hasattr(self._metadata_handler, "last_epoch"):
-            return user_epoch
-        return self._metadata_handler.last_epoch(user_epoch=user_epoch)
 
     def set_params(self, nodes, path_prefix=None, path_type=None) -> None:
         self._node_names = [str(n) for n in nodes]
