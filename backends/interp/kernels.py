@@ -57,6 +57,7 @@ def kernel_entry(name: str):
     return got
 
 
+@functools.cache  # (once: an op no module has a kernel for would list the package again)
 def load_all() -> None:
     """Import every kernels module of this package (each registers its kernels)."""
     import pkgutil

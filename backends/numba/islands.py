@@ -112,12 +112,14 @@ def partition(r: Region, local=frozenset()) -> list:
     """The region's ops, with worthwhile runs of compilable ops replaced by Islands.
 
     A blob load met inside a run does not end it: it runs on the interpreter just
-    before the island instead (see ``_hoistable``), so a training step whose
+    before the island instead (see ``_Gathered.takes``), so a training step whose
     parameters are loaded where each layer first uses them is still one function.
     """
     out, run = [], []
+    gathered = _Gathered()
 
     def close():
+        nonlocal gathered
         for chunk in _chunks(run):
             loads = [o for o in chunk if o.name in HOISTED]
             body = [o for o in chunk if o.name not in HOISTED]
@@ -134,32 +136,45 @@ def partition(r: Region, local=frozenset()) -> list:
             else:
                 out.extend(chunk)  # in their own order
         run.clear()
+        gathered = _Gathered()
 
     for op in r.ops:
         if op.name not in EXITS and compilable(op, local):
             run.append(op)
-        elif run and _hoistable(op, run):
+        elif run and gathered.takes(op):
             run.append(op)
         else:
             close()
             out.append(op)
+            continue
+        gathered.add(op)
     close()
     return out
 
 
-def _hoistable(op: Operation, run: list) -> bool:
-    """Whether ``op`` is a load (or the check that a carried blob is set, ``must``) that
-    may run before the compilable ops of ``run``.
+class _Gathered:
+    """What the run being gathered holds, as far as a load joining it needs to know: the
+    values its ops make, and whether one of them may fail (kept as ops are added, so a
+    long run is walked once)."""
 
-    Those ops touch no blob (a store ends a run), so the load reads what it would
-    have read after them; moved over ops that may fail, an unset blob would be
-    reported in place of their error, so not then.
-    """
-    if op.name not in HOISTED:
-        return False
-    inside = {v for r_op in run for o in r_op.walk() for v in o.results}
-    return not any(v in inside for v in op.operands) and \
-        not any(o.opdef.fails(o) for r_op in run for o in r_op.walk())
+    def __init__(self):
+        self.made: set = set()
+        self.may_fail = False
+
+    def add(self, op: Operation) -> None:
+        for o in op.walk():
+            self.made.update(o.results)
+            self.may_fail = self.may_fail or o.opdef.fails(o)
+
+    def takes(self, op: Operation) -> bool:
+        """Whether ``op`` is a load (or the check that a carried blob is set, ``must``) that
+        may run before the run's compilable ops.
+
+        Those ops touch no blob (a store ends a run), so the load reads what it would
+        have read after them; moved over ops that may fail, an unset blob would be
+        reported in place of their error, so not then.
+        """
+        return op.name in HOISTED and not self.may_fail and not any(v in self.made for v in op.operands)
 
 
 def _chunks(run: list):
