@@ -51,6 +51,36 @@ def hypothesis_settings(ci_examples: int) -> settings:
     return settings(max_examples=ci_examples, derandomize=True, database=None, **common)
 
 
+def run_task(task, outputs: dict, backend: str, passes: str) -> dict:
+    """Run ``task`` in a fresh session and workspace: {name: fetched value} of ``outputs``."""
+    from dslc.backends.runtime.workspace import Workspace
+    from dslc.session import LocalSession
+
+    with LocalSession(Workspace(), backend=backend, passes=passes) as session:
+        session.run(task)
+        return {name: out.fetch() for name, out in outputs.items()}
+
+
+def ir_text(task) -> str:
+    """``task`` lowered and printed as IR text, checked to read back to the same text."""
+    from dslc.ir import parse, print_module
+    from dslc.lower import lower_group
+    from dslc.session import LocalSession
+
+    text = print_module(lower_group(LocalSession.as_group(task), "", {}))
+    assert print_module(parse(text)) == text, "the IR text does not round-trip"
+    return text
+
+
+def run_text(text: str, backend: str, passes: str = "default") -> dict:
+    """Run IR ``text`` in a fresh session and workspace: its outputs by name."""
+    from dslc.backends.runtime.workspace import Workspace
+    from dslc.ir import parse
+    from dslc.session import LocalSession
+
+    return LocalSession(Workspace(), backend=backend, passes=passes).run_module(parse(text))
+
+
 def fresh() -> None:
     """What conftest does per test, done per example: fresh names and workspace."""
     from dslc import names, workspace

@@ -15,11 +15,7 @@ from hypothesis import given, note
 
 import programs as P
 import programs_numeric as N
-from dslc.backends.runtime.workspace import Workspace
-from dslc.ir import parse, print_module
 from dslc.ir.diagnostics import DSLError
-from dslc.lower import lower_group
-from dslc.session import LocalSession
 
 
 def _settings():
@@ -48,16 +44,6 @@ def check(how: str, run, want) -> None:
     assert not bad, f"{how}: (got, expected) {bad}"
 
 
-def run_task(task, outputs, backend, passes):
-    with LocalSession(Workspace(), backend=backend, passes=passes) as session:
-        session.run(task)
-        return {name: out.fetch() for name, out in outputs.items()}
-
-
-def run_text(text, backend, passes):
-    return LocalSession(Workspace(), backend=backend, passes=passes).run_module(parse(text))
-
-
 @_settings()
 @given(program=N.programs())
 def test_numeric_programs_agree_with_the_evaluator(backend, program):
@@ -66,8 +52,6 @@ def test_numeric_programs_agree_with_the_evaluator(backend, program):
     want = N.evaluate(program)
     task, outputs = N.build(program)
     for passes in ("default", "none"):
-        check(f"{backend}, passes {passes}", lambda: run_task(task, outputs, backend, passes), want)
-    module = lower_group(LocalSession.as_group(task), "", {})
-    text = print_module(module)
-    assert print_module(parse(text)) == text, "the IR text does not round-trip"
-    check(f"{backend}, the IR text", lambda: run_text(text, backend, "default"), want)
+        check(f"{backend}, passes {passes}", lambda: P.run_task(task, outputs, backend, passes), want)
+    text = P.ir_text(task)
+    check(f"{backend}, the IR text", lambda: P.run_text(text, backend), want)

@@ -16,10 +16,7 @@ from hypothesis import assume, given, note
 import programs as P
 import programs_tensor as T
 from dslc import workspace
-from dslc.backends.runtime.workspace import Workspace
-from dslc.ir import parse, print_module
 from dslc.ir.gradients import GRADIENTS
-from dslc.lower import lower_group
 from dslc.session import LocalSession
 
 H = 1e-6
@@ -41,12 +38,6 @@ def _close(got: dict, want: dict, dtype: str, how: str) -> None:
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale, err_msg=f"{how}: {name}")
 
 
-def _run_task(task, outputs, backend, passes):
-    with LocalSession(Workspace(), backend=backend, passes=passes) as session:
-        session.run(task)
-        return {name: out.fetch() for name, out in outputs.items()}
-
-
 @_settings()
 @given(program=T.programs())
 def test_tensor_programs_agree_with_the_evaluator(backend, program):
@@ -55,12 +46,8 @@ def test_tensor_programs_agree_with_the_evaluator(backend, program):
     want = T.evaluate(program)
     task, outputs = T.build(program)
     for passes in ("default", "none"):
-        _close(_run_task(task, outputs, backend, passes), want, program.dtype, f"{backend}, {passes}")
-    module = lower_group(LocalSession.as_group(task), "", {})
-    text = print_module(module)
-    assert print_module(parse(text)) == text, "the IR text does not round-trip"
-    got = LocalSession(Workspace(), backend=backend).run_module(parse(text))
-    _close(got, want, program.dtype, f"{backend}, the IR text")
+        _close(P.run_task(task, outputs, backend, passes), want, program.dtype, f"{backend}, {passes}")
+    _close(P.run_text(P.ir_text(task), backend), want, program.dtype, f"{backend}, the IR text")
 
 
 def _numeric_grad(program, values, name, project):
