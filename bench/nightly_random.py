@@ -42,14 +42,26 @@ def main(argv=None) -> int:
     out = done.stdout
     print(f"examples per test: {args.examples}; fuzzer: {args.mutants} mutants, seed {seed}; "
           f"{time.perf_counter() - start:.0f} s")
-    for name, passing, failing in re.findall(
-            r"(test_\S+):\n(?:.*\n)*?\s+- (\d+) passing examples, (\d+) failing", out):
+    for name, passing, failing in statistics(out):
         print(f"  {name}: {passing} examples passed, {failing} failed")
     results = [ln for ln in out.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
     print(results[-1] if results else done.stderr.strip()[-500:])
     if done.returncode != 0:
         print(out[-20000:])
     return 0 if done.returncode == 0 else 1
+
+
+def statistics(out: str) -> list:
+    """(test, passing, failing) from hypothesis's statistics, summed over its phases (each
+    phase says "- N passing, M failing, ..."; older releases said "N passing examples")."""
+    rows = []
+    for block in re.split(r"^(?=\S+::test_\S+:$)", out, flags=re.MULTILINE):
+        head = re.match(r"(\S+::(test_\S+)):$", block, re.MULTILINE)
+        if head is None:
+            continue
+        counts = re.findall(r"- (\d+) passing(?: examples)?, (\d+) failing", block)
+        rows.append((head.group(2), sum(int(p) for p, _ in counts), sum(int(f) for _, f in counts)))
+    return rows
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def cmd_opt(args) -> int:
 
     module = _read_ir(args.file)
     session = LocalSession(source=args.file, **_session_options(args, sys.stdout))
-    session.optimize(module)
+    session.optimize(module, lambda: _read_ir(args.file))
     _report_times(session, args)
     text = print_module(module, with_locs=not args.no_locs)
     if args.json:
@@ -278,7 +278,7 @@ def _units(runnables):
 
 def _session_options(args, stream) -> dict:
     passes = args.passes
-    if passes is None:
+    if passes is None and not args.passes_from_env:  # (with it, the session reads $DSLC_PIPELINE)
         passes = "default" if (args.print_ir_after_all or args.print_ir_after) else "none"
     _check_pass_options(args, passes)
     print_after = "all" if args.print_ir_after_all else set(args.print_ir_after) or None
@@ -295,7 +295,7 @@ def _check_pass_options(args, passes) -> None:
     try:
         running = pipeline(passes)
     except DSLError as e:
-        raise DSLError(f"--passes: {e.message}", where, e.hint) from None
+        raise DSLError(f"{'--passes' if passes is not None else 'DSLC_PIPELINE'}: {e.message}", where, e.hint) from None
     for name in args.print_ir_after:
         try:
             pipeline([name])

@@ -49,7 +49,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                      help="run each Node of the job in its own process of a Ray cluster: 'ray' starts a "
                           "local one for this run, 'auto' or an address joins a running one "
                           "(needs pip install 'dslc[ray]'; docs/distributed.md)")
-    _pass_options(run, default="default")
+    _pass_options(run, default=ENV)
     _common(run, quiet=True)
 
     ir = _command(sub, "ir", "print the typed IR of a job file",
@@ -69,7 +69,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     opt.add_argument("--no-locs", action="store_true", help="leave out source locations")
     opt.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
     opt.add_argument("--json", action="store_true", help="print {\"module\": IR text}")
-    _pass_options(opt, default="default")
+    _pass_options(opt, default=ENV)
     _common(opt)
 
     plan = _command(sub, "plan", "print the job as a readable execution plan",
@@ -98,7 +98,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                       help="the backend to compile for (default: interp)")
     comp.add_argument("-o", "--output", metavar="DIR", help="write job.dslir and the backend's artifacts to DIR")
     comp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    _pass_options(comp, default="default")
+    _pass_options(comp, default=ENV)
     _common(comp)
 
     graph = _command(sub, "graph", "draw the job's structure or one task's or net's dataflow",
@@ -142,11 +142,15 @@ def _common(p, quiet: bool = False) -> None:
                        help="no progress line or chatter on stderr")
 
 
+ENV = "$DSLC_PIPELINE"  # --passes default of run, opt and compile: the variable, else the default pipeline
+
+
 def _pass_options(p, default) -> None:
     from dslc.ir.passes import DEFAULT_PIPELINE, PASSES
 
-    what = "none" if default is None else default
-    p.add_argument("--passes", metavar="A,B,...", default=default,
+    what = "none" if default is None else "$DSLC_PIPELINE if set, else default" if default == ENV else default
+    p.set_defaults(passes_from_env=default == ENV)
+    p.add_argument("--passes", metavar="A,B,...", default=None if default == ENV else default,
                    help=f"passes to run, comma-separated: 'default' ({','.join(DEFAULT_PIPELINE)}), "
                         f"'none', or names from: {', '.join(sorted(PASSES))} (default: {what})")
     p.add_argument("-O", dest="passes", action="store_const", const="default",

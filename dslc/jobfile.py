@@ -199,6 +199,8 @@ def _interpret(path: str, result, group: TaskGroup, where: Location) -> LoadedJo
                                "return task outputs (final_output(...)), or a Task/TaskGroup/Net to run")
     if not runnables:
         runnables = [group]
+    else:
+        _check_outputs_run(outputs, runnables, group)
     if not outputs:
         for r in runnables:
             for t in _tasks(r):
@@ -214,6 +216,32 @@ def _tasks(r):
     if isinstance(r, TaskGroup):
         return r._tasks + r._tasks_to_add
     return []
+
+
+def _run_tasks(r) -> list:
+    """Every task running ``r`` runs, a Job's groups' included (its stop signals too,
+    which is why the outputs printed by default come from ``_tasks``)."""
+    if isinstance(r, Job):
+        return [t for g in (r.init_group, r.epoch_group, r.download_group, r.exit_group) for t in _tasks(g)]
+    return _tasks(r)
+
+
+def _check_outputs_run(outputs: dict, runnables, group: TaskGroup) -> None:
+    """Refuse an output to print whose task is one of the collected ones but not among the
+    runnables ``build_job()`` returned: it would never get a value."""
+    run = {id(o) for r in runnables for t in _run_tasks(r) for o in t.outputs()}
+    for t in _tasks(group):
+        for o in t.outputs():
+            if id(o) in run or not any(o is want for want in outputs.values()):
+                continue
+            if getattr(t, "made_by_final_output", False):
+                raise JobFileError(
+                    "final_output(...) is called outside any Task, so it made a task of its own, "
+                    f"which the runnables {ENTRY}() returns do not run", o.loc,
+                    "call final_output inside the `with Task():` block that computes the blob")
+            raise JobFileError(f"this output belongs to a task that {ENTRY}() does not return to run",
+                               o.loc, "return that task (or its TaskGroup) too, or return no runnable "
+                               "to run every task the job made")
 
 
 def _shown(o: TaskOutput) -> str:

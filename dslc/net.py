@@ -14,6 +14,13 @@ from dslc.oprecord import OpRecord
 from dslc.tracing import call_site
 
 
+def _not_a_name(got):
+    from dslc.ir.diagnostics import TraceError
+    from dslc.tracing import user_location
+    raise TraceError(f"core.Net takes a name, a Net or a NetDef from net.Proto(), not a {type(got).__name__}",
+                     user_location(), "pass the net's name (a str), the Net itself, or net.Proto()")
+
+
 class Net(NetRecording):
     """A recorded network: ops in order, plus the names it produces and reads."""
 
@@ -29,16 +36,36 @@ class Net(NetRecording):
     _op_names: dict[int, str] | None = None  # op index -> the name PopulateProtoWithFileName gave it
 
     def __init__(self, name_or_proto=None, inplace=False, _prefix=None):
+        """A new net named ``name_or_proto``, or a copy of a Net or of the NetDef view
+        ``net.Proto()`` gives (its ops and external inputs and outputs)."""
         # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
-        src = name_or_proto if isinstance(name_or_proto, Net) else None
-        requested = name_or_proto if src is None else src._name
+        src = name_or_proto if isinstance(name_or_proto, (Net, protoview.NetDef)) else None
+        if src is None and name_or_proto is not None and not isinstance(name_or_proto, str):
+            _not_a_name(name_or_proto)
+        requested = name_or_proto if src is None else src.name if isinstance(src, protoview.NetDef) else src._name
         prefix = _builder_prefix() if _prefix is None else _prefix
         self._name = names.unique_net_name(prefix, requested)
         self._ops: list[OpRecord] = []
         self._produced: set[str] = set()
         self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
-        if src is not None:
+        if isinstance(src, Net):
             self.AppendNet(src)
+        elif src is not None:
+            self._copy_proto(src)
+
+    def _copy_proto(self, proto) -> None:
+        """The ops of a NetDef view (the records it shows), then its external lists."""
+        for i, view in enumerate(proto.op):
+            rec = view.record
+            self._ops.append(rec)
+            self._produced.update(rec.outputs)
+            if view.name and view.name != rec.extra.get("name", ""):  # (PopulateProtoWithFileName's)
+                if self._op_names is None:
+                    self._op_names = {}
+                self._op_names[i] = view.name
+        for b in proto.external_input:
+            self._external_inputs.setdefault(b)
+        self.AddExternalOutput(*proto.external_output)
 
     # --- identity
     def Name(self) -> str:

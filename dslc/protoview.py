@@ -31,9 +31,11 @@ class Repeated(tuple):
 
 
 class _View:
-    """Fields are set once at construction; assigning one afterwards is an error."""
+    """Fields are set once at construction; assigning one afterwards is an error. A view
+    cannot change, so a copy (``copy.deepcopy(net.Proto())``) is the view itself."""
 
     __slots__ = ()
+    _fields: tuple = ()  # the message's fields (other slots are dslc's own)
 
     def __setattr__(self, name, value):
         _read_only(f"{type(self).__name__}.{name}")
@@ -44,13 +46,19 @@ class _View:
 
     def __eq__(self, other):
         return type(other) is type(self) and all(
-            getattr(self, k) == getattr(other, k) for k in self.__slots__)
+            getattr(self, k) == getattr(other, k) for k in self._fields)
 
     def __hash__(self):
-        return hash(tuple(getattr(self, k) for k in self.__slots__))
+        return hash(tuple(getattr(self, k) for k in self._fields))
 
     def __repr__(self):
-        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self._fields)})"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
     def HasField(self, name: str) -> bool:
         """Whether an optional message field is set (only device_option is optional here)."""
@@ -60,7 +68,7 @@ class _View:
 class Argument(_View):
     """One operator argument: ``name`` and the field its value's type fills (i, f, s, ints...)."""
 
-    __slots__ = ("name", "i", "f", "s", "ints", "floats", "strings")
+    __slots__ = _fields = ("name", "i", "f", "s", "ints", "floats", "strings")
 
     def __init__(self, name: str, value):
         fields = dict(i=0, f=0.0, s=b"", ints=Repeated(), floats=Repeated(), strings=Repeated())
@@ -86,20 +94,21 @@ class Argument(_View):
 class OperatorDef(_View):
     """An operator as Caffe2's OperatorDef shows it."""
 
-    __slots__ = ("type", "input", "output", "arg", "name", "engine", "control_input", "device_option")
+    _fields = ("type", "input", "output", "arg", "name", "engine", "control_input", "device_option")
+    __slots__ = _fields + ("record",)  # record: the op record shown (a Net made from the view copies it)
 
     def __init__(self, type, inputs, outputs, args: dict, name="", engine="", control_input=(),
-                 device_option=None):
+                 device_option=None, record=None):
         self._init(type=type, input=Repeated(inputs), output=Repeated(outputs),
                    arg=Repeated(Argument(k, v) for k, v in args.items() if not callable(v)),
                    name=name or "", engine=engine or "", control_input=Repeated(control_input),
-                   device_option=device_option)
+                   device_option=device_option, record=record)
 
 
 class NetDef(_View):
     """A net as Caffe2's NetDef shows it: name, ops, external inputs and outputs."""
 
-    __slots__ = ("name", "op", "external_input", "external_output", "type")
+    __slots__ = _fields = ("name", "op", "external_input", "external_output", "type")
 
     def __init__(self, name, ops, external_input, external_output):
         self._init(name=name, op=Repeated(ops), external_input=Repeated(external_input),
@@ -114,7 +123,7 @@ def operator_view(rec, name: str | None = None) -> OperatorDef:
     return OperatorDef(rec.type, rec.inputs, rec.outputs, rec.args,
                        name=name if name is not None else extra.get("name", ""),
                        engine=extra.get("engine", ""), control_input=control,
-                       device_option=extra.get("device_option"))
+                       device_option=extra.get("device_option"), record=rec)
 
 
 __all__ = ["Argument", "NetDef", "OperatorDef", "Repeated", "operator_view"]

@@ -16,7 +16,6 @@ from dslc import backends
 from dslc.backends.runtime.values import blob_types
 from dslc.backends.runtime.workspace import Workspace
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
-from dslc.ir import verify
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
@@ -152,18 +151,18 @@ class LocalSession(Session):
         with paused():
             module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
-            self.optimize(module)
+            self.optimize(module, lambda: lower_group(group, self.source, existing, created=created))
             program = self.backend.compile(module)
         got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps))
         self._compiled[id(group)] = got
         return got
 
-    def optimize(self, module) -> None:
-        """Run the session's pass pipeline on ``module`` (and verify the result)."""
+    def optimize(self, module, redo=None) -> None:
+        """Run the session's pass pipeline on ``module`` (and verify the result; ``redo``
+        gives the same module again, to name the pass if one broke it: ``PassManager.run``)."""
         if self.passes:
             self.pass_manager = PassManager(self.passes, self.verify_each, self.print_after, self.ir_out)
-            self.pass_manager.run(module)
-            verify(module)
+            self.pass_manager.run(module, redo)
 
     def run_module(self, module) -> dict:
         """Run a module (e.g. parsed from IR text); returns its tasks' outputs by blob name

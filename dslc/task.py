@@ -487,7 +487,10 @@ class BareTask(Task):
 
 def final_output(blob_or_record):
     """Export a blob from the current Task (or a new step-less one): fetchable after the run."""
-    task = Task.current(required=False) or Task()
+    task = Task.current(required=False)
+    if task is None:  # (as Caffe2: a step-less task of its own, in the current group)
+        task = Task()
+        task.made_by_final_output = True
     return task.add_output(blob_or_record)
 
 

@@ -76,6 +76,27 @@ class DSLTypeError(VerifyError):
     """Operand types an operator cannot accept."""
 
 
+class ProgramTypeError(DSLTypeError):
+    """Types of the user's program that cannot agree, found by a pass's type inference
+    (a blob stored with two shapes, say): the user's error, at their line. The one kind
+    of error a pass may raise on the user's behalf; any other is ``PassError``."""
+
+
+class PassError(Exception):
+    """A pass failed or left invalid IR: dslc's bug, never the user's (exit 1).
+
+    Not a ``DSLError``: the CLI reports it as an internal error, naming the pass and
+    the op the broken invariant is about.
+    """
+
+    def __init__(self, pass_name: str, error: BaseException, loc: Location | None = None):
+        what = error.one_line() if isinstance(error, DSLError) else f"{type(error).__name__}: {error}"
+        super().__init__(f"the pass {pass_name} broke the IR: {what}")
+        self.pass_name = pass_name
+        self.error = error
+        self.loc = loc
+
+
 class ExecutionError(DSLError):
     """A failure while running a job: names the task and the op's line."""
 

@@ -15,6 +15,7 @@ are numpy's maximum/minimum, which propagate NaN), an error ends the program.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from dslc import core
 from dslc.net_builder import ops
-from dslc.task import Task, final_output
+from dslc.task import Task, TaskGroup, final_output
 
 DTYPES = ("i8", "i16", "i32", "i64", "f32", "f64")
 NP = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "f32": np.float32,
@@ -74,8 +75,9 @@ class CastTo:     # x{dst} = Cast(x{src}) to x{dst}'s dtype (never float to int)
 
 
 @dataclass(frozen=True)
-class UnusedDiv:  # Div(x{src}, 0): the quotient is never used
-    src: int
+class UnusedDiv:  # Div(x{src}, 0), or Div([x{src}], Abs([x{divisor}])) on 1-element arrays
+    src: int      # (a fused pair whose value nothing uses): the quotient is never used
+    divisor: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Program:
     inits: tuple
     body: tuple
     shadows: tuple    # j of each w{j} written at the top level (outputs)
+    private: bool = False  # a job file's task (its blobs vanish after it: DCE drops their stores)
 
 
 # ----------------------------------------------------------------------------- the strategy
@@ -137,7 +140,9 @@ def _simple(draw, dtypes, shadows: list, top: bool):
     if kind == "unused":
         ints = [k for k, d in enumerate(dtypes) if is_int(d)]
         if ints and draw(st.integers(0, 3)) == 0:
-            return UnusedDiv(draw(st.sampled_from(ints)))
+            src = draw(st.sampled_from(ints))
+            same = [k for k in ints if dtypes[k] == dtypes[src]]
+            return UnusedDiv(src, draw(st.sampled_from(same)) if draw(st.booleans()) else None)
     if kind == "shadow":
         lit_dt = draw(st.sampled_from(DTYPES))
         shadows.append(top)  # (only those at the top level are surely written: outputs)
@@ -185,7 +190,7 @@ def programs(draw) -> Program:
     inits = tuple(_literal(draw, dt) for dt in dtypes)
     shadows: list = []
     body = _body(draw, dtypes, shadows, 0, True)
-    return Program(dtypes, inits, body, tuple(j for j, top in enumerate(shadows) if top))
+    return Program(dtypes, inits, body, tuple(j for j, top in enumerate(shadows) if top), draw(st.booleans()))
 
 
 def output_names(p: Program) -> list[str]:
@@ -206,13 +211,15 @@ def _const(value, dt: str):
 
 
 def build(p: Program):
-    """Record ``p`` in a new Task: (task, {output name: TaskOutput})."""
-    with Task() as task:
+    """Record ``p`` in a new Task: (task, {output name: TaskOutput}); a private one in a
+    TaskGroup of its own (returned instead of the task) if ``p.private``."""
+    group = TaskGroup() if p.private else contextlib.nullcontext()
+    with group, Task() as task:
         for k, (dt, v) in enumerate(zip(p.dtypes, p.inits)):
             ops.Copy([_const(v, dt)], [f"x{k}"])
         _Recorder(p).block(p.body)
         outputs = {name: final_output(name) for name in output_names(p)}
-    return task, outputs
+    return (group if p.private else task), outputs
 
 
 class _Recorder:
@@ -237,7 +244,11 @@ class _Recorder:
         ops.Cast([f"x{s.src}"], [f"x{s.dst}"], to=CAFFE2[self.p.dtypes[s.dst]])
 
     def do_UnusedDiv(self, s):
-        ops.Div([f"x{s.src}", _const(0, self.p.dtypes[s.src])])
+        if s.divisor is None:
+            ops.Div([f"x{s.src}", _const(0, self.p.dtypes[s.src])])
+        else:
+            divisor = ops.Abs([ops.ExpandDims([f"x{s.divisor}"], dims=[0])])
+            ops.Div([ops.ExpandDims([f"x{s.src}"], dims=[0]), divisor])
 
     def do_Shadow(self, s):
         with ops.If(ops.Const(s.flag)):
@@ -334,7 +345,8 @@ class _Machine:
         self.x[s.dst] = _cast(self.x[s.src], self.p.dtypes[s.src], self.p.dtypes[s.dst])
 
     def do_UnusedDiv(self, s):
-        raise Failed(DIV_ZERO)
+        if s.divisor is None or int(self.x[s.divisor]) == 0:
+            raise Failed(DIV_ZERO)
 
     def do_Shadow(self, s):
         self.w[s.j] = self.x[s.src]
@@ -379,6 +391,7 @@ def evaluate(p: Program):
 def render(p: Program) -> str:
     """The program as pseudo-Python, for failure notes."""
     lines = [f"x{k}: {dt} = {v!r}" for k, (dt, v) in enumerate(zip(p.dtypes, p.inits))]
+    lines.insert(0, "# a private task" if p.private else "# a task in the global workspace")
     _render(p.body, 0, lines)
     return "\n".join(lines)
 

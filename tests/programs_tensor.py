@@ -19,14 +19,18 @@ from dslc.core import DataType
 from dslc.net_builder import ops
 from dslc.task import Task, final_output
 
-ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "Negative", "Abs", "Scale", "Clip")
+ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "Negative", "Abs", "Scale", "Clip", "Sqr", "Exp", "Sqrt", "Log")
 BINARY = ("Add", "Sub", "Mul")
 KINKS = {"Relu": (0.0,), "Abs": (0.0,)}  # where the op has no derivative (Clip: its bounds)
+POSITIVE = ("Sqrt", "Log")
+ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")  # drawn 3 times as often as the other elementwise ops  # defined (with a derivative) only for positive inputs
 MAX_SIZE = 48  # elements of one tensor
 # the statements a program draws from, by kind; "Accumulate" is a loop adding a tensor
 KINDS = {"elementwise": ELEMENTWISE, "binary": BINARY, "Reduce": ("ReduceSum", "ReduceMean"),
          **{k: (k,) for k in ("Transpose", "Reshape", "Flatten", "ExpandDims", "Squeeze", "Slice",
                               "SumElements", "Softmax", "MatMul", "FC", "Concat", "Accumulate")}}
+# elementwise chains are what fusion and its kernels work on: drawn more often
+WEIGHTS = {"elementwise": 4, "binary": 2}
 SCALAR_KINDS = ("elementwise", "binary", "ExpandDims", "SumElements", "Accumulate")  # take 0-d
 ALL_OPS = frozenset(op for names in KINDS.values() for op in names)
 
@@ -96,9 +100,11 @@ class _Drawer:
 
     def stmt(self, dst: int) -> Stmt | None:
         draw = self.draw
-        k = draw(st.integers(0, len(self.shapes) - 1))
+        last = len(self.shapes) - 1  # (as in a model, most statements read the latest tensor)
+        k = last if draw(st.booleans()) else draw(st.integers(0, last))
         shape = self.shapes[k]
-        kind = draw(st.sampled_from([kind for kind, names in KINDS.items() if self.allowed & set(names)]))
+        kind = draw(st.sampled_from([kind for kind, names in KINDS.items() if self.allowed & set(names)
+                                     for _ in range(WEIGHTS.get(kind, 1))]))
         if not shape and kind not in SCALAR_KINDS:
             return None
         return getattr(self, "draw_" + kind)(dst, f"x{k}", shape)
@@ -107,7 +113,7 @@ class _Drawer:
         return self.draw(st.sampled_from([n for n in names if n in self.allowed]))
 
     def draw_elementwise(self, dst, x, shape):
-        op = self.pick(ELEMENTWISE)
+        op = self.pick(ELEMENTWISE + ACTIVATIONS * 2)
         attrs = ()
         if op == "Scale":
             attrs = (("scale", self.draw(st.sampled_from([-2.0, -0.5, 0.25, 1.5]))),)
@@ -266,6 +272,19 @@ def build_net(p: Program):
     return net, p.arrays()
 
 
+def with_inputs(net, values: dict):
+    """A Task running a net that makes ``values`` as constants, then ``net`` (as a job file
+    with an init net: the passes then fold what depends on the inputs alone)."""
+    init = core.Net("inputs")
+    for name, v in values.items():  # (Net.Const makes float32, as Caffe2's: Cast for float64)
+        made = init.Const(v.astype(np.float32))
+        init.Cast([made], [name], to=_DTYPE[str(v.dtype)]) if v.dtype == np.float64 else init.Copy([made], [name])
+    with Task() as task:
+        ops.net(init)
+        ops.net(net)
+    return task
+
+
 # ----------------------------------------------------------------------------- the evaluator
 def _softmax(x, axis):
     rows = x.reshape(int(np.prod(x.shape[:axis])), -1)
@@ -293,6 +312,7 @@ def _apply(s: Stmt, args, dt):
         "Abs": lambda: np.abs(x),
         "Scale": lambda: x * one(a.get("scale", 1.0)),
         "Clip": lambda: np.clip(x, one(a["min"]), one(a["max"])),
+        "Sqr": lambda: x * x, "Exp": lambda: np.exp(x), "Sqrt": lambda: np.sqrt(x), "Log": lambda: np.log(x),
         "Add": lambda: x + args[1], "Sub": lambda: x - args[1], "Mul": lambda: x * args[1],
         "Transpose": lambda: np.transpose(x, a["axes"]),
         "Reshape": lambda: x.reshape(a["shape"]),
@@ -320,20 +340,27 @@ def evaluate(p: Program, values: dict | None = None) -> dict:
     """Every tensor ``x{k}`` the body makes, from ``values`` (default: ``p.arrays()``)."""
     env = dict(values if values is not None else p.arrays())
     dt = np.dtype(p.dtype)
-    for s in p.body:
-        env[f"x{s.dst}"] = _apply(s, [env[o] for o in s.operands], dt)
+    with np.errstate(all="ignore"):  # Sqrt and Log of negatives, Exp overflowing: NaN and inf, as dslc
+        for s in p.body:
+            env[f"x{s.dst}"] = _apply(s, [env[o] for o in s.operands], dt)
     return {f"x{s.dst}": env[f"x{s.dst}"] for s in p.body}
 
 
 def kink_distance(p: Program, values: dict) -> float:
-    """How close any Relu / Abs / Clip input comes to a point without a derivative."""
+    """How close any Relu / Abs / Clip input comes to a point without a derivative (0 if a
+    Sqrt or Log input is not positive, or a value is not finite)."""
     env = dict(values)
     dt = np.dtype(p.dtype)
     nearest = np.inf
     for s in p.body:
         args = [env[o] for o in s.operands]
+        if not all(np.all(np.isfinite(a)) for a in args):
+            return 0.0
+        if s.op in POSITIVE:
+            nearest = min(nearest, float(np.min(args[0], initial=np.inf)))
         points = KINKS.get(s.op, tuple(v for k, v in s.attrs) if s.op == "Clip" else ())
         for point in points:
             nearest = min(nearest, float(np.min(np.abs(args[0] - point))))
-        env[f"x{s.dst}"] = _apply(s, args, dt)
-    return nearest
+        with np.errstate(all="ignore"):
+            env[f"x{s.dst}"] = _apply(s, args, dt)
+    return max(nearest, 0.0) if all(np.all(np.isfinite(v)) for v in env.values()) else 0.0

@@ -6,6 +6,8 @@ checked against the real Caffe2 (torch 1.10.2), by running the same calls throug
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,32 @@ def test_bad_mask_and_remap_funcs_are_located_errors():
     with pytest.raises(DSLError) as e:
         _net().Clone("bad", remap_funcs={"If": lambda op, prefix, remap: None})
     assert _located_here(e.value) and "blob_remap" in str(e.value)
+
+
+def _xyz_net():
+    n = core.Net("train")
+    x = n.AddExternalInput("x")
+    y = n.Scale([x], ["y"], scale=3.0)
+    n.Sum([y, x], ["z"])
+    n.AddExternalOutput("z")
+    return n
+
+
+@pytest.mark.parametrize("copy_of", [lambda p: p, copy.deepcopy, copy.copy])
+def test_a_net_built_from_a_netdef_runs_its_ops(copy_of):
+    # issue 24: core.Net(net.Proto()) used to give an empty net, so RunNetOnce did nothing
+    src = _xyz_net()
+    n = core.Net(copy_of(src.Proto()))
+    # real Caffe2 (run.sh) names the copy train_1 and keeps the ops and external output
+    assert n.Name() != src.Name() and n.Name().startswith("train")
+    assert [t for t, _, _ in _ops(n)] == ["Scale", "Sum"]
+    assert list(n.Proto().external_output) == ["z"]
+    workspace.FeedBlob("x", np.array([1.0, 2.0], np.float32))
+    workspace.RunNetOnce(n)
+    np.testing.assert_allclose(workspace.FetchBlob("z"), [4.0, 8.0])  # 3x + x
+
+
+def test_a_net_from_something_that_is_not_a_name_is_a_located_error():
+    with pytest.raises(DSLError) as e:
+        core.Net(3)
+    assert _located_here(e.value)

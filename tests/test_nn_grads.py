@@ -287,14 +287,18 @@ def test_split_every_part_used(session):
                                rtol=1e-6, atol=1e-6)
 
 
-def test_split_unused_part_gets_zeros(session):
-    # y = Split(x, axis 0) into 3 rows; loss = sum(r1 * r1): dx = [0, 2 r1, 0] (float32, the
-    # dtype of the zeros Caffe2's gradient fills an unused part with)
-    x = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_split_unused_part_gets_zeros(session, dtype):
+    # y = Split(x, axis 0) into 3 rows; loss = sum(r1 * r1): dx = [0, 2 r1, 0], of x's dtype
+    # (Caffe2 fills the unused parts with float32 zeros, and then cannot Concat them with
+    # float64 parts: docs/differences.md)
+    x = np.array([[1, 2], [3, 4], [5, 6]], dtype)
     workspace.FeedBlob("x", x)
     net = core.Net("split_unused")
     net.Split(["x"], ["r0", "r1", "r2"], axis=0)
     net.SumElements([net.Mul(["r1", "r1"], "sq")], "loss")
     grads = net.AddGradientOperators(["loss"])
     session.run(net)
-    np.testing.assert_array_equal(workspace.FetchBlob(grads["x"]), [[0, 0], [6, 8], [0, 0]])
+    dx = workspace.FetchBlob(grads["x"])
+    assert dx.dtype == dtype
+    np.testing.assert_array_equal(dx, [[0, 0], [6, 8], [0, 0]])

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 from hypothesis import assume, given, note
+from hypothesis import strategies as st
 
 import programs as P
 import programs_tensor as T
@@ -65,21 +66,23 @@ def _numeric_grad(program, values, name, project):
 
 
 @_settings()
-@given(program=T.programs(dtypes=("float64",), only=DIFFERENTIABLE))
-def test_tensor_program_gradients_match_finite_differences(backend, program):
+@given(program=T.programs(dtypes=("float64",), only=DIFFERENTIABLE), inline=st.booleans())
+def test_tensor_program_gradients_match_finite_differences(backend, program, inline):
+    """``inline``: the inputs are constants of the net, as in a job file's init net; the
+    passes then fold the forward ops and fuse the backward ones."""
     P.fresh()
-    note(T.render(program))
+    note(T.render(program) + (", inputs inline" if inline else ""))
     net, values = T.build_net(program)
     assume(T.kink_distance(program, values) > 1e-3)
     last = f"x{program.body[-1].dst}"
     r = np.random.default_rng(program.seed).uniform(-1, 1, np.shape(T.evaluate(program)[last]))
-    for name, v in dict(values, R=r).items():
+    for name, v in ({"R": r} if inline else dict(values, R=r)).items():
         workspace.FeedBlob(name, v)
     net.Mul([last, "R"], "projected")
     net.SumElements(["projected"], "loss")
     grads = net.AddGradientOperators(["loss"])
     with LocalSession(backend=backend) as session:
-        session.run(net)
+        session.run(T.with_inputs(net, values) if inline else net)
 
     def project(vals):
         return float(np.sum(T.evaluate(program, vals)[last] * r))

@@ -141,6 +141,38 @@ def test_final_output_of_something_that_is_not_a_blob(capsys, tmp_path, monkeypa
     assert "'5'" not in got  # the int is not taken for a blob name
 
 
+@pytest.mark.parametrize("returns", ["task, final_output(x)  # @here",
+                                     "group, {'x': final_output(x)}  # @here"])
+def test_final_output_after_the_task_block(capsys, tmp_path, monkeypatch, returns):
+    # final_output outside every Task makes a task of its own; the runnables build_job
+    # returns never run it, so its output could never be fetched
+    fails_at(capsys, tmp_path, monkeypatch, f"""
+        from dslc.net_builder import ops
+        from dslc.task import Task, TaskGroup, final_output
+
+        def build_job():
+            with TaskGroup() as group:
+                with Task() as task:
+                    x = ops.Const(1)
+            return {returns}
+    """, "outside any Task", "inside the `with Task():` block")
+
+
+def test_final_output_alone_after_the_task_block_runs(capsys, tmp_path, monkeypatch):
+    job, _ = marked_job(tmp_path, monkeypatch, """
+        from dslc.net_builder import ops
+        from dslc.task import Task, final_output
+
+        def build_job():
+            with Task():
+                x = ops.Const(7)
+            # nothing else is returned, so final_output's own task runs
+            return final_output(x)  # @here
+    """)
+    assert cli.main(["run", job]) == 0
+    assert capsys.readouterr().out.strip().endswith("= 7")
+
+
 def test_a_task_output_nothing_stores(capsys, tmp_path, monkeypatch):
     fails_at(capsys, tmp_path, monkeypatch, """
         from dslc.net_builder import ops
@@ -315,6 +347,6 @@ def test_an_unknown_operator_points_to_dslc_ops_with_the_tables_count(capsys, tm
 def test_help_tells_the_truth_about_defaults_and_ir_files(capsys):
     assert cli.main(["compile", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: default)" in text and "(default: none)" not in text
+    assert "(default: $DSLC_PIPELINE if set, else default)" in text and "(default: none)" not in text
     assert cli.main(["ir", "--help"]) == 0
     assert ".dslir" in capsys.readouterr().out

@@ -208,7 +208,7 @@ def _unary(name, fn):
 
 for _n, _f in [("Negative", operator.neg), ("Abs", np.abs),
                ("Sqr", num.sqr), ("Sqrt", np.sqrt), ("Exp", np.exp), ("Log", np.log),
-               ("Relu", num.relu), ("Copy", num.copy), ("IsEmpty", num.is_empty)]:
+               ("Relu", num.relu), ("ZerosLike", np.zeros_like), ("Copy", num.copy), ("IsEmpty", num.is_empty)]:
     _unary(_n, _f)
 
 

@@ -23,6 +23,7 @@ from dslc.ir.passes.analysis import volatile_blobs
 from dslc.ir.types import COUNTER
 
 from . import islands
+from .kernels import EXPR
 from .emitter import NumbaEmitter
 
 PAR_MIN = 1 << 22  # elements before a fused kernel's parallel variant pays for its threads
@@ -70,6 +71,8 @@ def _why(op) -> str:
         return "threads and workspaces"
     if op.opdef.effects:
         return f"{op.opdef.effects[0].resource} effects"
+    if op.name not in EXPR and not op.regions:
+        return "no numba kernel"
     return "types numba cannot hold"
 
 

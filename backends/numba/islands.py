@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from dslc.ir import Operation, Region
 
-from .kernels import supported, tensor
+from .kernels import ElementView, supported, tensor
 from .kernels_nn import NN_HELPERS, elements
 
 UNKNOWN_TRIPS = 1000
@@ -57,10 +57,10 @@ def compilable(op: Operation, local=frozenset()) -> bool:
         if sum(o.name == "break_if" for r in op.regions for o in r.ops) > MAX_BREAKS:
             return False  # Python allows 100 levels of indentation
         return all(o.name in EXITS or compilable(o, local) for r in op.regions for o in r.ops)
-    if op.name == "fused":
+    if op.name == "fused":  # written element by element: each member needs its scalar form
         body = op.regions[0].ops
         return all(tensor(v) is not None for v in op.operands) and \
-            all(o.name == "yield" or supported(o) for o in body)
+            all(o.name == "yield" or (supported(o) and supported(ElementView(o))) for o in body)
     return supported(op)
 
 

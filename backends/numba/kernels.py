@@ -237,6 +237,11 @@ def _abs(op, a, site):
     return exact(f"abs({a[0]})", _dtype(op)) if scalar(op.operands[0]) else f"np.abs({a[0]})"
 
 
+@kernel("ZerosLike")
+def _zeros_like(op, a, site):
+    return literal(0, _dtype(op)) if scalar(op.operands[0]) else f"np.zeros_like({a[0]})"
+
+
 @kernel("Sqr")
 def _sqr(op, a, site):
     x = (a[0], scalar(op.operands[0]))
@@ -317,6 +322,28 @@ def _is_empty(op, a, site):
     return "False" if scalar(op.operands[0]) else f"({a[0]}.size == 0)"
 
 
+class _Element:
+    """A value seen as one element: a scalar of its dtype."""
+
+    def __init__(self, v):
+        self.type = TensorType(tensor(v).dtype, ())
+        self.owner = None
+
+
+class ElementView:
+    """``op`` applied to one element of each operand (a fused group's body is written so):
+    same name and attributes, operands and results scalars of their dtypes."""
+
+    def __init__(self, op):
+        self.name, self.attrs = op.name, op.attrs
+        self.operands = [_Element(v) for v in op.operands]
+        self.results = [_Element(r) for r in op.results]
+
+    @property
+    def result(self):
+        return self.results[0]
+
+
 def supported(op) -> bool:
     """Whether this op, with these operand and result types, compiles with numba here."""
     if op.name == "Const":
@@ -327,4 +354,4 @@ def supported(op) -> bool:
     return f(op, ["x"] * len(op.operands), lambda kind: 0) is not None
 
 
-__all__ = ["EXPR", "HELPERS", "NP", "exact", "literal", "scalar", "supported", "tensor", "np"]
+__all__ = ["EXPR", "HELPERS", "NP", "ElementView", "exact", "literal", "scalar", "supported", "tensor", "np"]

@@ -158,9 +158,44 @@ def _relu_grad(y, dy, zero):
 @kernel("ReluGradient")
 def _relu_grad(op, a):
     t0, t1 = tensor(op.operands[0]), tensor(op.operands[1])
+    zero = literal(0, _dt(op))
+    if scalar(op.operands[0]) and scalar(op.operands[1]):  # an element (of a fused group)
+        return f"({a[1]} if {a[0]} > 0 else {zero})"
     if scalar(op.operands[0]) or t0.shape != t1.shape or None in t0.shape:
         return None
-    return f"_relu_grad({a[0]}, {a[1]}, {literal(0, _dt(op))})"
+    return f"_relu_grad({a[0]}, {a[1]}, {zero})"
+
+
+def _bounds(op):
+    """Clip's bounds as literals of the op's dtype (an unset bound is open)."""
+    dt = _dt(op)
+    lo, hi = op.attrs.get("min"), op.attrs.get("max")
+    return (literal(float("-inf") if lo is None else lo, dt),
+            literal(float("inf") if hi is None else hi, dt))
+
+
+helper("Clip", """
+def _clip(x, lo, hi):
+    # numpy's clip: max with lo, then min with hi; NaN stays NaN, x kept on ties (-0.0 vs 0.0)
+    t = lo if x < lo else x
+    return hi if t > hi else t
+""")
+
+
+@kernel("Clip")
+def _clip(op, a):
+    if not scalar(op.operands[0]):
+        return None  # arrays stay interpreted (np.clip); a fused group's elements come here
+    lo, hi = _bounds(op)
+    return f"_clip({a[0]}, {lo}, {hi})"
+
+
+@kernel("ClipGradient")
+def _clip_grad(op, a):
+    if not (scalar(op.operands[0]) and scalar(op.operands[1])):
+        return None
+    lo, hi = _bounds(op)
+    return f"({a[1]} if ({a[0]} > {lo} and {a[0]} < {hi}) else {literal(0, _dt(op))})"
 
 
 # one-line kernels: {0}, {1} are the operands, {one} is 1 in the result's dtype

@@ -5,7 +5,7 @@ shape (SumReduceLike), for numpy broadcasting and Caffe2's ``broadcast=1, axis=k
 """
 from __future__ import annotations
 
-from ..gradients import GradOp, gradient
+from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, declare
 from ..types import TensorType
 from .infer import tensors
@@ -61,6 +61,8 @@ def _(g):  # d(a / b): dY / b and -dY a / b^2 = -(dY / b) y
 def _(g):  # every input gets dY
     return [GradOp("Copy", [g.GO[0]], [gi]) for gi in g.GI]
 
+
+no_gradient("ZerosLike")  # constant zeros
 
 for _name in ("Copy", "Negative"):
     gradient(_name)(lambda g, _n=_name: [GradOp(_n, [g.GO[0]], [g.GI[0]])])

@@ -148,8 +148,8 @@ declare("Split", (1, 2), _split, results=(1, None), traits={PURE}, may_fail=_unk
 def _(g):  # dX = the parts' gradients joined back; a part no loss reads contributes zeros
     made, parts = [], []
     for k, (part, grad) in enumerate(zip(g.O, g.GO)):
-        if grad is None:  # (float32 zeros of the part's shape, as Caffe2 fills them)
+        if grad is None:  # zeros of the part's dtype (Caffe2's are float32: docs/differences.md)
             grad = f"{g.GI[0]}_zeros_{k}"
-            made.append(GradOp("ConstantFill", [part], [grad], {"value": 0.0}))
+            made.append(GradOp("ZerosLike", [part], [grad]))
         parts.append(grad)
     return made + [GradOp("Concat", parts, [g.GI[0]], g.pick("axis", "order", "add_axis"))]

@@ -173,6 +173,8 @@ _unary("Sqrt", np.sqrt, FLOAT_DTYPES, "float", doc="y = sqrt(x)")
 _unary("Exp", np.exp, FLOAT_DTYPES, "float", doc="y = exp(x)")
 _unary("Log", np.log, FLOAT_DTYPES, "float", doc="y = natural log of x")
 _unary("Relu", num.relu, doc="y = max(x, 0)")
+# dslc's own: a gradient's zeros in its forward's dtype (Caffe2 fills float32 there)
+_unary("ZerosLike", np.zeros_like, doc="zeros of x's shape and dtype (the gradient of a part no loss reads)")
 _unary("Scale", num.scale, FLOAT_DTYPES, "float", attrs={"scale": 1.0}, doc="y = x * scale")
 
 

@@ -115,6 +115,8 @@ class FuseElementwise(Pass):
                     if any(position.get(_top(u, r), last + 1) <= last for u in users):
                         return None  # used before the group ends: not convex, leave it
                     outputs.append(res)
+        if not outputs:  # nothing uses the group (kept as it may fail): it still makes a value
+            outputs.append(members[-1].result)
         region = Region([v.type for v in inputs], [v.hint for v in inputs])
         fused = make_op("fused", inputs, result_types=[v.type for v in outputs], regions=[region],
                         loc=members[-1].loc)

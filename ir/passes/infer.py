@@ -10,7 +10,7 @@ agree is an error at the user's line:
 from __future__ import annotations
 
 from ..core import Module, Operation, Region, value_type
-from ..diagnostics import DSLError
+from ..diagnostics import DSLError, ProgramTypeError
 from ..types import join, join_all, join_into
 from .manager import Pass, register
 
@@ -99,10 +99,8 @@ class InferTypes(Pass):
                 continue
             try:
                 types = d.inferred(list(map(value_type, op.operands)), op.attrs, len(op.results))
-            except DSLError as e:
-                if e.loc is None:
-                    e.loc = op.loc
-                raise
+            except DSLError as e:  # the user's types disagree: their error, at their line
+                raise ProgramTypeError(e.message, e.loc or op.loc, e.hint) from e
             if types is not None:
                 for res, t in zip(op.results, types):
                     if res.type is not t:

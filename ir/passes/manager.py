@@ -3,6 +3,10 @@
 A pass is a class with a ``name`` and ``run(module)`` that rewrites the module in
 place and leaves it verifying. ``PassManager`` runs a list of them, optionally
 verifying after each, printing the IR after each (or after one), and timing them.
+
+A pass that raises, or leaves IR the verifier refuses, is dslc's bug: ``PassError``
+names the pass (an internal error, exit 1), never the user's line. The one exception
+is ``ProgramTypeError``: type inference finding that the user's own types disagree.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import time
 from typing import ClassVar
 
 from ..core import Module
-from ..diagnostics import DSLError, VerifyError
+from ..diagnostics import DSLError, PassError, ProgramTypeError, VerifyError
 from ..printer import print_module
 from ..verifier import verify
 
@@ -61,14 +65,23 @@ class PassManager:
         self.with_locs = with_locs
         self.times: list[tuple[str, float]] = []
 
-    def run(self, module: Module) -> Module:
+    def run(self, module: Module, redo=None) -> Module:
+        """Run the passes on ``module``, then verify it once (after each pass too if
+        ``verify_each``). ``redo``: a function giving the same input module again; if the
+        final verification fails, the passes run again on it, verifying after each, to
+        name the pass that broke the IR."""
         done = []
         for name in self.names:
             t = time.perf_counter()
             p = PASSES[name]()
             if not p.sets_types_settled:
                 module.types_settled = False  # it may change types and not say
-            p.run(module)
+            try:
+                p.run(module)
+            except ProgramTypeError:
+                raise
+            except Exception as e:
+                raise PassError(name, e, getattr(e, "loc", None)) from e
             self.times.append((name, time.perf_counter() - t))
             done.append(name)
             if self.verify_each:
@@ -76,15 +89,20 @@ class PassManager:
             if self.print_after == "all" or (self.print_after and name in self.print_after):
                 self.out.write(f"// ----- IR after {name} ----- //\n")
                 self.out.write(print_module(module, self.with_locs))
+        if done and not self.verify_each:
+            try:
+                verify(module)
+            except VerifyError as e:
+                if redo is not None:  # find the pass: again, verifying after each
+                    PassManager(self.names, verify_each=True).run(redo())
+                raise PassError(", ".join(done), e, e.loc) from e
         return module
 
     def _verify(self, module, done):
         try:
             verify(module)
         except VerifyError as e:
-            before = ", ".join(done[:-1]) or "none"
-            e.message += f" (after pass {done[-1]}; passes before it: {before})"
-            raise
+            raise PassError(done[-1], e, e.loc) from e
 
     def timing_table(self) -> str:
         """Seconds per pass, MLIR-style."""
