@@ -69,6 +69,14 @@ def _seed(cfg) -> int:
     return int(getattr(cfg, "seed", 0) or 0)
 
 
+def op_stream(op, cfg):
+    """``make(inst)`` giving the seeded generator random op ``op`` draws from in that
+    instance's workspace (the numba backend passes the same one to its compiled kernels)."""
+    seed, random_seed = _seed(cfg), int(op.attrs["random_seed"])
+    key = (op.attrs["output_names"] or [""])[0]
+    return lambda inst: stream(inst.ws, seed, random_seed, key)
+
+
 def _draw(name, attrs, gen, shape):
     dt = NUMPY_DTYPES[dtype_from_code(name, attrs["dtype"])]
     if name == "GaussianFill":
@@ -96,11 +104,10 @@ def _fill_shape(attrs, x):
 def _random_fill(name):
     @kernel(name, per_instance=True)
     def factory(op, cfg):
-        attrs, seed = op.attrs, _seed(cfg)
-        key = (attrs["output_names"] or [""])[0]
+        attrs, gen_of = op.attrs, op_stream(op, cfg)
 
         def make(inst):
-            gen = stream(inst.ws, seed, int(attrs["random_seed"]), key)
+            gen = gen_of(inst)
             return lambda x=None: _draw(name, attrs, gen, _fill_shape(attrs, x))
         return make
     return factory
@@ -112,12 +119,11 @@ for _name in ("GaussianFill", "UniformFill", "XavierFill", "MSRAFill"):
 
 @kernel("Dropout", per_instance=True)
 def _dropout(op, cfg):
-    attrs, seed = op.attrs, _seed(cfg)
+    attrs, gen_of = op.attrs, op_stream(op, cfg)
     ratio, is_test, two = float(attrs["ratio"]), int(attrs["is_test"]), len(op.results) == 2
-    key = (attrs["output_names"] or [""])[0]
 
     def make(inst):
-        gen = stream(inst.ws, seed, int(attrs["random_seed"]), key)
+        gen = gen_of(inst)
 
         def run(x):
             draws = None if is_test or ratio == 0 else gen.random(x.shape)

@@ -14,6 +14,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
 from dslc.backends.runtime.memory import keep_freed_memory
@@ -54,9 +56,11 @@ class Stats:
         why = reason or _why(op)
         self.interp[(why, op.name)] += 1
 
-    def compile(self, fn, types, consts) -> None:
-        """Compile ``fn`` now for the IR's argument types (numba loads it from its cache if it can)."""
-        sig = tuple(_numba_type(t) for t in types) + tuple(_numba_type_of(c) for c in consts)
+    def compile(self, fn, types, consts, streams=0) -> None:
+        """Compile ``fn`` now for the IR's argument types, then ``streams`` random generators
+        and the constants (numba loads it from its cache if it can)."""
+        sig = tuple(_numba_type(t) for t in types) + (_generator_type(),) * streams + \
+            tuple(_numba_type_of(c) for c in consts)
         before = sum(fn.stats.cache_hits.values())
         fn.compile(sig)
         hit = sum(fn.stats.cache_hits.values()) > before
@@ -74,6 +78,11 @@ def _why(op) -> str:
     if op.name not in EXPR and not op.regions:
         return "no numba kernel"
     return "types numba cannot hold"
+
+
+def _generator_type():
+    import numba
+    return numba.typeof(np.random.default_rng(0))
 
 
 def _numba_type(t):

@@ -32,8 +32,9 @@ def _to_value(v):
 class IslandCall:
     """Calls one compiled island; ``consts`` are its array constants."""
 
-    def __init__(self, fn, outputs, consts, counters=(), sites=None):
+    def __init__(self, fn, outputs, consts, counters=(), sites=None, streams=0):
         self.fn = fn
+        self.streams = streams  # the last arguments: random generators, locked while in use
         self.sites = sites or Sites()
         self.consts = tuple(consts)
         self.convert = [_to_value(v) for v in outputs]
@@ -41,13 +42,30 @@ class IslandCall:
         self.counters = tuple(counters)  # argument positions holding (thread-local) Counters
 
     def __call__(self, *args):
+        if self.streams:  # numpy locks a generator while drawing; compiled code does not
+            return self.with_streams(args)
         if self.counters:
             return self.with_counters(args)
+        return self.results(self.call(args))
+
+    def with_streams(self, args):
+        # each lock once (two ops may share a stream), in one global order (no two calls
+        # can each hold a lock the other waits for)
+        held = {id(g.bit_generator.lock): g.bit_generator.lock for g in args[len(args) - self.streams:]}
+        locks = [held[k] for k in sorted(held)]
+        for lock in locks:
+            lock.acquire()
         try:
-            res = self.fn(*(args + self.consts))
+            return self.with_counters(args) if self.counters else self.results(self.call(args))
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+    def call(self, args):
+        try:
+            return self.fn(*(args + self.consts))
         except KernelFail as e:
             raise self.sites.error(e) from None
-        return self.results(res)
 
     def with_counters(self, args):
         """Counters go in as int64[1] arrays and their counts come back out."""
@@ -58,9 +76,7 @@ class IslandCall:
             args[i] = np.array([c.count], dtype=np.int64)
             held.append((c, args[i]))
         try:
-            res = self.fn(*(tuple(args) + self.consts))
-        except KernelFail as e:
-            raise self.sites.error(e) from None
+            res = self.call(tuple(args))
         finally:
             for c, arr in held:
                 c.count = int(arr[0])

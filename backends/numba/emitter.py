@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from dslc.backends.interp.codegen import Emitter
+from dslc.backends.interp.kernels_nn import op_stream
 
 from . import islands
 from .cache import module_for
 from .calls import FusedCall, IslandCall
 from .failures import Sites
-from dslc.ir.types import COUNTER
+from dslc.ir.types import COUNTER, NUMPY_DTYPES
 
 from .kernels import scalar, tensor
 from .source import Writer, fused_source
@@ -30,14 +33,19 @@ class NumbaEmitter(Emitter):
         local = self.cfg.local_counters
         items = islands.partition(r, local)
         for item in items:
-            if not isinstance(item, islands.Island) and item.name not in ("yield", "break_if", "fused"):
+            # (a Const outside an island is no work: the interpreter binds its value)
+            if not isinstance(item, islands.Island) and item.name not in ("yield", "break_if", "fused", "Const"):
                 self.cfg.stats.interpreted(item, "cold" if islands.compilable(item, local) else None)
         return items
 
     def island(self, island, indent, loop_targets):
-        call, args = self.cfg.stats.timed(lambda: build_island(island, self.cfg))
+        call, args, streams = self.cfg.stats.timed(lambda: build_island(island, self.cfg))
         self.cfg.stats.islands.append((island, call))
-        cond = " or ".join(f"{self.var(v)} is None" for v in args) or "False"
+        gens = []  # the random ops' generators: per instance, as the interpreter binds them
+        for op in streams:
+            self.makers.append(op_stream(op, self.cfg))
+            gens.append(f"s{len(self.makers) - 1}")
+        cond = " or ".join(f"{self.var(v)} is None" for v in args if v not in island.unread) or "False"
         self.emit(indent, f"if {cond}:", island.ops[0])
         self.interpreting = True
         for op in island.ops:  # the interpreter's way, for unset inputs
@@ -46,8 +54,9 @@ class NumbaEmitter(Emitter):
         self.emit(indent, "else:", island.ops[0])
         outs = [self.var(v) for v in island.outputs]
         lhs = (", ".join(outs) + (" = " if len(outs) == 1 else ", = ")) if outs else ""
-        self.emit(indent + 1, f"{lhs}{self.bind('n', call)}({', '.join(self.var(v) for v in args)})",
-                  island.ops[0])
+        passed = [self.var(v) if v not in island.unread else
+                  f"({self.var(v)} if {self.var(v)} is not None else {self.bind('p', stand_in(v))})" for v in args]
+        self.emit(indent + 1, f"{lhs}{self.bind('n', call)}({', '.join(passed + gens)})", island.ops[0])
 
     def op_fused(self, op, indent, loop_targets):
         if self.interpreting or not islands.compilable(op) or islands.work(op) < islands.MIN_WORK:
@@ -64,6 +73,13 @@ class NumbaEmitter(Emitter):
         self.emit(indent, f"{lhs}{self.bind('n', call)}({', '.join(args)})", op)
 
 
+def stand_in(v):
+    """A value of ``v``'s numba type that nothing reads (see Island.unread)."""
+    t = tensor(v)
+    dt = np.bool_ if t.dtype == "bool" else NUMPY_DTYPES[t.dtype]
+    return dt(0) if t.shape == () else np.zeros((0,) * len(t.shape), dt)
+
+
 def build_island(island, cfg):
     """Generate, write, import and compile the island's function."""
     w = Writer(_source_file(island.ops[0]), cfg.namer())
@@ -73,9 +89,10 @@ def build_island(island, cfg):
     cfg.stats.sources.append(source)
     args = [v for v in island.inputs if v in w.names and w.names[v] in params]
     fn = mod.kernel
-    cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts])
+    cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts], len(w.streams))
     counters = [i for i, v in enumerate(args) if v.type == COUNTER]
-    return IslandCall(fn, island.outputs, [c for _, c in w.consts], counters, w.sites), args
+    call = IslandCall(fn, island.outputs, [c for _, c in w.consts], counters, w.sites, len(w.streams))
+    return call, args, [op for _, op in w.streams]
 
 
 def build_fused(op, cfg):

@@ -38,6 +38,10 @@ class Island:
     inputs: list = field(default_factory=list)  # values used inside, defined before it
     outputs: list = field(default_factory=list)  # its results used after it
     work: float = 0.0
+    # inputs that may be unset when the island runs: a `for` of a constant count >= 1
+    # carries them but its body writes them before reading them (a step's activations and
+    # gradients, unset before its first run); the call passes a stand-in of their type
+    unread: list = field(default_factory=list)
 
 
 NN_OPS = frozenset(NN_HELPERS) | {"FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh",
@@ -56,7 +60,9 @@ def compilable(op: Operation, local=frozenset()) -> bool:
             return False
         if sum(o.name == "break_if" for r in op.regions for o in r.ops) > MAX_BREAKS:
             return False  # Python allows 100 levels of indentation
-        return all(o.name in EXITS or compilable(o, local) for r in op.regions for o in r.ops)
+        # a `must` inside is the identity there: compiled code holds no unset values (an
+        # island with an unset input runs on the interpreter, which reports it)
+        return all(o.name in EXITS or o.name == "must" or compilable(o, local) for r in op.regions for o in r.ops)
     if op.name == "fused":  # written element by element: each member needs its scalar form
         body = op.regions[0].ops
         return all(tensor(v) is not None for v in op.operands) and \
@@ -193,6 +199,7 @@ def _chunks(run: list):
 
 def _connect(island: Island) -> None:
     inside = [o for op in island.ops for o in op.walk()]
+    _find_unread(island, set(inside))
     inside_set = set(inside)
     defined = {v for o in inside for v in o.results} | {a for o in inside for r in o.regions for a in r.args}
     for o in inside:
@@ -205,3 +212,16 @@ def _connect(island: Island) -> None:
         for res in op.results:
             if any(user not in inside_set for user, _ in res.uses):
                 island.outputs.append(res)
+
+
+def _find_unread(island: Island, inside: set) -> None:
+    """Fill ``island.unread`` (see Island): values only a ``for`` that surely runs reads,
+    as the first value of a carried variable its body does not read."""
+    for op in island.ops:
+        owner = getattr(op.operands[0], "owner", None) if op.name == "for" else None
+        if owner is None or owner.name != "Const" or int(owner.attrs["value"]) < 1:
+            continue
+        for v, arg in zip(op.operands[1:], op.regions[0].args[1:]):
+            if not arg.uses and tensor(v) is not None and \
+                    all(user is op for user, _ in v.uses if user in inside) and v not in island.unread:
+                island.unread.append(v)

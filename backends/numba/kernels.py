@@ -344,6 +344,13 @@ class ElementView:
         return self.results[0]
 
 
+def draws(op) -> bool:
+    """Whether ``op`` draws random numbers: its kernel then gets the op's generator (a
+    ``numpy.random.Generator``, the interpreter's stream for it) as a last argument."""
+    opdef = getattr(op, "opdef", None)  # (an ElementView, of a pure op, has none)
+    return opdef is not None and any(e.resource == "random" for e in opdef.effects)
+
+
 def supported(op) -> bool:
     """Whether this op, with these operand and result types, compiles with numba here."""
     if op.name == "Const":
@@ -351,7 +358,7 @@ def supported(op) -> bool:
     f = EXPR.get(op.name)
     if f is None or any(tensor(v) is None for v in list(op.operands) + list(op.results)):
         return False
-    return f(op, ["x"] * len(op.operands), lambda kind: 0) is not None
+    return f(op, ["x"] * (len(op.operands) + draws(op)), lambda kind: 0) is not None
 
 
-__all__ = ["EXPR", "HELPERS", "NP", "ElementView", "exact", "literal", "scalar", "supported", "tensor", "np"]
+__all__ = ["EXPR", "HELPERS", "NP", "ElementView", "draws", "exact", "literal", "scalar", "supported", "tensor", "np"]

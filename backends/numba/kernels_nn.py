@@ -443,3 +443,132 @@ def _momentum(op, a):
         return None
     return (f"_momentum_sgd({a[0]}, {a[1]}, {_one(op.operands[2], a[2])}, {a[3]}, "
             f"{literal(op.attrs['momentum'], dt)}, {literal(1, dt)}, {int(op.attrs['nesterov'])})")
+
+
+# --- Softmax and LabelCrossEntropy over rows (axis 1 of a matrix), as ir/ops/nn_math.py
+
+helper("Softmax", """
+def _softmax(x):
+    n, d = x.shape
+    p = np.empty_like(x)
+    for i in range(n):
+        m = x[i, 0]
+        for j in range(1, d):
+            m = max(m, x[i, j])
+        s = x[i, 0] * 0
+        for j in range(d):
+            p[i, j] = np.exp(x[i, j] - m)
+            s += p[i, j]
+        for j in range(d):
+            p[i, j] = p[i, j] / s
+    return p
+""")
+helper("SoftmaxGradient", """
+def _softmax_grad(y, dy):
+    # (dy - sum(dy * y) over the row) * y
+    n, d = y.shape
+    dx = np.empty_like(y)
+    for i in range(n):
+        s = y[i, 0] * 0
+        for j in range(d):
+            s += dy[i, j] * y[i, j]
+        for j in range(d):
+            dx[i, j] = (dy[i, j] - s) * y[i, j]
+    return dx
+""")
+
+
+def _rows(op, n_float):
+    """Caffe2's default axis 1 of float matrices of one dtype (other forms stay interpreted)."""
+    if int(op.attrs.get("axis", 1)) != 1 or not _float_ranks(op, *([2] * n_float)):
+        return False
+    ts = [tensor(v) for v in op.operands[:n_float]]
+    # a row is read from its first element: rows of known, non-zero width only
+    return len({t.dtype for t in ts}) == 1 and all(t.shape[1] not in (None, 0) for t in ts)
+
+
+@kernel("Softmax")
+def _softmax(op, a):
+    return f"_softmax({a[0]})" if _rows(op, 1) else None
+
+
+@kernel("SoftmaxGradient")
+def _softmax_grad(op, a):
+    return f"_softmax_grad({a[0]}, {a[1]})" if _rows(op, 2) else None
+
+
+helper("LabelCrossEntropy", """
+def _label_cross_entropy(x, label, floor):
+    # -log(max(x[i, label[i]], floor)) for each row
+    out = np.empty(x.shape[0], x.dtype)
+    for i in range(x.shape[0]):
+        out[i] = -np.log(max(x[i, label[i]], floor))
+    return out
+""")
+helper("LabelCrossEntropyGradient", """
+def _label_cross_entropy_grad(x, label, dy, floor):
+    dx = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        dx[i, label[i]] = -dy[i] / max(x[i, label[i]], floor)
+    return dx
+""")
+
+
+def _labels(op):
+    t = tensor(op.operands[1])
+    return _float_ranks(op, 2) and t.dtype in ("i32", "i64") and len(t.shape) == 1
+
+
+@kernel("LabelCrossEntropy")
+def _lce(op, a):
+    # (a label outside [0, D) was refused by the type rule when shapes are known; numba
+    # does not check bounds, so unknown sizes stay interpreted)
+    if not _labels(op) or None in tensor(op.operands[0]).shape:
+        return None
+    return f"_label_cross_entropy({a[0]}, {a[1]}, {literal(1e-20, _dt(op))})"
+
+
+@kernel("LabelCrossEntropyGradient")
+def _lce_grad(op, a):
+    if not _labels(op) or None in tensor(op.operands[0]).shape or _rank(op.operands[2]) != 1:
+        return None
+    return f"_label_cross_entropy_grad({a[0]}, {a[1]}, {a[2]}, {literal(1e-20, _dt(op))})"
+
+
+# --- Dropout: draws from the op's generator (the interpreter's stream), so both backends
+# drop the same elements
+
+helper("Dropout", """
+def _dropout(x, rng, ratio, scale):
+    # keep where a uniform draw in [0, 1) is >= ratio, scaled by 1 / (1 - ratio)
+    keep = rng.random(x.shape) >= ratio
+    return x * keep * scale, keep
+""")
+helper("DropoutGrad", """
+def _dropout_grad(dy, keep, scale):
+    return dy * keep * scale
+""")
+
+
+def _dropout_scale(op):
+    ratio = float(op.attrs["ratio"])
+    return None if int(op.attrs["is_test"]) or ratio == 0 else literal(1.0 / (1.0 - ratio), _dt(op))
+
+
+@kernel("Dropout")
+def _dropout(op, a):
+    if not _float_ranks(op, None) or scalar(op.operands[0]):
+        return None
+    scale, two = _dropout_scale(op), len(op.results) == 2
+    if scale is None:  # testing: Y = X, every element kept
+        return f"({a[0]}.copy(), np.ones({a[0]}.shape, np.bool_))" if two else f"{a[0]}.copy()"
+    call = f"_dropout({a[0]}, {a[1]}, {float(op.attrs['ratio'])!r}, {scale})"
+    return call if two else f"{call}[0]"
+
+
+@kernel("DropoutGrad")
+def _dropout_grad(op, a):
+    if not _float_ranks(op, None) or scalar(op.operands[0]) or tensor(op.operands[1]).dtype != "bool":
+        return None
+    scale = _dropout_scale(op)
+    return f"{a[0]}.copy()" if scale is None else f"_dropout_grad({a[0]}, {a[1]}, {scale})"
