@@ -160,6 +160,13 @@ class JobRunner:
         if not job.stop_conditions:
             raise TraceError("this Job has no stop condition, so its epochs would never end", job.loc,
                              "add one with job.add_stop_condition(blob) or epoch_limiter(job, n)")
+        if cm is None or not hasattr(cm, "lock_directories"):
+            return self._epochs(session, timed)
+        with cm.lock_directories(job.nodes_to_checkpoint()):  # one runner per directory
+            return self._epochs(session, timed)
+
+    def _epochs(self, session, timed: bool) -> int:
+        job, cm = self.job, self.checkpoint_manager
         if cm is not None:
             cm.timed = timed
             cm.set_params(nodes=job.nodes_to_checkpoint())

@@ -12,7 +12,7 @@ import os
 import re
 
 from dslc import core
-from dslc.ir.diagnostics import TraceError
+from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.net_builder import ops
 from dslc.task import Node, Task, TaskGroup, WorkspaceType, final_output
 from dslc.tracing import user_location
@@ -225,6 +225,10 @@ class CheckpointManager(_MetadataHooks):
         """Remove what saves killed mid-write left of this manager's checkpoints; returns the paths."""
         return _remove_partial_saves(self._db_name)
 
+    def lock_directories(self, nodes=None) -> "DirectoryLocks":
+        """Lock the directory this manager's checkpoints go to, for one runner at a time."""
+        return DirectoryLocks([self._db_name], getattr(self, "loc", None))
+
 
 class SnapshotManager(CheckpointManager):
     """A CheckpointManager whose databases are named ``<db_prefix>/<node>.snapshot.<epoch>``,
@@ -339,6 +343,61 @@ class MultiNodeCheckpointManager(_MetadataHooks):
         """Remove what saves killed mid-write left of the checkpoints of ``nodes``."""
         return [path for node in nodes for path in _remove_partial_saves(
             lambda e, n=str(node): db_name(e, n, self._db_prefix, self._path_prefix))]
+
+    def lock_directories(self, nodes) -> "DirectoryLocks":
+        """Lock the directories the checkpoints of ``nodes`` go to, for one runner at a time."""
+        return DirectoryLocks([lambda e, n=str(node): db_name(e, n, self._db_prefix, self._path_prefix)
+                               for node in nodes], getattr(self, "loc", None))
+
+
+class CheckpointDirectoryBusy(DSLError):
+    """Another running job saves its checkpoints into the same directory."""
+
+
+class DirectoryLocks:
+    """Advisory locks (``flock``) on checkpoint directories, held while a JobRunner runs.
+
+    A runner removes the unfinished saves other processes left in its directory when it
+    starts (they are a killed writer's) and writes its own; two runners sharing one
+    directory would delete each other's saves in progress. The second one is refused.
+    Directories that do not exist yet are not locked (the first save reports them).
+    """
+
+    def __init__(self, names_of_epoch: list, loc=None):
+        self.fds: list[int] = []
+        dirs = dict.fromkeys(os.path.dirname(os.path.abspath(f(0))) for f in names_of_epoch)
+        try:
+            for d in dirs:
+                if os.path.isdir(d):
+                    self.fds.append(_lock(d, loc))
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        for fd in self.fds:
+            os.close(fd)  # (closing the file drops its lock)
+        self.fds = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _lock(directory: str, loc) -> int:
+    import fcntl
+
+    fd = os.open(directory, os.O_RDONLY)  # (the directory itself: no file of ours appears in it)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise CheckpointDirectoryBusy(
+            f"the checkpoint directory {directory} is in use by another running job",
+            loc, "wait for that job to end, or give this one a checkpoint directory (db_prefix) of its own") from None
+    return fd
 
 
 def _remove_partial_saves(name_of_epoch) -> list:

@@ -53,7 +53,7 @@ def cmd_run(args) -> int:
         out.emit_json({"outputs": {k: out.jsonable(v) for k, v in values.items()}})
     else:
         for name, v in values.items():
-            print(f"{name} = {out.text(v)}")
+            print(f"{out.printable(name)} = {out.text(v)}")
     return 0
 
 
@@ -138,7 +138,7 @@ def cmd_compile(args) -> int:
         for line in out.summary_lines(r["summary"]):
             print(line)
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {out.printable(path)}")
     return 0
 
 
@@ -395,6 +395,7 @@ def main(argv=None) -> int:
               " (usage: dslc COMMAND JOB.py ...); dslc --help explains them", file=sys.stderr)
         return 2
     try:
+        _consent(args)
         return COMMANDS[args.command](args)
     except DSLError as e:
         return _report(args, e.one_line(), 2, out.error_json(e, 2))
@@ -408,6 +409,16 @@ def main(argv=None) -> int:
         line = (f"dslc: internal error: {type(e).__name__}: {e}; this is a bug in dslc, "
                 "not in the job: rerun with --debug for the traceback")
         return _report(args, " ".join(line.split()), 1, out.internal_json(e))
+
+
+def _consent(args) -> None:
+    """--trust / --trust-module: the IR file's Python ops may import what they name."""
+    from dslc.ir import pyrefs
+
+    if getattr(args, "trust", False):
+        pyrefs.trust()
+    elif getattr(args, "trust_module", None):
+        pyrefs.trust(args.trust_module)
 
 
 def _silence_stdout() -> None:

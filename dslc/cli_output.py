@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from dslc.ir.diagnostics import DSLError, UNKNOWN_LOC
+from dslc.ir.escape import printable, printable_lines
 
 GRAPH_FORMATS = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
 
@@ -18,11 +19,16 @@ GRAPH_FORMATS = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
 
 
 def text(v) -> str:
-    """A fetched value as ``dslc run`` prints it: scalars bare, arrays as lists."""
+    """A fetched value as ``dslc run`` prints it: scalars bare, arrays as lists (control
+    characters in strings escaped: they reach a terminal)."""
+    return printable_lines(_text(v))
+
+
+def _text(v) -> str:
     if isinstance(v, np.ndarray) and v.ndim == 0:
         return str(v[()])
     if isinstance(v, list):
-        return "[" + ", ".join(text(x) for x in v) + "]"
+        return "[" + ", ".join(_text(x) for x in v) + "]"
     return np.array2string(v, separator=", ") if isinstance(v, np.ndarray) else str(v)
 
 
@@ -114,21 +120,21 @@ def summary_lines(summary: dict) -> list[str]:
     """A backend's summary as indented lines: a list or dict value one item per line
     (a dict's as ``count  what``), never Python's repr of it."""
     lines = []
-    for k, v in summary.items():
+    for k, v in summary.items():  # (items name the input's files and ops: printable)
         if isinstance(v, dict):
             lines.append(f"  {k}: {'none' if not v else ''}".rstrip())
-            lines += [f"    {n:>5}  {what}" for what, n in v.items()]
+            lines += [f"    {n:>5}  {printable(what)}" for what, n in v.items()]
         elif isinstance(v, (list, tuple)):
             lines.append(f"  {k}: {len(v) if v else 'none'}")
-            lines += [f"    {item}" for item in v]
+            lines += [f"    {printable(item)}" for item in v]
         else:
-            lines.append(f"  {k}: {v}")
+            lines.append(f"  {k}: {printable(v)}")
     return lines
 
 
 def summary_line(job: str, backend: str, report: dict, passes: int) -> str:
     tasks = report["tasks"]
-    return (f"compiled {job} for {backend}: {tasks} task{'s' if tasks != 1 else ''}, "
+    return (f"compiled {printable(job)} for {backend}: {tasks} task{'s' if tasks != 1 else ''}, "
             f"{report['ops']} ops after {passes} pass{'es' if passes != 1 else ''}")
 
 

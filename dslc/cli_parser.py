@@ -50,6 +50,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                           "local one for this run, 'auto' or an address joins a running one "
                           "(needs pip install 'dslc[ray]'; docs/distributed.md)")
     _pass_options(run, default=ENV)
+    _trust_options(run)
     _common(run, quiet=True)
 
     ir = _command(sub, "ir", "print the typed IR of a job file",
@@ -99,6 +100,7 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     comp.add_argument("-o", "--output", metavar="DIR", help="write job.dslir and the backend's artifacts to DIR")
     comp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     _pass_options(comp, default=ENV)
+    _trust_options(comp)
     _common(comp)
 
     graph = _command(sub, "graph", "draw the job's structure or one task's or net's dataflow",
@@ -132,6 +134,15 @@ def _command(sub, name: str, help: str, description: str, examples: list[str]):
     epilog = ("example:\n" if len(examples) == 1 else "examples:\n") + "".join(f"  {e}\n" for e in examples)
     return sub.add_parser(name, help=help, description=textwrap.fill(description, 78, break_on_hyphens=False), epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _trust_options(p) -> None:
+    p.add_argument("--trust", action="store_true",
+                   help="an IR file is code: let its Python ops import and call the functions it names "
+                        "(without this, or --trust-module, such a file is refused)")
+    p.add_argument("--trust-module", metavar="MODULE", action="append", default=[],
+                   help="let an IR file's Python ops import this module (and its submodules) or this "
+                        "absolute .py path; repeat for several")
 
 
 def _common(p, quiet: bool = False) -> None:

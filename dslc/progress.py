@@ -24,6 +24,8 @@ import contextlib
 import threading
 import time
 
+from dslc.ir.escape import printable
+
 DELAY = 0.5      # seconds before the first line is drawn
 INTERVAL = 0.1   # seconds between redraws at most
 
@@ -107,6 +109,7 @@ class _Display:
 
 def line(label: str, count: int, total: int | None) -> str:
     """``label: 37/100 (37%)``, or ``label: 37`` when the total is unknown."""
+    label = printable(label)  # (a loop's file name is the input's text)
     if not total:
         return f"{label}: {count}"
     return f"{label}: {count}/{total} ({100 * count // total}%)"

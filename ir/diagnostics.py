@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .escape import printable
+
 _NEWLINES = re.compile(r"\s*\n\s*")
 
 
@@ -42,7 +44,7 @@ class DSLError(Exception):
         where = f"{self.loc}: " if self.loc and self.loc != UNKNOWN_LOC else ""
         hint = f"; {self.hint}" if self.hint else ""
         # a message quoting an exception may span lines; the CLI promises one
-        return _NEWLINES.sub(" ", f"{where}{self.kind}: {self.message}{hint}")
+        return printable(_NEWLINES.sub(" ", f"{where}{self.kind}: {self.message}{hint}"))
 
     def __str__(self) -> str:
         return self.one_line()

@@ -8,6 +8,7 @@ text point at the text's line.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import lark
@@ -32,6 +33,9 @@ TOKEN_NAMES = {
     "LABEL": "a region name", "LSQB": "'['", "RSQB": "']'", "$END": "the end of the text",
     "LOC": 'a location (loc("file":line))',
 }
+
+
+MAX_NESTING = 48  # regions inside regions (generated code nests one block per level)
 
 
 class ParseError(DSLError):
@@ -234,6 +238,10 @@ class _ModuleBuilder:
         return [r if r is not None else Region() for r in out]
 
     def region(self, node):
+        # self.scopes holds one scope per open region (and the module's): the nesting depth
+        if len(self.scopes) > MAX_NESTING:
+            self.fail(node, f"regions nest more than {MAX_NESTING} deep",
+                      "flatten the program: no job nests loops and conditionals this deep")
         r = Region()
         self.scopes.append({})
         args, *children = node.children[1:]
@@ -335,7 +343,7 @@ class _ModuleBuilder:
                       "write every dim as a number: dense<f32[2,3]: ...>")
         values = [self.element(t, str(dtype)) for t in items if t is not None]
         arr = np.array(values, dtype=NUMPY_DTYPES[str(dtype)])
-        if arr.size != int(np.prod(dims)):
+        if arr.size != math.prod(dims):  # (exact: numpy's product of huge dims wraps around)
             self.fail(dtype, f"dense<{dtype}> has {arr.size} values for shape {list(dims)}",
                       "give one value per element, or one value for a scalar")
         arr = arr.reshape(dims)
@@ -374,7 +382,10 @@ class _ModuleBuilder:
             return ANY
         if d != "?" and d not in NUMPY_DTYPES:
             self.fail(dtype, f"unknown type {d!r}", "types look like i64, f32[3], f32[?,4], !counter or any")
-        return TensorType(None if d == "?" else d, () if shape is None else self.shape(shape))
+        try:
+            return TensorType(None if d == "?" else d, () if shape is None else self.shape(shape))
+        except DSLError as e:  # a shape too large for one value
+            self.fail(dtype, e.message, e.hint)
 
     def shape(self, node):
         if node.data == "unranked":

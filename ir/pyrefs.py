@@ -7,6 +7,12 @@ arguments as JSON: ``pyref<"make_op", "mylib.ops", "[[2], {}]">``. Such a refere
 works in any process: the function is imported again. Anything else (a lambda, a
 function local to another, a callable object) is kept by a token that only finds it
 in the process that made it: ``pyref<1, "my_op", "why it cannot be imported">``.
+
+IR text is code: a reference imports a module and calls a function. Functions this
+process registered (the job file it traced) resolve freely; importing one named by a
+parsed file needs the user's consent first: ``trust()`` (the CLI's ``--trust``) or
+``trust(["mylib.ops", "/abs/path/job.py"])`` (``--trust-module``). A ``.py`` source
+must be an absolute path: the text never names a file relative to where it is run.
 """
 from __future__ import annotations
 
@@ -34,6 +40,38 @@ _objects: dict[int, object] = {}
 _by_address: dict[tuple, object] = {}  # (source, name, args) -> the object registered
 _imported: dict[str, object] = {}  # source -> the module imported again for it
 _lock = threading.Lock()
+_consent: set | None = set()  # sources the user allowed to be imported; None: every one
+
+
+def trust(sources=None) -> None:
+    """Allow references to import ``sources`` (module names or absolute .py paths); with
+    none given, every source. Consent lasts for the process."""
+    global _consent
+    with _lock:
+        if sources is None:
+            _consent = None
+        elif _consent is not None:
+            _consent.update(os.path.abspath(x) if x.endswith(".py") else x for x in sources)
+
+
+def untrust() -> None:
+    """Withdraw every consent given by ``trust`` (tests)."""
+    global _consent
+    with _lock:
+        _consent = set()
+
+
+def _allowed(source: str) -> bool:
+    if _consent is None or source in _consent:
+        return True
+    if source.endswith(".py"):
+        return False
+    parts = source.split(".")  # a module allowed allows its submodules
+    return any(".".join(parts[:k]) in _consent for k in range(1, len(parts)))
+
+
+class UntrustedCode(DSLError):
+    """An IR reference would import code the user has not allowed."""
 
 
 def register(obj, name: str | None = None) -> PyRef:
@@ -100,6 +138,7 @@ def resolve(ref: PyRef):
     key = (ref.source, ref.name, ref.args)
     obj = _by_address.get(key)
     if obj is None:
+        _check_consent(ref)
         fn = _lookup(_import(ref.source), ref.name)
         if fn is None:
             raise DSLError(f"the Python op function {ref.name!r} is not in {ref.source}",
@@ -112,6 +151,20 @@ def resolve(ref: PyRef):
         with _lock:
             obj = _by_address.setdefault(key, obj)
     return obj
+
+
+def _check_consent(ref: PyRef) -> None:
+    src = ref.source
+    if src.endswith(".py") and not os.path.isabs(src):
+        raise UntrustedCode(f"the Python op function {ref.name!r} names the file {src!r} by a relative "
+                            "path: IR text may only name a job file by its absolute path",
+                            hint="write the IR again with dslc ir -o (it records absolute paths)")
+    if not _allowed(src):
+        what = "the file" if src.endswith(".py") else "the module"
+        raise UntrustedCode(f"the IR calls the Python function {ref.name!r} from {what} {src!r}: running "
+                            "it would run code named by the IR file, which you have not allowed",
+                            hint=f"if you trust this file, pass --trust (every function it names) or "
+                                 f"--trust-module {src} (session API: dslc.ir.pyrefs.trust)")
 
 
 def _import(source: str):

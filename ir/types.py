@@ -5,9 +5,12 @@ Text forms: ``i64`` (scalar), ``f32[3]``, ``f32[?,4]``, ``f32[*]`` (unknown rank
 """
 from __future__ import annotations
 
+import os
 from dataclasses import FrozenInstanceError
 
 import numpy as np
+
+from .diagnostics import DSLTypeError
 
 # Our dtype names and the numpy dtypes they stand for.
 NUMPY_DTYPES = {
@@ -104,8 +107,37 @@ class TensorType(Type):
 _TENSOR_TYPES: dict = {}  # (dtype, shape) -> its one TensorType
 
 
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+# No value may be larger than this (bytes): the machine's memory, or DSLC_MAX_TENSOR_BYTES.
+# A shape an input asks for is refused where its type is made, before anything allocates.
+MAX_TENSOR_BYTES = int(os.environ.get("DSLC_MAX_TENSOR_BYTES", 0) or 0) or _memory_bytes()
+
+
+def _check_size(dtype, shape) -> None:
+    n = 1
+    for d in shape:
+        if d is not None:
+            if d < 0:
+                raise DSLTypeError(f"a tensor cannot have a negative dimension ({list(shape)})")
+            n *= d
+    size = n * (np.dtype(NUMPY_DTYPES[dtype]).itemsize if dtype in NUMPY_DTYPES else 1)
+    if size > MAX_TENSOR_BYTES:
+        raise DSLTypeError(
+            f"a {dtype or '?'}{list(shape)} tensor would take {size / 2**30:.4g} GiB, more than "
+            f"the {MAX_TENSOR_BYTES / 2**30:.4g} GiB one value may take here",
+            hint="use a smaller shape (or set DSLC_MAX_TENSOR_BYTES if this machine can hold it)")
+
+
 def _new_tensor_type(cls, dtype, shape) -> TensorType:
     shape = None if shape is None else tuple(shape)
+    if shape:
+        _check_size(dtype, shape)
     t = object.__new__(cls)
     object.__setattr__(t, "dtype", dtype)
     object.__setattr__(t, "shape", shape)

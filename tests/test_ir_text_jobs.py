@@ -43,10 +43,14 @@ def test_another_process_imports_the_python_op_functions_again(tmp_path):
     assert cli.main(["ir", str(ROOT / "examples" / "python_op.py"), "-o", str(ir)]) == 0
     assert 'pyref<"report", ' in ir.read_text()
     env = dict(os.environ, DSLC_PIPELINE="default")
-    done = subprocess.run([sys.executable, "-m", "dslc.cli", "run", str(ir), "--json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["outputs"] == {"instances": 64, "calls": 256}
+    run = [sys.executable, "-m", "dslc.cli", "run", str(ir), "--json"]
+    # IR text is code: without the user's consent it does not import the job file (issue 23)
+    refused = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 2 and "--trust" in refused.stderr, refused.stderr
+    for consent in (["--trust"], ["--trust-module", str(ROOT / "examples" / "python_op.py")]):
+        done = subprocess.run(run + consent, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["outputs"] == {"instances": 64, "calls": 256}
 
 
 LOCAL = textwrap.dedent("""\

@@ -65,6 +65,13 @@ class ChildPlan:
         self.op, self.codes = op, codes
 
 
+def too_deep(e: SyntaxError, op) -> DSLError:
+    """The error for generated code Python refuses to compile (only nesting can do that)."""
+    return DSLError(f"the job nests loops and conditionals deeper than Python can run ({e.msg})",
+                    op.loc if op is not None else None,
+                    "nest fewer loops: move the inner ones into a net or task of their own")
+
+
 def compile_region(region: Region, cfg, emitter=None) -> RegionCode:
     """Compile ``region`` with ``emitter`` (a subclass of Emitter; default: the interpreter's)."""
     e = (emitter or Emitter)(cfg)
@@ -90,7 +97,8 @@ class Emitter:
         name = self.vars.get(v)
         if name is None:
             self.n += 1
-            hint = "".join(c if c.isalnum() else "_" for c in (v.hint or ""))[:24]
+            # (ASCII only: the hint is the input's text, and must stay an identifier)
+            hint = "".join(c if c.isascii() and c.isalnum() else "_" for c in (v.hint or ""))[:24]
             name = self.vars[v] = f"v{self.n}_{hint}" if hint else f"v{self.n}"
         return name
 
@@ -262,7 +270,13 @@ class Emitter:
         source = "\n".join(lines)
         filename = f"<dslc-region-{next(_ids)}>"
         ns = {"np": np}
-        exec(compile(source, filename, "exec"), ns)
+        try:
+            code_obj = compile(source, filename, "exec")
+        except SyntaxError as e:  # Python's own limits: 20 nested loops, 100 indents
+            op = next((o for i, (_, o) in enumerate(self.body) if o is not None and len(head) + i + 1 >= (e.lineno or 0)),
+                      None)
+            raise too_deep(e, op) from None
+        exec(code_obj, ns)
         code = RegionCode()
         code.fn = ns["_make"](self.env)
         code.names = list(self.blobs)

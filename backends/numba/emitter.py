@@ -11,13 +11,14 @@ import time
 
 import numpy as np
 
-from dslc.backends.interp.codegen import Emitter
+from dslc.backends.interp.codegen import Emitter, too_deep
 from dslc.backends.interp.kernels_nn import op_stream
 
 from . import islands
 from .cache import module_for
 from .calls import FusedCall, IslandCall
 from .failures import Sites
+from dslc.ir.escape import source_text
 from dslc.ir.types import COUNTER, NUMPY_DTYPES
 
 from .kernels import scalar, tensor
@@ -85,7 +86,10 @@ def build_island(island, cfg):
     w = Writer(_source_file(island.ops[0]), cfg.namer())
     params = w.island(island)
     source = w.module("kernel", params)
-    mod = module_for(source)
+    try:
+        mod = module_for(source)
+    except SyntaxError as e:
+        raise too_deep(e, island.ops[0]) from None
     cfg.stats.sources.append(source)
     args = [v for v in island.inputs if v in w.names and w.names[v] in params]
     fn = mod.kernel
@@ -116,7 +120,7 @@ def build_fused(op, cfg):
 
 def _fused_module(op, parallel: bool, sites) -> str:
     from .source import HEADER
-    return HEADER.format(source=_source_file(op)) + "\n\n" + fused_source(op, "kernel", parallel, sites) + "\n"
+    return HEADER.format(source=source_text(_source_file(op))) + "\n\n" + fused_source(op, "kernel", parallel, sites) + "\n"
 
 
 def _fallback(op, cfg):

@@ -370,7 +370,7 @@ def _plain_loss(op):
 def _swl(op, a):
     if not _plain_loss(op) or tensor(op.operands[0]).dtype not in ("f32", "f64"):
         return None
-    return f"_softmax_with_loss_{NP[_dt(op)][3:]}({a[0]}, {a[1]}, {float(op.attrs['scale'])})"
+    return f"_softmax_with_loss_{NP[_dt(op)][3:]}({a[0]}, {a[1]}, {literal(op.attrs['scale'], 'f64')})"
 
 
 @kernel("SoftmaxWithLossGradient")
@@ -379,7 +379,7 @@ def _swl_grad(op, a):
         return None
     dt = _dt(op)
     return (f"_softmax_with_loss_grad({a[1]}, {a[2]}, {NP[dt]}({a[3]}), "
-            f"{NP[dt]}({float(op.attrs['scale'])}))")
+            f"{NP[dt]}({literal(op.attrs['scale'], 'f64')}))")
 
 
 helper("Accuracy", """
@@ -562,7 +562,7 @@ def _dropout(op, a):
     scale, two = _dropout_scale(op), len(op.results) == 2
     if scale is None:  # testing: Y = X, every element kept
         return f"({a[0]}.copy(), np.ones({a[0]}.shape, np.bool_))" if two else f"{a[0]}.copy()"
-    call = f"_dropout({a[0]}, {a[1]}, {float(op.attrs['ratio'])!r}, {scale})"
+    call = f"_dropout({a[0]}, {a[1]}, {literal(op.attrs['ratio'], 'f64')}, {scale})"
     return call if two else f"{call}[0]"
 
 

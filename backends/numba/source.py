@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 from dslc.ir import Operation
+from dslc.ir.escape import source_text
 
 from .failures import Sites
 from .kernels import EXPR, HELPERS, NP, ElementView, draws, literal, scalar, tensor
@@ -93,7 +94,8 @@ class Writer:
 
     def comment(self, indent: int, op: Operation) -> None:
         if op.loc.line:
-            self.emit(indent, f"# {os.path.basename(op.loc.file)}:{op.loc.line} {op.name}")
+            # (the file name is the input's text: escaped, it cannot end the comment)
+            self.emit(indent, f"# {source_text(os.path.basename(op.loc.file))}:{int(op.loc.line)} {op.name}")
 
     # --- values that may be written in place (scalar constants become literals)
     def arg_or_literal(self, v) -> str | None:
@@ -276,7 +278,8 @@ class Writer:
         for f in self.fused:
             body += "\n\n" + f
         body += f"\n\n{DECORATOR}\ndef {fname}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
-        return HEADER.format(source=os.path.basename(self.source_file) or "a job") + hoist_constants(body)
+        return HEADER.format(source=source_text(os.path.basename(self.source_file)) or "a job") + \
+            hoist_constants(body)
 
 
 _TYPED_LITERAL = re.compile(r"np\.(int8|int16|int32|int64|uint8|uint16|float16|float32)\((-?np\.inf|np\.nan|-?[0-9.eE+-]+)\)")

@@ -7,41 +7,73 @@ starts a second raylet, each offering its own custom resources, which stands in
 for a second machine. ``connect`` joins an existing cluster (``ray://HOST:PORT``
 or ``auto``).
 
-Ray quirks this handles (measured with Ray 2.x): token auth is on by default
-(``RAY_AUTH_MODE=disabled`` for a private local cluster), usage stats are sent
-unless ``RAY_USAGE_STATS_ENABLED=0``, and ``ray.init(address="local")`` is needed to
-start a fresh cluster even when a stale ``/tmp/ray/ray_current_cluster`` file names
-one that is gone.
+A cluster dslc starts has Ray's token authentication on, with a token made for it
+(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN``, inherited by the processes it starts and
+by nothing else): a process without the token cannot join it or run anything on it.
+A watchdog process (``watchdog``) stops it and removes its temp dir if the driver dies
+without stopping it. Joining an existing cluster uses the user's own Ray settings
+(their token, in ``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``).
+
+Ray quirks this handles (measured with Ray 2.x): usage stats are sent unless
+``RAY_USAGE_STATS_ENABLED=0``, and ``ray.init(address="local")`` is needed to start a
+fresh cluster even when a stale ``/tmp/ray/ray_current_cluster`` file names one that
+is gone. Ray 2.60 has no setting for the address its gRPC servers bind: they listen
+on every interface whatever the node IP (docs/distributed.md, Security); the token is
+what keeps others out.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 
 LOOPBACK = "127.0.0.1"
-QUIET_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_DEDUP_LOGS": "0"}
+QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_DEDUP_LOGS": "0"}
 
 
 class ClusterError(Exception):
     """The cluster cannot be started or reached (the driver reports it in one line)."""
 
 
-def quiet_env(home: str | None = None) -> dict:
-    """Set the environment a private local cluster needs; returns the previous values."""
+def quiet_env(home: str | None = None, token: str | None = None) -> dict:
+    """Set the environment a private local cluster needs (with ``token``: its auth token);
+    returns the previous values."""
     changes = dict(QUIET_ENV, **({"HOME": home} if home else {}))
+    if token is not None:
+        changes.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, RAY_AUTH_TOKEN_PATH=None)
     saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
+    _set_env(changes)
     return saved
 
 
 def restore_env(saved: dict) -> None:
-    for k, v in saved.items():
+    _set_env(saved)
+
+
+def _set_env(values: dict) -> None:
+    for k, v in values.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    if any(k.startswith("RAY_AUTH") for k in values):
+        _reload_auth()
+
+
+def _reload_auth() -> None:
+    """Make a Ray already imported in this process see the auth settings just set (Ray
+    reads them into its config once, at import)."""
+    import sys
+
+    raylet = sys.modules.get("ray._raylet")
+    if raylet is None:
+        return
+    try:
+        raylet.Config.initialize("")
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
+    except AttributeError:  # a Ray without token authentication
+        pass
 
 
 def _children(pid: int) -> list[int]:
@@ -114,6 +146,8 @@ class LocalCluster:
         self._second = None
         self._saved_env = None
         self._pids: set[int] = set()
+        self._watchdog = None  # (process, the write end of its pipe)
+        self.token = secrets.token_hex(32)  # this cluster's auth token
         self.start_seconds = 0.0
 
     def start(self) -> "LocalCluster":
@@ -121,7 +155,7 @@ class LocalCluster:
 
         t0 = time.perf_counter()
         os.makedirs(self.temp_dir, exist_ok=True)
-        self._saved_env = quiet_env(self.home)
+        self._saved_env = quiet_env(self.home, self.token)
         try:
             ray.init(address="local", num_cpus=self.num_cpus, resources=self.resources,
                      object_store_memory=self.object_store_bytes, include_dashboard=False,
@@ -132,8 +166,37 @@ class LocalCluster:
             self.stop()
             raise
         self._pids = self._started_pids()
+        self._start_watchdog()
         self.start_seconds = time.perf_counter() - t0
         return self
+
+    def _start_watchdog(self) -> None:
+        """The process that stops this cluster if the driver dies first (see watchdog)."""
+        import subprocess
+        import sys
+
+        read, write = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-m", "dslc.backends.ray.watchdog", self.temp_dir,
+                                 *map(str, sorted(self._pids))], stdin=read, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+        os.close(read)
+        os.set_inheritable(write, False)  # (Ray's processes must not hold it open)
+        self._watchdog = (proc, write)
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is None:
+            return
+        proc, write = self._watchdog
+        self._watchdog = None
+        try:
+            os.write(write, b"stopped")
+        except OSError:
+            pass
+        os.close(write)
+        try:
+            proc.wait(timeout=10)
+        except Exception:
+            proc.kill()
 
     def _start_raylet(self, resources: dict):
         """A second raylet joining the head's GCS, with no CPUs of its own and ``resources``."""
@@ -180,6 +243,7 @@ class LocalCluster:
             self._second = None
             kill_pids(tree)
             self._pids = set()
+            self._stop_watchdog()
             if self._saved_env is not None:
                 restore_env(self._saved_env)
                 self._saved_env = None
@@ -202,7 +266,7 @@ def connect(address: str) -> None:
 
     if address != "auto":
         _check_reachable(address)
-    saved = quiet_env()
+    saved = quiet_env()  # (auth as the user set it up: their token joins their cluster)
     try:
         ray.init(address=address, logging_level="ERROR")
     except Exception as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -137,7 +138,7 @@ def decode(name: str, kind: str, dtype: str, shape, data) -> object:
         if codec is None:
             raise ValueError(f"unknown blob kind {kind!r}")
         return codec.decode(bytes(data))
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, OverflowError) as e:
         raise BlobEncodingError(f"blob {name!r} does not decode: {e}",
                                 hint="the checkpoint was written by an incompatible program or is damaged") from None
 
@@ -149,10 +150,11 @@ def allocate(name: str, kind: str, dtype: str, shape, length: int) -> np.ndarray
         return np.empty(length, dtype=np.uint8)
     try:
         dt, shape = _plain_dtype(dtype), tuple(int(d) for d in shape)
-        arr = np.empty(shape, dtype=dt)
-        if arr.nbytes != length:
+        # (checked before allocating: the shape is the file's word, the length the file's size)
+        if min(shape, default=0) < 0 or math.prod(shape) * dt.itemsize != length:
             raise ValueError(f"{length} bytes for shape {list(shape)} of {dt}")
-    except (ValueError, TypeError) as e:
+        arr = np.empty(shape, dtype=dt)
+    except (ValueError, TypeError, OverflowError) as e:
         raise BlobEncodingError(f"blob {name!r} does not decode: {e}",
                                 hint="the checkpoint was written by an incompatible program or is damaged") from None
     return arr
@@ -165,11 +167,11 @@ def allocate_all(names: list, kinds: list, dtypes: list, shapes: list, lengths: 
     for name, kind, dtype, shape, length in zip(names, kinds, dtypes, shapes, lengths):
         if kind == "tensor" and type(shape) is list:
             try:
-                arr = empty(shape, _plain_dtype(dtype))
-                if arr.nbytes == length:
-                    out.append(arr)
+                dt = _plain_dtype(dtype)
+                if all(type(d) is int and d >= 0 for d in shape) and math.prod(shape) * dt.itemsize == length:
+                    out.append(empty(shape, dt))
                     continue
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, OverflowError):
                 pass
         out.append(allocate(name, kind, dtype, shape, length))  # (the others, and the errors)
     return out
@@ -200,12 +202,12 @@ def _decode_tensor(dtype: str, shape: tuple, data) -> object:
 
 
 def _decode_texts(kind: str, shape: tuple, data) -> object:
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(int(d) for d in shape)  # (exact: a crafted shape must not wrap around)
     raw = bytes(data)
-    if len(raw) < 8 * n:
+    if min(shape, default=0) < 0 or len(raw) < 8 * n:
         raise ValueError("the string lengths are cut off")
     lengths = np.frombuffer(raw, dtype="<u8", count=n)
-    if int(lengths.sum()) != len(raw) - 8 * n:
+    if sum(lengths.tolist()) != len(raw) - 8 * n:  # (Python ints: numpy's u64 sum wraps)
         raise ValueError("the string lengths do not add up to the payload")
     out, pos = np.empty(n, dtype=object), 8 * n
     for i, ln in enumerate(lengths.tolist()):
@@ -238,7 +240,7 @@ def _cursor_decoder(cls):
         doc = json.loads(raw)
         c = cls([str(f) for f in doc["fields"]])
         offsets = [int(o) for o in doc["offsets"]]
-        if len(offsets) != len(c.offsets) or min(offsets, default=0) < 0:
+        if len(offsets) != len(c.offsets) or min(offsets, default=0) < 0 or max(offsets, default=0) >= 1 << 62:
             raise ValueError(f"a cursor over {len(c.offsets)} domains cannot be at {offsets}")
         c.offsets = offsets
         return c

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from dslc.ir import OpResult
+from dslc.ir.escape import printable
 
 from .render import PlanWriter, literal
 
@@ -25,12 +26,17 @@ LOOP_HEADS = ("for ", "while ")
 
 
 def quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + _escaped(text) + '"'
+
+
+def _escaped(text: str) -> str:
+    # DOT strings end at a bare quote; control characters from names are shown, not obeyed
+    return printable(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def left(lines) -> str:
     """A multi-line label, every line left-justified (``\\l`` ends each)."""
-    body = "".join(ln.replace("\\", "\\\\").replace('"', '\\"') + "\\l" for ln in lines)
+    body = "".join(_escaped(ln) + "\\l" for ln in lines)
     return '"' + body + '"'
 
 

@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from dslc.ir import OpResult, Symbol
+from dslc.ir.escape import printable
 from dslc.ir.pyrefs import PyRef
 from dslc.ir.types import Type, dtype_of_numpy
 
@@ -74,10 +75,11 @@ class PlanWriter(Layout, ControlFlow):
             return ""
         same = loc.file == self.source or (self.source and not loc.file.startswith("<") and
                                            os.path.abspath(loc.file) == os.path.abspath(self.source))
-        return f"line {loc.line}" if same else f"{loc.file}:{loc.line}"
+        return f"line {loc.line}" if same else f"{printable(loc.file)}:{loc.line}"
 
     def emit(self, depth: int, text: str, loc=None) -> None:
-        self.lines.append(Line(depth, text, loc))
+        # (names in the text are the input's: a newline or an escape in one is shown, not obeyed)
+        self.lines.append(Line(depth, printable(text), loc))
 
     def block(self, depth: int, head: str, fill, loc=None, keep_empty: bool = True) -> bool:
         """``head:`` then what ``fill()`` writes one level deeper (``pass`` if nothing)."""
@@ -87,11 +89,11 @@ class PlanWriter(Layout, ControlFlow):
             return False
         if len(self.lines) == start:
             self.emit(depth + 1, "pass")
-        self.lines.insert(start, Line(depth, head + ":", loc))
+        self.lines.insert(start, Line(depth, printable(head) + ":", loc))
         return True
 
     def retitle(self, title: str) -> None:
-        self.lines[0] = Line(0, title + ":")
+        self.lines[0] = Line(0, printable(title) + ":")
 
     # --- regions of ops
     def region(self, r, depth: int, node=None) -> None:

@@ -28,6 +28,18 @@ from .manager import Pass, register
 MAX_FOLD_ELEMENTS = 1 << 16  # larger constants stay computed at run time
 
 
+def _small(t) -> bool:
+    """Whether a value of type ``t`` surely has at most MAX_FOLD_ELEMENTS elements (its
+    shape known), so computing it now costs nothing an input could make huge."""
+    shape = getattr(t, "shape", None)
+    if shape is None or None in shape:
+        return False
+    n = 1
+    for d in shape:
+        n *= d
+    return n <= MAX_FOLD_ELEMENTS
+
+
 def const_value(v):
     """The constant a value holds, or None."""
     if type(v) is OpResult and v.owner.name == "Const":
@@ -188,10 +200,14 @@ class FoldConstants(Pass):
         for v in values:
             if v is None or v.size > MAX_FOLD_ELEMENTS:
                 return None
+        if not _small(op.result.type):  # a fill (no inputs) or a broadcast may be far larger
+            return None
         try:  # floating-point errors raise here: see run()
             out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **d.known_attrs(op.attrs)))
         except Exception:
             return None  # let it fail (or not) at run time, where the user sees it
+        if out.size > MAX_FOLD_ELEMENTS:
+            return None
         (t,) = OPS["Const"].inferred((), {"value": out}, 1)
         if t != op.result.type:
             return None
