@@ -357,3 +357,42 @@ def test_blob_list_before_init_ran_is_a_clear_error():
     assert "init" in info.value.hint
     with pytest.raises(TraceError, match="one node"):
         m.init(nodes=["a", "b"])
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("make_manager", [lambda d: CheckpointManager(d, "n", "minidb"),
+                                          lambda d: MultiNodeCheckpointManager(d, "minidb")])
+def test_a_second_runner_on_a_checkpoint_directory_in_use_is_refused(tmp_path, make_manager):
+    # issue 23: a runner removes the unfinished saves other processes left in its directory,
+    # so two at once would delete each other's saves in progress; the second is refused
+    import subprocess
+    import sys
+
+    from dslc.checkpoint_managers import CheckpointDirectoryBusy
+    other = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "locked"
+        partial = tmp_path / f"n.3.tmp-{other.pid}-0123abcd"  # the other runner's save in progress
+        partial.write_bytes(b"DSLCDB2\n")
+        with Cluster():
+            job, _ = make_job()
+            ws, session = fresh_session()
+            with pytest.raises(CheckpointDirectoryBusy) as e:
+                JobRunner(job, make_manager(str(tmp_path))).train(session)
+        assert str(tmp_path) in e.value.message and e.value.hint
+        assert partial.exists() and not (tmp_path / "n.0").exists()  # nothing touched
+    finally:
+        other.kill()
+        other.wait()
+    with Cluster():  # once the other runner is gone, the directory is usable again
+        job, fetcher = make_job()
+        ws, session = fresh_session()
+        assert JobRunner(job, make_manager(str(tmp_path))).train(session) == EPOCHS

@@ -13,7 +13,6 @@ import time
 import pytest
 
 from test_distributed_cli import WAITING_JOB, _tree
-from ray_fixtures import ray_cluster  # noqa: F401  (the distributed tests' cluster)
 
 INTRUDER = textwrap.dedent("""
     import sys

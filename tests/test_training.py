@@ -80,7 +80,9 @@ def test_100_steps_match_numpy(backend, passes):
             expected.append(ref.step(x, label))
             s.run(model.net)
             losses.append(float(workspace.FetchBlob("loss")))
-    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    # (numba's Softmax, LabelCrossEntropy and AveragedLoss sum rows in their own order, not
+    # numpy's pairwise one: float32 rounding that 100 steps of training carry along)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5 if backend == "interp" else 3e-5)
     assert losses[-1] < 0.5 * losses[0]  # it learns
     assert float(workspace.FetchBlob("accuracy")) > 0.9
     assert int(workspace.FetchBlob("optimizer_iteration")[0]) == STEPS
