@@ -1,5 +1,6 @@
-"""The local Ray clusters dslc starts (issue 23): a driver without the cluster's token is
-refused, and a driver killed outright leaves no process and no temp dir behind."""
+"""The local Ray clusters dslc starts (issue 23): every socket listens on 127.0.0.1, a
+driver without the cluster's token is refused, and a driver killed outright leaves no
+process and no temp dir behind."""
 from __future__ import annotations
 
 import glob
@@ -97,3 +98,46 @@ def test_a_killed_driver_leaves_no_process_and_no_temp_dir(tmp_path):
             proc.kill()
     assert [p for p in started if _alive(p)] == []
     assert not any(os.path.exists(d) for d in temp_dirs)
+
+
+def _listening(pids) -> list[tuple[int, str, int]]:
+    """(pid, local address, port) of every TCP socket ``pids`` listen on, from /proc."""
+    import ipaddress
+
+    table = {}
+    for name, v6 in (("tcp", False), ("tcp6", True)):
+        with open(f"/proc/net/{name}") as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] != "0A":  # LISTEN
+                    continue
+                addr, port = cols[1].split(":")
+                raw = bytes.fromhex(addr)
+                # /proc prints each 32-bit word in host (little-endian) order
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                ip = ipaddress.ip_address(raw)
+                ip = getattr(ip, "ipv4_mapped", None) or ip  # (::ffff:127.0.0.1 is 127.0.0.1)
+                table[cols[9]] = (str(ip), int(port, 16))
+    out = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in table:
+                out.append((pid,) + table[target[8:-1]])
+    return out
+
+
+def test_every_socket_of_the_cluster_listens_on_loopback_only(ray_cluster):  # noqa: F811
+    from dslc.backends.ray.cluster import descendants
+    pids = descendants(ray_cluster._pids) | {os.getpid()}  # the daemons, workers and this driver
+    sockets = _listening(pids)
+    print("\n".join(f"pid {p}: {a}:{port}" for p, a, port in sorted(sockets)))  # (the CI log lists them)
+    assert len({p for p, _, _ in sockets}) >= 3, sockets  # GCS, raylet, a worker at least
+    assert all(a in ("127.0.0.1", "::1") for _, a, _ in sockets), sockets

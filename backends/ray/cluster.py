@@ -17,12 +17,12 @@ without stopping it. Joining an existing cluster uses the user's own Ray setting
 Ray quirks this handles (measured with Ray 2.x): usage stats are sent unless
 ``RAY_USAGE_STATS_ENABLED=0``, and ``ray.init(address="local")`` is needed to start a
 fresh cluster even when a stale ``/tmp/ray/ray_current_cluster`` file names one that
-is gone. Ray 2.60 has no setting for the address its gRPC servers bind: they listen
-on every interface whatever the node IP (docs/distributed.md, Security); the token is
-what keeps others out.
+is gone; and it turns a node IP of 127.0.0.1 into the machine's address, after
+which its servers listen on every interface (``_loopback_kept`` stops that).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -129,6 +129,28 @@ def short_temp_dir() -> str:
     return tempfile.mkdtemp(prefix="dslc-ray-", dir=base if len(base) <= 32 else "/tmp")
 
 
+@contextlib.contextmanager
+def _loopback_kept():
+    """Keep the node IP 127.0.0.1 that ``ray.init`` is given.
+
+    Ray 2.60 replaces a loopback node IP by the machine's address
+    (``services.resolve_ip_for_localhost``), and its servers then listen on every
+    interface. Given 127.0.0.1 as it is, every component (GCS, raylet, object manager,
+    agents, workers) binds to 127.0.0.1 only, as the second raylet (given its address
+    directly) always did."""
+    from ray._private import services
+
+    original = getattr(services, "resolve_ip_for_localhost", None)
+    if original is None:  # another Ray: nothing to keep
+        yield
+        return
+    services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = original
+
+
 class LocalCluster:
     """A Ray cluster on this machine, for one run or one test session."""
 
@@ -157,9 +179,10 @@ class LocalCluster:
         os.makedirs(self.temp_dir, exist_ok=True)
         self._saved_env = quiet_env(self.home, self.token)
         try:
-            ray.init(address="local", num_cpus=self.num_cpus, resources=self.resources,
-                     object_store_memory=self.object_store_bytes, include_dashboard=False,
-                     _node_ip_address=LOOPBACK, _temp_dir=self.temp_dir, logging_level="ERROR")
+            with _loopback_kept():
+                ray.init(address="local", num_cpus=self.num_cpus, resources=self.resources,
+                         object_store_memory=self.object_store_bytes, include_dashboard=False,
+                         _node_ip_address=LOOPBACK, _temp_dir=self.temp_dir, logging_level="ERROR")
             if self.second_raylet is not None:
                 self._second = self._start_raylet(self.second_raylet)
         except BaseException:
