@@ -36,6 +36,13 @@ def compile_everything(monkeypatch):
     monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
 
 
+@pytest.fixture
+def default_pipeline(monkeypatch):
+    """The CLI's default pipeline even in CI's DSLC_PIPELINE=none run: for tests of what the
+    optimized job looks like (its summary, its plan, its kernels)."""
+    monkeypatch.delenv("DSLC_PIPELINE", raising=False)
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     """Each test that takes it runs once per backend; answers must match the interpreter's."""

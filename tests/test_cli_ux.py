@@ -256,7 +256,8 @@ def fake_backend(monkeypatch):
     monkeypatch.setattr(backends, "names", lambda: sorted(real_names() + ["fake"]))
 
 
-def test_compile_uses_the_programs_summary_listing_and_artifacts(capsys, at_root, tmp_path, fake_backend):
+def test_compile_uses_the_programs_summary_listing_and_artifacts(capsys, at_root, tmp_path, fake_backend,
+                                                                  default_pipeline):
     code, out, err = run(capsys, "compile", "examples/setup.py", "--backend", "fake", "-o", tmp_path)
     assert code == 0, err
     lines = out.splitlines()
@@ -281,7 +282,7 @@ def test_compile_json_with_the_interface(capsys, at_root, tmp_path, fake_backend
     assert got["artifacts"] == [str(tmp_path / "job.dslir"), str(tmp_path / "kernels.txt")]
 
 
-def test_compile_with_the_text_backend_writes_the_plan(capsys, at_root, tmp_path):
+def test_compile_with_the_text_backend_writes_the_plan(capsys, at_root, tmp_path, default_pipeline):
     code, out, _ = run(capsys, "compile", "examples/setup.py", "--backend", "text", "-o", tmp_path)
     assert code == 0
     plan = (tmp_path / "plan.txt").read_text(encoding="utf-8")

@@ -188,7 +188,7 @@ def test_training_loop_step_is_one_function(monkeypatch):
         ws = workspace.Workspace()
         feed(ws)
         model, fetch = plain_sgd()
-        s = LocalSession(ws, backend=backend)
+        s = LocalSession(ws, backend=backend, passes="default")  # (the carried loop)
         s.run(model.param_init_net)
         loop = core.execution_step("train", [model.net], num_iter=4)
         s.run(loop)
@@ -234,7 +234,7 @@ def test_a_training_loop_is_one_function_dropout_included(monkeypatch, dtype):
         feed(ws)
         ws.feed_blob("data", ws.fetch_blob("data").astype(dtype))
         model, fetch = dropout_softmax_xent(sgd=dtype == np.float32)
-        s = LocalSession(ws, backend=backend)
+        s = LocalSession(ws, backend=backend, passes="default")  # (the carried loop)
         s.run(model.param_init_net)
         for b in ("fc1_w", "fc1_b", "fc2_w", "fc2_b"):
             ws.feed_blob(b, ws.fetch_blob(b).astype(dtype))

@@ -199,7 +199,7 @@ def test_plan_with_locations_and_a_stop(capsys, tmp_path, monkeypatch):
         "        steps = Add(steps, 1)        # line 12\n")
 
 
-def test_compile_with_the_text_backend_prints_the_optimized_plan(capsys, tmp_path, monkeypatch):
+def test_compile_with_the_text_backend_prints_the_optimized_plan(capsys, tmp_path, monkeypatch, default_pipeline):
     job = job_file(tmp_path, monkeypatch, STOP_JOB)
     code = cli.main(["compile", job, "--backend", "text"])
     out, err = capsys.readouterr()

@@ -299,7 +299,7 @@ def _ir_op_lines(text: str) -> int:
     return sum(1 for t in lines if not t.startswith(skip) and not t.startswith("module ")) 
 
 
-def test_compile_for_numba_says_what_compiled_and_why_not(capsys, monkeypatch):
+def test_compile_for_numba_says_what_compiled_and_why_not(capsys, monkeypatch, default_pipeline):
     import re
     from pathlib import Path
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
