@@ -190,7 +190,8 @@ def nested_fors(depth: int) -> str:
 
 
 @pytest.mark.parametrize("body, says", [(nested_ifs(500), "nest more than"),
-                                        (nested_fors(40), "deeper than Python can run")])
+                                        (nested_fors(40), "deeper than Python can run")],
+                         ids=["500-ifs", "40-fors"])  # (a long id fills PYTEST_CURRENT_TEST past execve's limit)
 @pytest.mark.parametrize("backend", ["interp", "numba"])
 def test_deep_nesting_is_a_located_error(tmp_path, body, says, backend):
     (tmp_path / "deep.dslir").write_text(module(body))

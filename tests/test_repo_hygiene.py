@@ -43,3 +43,10 @@ def test_no_file_holds_a_merge_conflict_block():
 def test_the_check_sees_a_marker():
     assert MARKER.search("text\n" + "<" * 7 + " HEAD\nmore\n")
     assert not MARKER.search("a = '" + "<" * 7 + "'\n")
+
+
+def test_no_tracked_file_is_named_like_an_option():
+    """Stray files a command wrote under a name it meant as a flag (two `--node-manager-port=...`
+    files once landed at the top of the tree)."""
+    stray = [rel for rel in tracked_files() if os.path.basename(rel).startswith("-")]
+    assert not stray, f"files named like command-line options: {stray}"
