@@ -11,15 +11,34 @@ This module gathers the names Caffe2 code reaches as ``core.<name>``; they live 
   dslc/net_record.py  recording ops into a Net, CreateOperator
   dslc/net.py         Net: names, external inputs/outputs, composition, Clone
   dslc/steps.py       ExecutionStep, execution_step, Plan
+  dslc/gradient_registry.py  GradientRegistry, GradientSlice
 """
 # ruff: noqa: F401  (every import here is a re-export)
 from dslc import workspace  # Caffe2 code reaches it as core.workspace
 from dslc.blobref import (BlobArithmeticError, BlobReference, CurrentNameScope, NameScope, NoNetError,
                           ScopedBlobReference, ScopedName)
 from dslc.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal
+from dslc.gradient_registry import GradientRegistry, GradientSlice
 from dslc.net import Net
 from dslc.net_record import CreateOperator, GetattrShortcut, _OpRecorder
 from dslc.oprecord import (ALIASES, FILL_ALIASES, SPECIAL_ARGS, DataType, IsOperator, IsOperatorWithEngine,
                            OpRecord, is_operator)
 from dslc.steps import ExecutionStep, Plan, execution_step, iter_nets, scoped_execution_step, to_execution_step
+from dslc.proto import caffe2_pb2
 from dslc.workspace import C  # Caffe2's core.C is its workspace.C
+
+
+def InferOpBlobDevicesAsDict(op) -> tuple[dict, dict]:
+    """({input: device option}, {output: device option}): every blob of ``op`` on its device."""
+    option = op.device_option if op.HasField("device_option") else caffe2_pb2.DeviceOption()
+    return {b: option for b in op.input}, {b: option for b in op.output}
+
+
+def InferOpBlobDevices(op) -> tuple[list, list]:
+    ins, outs = InferOpBlobDevicesAsDict(op)
+    return list(ins.values()), list(outs.values())
+
+
+def GlobalInit(args=None) -> bool:
+    """Caffe2 initializes its C++ runtime from command-line flags; dslc has nothing to set up."""
+    return True

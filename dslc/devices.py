@@ -29,7 +29,7 @@ def DeviceOption(device_type, device_id=0, random_seed=None, node_name=None, num
     if numa_node_id is not None:
         opt.numa_node_id = numa_node_id
     if extra_info is not None:
-        opt.extra_info = list(extra_info)
+        opt.extra_info.extend(extra_info)
     return opt
 
 
@@ -42,7 +42,10 @@ def DeviceScope(scope, node_name=None):
     """Operators made inside get ``scope`` (a DeviceOption, or a device type code) as their option."""
     opt = scope if isinstance(scope, caffe2_pb2.DeviceOption) else DeviceOption(scope)
     if node_name is not None:
-        opt = caffe2_pb2.DeviceOption(**{**vars(opt), "node_name": node_name})
+        named = caffe2_pb2.DeviceOption()
+        named.CopyFrom(opt)
+        named.node_name = node_name
+        opt = named
     saved = _state.option
     _state.option = opt
     try:
@@ -62,3 +65,35 @@ def device_option_equal(opt1, opt2, ignore_node_name=True, ignore_random_seed=Tr
     if opt1.device_type == caffe2_pb2.CPU or opt2.device_type == caffe2_pb2.CPU:
         return opt1.device_type == opt2.device_type
     return opt1.device_type == opt2.device_type and opt1.device_id == opt2.device_id
+
+
+# A device option can name the dslc backend an operator runs on (``RunOperatorOnce``, the
+# op-test harness's devices): extra_info "dslc_backend=numba", with the backend's options
+# as further "key=value" entries (numbers where they parse as one).
+_BACKEND_KEY = "dslc_backend"
+
+
+def BackendOption(backend: str, **options) -> caffe2_pb2.DeviceOption:
+    """A CPU device option that runs operators on ``backend`` (with the backend's ``options``)."""
+    return DeviceOption(caffe2_pb2.CPU, extra_info=[f"{_BACKEND_KEY}={backend}"] +
+                        [f"{k}={v}" for k, v in sorted(options.items())])
+
+
+def backend_of(option) -> tuple[str | None, dict]:
+    """(backend name or None for the default, its options) named by a device option."""
+    if option is None or not len(option.extra_info):
+        return None, {}
+    pairs = dict(e.split("=", 1) for e in option.extra_info if "=" in e)
+    backend = pairs.pop(_BACKEND_KEY, None)
+    if backend is None:
+        return None, {}
+    return backend, {k: _number(v) for k, v in pairs.items()}
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

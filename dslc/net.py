@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import functools
 
-from dslc import names, net_clone, protoview
+from dslc import names, net_clone, netdef
 from dslc.blobref import BlobReference, CurrentNameScope, ScopedName
 from dslc.net_record import NetRecording, _OpRecorder
 from dslc.oprecord import OpRecord
-from dslc.tracing import call_site
+from dslc.proto import caffe2_pb2
+from dslc.tracing import call_site, user_location
 
 
 def _not_a_name(got):
@@ -34,18 +35,19 @@ class Net(NetRecording):
     _next_blob = 0
     _next_index: dict[tuple, int] | None = None  # (scope, base, suffix) -> where _next_name's scan resumes
     _op_names: dict[int, str] | None = None  # op index -> the name PopulateProtoWithFileName gave it
+    _proto = None  # the NetDef Proto() handed out, kept in step with the records (see _pull)
 
     def __init__(self, name_or_proto=None, inplace=False, _prefix=None):
-        """A new net named ``name_or_proto``, or a copy of a Net or of the NetDef view
-        ``net.Proto()`` gives (its ops and external inputs and outputs)."""
+        """A new net named ``name_or_proto``, or a copy of a Net or of a NetDef message
+        (``net.Proto()``, or one parsed or built by hand): its ops, external inputs and outputs."""
         # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
-        src = name_or_proto if isinstance(name_or_proto, (Net, protoview.NetDef)) else None
+        src = name_or_proto if isinstance(name_or_proto, (Net, caffe2_pb2.NetDef)) else None
         if src is None and name_or_proto is not None and not isinstance(name_or_proto, str):
             _not_a_name(name_or_proto)
-        requested = name_or_proto if src is None else src.name if isinstance(src, protoview.NetDef) else src._name
+        requested = name_or_proto if src is None else src.name if isinstance(src, caffe2_pb2.NetDef) else src._name
         prefix = _builder_prefix() if _prefix is None else _prefix
         self._name = names.unique_net_name(prefix, requested)
-        self._ops: list[OpRecord] = []
+        self._op_list: list[OpRecord] = []
         self._produced: set[str] = set()
         self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
         if isinstance(src, Net):
@@ -54,29 +56,78 @@ class Net(NetRecording):
             self._copy_proto(src)
 
     def _copy_proto(self, proto) -> None:
-        """The ops of a NetDef view (the records it shows), then its external lists."""
-        for i, view in enumerate(proto.op):
-            rec = view.record
-            self._ops.append(rec)
-            self._produced.update(rec.outputs)
-            if view.name and view.name != rec.extra.get("name", ""):  # (PopulateProtoWithFileName's)
-                if self._op_names is None:
-                    self._op_names = {}
-                self._op_names[i] = view.name
-        for b in proto.external_input:
-            self._external_inputs.setdefault(b)
-        self.AddExternalOutput(*proto.external_output)
+        """The ops of a NetDef (the very records, for ops made from records), its external
+        lists, and its other fields (type, arg ...), which the copy's Proto() keeps."""
+        self._proto = caffe2_pb2.NetDef()
+        self._proto.CopyFrom(proto)
+        self._proto.name = self._name
+        self._load(self._proto, user_location())
+
+    def _load(self, msg, loc) -> None:
+        """Records from the NetDef ``msg`` (ops the user added or changed are located at ``loc``)."""
+        self._op_list = [netdef.op_record(op, loc) for op in msg.op]
+        self._op_names = None
+        for i, (op, rec) in enumerate(zip(msg.op, self._op_list)):
+            if op.name != rec.extra.get("name", ""):  # (a name PopulateProtoWithFileName gave)
+                self._op_names = self._op_names or {}
+                self._op_names[i] = op.name
+        self._produced.update(b for rec in self._op_list for b in rec.outputs)
+        self._external_inputs = dict.fromkeys(msg.external_input)
+        self._external_outputs = list(msg.external_output)
+
+    # --- the NetDef mirror
+    @property
+    def _ops(self) -> list[OpRecord]:
+        """The op records, with any change made through ``Proto()`` read in first."""
+        if self._proto is not None:
+            self._pull()
+        return self._op_list
+
+    def _fresh(self):
+        msg = caffe2_pb2.NetDef()
+        netdef.fill_net(msg, self._name, self._op_list, self._op_names or {}, self._external_inputs,
+                        self._external_outputs)
+        return msg
+
+    def _pull(self) -> None:
+        """Read the handed-out NetDef back when the user changed it (ops, external lists, name).
+
+        Recording mirrors each new op into the message as it goes (_mirror), so the message
+        differs from one built afresh from the records only where the user edited it."""
+        mine, fresh = self._proto, self._fresh()
+        if (mine.name == fresh.name and mine.op == fresh.op and mine.external_input == fresh.external_input
+                and mine.external_output == fresh.external_output):
+            return
+        if mine.name != self._name:
+            self._name = mine.name
+        self._load(mine, user_location())
+
+    def _push(self) -> None:
+        """Rewrite the handed-out NetDef from the records (its other fields stay)."""
+        netdef.fill_net(self._proto, self._name, self._op_list, self._op_names or {}, self._external_inputs,
+                        self._external_outputs)
+
+    def _mirror(self, rec: OpRecord, new_inputs) -> None:
+        """Append one just-recorded op (and the external inputs it added) to the handed-out NetDef."""
+        netdef.fill_op(self._proto.op.add(), rec, in_net=True)
+        self._proto.external_input.extend(new_inputs)
 
     # --- identity
     def Name(self) -> str:
         return self._name
 
-    def Proto(self) -> protoview.NetDef:
-        """A read-only NetDef view: name, op (type, input, output, arg, name), external_input/output."""
-        names_ = self._op_names or {}
-        return protoview.NetDef(self._name, [protoview.operator_view(op, names_.get(i))
-                                             for i, op in enumerate(self._ops)],
-                                list(self._external_inputs), list(self._external_outputs))
+    def Proto(self):
+        """This net as a NetDef message (name, op, external_input/output).
+
+        The same message each time, as in Caffe2: ops recorded later appear in it, and a
+        change made to it (an op added, removed or edited, an external list, the name) is
+        what the net runs from then on."""
+        if self._proto is None:
+            self._proto = caffe2_pb2.NetDef()
+            self._push()
+        else:
+            self._pull()
+        return self._proto
 
     def __str__(self):
         return self._name  # Caffe2 code runs nets by name: workspace.RunNet(str(net))
@@ -90,6 +141,8 @@ class Net(NetRecording):
         for i, op in enumerate(self._ops):
             file, func = call_site(op.loc)
             self._op_names[i] = f"{file}:{op.loc.line}:{func}"
+        if self._proto is not None:
+            self._push()
 
     def _CheckLookupTables(self):
         """Assert that the names this net counts as made are those its ops write."""
@@ -167,23 +220,31 @@ class Net(NetRecording):
         return candidate
 
     def AddExternalInput(self, *inputs):
+        if self._proto is not None:
+            self._pull()
         refs = []
         for b in inputs:
             for ref in (b if isinstance(b, (list, tuple)) else [b]):
                 ref = ref if isinstance(ref, BlobReference) else BlobReference(str(ref), self)
                 self._external_inputs.setdefault(str(ref))
                 refs.append(BlobReference(str(ref), self))
+        if self._proto is not None:
+            self._push()
         return refs[0] if len(refs) == 1 else refs
 
     AddExternalInputs = AddExternalInput
 
     def AddExternalOutput(self, *outputs):
+        if self._proto is not None:
+            self._pull()
         if not self._external_outputs:
             self._external_outputs = []  # (the class default is an empty tuple)
         for b in outputs:
             for ref in (b if isinstance(b, (list, tuple)) else [b]):
                 if str(ref) not in self._external_outputs:
                     self._external_outputs.append(str(ref))
+        if self._proto is not None:
+            self._push()
 
     AddExternalOutputs = AddExternalOutput
 
@@ -235,12 +296,15 @@ class Net(NetRecording):
 
     def _extend_ops(self, other: "Net") -> None:
         """Append ``other``'s ops; its external inputs not produced here become ours."""
+        mine = self._ops  # (reads in a change made through Proto())
         for b in other._external_inputs:
             if b not in self._produced:
                 self._external_inputs.setdefault(b)
         for op in other._ops:
-            self._ops.append(op)
+            mine.append(op)
             self._produced.update(op.outputs)
+        if self._proto is not None:
+            self._push()
 
     def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True,
               update_external_list=False) -> "Net":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslc import protoview
+from dslc import netdef
 from dslc import blobref
 from dslc.blobref import BlobReference, CurrentNameScope, _blob_names, _blob_ref
 from dslc.devices import CurrentDeviceScope
@@ -93,7 +93,11 @@ class NetRecording:
         """
         # CurrentNameScope(), inlined: this runs per op
         scope = blobref._scope.prefix if blobref._scope_used else ""
+        proto = self._proto
+        if proto is not None and len(proto.op) != len(self._op_list):
+            self._pull()  # (ops added or removed through Proto(): their outputs count as made)
         produced = self._produced
+        n_external = len(self._external_inputs)
         if inputs is None:
             ins = ()
         else:
@@ -115,8 +119,11 @@ class NetRecording:
         else:
             outs = _blob_names(outputs, op_type, "outputs", loc, scope)
         extra = {} if not args or args.keys().isdisjoint(SPECIAL_ARGS) else _special_args(op_type, args)
-        self._ops.append(OpRecord(op_type, ins, outs, args, loc, extra))
+        rec = OpRecord(op_type, ins, outs, args, loc, extra)
+        self._op_list.append(rec)
         produced.update(outs)
+        if proto is not None:
+            self._mirror(rec, list(self._external_inputs)[n_external:])
         if len(outs) == 1:
             return _blob_ref(outs[0], self)
         return tuple([_blob_ref(n, self) for n in outs]) if outs else None
@@ -195,8 +202,9 @@ class NetRecording:
 
 
 def CreateOperator(operator_type, inputs, outputs, name="", control_input=None, device_option=None,
-                   arg=None, engine=None, **kwargs) -> protoview.OperatorDef:
-    """A read-only OperatorDef view of one operator (not recorded into any net).
+                   arg=None, engine=None, **kwargs):
+    """One operator as an OperatorDef message (not recorded into any net); ``arg``: Argument
+    messages added after the keyword arguments. Run it with ``workspace.RunOperatorOnce``.
 
     String blob names get the current NameScope, BlobReferences are taken as they are.
     """
@@ -208,5 +216,7 @@ def CreateOperator(operator_type, inputs, outputs, name="", control_input=None, 
     rec = OpRecord(str(operator_type), ins, outs, kwargs, loc,
                    {"name": name, "engine": engine or "", "control_input": control,
                     "device_option": device_option or CurrentDeviceScope()})
-    return protoview.operator_view(rec)
-
+    msg = netdef.op_message(rec)
+    if arg:
+        msg.arg.extend(arg)
+    return msg

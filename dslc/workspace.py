@@ -14,6 +14,7 @@ import numpy as np
 from dslc.backends.runtime import workspace as _rt
 from dslc.backends.runtime import values as _values
 from dslc.ir.diagnostics import DSLError, DSLTypeError
+from dslc.proto import caffe2_pb2
 from dslc.tracing import user_location
 
 
@@ -41,22 +42,27 @@ class Workspace(_rt.Workspace):
     """
 
     cell_type = Blob
-    _session = None
+    _sessions: dict | None = None  # (backend, options) -> the session running nets here
     _nets: dict | None = None  # created nets by name
 
-    def run(self, runnable, backend: str | None = None) -> bool:
-        """Run a Net, step or Plan once (or a created net, by name); True when it finished."""
+    def run(self, runnable, backend: str | None = None, **options) -> bool:
+        """Run a Net, step or Plan once (or a created net, by name); True when it finished.
+        ``backend`` and ``options``: the backend to run it on (default: DSLC_BACKEND, else interp)."""
         if isinstance(runnable, str):
             return self.run_net(runnable)
-        session = self.session() if backend is None else _new_session(self, backend)
-        session.run(_bare_group(runnable))
+        self.session(backend, **options).run(_bare_group(runnable))
         return True
 
-    def session(self):
-        """The LocalSession (default backend) that runs nets in this workspace."""
-        if self._session is None:
-            self._session = _new_session(self, None)
-        return self._session
+    def session(self, backend: str | None = None, **options):
+        """The LocalSession that runs nets in this workspace on ``backend`` (one per backend
+        and options, so that a net run again reuses its compiled plan)."""
+        key = (backend, tuple(sorted(options.items())))
+        if self._sessions is None:
+            self._sessions = {}
+        got = self._sessions.get(key)
+        if got is None:
+            got = self._sessions[key] = _new_session(self, backend, **options)
+        return got
 
     def fetch_blob(self, name):
         return _fetch(self, name)
@@ -70,6 +76,7 @@ class Workspace(_rt.Workspace):
         before writing must exist already (Caffe2 makes each op at this point, and an op
         whose input is missing fails). Type errors wait for the run, as in Caffe2."""
         name = _net_name(net)
+        net = _as_net(net)
         if not hasattr(net, "_ops"):
             raise DSLError(f"create_net needs a core.Net, got {type(net).__name__}", user_location(),
                            "pass the Net object (run_net/RunNet take its name)")
@@ -106,13 +113,34 @@ class Workspace(_rt.Workspace):
         return sorted(self._nets or ())
 
 
-def _new_session(ws, backend):
+def _new_session(ws, backend, **options):
     from dslc.session import LocalSession
-    return LocalSession(ws, backend=backend)
+    return LocalSession(ws, backend=backend, **options)
 
 
 def _net_name(net) -> str:
-    return net if isinstance(net, str) else net.Name() if hasattr(net, "Name") else str(net)
+    if isinstance(net, str):
+        return net
+    if isinstance(net, caffe2_pb2.NetDef):
+        return net.name
+    return net.Name() if hasattr(net, "Name") else str(net)
+
+
+_message_nets: dict = {}  # NetDef bytes -> the Net made from it (its compiled plan is reused)
+
+
+def _as_net(net):
+    """``net``, or the Net a NetDef message describes (the same Net for the same message)."""
+    if not isinstance(net, caffe2_pb2.NetDef):
+        return net
+    from dslc import core
+    key = net.SerializeToString(deterministic=True)
+    got = _message_nets.get(key)
+    if got is None:
+        if len(_message_nets) >= _OP_NETS_KEPT:
+            _message_nets.pop(next(iter(_message_nets)))
+        got = _message_nets[key] = core.Net(net)
+    return got
 
 
 def _read_first(net) -> list[str]:
@@ -154,14 +182,103 @@ def registered_dbs() -> list[str]:
 
 
 # Caffe2's C extension module, as far as its Python users reach into it.
-C = types.SimpleNamespace(Workspace=Workspace, registered_dbs=registered_dbs)
+C = types.SimpleNamespace(Workspace=Workspace, registered_dbs=registered_dbs, has_mkldnn=False,
+                          use_mkldnn=False)
 has_gpu_support = has_cuda_support = has_hip_support = False
 GpuDeviceType = 1  # Caffe2's CUDA device type code (no device other than the CPU is used)
 _current = [Workspace()]
+_named = {"default": _current[0]}  # Caffe2's named workspaces (SwitchWorkspace)
+_current_name = ["default"]
+
+
+class BlobError(DSLError, RuntimeError):
+    """A fetch of a blob the workspace lacks or that holds nothing (Caffe2 raises RuntimeError)."""
+
+
+class WorkspaceError(DSLError, RuntimeError):
+    """A workspace that does not exist (SwitchWorkspace without create_if_missing)."""
 
 
 def current() -> _rt.Workspace:
     return _current[0]
+
+
+def GlobalInit(args=None) -> bool:
+    """Caffe2 initializes its C++ runtime from command-line flags; dslc has nothing to set up."""
+    return True
+
+
+def CurrentWorkspace() -> str:
+    """The name of the current workspace ("default" at first)."""
+    return _current_name[0]
+
+
+def Workspaces() -> list[str]:
+    return sorted(_named)
+
+
+def SwitchWorkspace(name, create_if_missing: bool = False) -> bool:
+    """Make workspace ``name`` current; each keeps its blobs and created nets."""
+    name = str(name)
+    if name not in _named:
+        if not create_if_missing:
+            raise WorkspaceError(f"no workspace named {name!r}", user_location(),
+                                 "pass create_if_missing=True to make it")
+        _named[name] = Workspace()
+    _current[0] = _named[name]
+    _current_name[0] = name
+    return True
+
+
+def RootFolder() -> str:
+    return ""
+
+
+def NumGpuDevices() -> int:
+    return 0  # (dslc runs every operator on the CPU)
+
+
+NumCudaDevices = NumGpuDevices
+
+
+def StringifyProto(obj) -> str:
+    """A message's bytes, or a string as it is (what Caffe2's C++ calls take)."""
+    return obj if isinstance(obj, (str, bytes)) else obj.SerializeToString()
+
+
+_op_nets: dict = {}  # (ops' bytes) -> the Net running them, so a repeated op reuses its compiled plan
+_OP_NETS_KEPT = 512
+
+
+def RunOperatorOnce(operator) -> bool:
+    """Run one OperatorDef (``core.CreateOperator(...)``) in the current workspace, on the
+    backend its device option names (devices.BackendOption; default DSLC_BACKEND, else interp)."""
+    return RunOperatorsOnce([operator])
+
+
+def RunOperatorsOnce(operators) -> bool:
+    from dslc import devices
+    operators = list(operators)
+    if not operators:
+        return True
+    net = _operator_net(operators)
+    backend, options = devices.backend_of(operators[0].device_option
+                                          if operators[0].HasField("device_option") else None)
+    return current().run(net, backend, **options)
+
+
+def _operator_net(operators):
+    from dslc import core
+    key = tuple(op.SerializeToString(deterministic=True) for op in operators)
+    net = _op_nets.get(key)
+    if net is None:
+        msg = core.caffe2_pb2.NetDef(name="operator")
+        msg.op.extend(operators)
+        net = core.Net(msg)
+        if len(_op_nets) >= _OP_NETS_KEPT:
+            _op_nets.pop(next(iter(_op_nets)))
+        _op_nets[key] = net
+    return net
 
 
 @contextlib.contextmanager
@@ -177,7 +294,7 @@ def current_as(ws: _rt.Workspace):
 
 def ResetWorkspace(root_folder=None) -> bool:
     """Start over with a fresh, empty current workspace (blobs and created nets go)."""
-    _current[0] = Workspace()
+    _current[0] = _named[_current_name[0]] = Workspace()
     return True
 
 
@@ -202,14 +319,14 @@ def _fetch(ws: _rt.Workspace, name):
     """The value of ``name`` as numpy (a 0-d array for scalars); a located error if it has none."""
     cell = ws.lookup(str(name))
     if cell is None:
-        raise DSLError(f"no blob named {str(name)!r} in the workspace", user_location(),
+        raise BlobError(f"no blob named {str(name)!r} in the workspace", user_location(),
                        "feed it with FeedBlob or run the task that writes it first")
     return _value_of(cell, name)
 
 
 def _value_of(cell, name):
     if cell.v is None:
-        raise DSLError(f"blob {str(name)!r} exists but holds no value yet", user_location(),
+        raise BlobError(f"blob {str(name)!r} exists but holds no value yet", user_location(),
                        "run the task that writes it first")
     v = cell.v
     return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
@@ -242,7 +359,8 @@ def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
 
 
 def RunNetOnce(net) -> bool:
-    return current().run(net)
+    """Run a Net (or a NetDef message) once in the current workspace."""
+    return current().run(_as_net(net))
 
 
 def RunPlan(plan_or_step) -> bool:

@@ -12,12 +12,18 @@ import os
 import shutil
 import tempfile
 
+import hypothesis
 import pytest
 
 from dslc import names, workspace
 from dslc.session import LocalSession
 
 BACKENDS = ["interp", "numba"]
+
+# Our tests keep hypothesis's own defaults: a profile of our own (the same settings) stops
+# dslc.hypothesis_test_util from switching the process to Caffe2's "dev" profile on import.
+hypothesis.settings.register_profile("dslc-tests", hypothesis.settings())
+hypothesis.settings.load_profile("dslc-tests")
 
 os.environ.setdefault("DSLC_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "dslc"))
 

@@ -112,6 +112,8 @@ class Config:
     local_counters: frozenset = frozenset()
     module: Module | None = None
     seed: int = 0  # as the interpreter's: random ops run its kernels
+    min_work: float = islands.MIN_WORK  # regions estimated to do less run on the interpreter
+    nn_min_work: float = islands.NN_MIN_WORK
     _names: object = None
 
     def namer(self):
@@ -191,19 +193,23 @@ def local_counters(module: Module) -> frozenset:
 class NumbaBackend:
     name = "numba"
 
-    def __init__(self, log=None, parallel=None, seed=0, **_options):
+    def __init__(self, log=None, parallel=None, seed=0, min_work=None, nn_min_work=None, **_options):
         """``parallel``: use the prange variant of fused kernels on large arrays (default: only
-        with more than two cores, where it beats the serial kernel)."""
+        with more than two cores, where it beats the serial kernel). ``min_work``,
+        ``nn_min_work``: compile regions estimated to do at least this much (default
+        DSLC_NUMBA_MIN_WORK and DSLC_NUMBA_NN_MIN_WORK; 0 compiles every compilable region)."""
         if parallel is None:
             parallel = (os.cpu_count() or 1) > 2 or bool(os.environ.get("DSLC_NUMBA_PARALLEL"))
         self.log = log or sys.stderr
         self.parallel = parallel
         self.seed = int(seed)
+        self.min_work = islands.MIN_WORK if min_work is None else min_work
+        self.nn_min_work = islands.NN_MIN_WORK if nn_min_work is None else nn_min_work
         keep_freed_memory()
 
     def compile(self, module: Module) -> NumbaProgram:
         cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,
-                     seed=self.seed)
+                     seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work)
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
         return NumbaProgram(module, executor, cfg.stats)
 

@@ -32,7 +32,7 @@ class NumbaEmitter(Emitter):
         if self.interpreting:
             return r.ops
         local = self.cfg.local_counters
-        items = islands.partition(r, local)
+        items = islands.partition(r, local, self.cfg.min_work, self.cfg.nn_min_work)
         for item in items:
             # (a Const outside an island is no work: the interpreter binds its value)
             if not isinstance(item, islands.Island) and item.name not in ("yield", "break_if", "fused", "Const"):
@@ -60,7 +60,7 @@ class NumbaEmitter(Emitter):
         self.emit(indent + 1, f"{lhs}{self.bind('n', call)}({', '.join(passed + gens)})", island.ops[0])
 
     def op_fused(self, op, indent, loop_targets):
-        if self.interpreting or not islands.compilable(op) or islands.work(op) < islands.MIN_WORK:
+        if self.interpreting or not islands.compilable(op) or islands.work(op) < self.cfg.min_work:
             self.cfg.stats.interpreted(op, "cold" if islands.compilable(op) else None)
             return super().op_fused(op, indent, loop_targets)
         call = self.cfg.stats.timed(lambda: build_fused(op, self.cfg))

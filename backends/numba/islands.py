@@ -114,13 +114,16 @@ def nested_ops(op: Operation) -> int:
     return len(op.walk())
 
 
-def partition(r: Region, local=frozenset()) -> list:
-    """The region's ops, with worthwhile runs of compilable ops replaced by Islands.
+def partition(r: Region, local=frozenset(), min_work=None, nn_min_work=None) -> list:
+    """The region's ops, with worthwhile runs of compilable ops replaced by Islands
+    (``min_work``, ``nn_min_work``: the thresholds, default MIN_WORK and NN_MIN_WORK).
 
     A blob load met inside a run does not end it: it runs on the interpreter just
     before the island instead (see ``_Gathered.takes``), so a training step whose
     parameters are loaded where each layer first uses them is still one function.
     """
+    min_work = MIN_WORK if min_work is None else min_work
+    nn_min_work = NN_MIN_WORK if nn_min_work is None else nn_min_work
     out, run = [], []
     gathered = _Gathered()
 
@@ -135,7 +138,7 @@ def partition(r: Region, local=frozenset()) -> list:
             # the interpreter between them)
             loops = any(o.name in STRUCTURE for o in body)
             nn = not loops and any(o.name in NN_OPS for o in body)
-            if body and ((loops and island.work >= MIN_WORK) or (nn and island.work >= NN_MIN_WORK)):
+            if body and ((loops and island.work >= min_work) or (nn and island.work >= nn_min_work)):
                 _connect(island)
                 out.extend(loads)
                 out.append(island)

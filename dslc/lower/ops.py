@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslc.core import FILL_ALIASES, OpRecord
-from dslc.ir.diagnostics import DSLError, VerifyError, warn_unused_args
+from dslc.ir.diagnostics import DSLError, UnknownOperatorError, VerifyError, warn_unused_args
 from dslc.ir.opdef import OPS
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.ops.tensor import fill_value
@@ -54,7 +54,10 @@ def _lower_special(blk: Block, rec: OpRecord) -> None:
         return _write(blk, rec, [blk.const(_given_fill(rec), rec.loc)])
     if rec.type == "ConstantFill" and not rec.inputs:
         return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
-    opdef = OPS[rec.type]
+    opdef = OPS.get(rec.type)
+    if opdef is None:  # (a net records only known ops; an OperatorDef message may name any)
+        raise UnknownOperatorError(f"unknown operator {rec.type!r}: dslc has no {rec.type} op", rec.loc,
+                                   "`dslc ops` lists the operators dslc has")
     inputs = [(blk.read_state if i in opdef.unset_ok else blk.read)(n, rec.loc)
               for i, n in enumerate(rec.inputs)]
     if rec.type == "Load" and rec.args.get("allow_incomplete") and not rec.inputs:

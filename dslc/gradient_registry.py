@@ -1,0 +1,109 @@
+"""Caffe2's gradient API (``core.GradientRegistry``, ``core.GradientSlice``) over dslc's own
+gradient declarations.
+
+There is one gradient table: ``dslc.ir.gradients.GRADIENTS``, where each op module
+declares its op's gradient beside the op. ``GetGradientForOp`` asks that table for
+one operator; ``GetBackwardPass`` runs the same reverse pass ``AddGradientOperators``
+runs (dslc/gradients.py) over a list of operators. ``RegisterGradient`` adds a Python
+gradient maker to the same table, for an op that has none declared (as in Caffe2,
+where a Python maker is used only when the op has no C++ gradient), so
+``AddGradientOperators`` uses it too.
+
+Operators come and go as ``caffe2_pb2.OperatorDef`` messages.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from dslc import netdef
+from dslc.ir.diagnostics import DSLError
+from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp
+from dslc.tracing import user_location
+
+GradientSlice = namedtuple("GradientSlice", ["indices", "values"])
+
+
+class GradientRegistry:
+    """Where an operator's gradient comes from (Caffe2's ``core.GradientRegistry``)."""
+
+    gradient_registry_: dict = {}  # op type -> the Python maker registered for it
+
+    @classmethod
+    def RegisterGradient(cls, op_type: str):
+        """Decorate ``maker(op, g_output) -> (gradient ops, g_input)`` as ``op_type``'s gradient."""
+        def register(maker):
+            cls.gradient_registry_[op_type] = maker
+            if op_type not in GRADIENTS or getattr(GRADIENTS[op_type], "python_maker", False):
+                GRADIENTS[op_type] = _declared(op_type, maker)
+            return maker
+        return register
+
+    @classmethod
+    def GetGradientForOp(cls, op, g_output):
+        """``(gradient ops, g_input)`` of one OperatorDef, given its outputs' gradient names
+        (None for an output without one); ``g_input[i]``: the gradient of ``op.input[i]``
+        (``<input>_grad``), or None."""
+        from dslc.blobref import BlobReference
+        loc = user_location()
+        maker = GRADIENTS.get(op.type)
+        if op.type in NO_GRADIENT:
+            return [], [None] * len(op.input)
+        if maker is None:
+            raise DSLError(f"{op.type} has no gradient", loc,
+                           "register one with @core.GradientRegistry.RegisterGradient(op_type)")
+        record = netdef.op_record(op, loc)
+        names = [f"{b}_grad" for b in op.input]
+        g_output = [None if g is None else str(g) for g in g_output]
+        made = maker(GradContext(list(op.input), list(op.output), g_output, names, dict(record.args)))
+        written = {b for g in made for b in g.outputs}
+        ops = []
+        for g in made:
+            msg = netdef.op_message(netdef.OpRecord(g.type, tuple(g.inputs), tuple(g.outputs), dict(g.args),
+                                                    loc, {}))
+            msg.is_gradient_op = True
+            if op.HasField("device_option"):
+                msg.device_option.CopyFrom(op.device_option)
+            ops.append(msg)
+        return ops, [BlobReference(n) if n in written else None for n in names]
+
+    @classmethod
+    def GetBackwardPass(cls, operators, ys, ys_generate_gradient=False):
+        """``(gradient ops, {blob: its gradient})`` for the forward ``operators`` and the
+        losses ``ys`` (a list: gradients filled with 1; a dict: given gradient blobs, None
+        for 1), as ``net.AddGradientOperators`` records them."""
+        from dslc import core
+        from dslc.blobref import BlobReference
+        from dslc.gradients import add_gradient_ops
+        msg = core.caffe2_pb2.NetDef(name="backward")
+        msg.op.extend(operators)
+        net = core.Net(msg)
+        count = len(net.ops())
+        grad_map = add_gradient_ops(net, ys, user_location())
+        ops = [netdef.op_message(rec) for rec in net.ops()[count:]]
+        for o in ops:
+            o.is_gradient_op = True
+        return ops, {k: BlobReference(v) for k, v in grad_map.items()}
+
+
+def _declared(op_type: str, maker):
+    """The table entry for a Python maker: it sees the forward op as an OperatorDef and
+    Caffe2's gradient names; its gradients are renamed to the names the reverse pass asks for."""
+    def make(g: GradContext) -> list:
+        from dslc.net_record import CreateOperator
+        op = CreateOperator(op_type, list(g.I), list(g.O), **g.args)
+        grad_ops, g_input = maker(op, list(g.GO))
+        rename = {}
+        for given, wanted in zip(g_input or (), g.GI):
+            if given is not None:
+                rename[str(given)] = wanted
+        out = []
+        for o in grad_ops:
+            rec = netdef.op_record(o, None)
+            out.append(GradOp(rec.type, [rename.get(b, b) for b in rec.inputs],
+                              [rename.get(b, b) for b in rec.outputs], dict(rec.args)))
+        return out
+    make.python_maker = True
+    return make
+
+
+__all__ = ["GradientRegistry", "GradientSlice"]

@@ -1,0 +1,204 @@
+"""Op records to and from Caffe2's protobuf messages (``OperatorDef``, ``NetDef``).
+
+A net is recorded as op records (dslc/oprecord.py); ``net.Proto()`` and
+``core.CreateOperator`` show them as real ``caffe2_pb2`` messages, and a message
+(edited, copied, parsed from bytes or text) becomes records again when dslc runs it.
+
+Arguments map by their value's type, as Caffe2's ``utils.MakeArgument`` does: a bool
+or int -> ``i``, a float -> ``f``, a str or bytes -> ``s``, a list of ints / floats /
+strings -> ``ints`` / ``floats`` / ``strings``, a NetDef (or Net) -> ``n``, a TensorProto
+-> ``t``. Reading back gives the Python value (``s`` as str when it is UTF-8).
+
+Two things a message cannot hold are kept beside it: the source location of each op,
+and a Python op's function. An op message made from a record is remembered (by its
+bytes, in a bounded table), so a message op that still matches it reads back as that
+very record, location and all. A Python op's function travels as a token
+(a string argument, as in Caffe2) naming an object this process registered; a token
+from anywhere else (a file) names nothing and is refused, never imported.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from dslc.ir.diagnostics import DSLError, Location
+from dslc.ir.pyrefs import PyRef
+from dslc.oprecord import OpRecord
+from dslc.proto import caffe2_pb2
+
+_REMEMBERED = 1 << 17  # op messages whose records are kept (oldest forgotten first)
+_known: OrderedDict[bytes, OpRecord] = OrderedDict()
+_objects: dict[str, object] = {}  # token -> the object registered under it
+_TOKEN = "dslc.object:"
+
+
+class ProtoError(DSLError, ValueError):
+    """A message that cannot become an op record: an argument dslc cannot read, an unknown token."""
+
+
+# ----------------------------------------------------------------------------- records -> messages
+
+def set_argument(arg, name: str, value) -> None:
+    """Fill ``arg`` (an Argument message) with ``name`` and ``value`` (see the module docstring)."""
+    from dslc.net import Net  # (nets as arguments: RecurrentNetwork's step net, If's branches)
+    arg.name = name
+    if isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist() if value.ndim else value.item()
+    if isinstance(value, (bool, int, np.integer)):
+        arg.i = int(value)
+    elif isinstance(value, (float, np.floating)):
+        arg.f = float(value)
+    elif isinstance(value, str):
+        arg.s = value.encode()
+    elif isinstance(value, bytes):
+        arg.s = value
+    elif isinstance(value, Net):
+        arg.n.CopyFrom(value.Proto())
+    elif isinstance(value, caffe2_pb2.NetDef):
+        arg.n.CopyFrom(value)
+    elif isinstance(value, caffe2_pb2.TensorProto):
+        arg.t.CopyFrom(value)
+    elif isinstance(value, (list, tuple)):
+        _set_list(arg, name, list(value))
+    else:
+        raise ProtoError(f"argument {name!r} of type {type(value).__name__} has no protobuf form", None,
+                         "arguments are numbers, strings, lists of them, nets or tensors")
+
+
+def _set_list(arg, name: str, values: list) -> None:
+    from dslc.net import Net
+    if all(isinstance(v, (bool, int, np.integer)) for v in values):
+        arg.ints.extend(int(v) for v in values)
+    elif all(isinstance(v, (int, float, np.integer, np.floating)) for v in values):
+        arg.floats.extend(float(v) for v in values)
+    elif all(isinstance(v, (str, bytes)) for v in values):
+        arg.strings.extend(v.encode() if isinstance(v, str) else v for v in values)
+    elif all(isinstance(v, (Net, caffe2_pb2.NetDef)) for v in values):
+        for v in values:
+            arg.nets.add().CopyFrom(v.Proto() if isinstance(v, Net) else v)
+    elif all(isinstance(v, caffe2_pb2.TensorProto) for v in values):
+        arg.tensors.extend(values)
+    else:
+        raise ProtoError(f"argument {name!r} mixes values protobuf cannot hold in one list", None,
+                         "a list argument holds numbers, strings, nets or tensors, one kind at a time")
+
+
+def register_object(obj) -> str:
+    """The token an argument message names ``obj`` by: an object protobuf cannot hold (a
+    Python op's function reference). Tokens are found only in the process that made them."""
+    token = f"{_TOKEN}{id(obj):x}"
+    _objects[token] = obj
+    return token
+
+
+def fill_op(msg, rec: OpRecord, name: str | None = None, in_net: bool = False):
+    """Fill the OperatorDef ``msg`` from ``rec`` (``name``: the op's name, if given one;
+    ``in_net``: an op of a net's NetDef); return it."""
+    msg.type = rec.type
+    msg.input.extend(rec.inputs)
+    msg.output.extend(rec.outputs)
+    for k, v in rec.args.items():
+        set_argument(msg.arg.add(), k, register_object(v) if isinstance(v, PyRef) else v)
+    extra = rec.extra
+    op_name = name if name is not None else extra.get("name", "")
+    if op_name or in_net:  # (a net's ops carry the field even when empty, as Caffe2's do)
+        msg.name = op_name
+    if extra.get("engine"):
+        msg.engine = extra["engine"]
+    control = extra.get("control_input") or ()
+    msg.control_input.extend([control] if isinstance(control, str) else [str(c) for c in control])
+    option = extra.get("device_option")
+    if option is not None:
+        msg.device_option.CopyFrom(option)
+    _remember(msg.SerializeToString(deterministic=True), rec)
+    return msg
+
+
+def op_message(rec: OpRecord, name: str | None = None):
+    """A new OperatorDef for ``rec``."""
+    return fill_op(caffe2_pb2.OperatorDef(), rec, name)
+
+
+def fill_net(msg, name: str, records, op_names: dict, external_inputs, external_outputs) -> None:
+    """Set ``msg``'s name, ops and external lists (its other fields, e.g. ``type``, stay)."""
+    msg.name = name
+    del msg.op[:]
+    for i, rec in enumerate(records):
+        fill_op(msg.op.add(), rec, op_names.get(i), in_net=True)
+    del msg.external_input[:]
+    msg.external_input.extend(external_inputs)
+    del msg.external_output[:]
+    msg.external_output.extend(external_outputs)
+
+
+def _remember(key: bytes, rec: OpRecord) -> None:
+    _known[key] = rec
+    _known.move_to_end(key)
+    if len(_known) > _REMEMBERED:
+        _known.popitem(last=False)
+
+
+# ----------------------------------------------------------------------------- messages -> records
+
+def argument_value(arg):
+    """The Python value of an Argument message."""
+    for field in ("f", "i", "s", "n", "t"):
+        if arg.HasField(field):
+            value = getattr(arg, field)
+            if field == "s":
+                try:
+                    return value.decode()
+                except UnicodeDecodeError:
+                    return value
+            return value
+    for field in ("floats", "ints", "strings", "nets", "tensors", "qtensors"):
+        values = getattr(arg, field)
+        if len(values):
+            if field == "strings":
+                return [v.decode() if _utf8(v) else v for v in values]
+            return list(values)
+    return []
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def op_record(msg, loc: Location | None) -> OpRecord:
+    """The op record of an OperatorDef: the record it was made from if it still matches one,
+    else a new record at ``loc`` (where the message entered dslc)."""
+    known = _known.get(msg.SerializeToString(deterministic=True))
+    if known is not None:
+        return known
+    args = {}
+    for arg in msg.arg:
+        value = argument_value(arg)
+        if isinstance(value, str) and value.startswith(_TOKEN):
+            if value not in _objects:
+                raise ProtoError(f"{msg.type} op {msg.name or ''!r}: argument {arg.name!r} names {value!r}, "
+                                 "an object this process never registered", loc,
+                                 "a Python op's function cannot come from a message made elsewhere; "
+                                 "record the op with net.Python(f)(...) in this process")
+            value = _objects[value]
+        args[arg.name] = value
+    extra = {}
+    if msg.name:
+        extra["name"] = msg.name
+    if msg.engine:
+        extra["engine"] = msg.engine
+    if len(msg.control_input):
+        extra["control_input"] = list(msg.control_input)
+    if msg.HasField("device_option"):
+        option = caffe2_pb2.DeviceOption()
+        option.CopyFrom(msg.device_option)
+        extra["device_option"] = option
+    return OpRecord(msg.type, tuple(msg.input), tuple(msg.output), args, loc, extra)
+
+
+__all__ = ["ProtoError", "argument_value", "fill_net", "fill_op", "op_message", "op_record",
+           "register_object", "set_argument"]

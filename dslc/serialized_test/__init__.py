@@ -1,0 +1,1 @@
+"""Caffe2's ``serialized_test`` package: ``serialized_test_util`` for operator tests."""

@@ -1,0 +1,195 @@
+"""The op-test harness (dslc.hypothesis_test_util) and the gradient API under it.
+
+The harness must run ops on both devices (the interpreter and numba with every region
+compiled), pass a right reference or gradient and fail a wrong one. References are
+numpy written here; gradients are checked by the harness's own finite differences,
+and the hand-worked ones are in the docstrings.
+"""
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from dslc import core, workspace
+from dslc import hypothesis_test_util as hu
+from dslc.backends import BUILTIN
+from dslc.backends.interp import InterpBackend
+from dslc.ir.gradients import GRADIENTS
+
+FEW = settings(max_examples=4, deadline=None, derandomize=True)
+
+
+def _sigmoid(x):
+    return (1 / (1 + np.exp(-x.astype(np.float64)))).astype(np.float32)
+
+
+class TestHarness(hu.HypothesisTestCase):
+    """The harness's own checks, written as users write op tests (pytest collects unittest cases)."""
+
+    @FEW
+    @given(X=hu.tensor(), **hu.gcs)
+    def test_sigmoid_reference_devices_and_gradient(self, X, gc, dc):
+        op = core.CreateOperator("Sigmoid", ["X"], ["Y"])
+        self.assertReferenceChecks(gc, op, [X], lambda X: (_sigmoid(X),))
+        self.assertDeviceChecks(dc, op, [X], [0])
+        self.assertGradientChecks(gc, op, [X], 0, [0])
+
+    @FEW
+    @given(inputs=hu.tensors(n=2), **hu.gcs)
+    def test_mul_gradient_of_each_input(self, inputs, gc, dc):
+        op = core.CreateOperator("Mul", ["A", "B"], ["C"])
+        self.assertReferenceChecks(gc, op, inputs, lambda a, b: (a * b,))
+        for i in range(2):
+            self.assertGradientChecks(gc, op, inputs, i, [0])
+
+    def test_a_wrong_reference_fails(self):
+        op = core.CreateOperator("Relu", ["X"], ["Y"])
+        x = np.array([[-1.0, 2.0]], dtype=np.float32)
+        for gc in hu.device_options:
+            with self.assertRaises(AssertionError):
+                self.assertReferenceChecks(gc, op, [x], lambda X: (X,))  # (Relu is not the identity)
+
+    def test_a_wrong_gradient_fails(self):
+        """dY/dX of Sigmoid is Y (1 - Y), never 1: feeding dY straight through must fail."""
+        op = core.CreateOperator("Sigmoid", ["X"], ["Y"])
+        wrong = [core.CreateOperator("Copy", ["Y_grad"], ["X_grad"])]
+        x = np.array([0.3, -0.7, 1.1], dtype=np.float32)
+        for gc in hu.device_options:
+            with self.assertRaises(AssertionError):
+                self.assertGradientChecks(gc, op, [x.copy()], 0, [0], grad_ops=wrong)
+
+    def test_the_op_raises(self):
+        op = core.CreateOperator("Add", ["A", "B"], ["C"])
+        a, b = np.zeros((2, 3), np.float32), np.zeros((4,), np.float32)
+        for gc in hu.device_options:
+            self.assertRunOpRaises(gc, op, [a, b])
+
+
+def test_both_devices_really_run():
+    """numba_do runs the op on numba (every region compiled), cpu_do on the interpreter."""
+    from dslc.devices import backend_of
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    for name, do in (("interp", hu.cpu_do), ("numba", hu.numba_do)):
+        got = hu.runOpOnInput(do, core.CreateOperator("Tanh", ["X"], ["Y"]), [x])[0]
+        np.testing.assert_allclose(got, np.tanh(x), rtol=1e-6)
+        backend, options = backend_of(do)
+        session = workspace.current().session(backend, **options)
+        assert session.backend.name == name
+    assert backend_of(hu.numba_do) == ("numba", {"min_work": 0, "nn_min_work": 0})
+
+
+class _Skewed(InterpBackend):
+    """A backend that gets Relu wrong (adds 1 to blob Y): the device check must notice."""
+
+    name = "skewed"
+
+    def compile(self, module):
+        program = super().compile(module)
+        run = program.run
+
+        def skewed(ws):
+            run(ws)
+            cell = ws.lookup("Y")
+            if cell is not None and cell.v is not None:
+                cell.v = cell.v + 1
+        program.run = skewed
+        return program
+
+
+def test_a_device_that_disagrees_fails(monkeypatch):
+    monkeypatch.setitem(BUILTIN, "skewed", f"{__name__}:_Skewed")
+    from dslc.devices import BackendOption
+    op = core.CreateOperator("Relu", ["X"], ["Y"])
+    x = np.array([-1.0, 2.0], dtype=np.float32)
+    case = hu.HypothesisTestCase()
+    case.assertDeviceChecks([hu.cpu_do, hu.numba_do], op, [x], [0])
+    with pytest.raises(AssertionError):
+        case.assertDeviceChecks([hu.cpu_do, BackendOption("skewed")], op, [x], [0])
+
+
+# ----------------------------------------------------------------------------- gradient API
+
+def test_get_gradient_for_op_names_caffe2s_gradients():
+    op = core.CreateOperator("Sigmoid", ["X"], ["Y"])
+    ops, g_input = core.GradientRegistry.GetGradientForOp(op, ["Y_grad"])
+    assert [(o.type, list(o.input), list(o.output)) for o in ops] == \
+        [("SigmoidGradient", ["Y", "Y_grad"], ["X_grad"])]
+    assert [str(g) for g in g_input] == ["X_grad"]
+
+
+def test_get_backward_pass_fills_the_seed_with_one():
+    """Y = A * B, seed dY = 1: dA = B, dB = A."""
+    op = core.CreateOperator("Mul", ["A", "B"], ["Y"])
+    ops, grads = core.GradientRegistry.GetBackwardPass([op], ["Y"])
+    a, b = np.array([1.0, 2.0], np.float32), np.array([3.0, -4.0], np.float32)
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("A", a)
+    workspace.FeedBlob("B", b)
+    workspace.RunOperatorOnce(op)
+    workspace.RunOperatorsOnce(ops)
+    np.testing.assert_array_equal(workspace.FetchBlob(str(grads["A"])), b)
+    np.testing.assert_array_equal(workspace.FetchBlob(str(grads["B"])), a)
+
+
+@pytest.fixture
+def cast_gradient():
+    """A Python gradient for Cast (dslc declares none), removed afterwards."""
+    assert "Cast" not in GRADIENTS
+
+    @core.GradientRegistry.RegisterGradient("Cast")
+    def cast_grad(op, g_output):
+        name = op.input[0] + "_grad"
+        return [core.CreateOperator("Scale", [g_output[0]], [name], scale=1.0)], [name]
+
+    yield cast_grad
+    GRADIENTS.pop("Cast", None)
+    core.GradientRegistry.gradient_registry_.pop("Cast", None)
+
+
+def test_a_registered_python_gradient_is_the_one_add_gradient_operators_uses(cast_gradient):
+    """loss = sum(Cast(x) * w): d loss / dx = w."""
+    net = core.Net("cast_grad")
+    net.Cast(["x"], ["c"], to=core.DataType.FLOAT)
+    net.Mul(["c", "w"], ["m"])
+    net.SumElements(["m"], ["loss"])
+    grads = net.AddGradientOperators(["loss"])
+    x, w = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.5, -1.0, 2.0], np.float32)
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("w", w)
+    workspace.RunNetOnce(net)
+    np.testing.assert_allclose(workspace.FetchBlob(grads["x"]), w)
+    op = core.CreateOperator("Cast", ["x"], ["c"], to=core.DataType.FLOAT)
+    ops, g_input = core.GradientRegistry.GetGradientForOp(op, ["c_grad"])
+    assert [o.type for o in ops] == ["Scale"] and [str(g) for g in g_input] == ["x_grad"]
+
+
+def test_an_op_without_a_gradient_is_a_located_error():
+    from dslc.ir.diagnostics import DSLError
+    op = core.CreateOperator("Abs", ["X"], ["Y"])
+    with pytest.raises(DSLError) as e:
+        core.GradientRegistry.GetGradientForOp(op, ["Y_grad"])
+    assert "Abs has no gradient" in str(e.value) and e.value.loc.file.endswith("test_hypothesis_util.py")
+
+
+def test_an_unknown_operator_is_a_located_error_naming_it():
+    from dslc.ir.diagnostics import UnknownOperatorError
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("X", np.zeros(3, np.float32))
+    with pytest.raises(UnknownOperatorError) as e:
+        workspace.RunOperatorOnce(core.CreateOperator("NoSuchOp", ["X"], ["Y"]))
+    assert "NoSuchOp" in str(e.value) and e.value.loc.file.endswith("test_hypothesis_util.py")
+
+
+@given(data=st.data(), n=st.integers(1, 3))
+@settings(max_examples=5, deadline=None)
+def test_strategies_draw_what_they_promise(data, n):
+    """tensors(n) draws n arrays of one shape, float32 in [-1, 1]; lengths add up to the size."""
+    drawn = data.draw(hu.tensors(n=n))
+    assert len(drawn) == n and len({a.shape for a in drawn}) == 1
+    assert all(a.dtype == np.float32 and np.all(np.abs(a) <= 1) for a in drawn)
+    size = data.draw(st.integers(1, 20))
+    lengths = data.draw(hu.lengths(size))
+    assert lengths.sum() == size and np.all(lengths >= 0)
