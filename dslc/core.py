@@ -18,9 +18,9 @@ from dslc import workspace  # Caffe2 code reaches it as core.workspace
 from dslc.blobref import (BlobArithmeticError, BlobReference, CurrentNameScope, NameScope, NoNetError,
                           ScopedBlobReference, ScopedName)
 from dslc.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal
-from dslc.gradient_registry import GradientRegistry, GradientSlice
+from dslc.gradient_registry import IR, GradientRegistry, GradientSlice
 from dslc.net import Net
-from dslc.net_record import CreateOperator, GetattrShortcut, _OpRecorder
+from dslc.net_record import CreateOperator, CreatePythonOperator, GetattrShortcut, _OpRecorder
 from dslc.oprecord import (ALIASES, FILL_ALIASES, SPECIAL_ARGS, DataType, IsOperator, IsOperatorWithEngine,
                            OpRecord, is_operator)
 from dslc.steps import ExecutionStep, Plan, execution_step, iter_nets, scoped_execution_step, to_execution_step

@@ -39,14 +39,22 @@ def CurrentDeviceScope():
 
 @contextlib.contextmanager
 def DeviceScope(scope, node_name=None):
-    """Operators made inside get ``scope`` (a DeviceOption, or a device type code) as their option."""
-    opt = scope if isinstance(scope, caffe2_pb2.DeviceOption) else DeviceOption(scope)
-    if node_name is not None:
-        named = caffe2_pb2.DeviceOption()
-        named.CopyFrom(opt)
-        named.node_name = node_name
-        opt = named
+    """Operators made inside get ``scope`` (a DeviceOption, or a device type code) as their
+    option. A nested scope keeps the outer one's node name unless it names its own, and
+    adds the outer one's extra_info to its own (sorted), as Caffe2's does."""
+    opt = caffe2_pb2.DeviceOption()
+    if isinstance(scope, caffe2_pb2.DeviceOption):
+        opt.CopyFrom(scope)
+    elif scope:
+        opt.device_type = int(scope)
+    if node_name:
+        opt.node_name = node_name
     saved = _state.option
+    if saved is not None:
+        if saved.HasField("node_name") and not opt.HasField("node_name"):
+            opt.node_name = saved.node_name
+        opt.extra_info.extend(saved.extra_info)
+    opt.extra_info.sort()
     _state.option = opt
     try:
         yield

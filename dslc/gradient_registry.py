@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from dslc import netdef
+from dslc.proto import caffe2_pb2
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp
 from dslc.tracing import user_location
@@ -43,7 +44,6 @@ class GradientRegistry:
         """``(gradient ops, g_input)`` of one OperatorDef, given its outputs' gradient names
         (None for an output without one); ``g_input[i]``: the gradient of ``op.input[i]``
         (``<input>_grad``), or None."""
-        from dslc.blobref import BlobReference
         loc = user_location()
         maker = GRADIENTS.get(op.type)
         if op.type in NO_GRADIENT:
@@ -54,17 +54,21 @@ class GradientRegistry:
         record = netdef.op_record(op, loc)
         names = [f"{b}_grad" for b in op.input]
         g_output = [None if g is None else str(g) for g in g_output]
+        python = cls.gradient_registry_.get(op.type)
+        if python is not None and getattr(maker, "python_maker", False):
+            grad_ops, g_input = python(op, g_output)  # (the user's ops, as the user made them)
+            return _as_list(grad_ops), list(g_input)
         made = maker(GradContext(list(op.input), list(op.output), g_output, names, dict(record.args)))
         written = {b for g in made for b in g.outputs}
         ops = []
         for g in made:
             msg = netdef.op_message(netdef.OpRecord(g.type, tuple(g.inputs), tuple(g.outputs), dict(g.args),
-                                                    loc, {}))
-            msg.is_gradient_op = True
+                                                    loc, {"is_gradient_op": True}))
+            msg.name = ""  # (Caffe2's gradient ops carry an empty name)
             if op.HasField("device_option"):
                 msg.device_option.CopyFrom(op.device_option)
             ops.append(msg)
-        return ops, [BlobReference(n) if n in written else None for n in names]
+        return ops, [n if n in written else None for n in names]
 
     @classmethod
     def GetBackwardPass(cls, operators, ys, ys_generate_gradient=False):
@@ -80,9 +84,12 @@ class GradientRegistry:
         count = len(net.ops())
         grad_map = add_gradient_ops(net, ys, user_location())
         ops = [netdef.op_message(rec) for rec in net.ops()[count:]]
-        for o in ops:
-            o.is_gradient_op = True
         return ops, {k: BlobReference(v) for k, v in grad_map.items()}
+
+
+def _as_list(grad_ops) -> list:
+    """A maker may return one OperatorDef or a list of them."""
+    return [grad_ops] if isinstance(grad_ops, caffe2_pb2.OperatorDef) else list(grad_ops or ())
 
 
 def _declared(op_type: str, maker):
@@ -92,6 +99,7 @@ def _declared(op_type: str, maker):
         from dslc.net_record import CreateOperator
         op = CreateOperator(op_type, list(g.I), list(g.O), **g.args)
         grad_ops, g_input = maker(op, list(g.GO))
+        grad_ops = _as_list(grad_ops)
         rename = {}
         for given, wanted in zip(g_input or (), g.GI):
             if given is not None:
@@ -106,4 +114,16 @@ def _declared(op_type: str, maker):
     return make
 
 
-__all__ = ["GradientRegistry", "GradientSlice"]
+
+
+class IR:
+    """Caffe2's ``core.IR``: a list of forward operators to derive a backward pass from."""
+
+    def __init__(self, operators):
+        self.ops = list(operators)
+
+    def GetBackwardPass(self, ys):
+        return GradientRegistry.GetBackwardPass(self.ops, ys)
+
+
+__all__ = ["GradientRegistry", "GradientSlice", "IR"]

@@ -49,7 +49,7 @@ class _Reverse:
         self.net, self.loc = net, loc
         self.ops = net.ops()
         self.versions()
-        self.records: list[tuple[GradOp, object]] = []  # (op, location)
+        self.records: list[tuple[GradOp, object, bool]] = []  # (op, location, made by a gradient maker)
         self.parts: dict = defaultdict(list)            # (blob, version) -> provisional names
         self.done: dict = {}                            # (blob, version) -> gradient name or None
         self.rename: dict = {}
@@ -89,7 +89,7 @@ class _Reverse:
                                 "pass the loss blob the net computes (e.g. the AveragedLoss output)")
         name = given or f"{y}_autogen_grad"  # (Caffe2's name for the seed it fills with 1)
         if given is None:
-            self.records.append((GradOp("ConstantFill", [y], [name], {"value": 1.0}), self.loc))
+            self.records.append((GradOp("ConstantFill", [y], [name], {"value": 1.0}), self.loc, False))
         self.done[(y, self.final[y])] = name
         self.grad_map[y] = name
 
@@ -116,7 +116,8 @@ class _Reverse:
         for key, name in zip(self.ins[i], gi):
             if name in written:
                 self.parts[key].append(name)
-        self.records.extend((g, op.loc) for g in made)
+        declared = not getattr(maker, "python_maker", False)  # (a Python maker's ops stay as it made them)
+        self.records.extend((g, op.loc, declared) for g in made)
 
     def part_name(self, key) -> str:
         blob = key[0]
@@ -152,7 +153,7 @@ class _Reverse:
             name = f"{blob}_grad"
             writer = self.writer.get(key)
             where = self.ops[writer].loc if writer is not None else self.loc
-            self.records.append((GradOp("Sum", parts, [name]), where))
+            self.records.append((GradOp("Sum", parts, [name]), where, False))
         self.done[key] = name
         if name is not None:
             self.grad_map[blob] = name
@@ -160,6 +161,8 @@ class _Reverse:
 
     def record(self):
         r = self.rename
-        for g, loc in self.records:
+        for g, loc, made in self.records:
+            # (as in Caffe2, the ops a gradient maker made are marked is_gradient_op)
+            args = dict(g.args, is_gradient_op=True) if made else dict(g.args)
             self.net._record(g.type, [r.get(b, b) for b in g.inputs], [r.get(b, b) for b in g.outputs],
-                             dict(g.args), loc)
+                             args, loc)

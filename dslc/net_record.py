@@ -177,21 +177,11 @@ class NetRecording:
         ``f`` may be a ``(builder, args, kwargs)`` tuple: the builder then runs once per
         instance of the op to make the function.
         """
-        loc = user_location()
-        if isinstance(f, tuple):
-            if len(f) != 3 or not callable(f[0]):
-                raise TraceError("a Python op builder must be a (builder, args, kwargs) tuple", loc)
-            name = getattr(f[0], "__qualname__", "builder")
-        elif callable(f):
-            name = getattr(f, "__qualname__", type(f).__name__)
-        else:
-            raise TraceError(f"ops.Python needs a function, got {type(f).__name__}", loc)
-        ref = pyrefs.register(f, name)
+        fixed = _python_args(f, pass_workspace, user_location())
 
         def record(inputs=None, outputs=None, **kwargs):
             return self._record("Python", inputs, outputs if outputs is not None else [],
-                                {"func": ref, "name": name, "pass_workspace": int(bool(pass_workspace)),
-                                 **kwargs}, user_location())
+                                {**fixed, **kwargs}, user_location())
 
         return record
 
@@ -199,6 +189,32 @@ class NetRecording:
         for m in msgs:
             blob = m if isinstance(m, BlobReference) else self.Const(str(m), self.NextName("log"))
             self.Print(blob, [])
+
+
+def _python_args(f, pass_workspace, loc) -> dict:
+    """The arguments of a Python op calling ``f`` (a function, or a (builder, args, kwargs) tuple)."""
+    if isinstance(f, tuple):
+        if len(f) != 3 or not callable(f[0]):
+            raise TraceError("a Python op builder must be a (builder, args, kwargs) tuple", loc)
+        name = getattr(f[0], "__qualname__", "builder")
+    elif callable(f):
+        name = getattr(f, "__qualname__", type(f).__name__)
+    else:
+        raise TraceError(f"ops.Python needs a function, got {type(f).__name__}", loc)
+    return {"func": pyrefs.register(f, name), "name": name, "pass_workspace": int(bool(pass_workspace))}
+
+
+def CreatePythonOperator(f, inputs, outputs, grad_f=None, pass_workspace=False, python_func_type=None,
+                         *args, **kwargs):
+    """A Python op calling ``f(inputs, outputs)`` (``f(inputs, outputs, workspace)`` with
+    ``pass_workspace``) as an OperatorDef message; see ``CreateOperator``."""
+    loc = user_location()
+    op_name = kwargs.pop("name", "")
+    msg = CreateOperator("Python", inputs, outputs, name=op_name, **kwargs)
+    fixed = _python_args(f, pass_workspace, loc)
+    for k, v in fixed.items():
+        netdef.set_argument(msg.arg.add(), k, netdef.register_object(v) if k == "func" else v)
+    return msg
 
 
 def CreateOperator(operator_type, inputs, outputs, name="", control_input=None, device_option=None,

@@ -111,6 +111,8 @@ def fill_op(msg, rec: OpRecord, name: str | None = None, in_net: bool = False):
     option = extra.get("device_option")
     if option is not None:
         msg.device_option.CopyFrom(option)
+    if extra.get("is_gradient_op"):
+        msg.is_gradient_op = True
     _remember(msg.SerializeToString(deterministic=True), rec)
     return msg
 
@@ -193,6 +195,8 @@ def op_record(msg, loc: Location | None) -> OpRecord:
         extra["engine"] = msg.engine
     if len(msg.control_input):
         extra["control_input"] = list(msg.control_input)
+    if msg.is_gradient_op:
+        extra["is_gradient_op"] = True
     if msg.HasField("device_option"):
         option = caffe2_pb2.DeviceOption()
         option.CopyFrom(msg.device_option)

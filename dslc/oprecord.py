@@ -20,7 +20,7 @@ FILL_ALIASES = {
     "GivenTensorBoolFill": np.bool_, "GivenTensorStringFill": np.object_,
 }
 ALIASES = frozenset(FILL_ALIASES)
-SPECIAL_ARGS = ("name", "engine", "device_option", "control_input")
+SPECIAL_ARGS = ("name", "engine", "device_option", "control_input", "is_gradient_op")
 
 
 DataType = TensorProto.DataType  # Caffe2's tensor type codes (core.DataType.FLOAT ...), as in Caffe2
@@ -35,7 +35,7 @@ class OpRecord:
     outputs: tuple[str, ...]
     args: dict
     loc: Location
-    extra: dict = field(default_factory=dict)  # name, engine, device_option: kept, unused
+    extra: dict = field(default_factory=dict)  # name, engine, device_option ...: kept, unused
 
 
 _NO_RESULTS: dict[str, bool] = {}  # declared op name -> whether it has no results (declarations never change)

@@ -7,6 +7,7 @@ gives the same parameters.
 """
 from __future__ import annotations
 
+from ..gradients import no_gradient
 from ..opdef import PURE, declare, type_error
 from ..types import FLOAT_DTYPES, TensorType
 from .infer import dtype_from_code, require, tensors
@@ -36,6 +37,7 @@ def _fill(name, **params):
             type_error(f"MSRAFill needs a shape of rank >= 2, got {list(shape)}", "fan out is size / dim 1")
         return [TensorType(dt, shape)]
     declare(name, (0, 1), infer, attrs=dict(_FILL, **params), effects=RANDOM, doc=params.pop("_doc"))
+    no_gradient(name)  # (its input, if any, gives only the shape)
 
 
 _fill("GaussianFill", mean=0.0, std=1.0, _doc="a tensor of normal draws (mean, std); shape as ConstantFill's")

@@ -8,6 +8,7 @@ import operator
 
 import numpy as np
 
+from ..gradients import no_gradient
 from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
 from . import failing
@@ -124,6 +125,7 @@ declare("ConstantFill", (0, 1), _constant_fill,
         traits={PURE}, fold=_fill_fold, may_fail=failing.constant_fill,
         doc="a tensor filled with `value` (default 0); shape from `shape`, or the input's shape "
             "(+ `extra_shape`), or the input's values (`input_as_shape`)")
+no_gradient("ConstantFill")  # (its input, if any, gives only the shape)
 
 
 def _copy(types, attrs, n):
