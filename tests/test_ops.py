@@ -877,6 +877,25 @@ def test_python_op_with_the_workspace(session):
     check(fed, np.array(42, np.int64))
 
 
+def test_python_op_reads_and_writes_blobs_through_ws_blobs(session):
+    """Caffe2's ``ws.blobs`` is a mapping of blobs with fetch() and feed()."""
+    seen = {}
+
+    def f(inputs, outputs, ws):
+        seen["in"] = ("foo" in ws.blobs, "no_such_blob" in ws.blobs, "foo" in list(ws.blobs))
+        outputs[0].feed(ws.blobs["foo"].fetch() * 2)
+        ws.blobs["foo"].feed(np.array(7))
+
+    def build():
+        ops.Const(5, blob_out="foo")
+        got = ops.Python(f, pass_workspace=True)([], 1)
+        return [got, ops.Add(["foo", ops.Const(1)])]
+    got, foo = run(session, build)
+    assert seen["in"] == (True, False, True)
+    check(got, np.array(10, np.int64))
+    check(foo, np.array(8, np.int64))
+
+
 def test_python_op_exception_fails_the_op(session):
     def boom(inputs, outputs):
         raise ValueError("no good")

@@ -11,6 +11,8 @@ the op's line and the task name.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import functools
 import importlib
 import operator
@@ -383,11 +385,45 @@ class WorkspaceView:
         return True
 
     @property
-    def blobs(self) -> list[str]:
-        return self._ws.names()
+    def blobs(self) -> "_Blobs":
+        """{name: blob} of the workspace; a blob has ``fetch()`` and ``feed(value)``, as in Caffe2."""
+        return _Blobs(self)
 
     def __getattr__(self, name):
         return getattr(self._ws, name)
+
+
+class _Blob:
+    __slots__ = ("_view", "name")
+
+    def __init__(self, view, name):
+        self._view, self.name = view, name
+
+    def fetch(self):
+        return self._view.fetch_blob(self.name)
+
+    def feed(self, value) -> bool:
+        return self._view.feed_blob(self.name, value)
+
+
+class _Blobs(Mapping):
+    """A workspace's blobs by name, read when asked (Caffe2's ``ws.blobs``)."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view):
+        self._view = view
+
+    def __getitem__(self, name):
+        if not self._view.has_blob(name):
+            raise KeyError(name)
+        return _Blob(self._view, str(name))
+
+    def __iter__(self):
+        return iter(self._view._ws.names())
+
+    def __len__(self):
+        return len(self._view._ws.names())
 
 
 class PythonOpError(Exception):
