@@ -300,6 +300,22 @@ class Executor:
             swap_token(prev)
 
 
+_RAISED_AS: dict = {}
+
+
+def _raised_as(user_type: type) -> type:
+    """An ExecutionError that is also a ``user_type``: code that catches the exception its
+    Python op raised (as Caffe2 re-raises it) still catches it, with the op's location."""
+    got = _RAISED_AS.get(user_type)
+    if got is None:
+        try:
+            got = type(user_type.__name__, (ExecutionError, user_type), {"__module__": user_type.__module__})
+        except TypeError:  # (a layout that cannot be mixed in, e.g. some built-in exceptions)
+            got = ExecutionError
+        _RAISED_AS[user_type] = got
+    return got
+
+
 def located(e: Exception, task: str | None) -> ExecutionError:
     """An ExecutionError for ``e`` at the op whose generated line raised it."""
     op = None
@@ -316,7 +332,11 @@ def located(e: Exception, task: str | None) -> ExecutionError:
     if isinstance(e, DSLError):
         return ExecutionError(e.message, e.loc or loc, e.hint, task=task)
     if isinstance(e, PythonOpError):
-        return ExecutionError(str(e), loc, "fix that Python function (rerun with --debug for its traceback)",
-                              task=task)
+        hint = "fix that Python function (rerun with --debug for its traceback)"
+        kind = _raised_as(type(e.__cause__)) if e.__cause__ is not None else ExecutionError
+        try:
+            return kind(str(e), loc, hint, task=task)
+        except Exception:  # (an exception class whose constructor wants other arguments)
+            return ExecutionError(str(e), loc, hint, task=task)
     what = op.name if op is not None else "the job"
     return ExecutionError(f"{what} failed: {type(e).__name__}: {e}", loc, task=task)
