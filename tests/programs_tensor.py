@@ -9,6 +9,7 @@ from Caffe2's definitions of the ops, without dslc.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,10 +20,14 @@ from dslc.core import DataType
 from dslc.net_builder import ops
 from dslc.task import Task, final_output
 
-ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "Negative", "Abs", "Scale", "Clip", "Sqr", "Exp", "Sqrt", "Log")
+ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "Negative", "Abs", "Scale", "Clip", "Sqr", "Exp", "Sqrt", "Log",
+               "LeakyRelu", "Elu", "ReluN", "Softsign", "Softplus", "Swish", "HardSigmoid", "Cube",
+               "Reciprocal", "Rsqrt", "Cbrt", "Sin", "Cos", "Gelu")
 BINARY = ("Add", "Sub", "Mul")
-KINKS = {"Relu": (0.0,), "Abs": (0.0,)}  # where the op has no derivative (Clip: its bounds)
-POSITIVE = ("Sqrt", "Log")
+# where the op has no derivative (Clip: its bounds; Reciprocal and Cbrt: 0, where it is not finite)
+KINKS = {"Relu": (0.0,), "Abs": (0.0,), "LeakyRelu": (0.0,), "Elu": (0.0,), "ReluN": (0.0, 1.0),
+         "HardSigmoid": (-2.5, 2.5), "Reciprocal": (0.0,), "Cbrt": (0.0,)}
+POSITIVE = ("Sqrt", "Log", "Rsqrt")
 ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")  # drawn 3 times as often as the other elementwise ops  # defined (with a derivative) only for positive inputs
 MAX_SIZE = 48  # elements of one tensor
 # the statements a program draws from, by kind; "Accumulate" is a loop adding a tensor
@@ -119,6 +124,10 @@ class _Drawer:
             attrs = (("scale", self.draw(st.sampled_from([-2.0, -0.5, 0.25, 1.5]))),)
         elif op == "Clip":
             attrs = (("min", -0.75), ("max", self.draw(st.sampled_from([0.5, 1.0]))))
+        elif op in ("LeakyRelu", "Elu"):
+            attrs = (("alpha", self.draw(st.sampled_from([0.1, 0.5]))),)
+        elif op == "ReluN":
+            attrs = (("n", 1.0),)
         return Stmt(dst, op, (x,), attrs), shape
 
     def draw_binary(self, dst, x, shape):
@@ -300,6 +309,10 @@ def _slice(x, starts, ends):
     return x[tuple(slice(s, d if e == -1 else e) for s, e, d in zip(starts, ends, x.shape))]
 
 
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+
 def _apply(s: Stmt, args, dt):
     a = dict(s.attrs)
     x = args[0]
@@ -313,6 +326,17 @@ def _apply(s: Stmt, args, dt):
         "Scale": lambda: x * one(a.get("scale", 1.0)),
         "Clip": lambda: np.clip(x, one(a["min"]), one(a["max"])),
         "Sqr": lambda: x * x, "Exp": lambda: np.exp(x), "Sqrt": lambda: np.sqrt(x), "Log": lambda: np.log(x),
+        # Caffe2's activations, written from their definitions
+        "LeakyRelu": lambda: np.where(x > 0, x, x * one(a["alpha"])),
+        "Elu": lambda: np.where(x > 0, x, one(a["alpha"]) * (np.exp(x) - one(1))),
+        "ReluN": lambda: np.clip(x, one(0), one(a["n"])),
+        "Softsign": lambda: x / (one(1) + np.abs(x)),
+        "Softplus": lambda: np.log(one(1) + np.exp(x)),
+        "Swish": lambda: x / (one(1) + np.exp(-x)),
+        "HardSigmoid": lambda: np.clip(x * one(0.2) + one(0.5), one(0), one(1)),
+        "Cube": lambda: x ** 3, "Reciprocal": lambda: one(1) / x, "Rsqrt": lambda: one(1) / np.sqrt(x),
+        "Cbrt": lambda: np.cbrt(x), "Sin": lambda: np.sin(x), "Cos": lambda: np.cos(x),
+        "Gelu": lambda: x * (one(1) + _erf(x / np.sqrt(2))) / 2,
         "Add": lambda: x + args[1], "Sub": lambda: x - args[1], "Mul": lambda: x * args[1],
         "Transpose": lambda: np.transpose(x, a["axes"]),
         "Reshape": lambda: x.reshape(a["shape"]),

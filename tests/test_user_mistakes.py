@@ -328,8 +328,8 @@ def test_ops_prints_the_reference_an_installed_dslc_lacks(capsys, tmp_path):
     assert cli.main(["ops", "Div"]) == 0
     (row,) = [t for t in capsys.readouterr().out.splitlines() if t.startswith("| `")]
     assert row.startswith("| `Div` | 2 | 1 |")
-    got = error_line(capsys, "ops", "Cst")
-    assert got == "error: no operator 'Cst' in the op table; did you mean Cast or Const?"
+    got = error_line(capsys, "ops", "Cnst")
+    assert got == "error: no operator 'Cnst' in the op table; did you mean Const or Cast or Concat?"
 
 
 def test_an_unknown_operator_points_to_dslc_ops_with_the_tables_count(capsys, tmp_path, monkeypatch):

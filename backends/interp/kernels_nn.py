@@ -12,6 +12,7 @@ import inspect
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
+from dslc.ir.ops import activations
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -38,6 +39,7 @@ FUNCTIONS = {
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
     "Adagrad": nm.adagrad, "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
+    **activations.FUNCTIONS,
 }
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dslc.ir import Operation, Region
 
 from .kernels import ElementView, supported, tensor
-from .kernels_nn import NN_HELPERS, elements
+from .kernels_nn import ACTIVATION_FORMS, NN_HELPERS, elements
 
 UNKNOWN_TRIPS = 1000
 MIN_WORK = int(os.environ.get("DSLC_NUMBA_MIN_WORK", 5000))   # estimated op executions
@@ -44,8 +44,9 @@ class Island:
     unread: list = field(default_factory=list)
 
 
-NN_OPS = frozenset(NN_HELPERS) | {"FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh",
-                                "TanhGradient", "WeightedSum", "AveragedLoss", "AveragedLossGradient"}
+NN_OPS = frozenset(NN_HELPERS) | frozenset(ACTIVATION_FORMS) | {
+    "FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh", "TanhGradient", "WeightedSum",
+    "AveragedLoss", "AveragedLossGradient"}
 COUNTER_OPS = ("CountUp", "CountDown", "RetrieveCount", "CheckCounterDone", "ResetCounter")
 def compilable(op: Operation, local=frozenset()) -> bool:
     """Whether numba can compile ``op`` (with everything nested in it).

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dslc.ir.ops.tensor import fill_value
 
-from .kernels import HELPERS, NP, literal, scalar, tensor
+from .kernels import HELPERS, NP, exact, literal, scalar, tensor
 from .kernels import kernel as _register
 
 NN_HELPERS: dict[str, str] = {}  # op name -> the source of the helper its expression calls
@@ -572,3 +572,57 @@ def _dropout_grad(op, a):
         return None
     scale = _dropout_scale(op)
     return f"{a[0]}.copy()" if scale is None else f"_dropout_grad({a[0]}, {a[1]}, {scale})"
+
+
+# Activations (ir/ops/activations.py): {0}, {1}, {2} are the operands; {one}, {zero}, {three},
+# {mhalf} constants and {alpha}, {beta}, {n} the op's arguments, in the result's dtype. The
+# first form is for scalars (a fused group's elements), the second for arrays.
+ACTIVATION_FORMS = {
+    "LeakyRelu": ("({0} if {0} > {zero} else {0} * {alpha})", "np.where({0} > {zero}, {0}, {0} * {alpha})"),
+    "LeakyReluGradient": ("({1} if {0} > {zero} else {1} * {alpha})", "np.where({0} > {zero}, {1}, {1} * {alpha})"),
+    "Elu": ("({0} if {0} > {zero} else {alpha} * np.expm1({0}))",
+            "np.where({0} > {zero}, {0}, {alpha} * np.expm1(np.minimum({0}, {zero})))"),
+    "EluGradient": ("({1} if {0} > {zero} else {1} * ({0} + {alpha}))",
+                    "np.where({0} > {zero}, {1}, {1} * ({0} + {alpha}))"),
+    "ReluN": ("({zero} if {0} < {zero} else ({n} if {0} > {n} else {0}))",  # (NaN stays NaN)
+              "np.minimum(np.maximum({0}, {zero}), {n})"),
+    "ReluNGradient": ("({1} if ({0} > {zero} and {0} < {n}) else {zero})",
+                      "{1} * (({0} > {zero}) & ({0} < {n}))"),
+    "Softsign": ("({0} / ({one} + np.abs({0})))",) * 2,
+    "SoftsignGradient": ("({1} / (({one} + np.abs({0})) * ({one} + np.abs({0}))))",) * 2,
+    "Softplus": ("np.logaddexp({zero}, {0})",) * 2,
+    "SoftplusGradient": ("({1} * -np.expm1(-{0}))",) * 2,
+    "Swish": ("({0} / ({one} + np.exp(-{0})))",) * 2,                        # x sigmoid(x)
+    "SwishGradient": ("({2} * ({1} + ({one} - {1}) / ({one} + np.exp(-{0}))))",) * 2,
+    "HardSigmoid": ("min(max({alpha} * {0} + {beta}, {zero}), {one})",
+                    "np.minimum(np.maximum({alpha} * {0} + {beta}, {zero}), {one})"),
+    "HardSigmoidGradient": ("({1} * {alpha} if ({0} > {zero} and {0} < {one}) else {zero})",
+                            "{1} * {alpha} * (({0} > {zero}) & ({0} < {one}))"),
+    "Cube": ("({0} * {0} * {0})",) * 2,
+    "CubeGradient": ("({0} * {1} * {1} * {three})",) * 2,
+    "Reciprocal": ("({one} / {0})",) * 2,
+    "ReciprocalGradient": ("(-({1} * {0} * {0}))",) * 2,
+    "Rsqrt": ("({one} / np.sqrt({0}))",) * 2,
+    "RsqrtGradient": ("({0} * {1} * {1} * {1} * {mhalf})",) * 2,
+    "Cbrt": ("np.cbrt({0})",) * 2,
+    "CbrtGradient": ("({0} / ({1} * {1} * {three}))",) * 2,
+    "Sin": ("np.sin({0})",) * 2,
+    "SinGradient": ("({1} * np.cos({0}))",) * 2,
+    "Cos": ("np.cos({0})",) * 2,
+    "CosGradient": ("(-({1} * np.sin({0})))",) * 2,
+}
+
+
+def _activation(op, a):
+    dt = _dt(op)
+    if dt not in NP or dt in ("bool",) or not dt.startswith("f"):
+        return None
+    arrays = not all(scalar(v) for v in op.operands)
+    form = ACTIVATION_FORMS[op.name][1 if arrays else 0]
+    consts = {"one": 1, "zero": 0, "three": 3, "mhalf": -0.5}
+    consts.update({k: v for k, v in op.attrs.items() if isinstance(v, (int, float))})
+    expr = form.format(*a, **{k: literal(float(v), dt) for k, v in consts.items()})
+    return expr if arrays else exact(expr, dt)
+
+
+kernel(*ACTIVATION_FORMS)(_activation)

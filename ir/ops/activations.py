@@ -1,0 +1,119 @@
+"""Activation functions with their gradients, one row each, with Caffe2's names and arguments.
+
+A row declares the forward op (float, elementwise), its gradient op, and the gradient
+maker linking them; ``FUNCTIONS`` holds the numpy semantics of both, which the
+interpreter runs. The gradient op takes what Caffe2's takes, in Caffe2's order: the
+forward's output ``Y`` or input ``X`` (or both) and ``dY``.
+
+    LeakyRelu(X) -> Y;  dX = LeakyReluGradient(Y, dY)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..gradients import GradOp, gradient
+from ..opdef import ELEMENTWISE, PURE, declare
+from .nn import floats
+
+
+@dataclass(frozen=True)
+class Activation:
+    name: str
+    doc: str              # the forward's semantics, one line
+    forward: Callable     # numpy: f(x, **attrs)
+    grad_inputs: tuple    # the gradient op's inputs, from "X", "Y", "dY"
+    grad_doc: str
+    backward: Callable    # numpy: g(*grad_inputs, **attrs) -> dX
+    attrs: dict = field(default_factory=dict)
+    elementwise: bool = True  # False: fusion leaves it alone (no numba scalar form)
+
+
+def _where(cond, a, b):
+    return np.where(cond, a, b)
+
+
+def _erf(x):
+    from scipy.special import erf
+    return erf(x)
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+ACTIVATIONS = [
+    Activation("LeakyRelu", "y = x if x > 0 else alpha x", lambda x, alpha: _where(x > 0, x, x * alpha),
+               ("Y", "dY"), "dX = dY if y > 0 else alpha dY",
+               lambda y, dy, alpha: _where(y > 0, dy, dy * alpha), {"alpha": 0.01}),
+    Activation("Elu", "y = x if x > 0 else alpha (exp(x) - 1)",
+               lambda x, alpha: _where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
+               ("Y", "dY"), "dX = dY if y > 0 else dY (y + alpha)",
+               lambda y, dy, alpha: _where(y > 0, dy, dy * (y + alpha)), {"alpha": 1.0}),
+    Activation("ReluN", "y = min(max(x, 0), n)", lambda x, n: np.minimum(np.maximum(x, 0), n),
+               ("Y", "dY"), "dX = dY where 0 < y < n, else 0",
+               lambda y, dy, n: _where((y > 0) & (y < n), dy, 0), {"n": 6.0}),
+    Activation("Softsign", "y = x / (1 + |x|)", lambda x: x / (1 + np.abs(x)),
+               ("X", "dY"), "dX = dY / (1 + |x|)^2", lambda x, dy: dy / np.square(1 + np.abs(x))),
+    Activation("Softplus", "y = log(1 + exp(x))", lambda x: np.logaddexp(0, x),
+               ("Y", "dY"), "dX = dY (1 - exp(-y))", lambda y, dy: dy * -np.expm1(-y)),
+    Activation("Swish", "y = x sigmoid(x)", lambda x: x * _sigmoid(x),
+               ("X", "Y", "dY"), "dX = dY (y + sigmoid(x) (1 - y))",
+               lambda x, y, dy: dy * (y + _sigmoid(x) * (1 - y))),
+    Activation("HardSigmoid", "y = max(0, min(1, alpha x + beta))",
+               lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1),
+               ("Y", "dY"), "dX = alpha dY where 0 < y < 1, else 0",
+               lambda y, dy, alpha, beta: _where((y > 0) & (y < 1), dy * alpha, 0), {"alpha": 0.2, "beta": 0.5}),
+    Activation("Cube", "y = x^3", lambda x: x * x * x,
+               ("dY", "X"), "dX = 3 x^2 dY", lambda dy, x: dy * x * x * 3),
+    Activation("Reciprocal", "y = 1 / x", lambda x: 1 / x,
+               ("Y", "dY"), "dX = -dY y^2", lambda y, dy: -(dy * y * y)),
+    Activation("Rsqrt", "y = 1 / sqrt(x)", lambda x: 1 / np.sqrt(x),
+               ("dY", "Y"), "dX = -dY y^3 / 2", lambda dy, y: dy * y * y * y * -0.5),
+    Activation("Cbrt", "y = cube root of x", lambda x: np.cbrt(x),
+               ("dY", "Y"), "dX = dY / (3 y^2)", lambda dy, y: dy / (y * y * 3)),
+    Activation("Sin", "y = sin(x)", np.sin, ("X", "dY"), "dX = dY cos(x)", lambda x, dy: dy * np.cos(x)),
+    Activation("Cos", "y = cos(x)", np.cos, ("X", "dY"), "dX = -dY sin(x)", lambda x, dy: -(dy * np.sin(x))),
+    Activation("Gelu", "y = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2",
+               lambda x: x * (1 + _erf(x / np.sqrt(2))) / 2,
+               ("dY", "X"), "dX = dY (Phi(x) + x phi(x))",
+               lambda dy, x: dy * ((1 + _erf(x / np.sqrt(2))) / 2 + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi)),
+               elementwise=False),
+]
+
+
+def _typed(fn):
+    """``fn`` with its result in the first array argument's dtype (Python floats in the
+    arguments would otherwise widen float32)."""
+    def run(*args, **attrs):
+        dtype = next(a.dtype for a in args if isinstance(a, np.ndarray) or isinstance(a, np.generic))
+        return np.asarray(fn(*args, **attrs)).astype(dtype, copy=False)
+    return run
+
+
+FUNCTIONS: dict = {}  # op name -> its numpy semantics (the interpreter's kernel)
+
+
+def _declare(a: Activation) -> None:
+    traits = {PURE, ELEMENTWISE} if a.elementwise else {PURE}
+    declare(a.name, 1, lambda t, at, n, _n=a.name: [floats(_n, t)[0]], attrs=dict(a.attrs), traits=traits,
+            doc=a.doc)
+    grad = a.name + "Gradient"
+    arity = len(a.grad_inputs)
+    declare(grad, arity, lambda t, at, n, _g=grad: [floats(_g, t)[0]],
+            attrs=dict(a.attrs), traits=traits, doc=f"{a.grad_doc}; inputs {', '.join(a.grad_inputs)}")
+    FUNCTIONS[a.name] = _typed(a.forward)
+    FUNCTIONS[grad] = _typed(a.backward)
+
+    @gradient(a.name)
+    def make(g):
+        pick = {"X": g.I[0], "Y": g.O[0], "dY": g.GO[0]}
+        return [GradOp(grad, [pick[k] for k in a.grad_inputs], [g.GI[0]], g.pick(*a.attrs))]
+
+
+for _a in ACTIVATIONS:
+    _declare(_a)
+
+BY_NAME = {a.name: a for a in ACTIVATIONS}
