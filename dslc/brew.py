@@ -1,69 +1,93 @@
-"""brew: layer helpers that add a layer's parameters and its op to a ModelHelper (Caffe2's ``brew``).
+"""brew: layer helpers that add a layer's parameters and ops to a ModelHelper (Caffe2's ``brew``).
 
     fc1 = brew.fc(model, "data", "fc1", dim_in=64, dim_out=256)   # fc1_w, fc1_b + FC
     r1 = brew.relu(model, fc1, "r1")
 
-Parameters are made in ``model.param_init_net`` (XavierFill weights and zero biases,
-unless ``weight_init`` / ``bias_init`` say otherwise) and registered with their tags;
-the layer's op goes into ``model.net``. Names take the current NameScope.
+``brew.<name>`` is a registered helper (dslc/brew_helpers.py, and any added with
+``brew.Register``) called with extra keyword arguments, as Caffe2's brew does: first
+the model's ``arg_scope`` (those the helper accepts), then the arguments of the
+innermost ``brew.arg_scope`` naming the helper, then the call's own.
+
+    with brew.arg_scope([brew.conv], order="NHWC"):
+        brew.conv(model, "data", "c1", 3, 16, 5)   # order="NHWC"
 """
 from __future__ import annotations
 
-from dslc.model_helper import ParameterTags
+import contextlib
+import copy
+import inspect
+import threading
+
+from dslc.brew_helpers import HELPERS
+
+_registry: dict = dict(HELPERS)
 
 
-def _param(model, name, shape, init, tag):
-    """Create (or, with ``model.init_params`` off, only name) one parameter."""
-    op, args = init
-    if model.init_params:
-        blob = getattr(model.param_init_net, op)([], name, shape=list(shape), **args)
-    else:
-        from dslc import core
-        blob = core.ScopedBlobReference(name, model.param_init_net)
-    model.AddParameter(blob, tag)
-    return blob
+class _Scope(threading.local):
+    current: dict | None = None  # helper name -> its arguments, in this thread
 
 
-def fc(model, blob_in, blob_out, dim_in, dim_out, weight_init=None, bias_init=None, **kwargs):
-    """Y = X W^T + b with W [dim_out, dim_in] (``<blob_out>_w``) and b [dim_out] (``<blob_out>_b``)."""
-    w = _param(model, f"{blob_out}_w", [dim_out, dim_in], weight_init or ("XavierFill", {}),
-               ParameterTags.WEIGHT)
-    b = _param(model, f"{blob_out}_b", [dim_out], bias_init or ("ConstantFill", {}), ParameterTags.BIAS)
-    kwargs.pop("enable_tensor_core", None)
-    kwargs.pop("float16_compute", None)
-    return model.net.FC([blob_in, w, b], blob_out, **kwargs)
+_scope = _Scope()
 
 
-def relu(model, blob_in, blob_out, **kwargs):
-    return model.net.Relu(blob_in, blob_out, **_no_engine(kwargs))
+def get_current_scope() -> dict:
+    if _scope.current is None:
+        _scope.current = {}
+    return _scope.current
 
 
-def sigmoid(model, blob_in, blob_out, **kwargs):
-    return model.net.Sigmoid(blob_in, blob_out, **_no_engine(kwargs))
+@contextlib.contextmanager
+def arg_scope(single_helper_or_list, **kwargs):
+    """Give the helpers named (functions or brew's helpers) ``kwargs`` inside the block;
+    nested scopes add to the outer ones."""
+    helpers = single_helper_or_list if isinstance(single_helper_or_list, list) else [single_helper_or_list]
+    saved = copy.deepcopy(get_current_scope())
+    for helper in helpers:
+        if not callable(helper):
+            raise TypeError("arg_scope takes a helper function or a list of them")
+        get_current_scope().setdefault(helper.__name__, {}).update(kwargs)
+    try:
+        yield
+    finally:
+        _scope.current = saved
 
 
-def tanh(model, blob_in, blob_out, **kwargs):
-    return model.net.Tanh(blob_in, blob_out, **_no_engine(kwargs))
+def Register(helper) -> None:
+    """Add ``helper`` (a function taking the model first) as ``brew.<its name>``."""
+    name = helper.__name__
+    if name in _registry:
+        raise AttributeError(f"Helper {name} already exists; give your helper another name")
+    _registry[name] = helper
 
 
-def softmax(model, blob_in, blob_out=None, **kwargs):
-    return model.net.Softmax(blob_in, blob_out, **_no_engine(kwargs))
+def has_helper(helper_or_name) -> bool:
+    name = helper_or_name if isinstance(helper_or_name, str) else helper_or_name.__name__
+    return name in _registry
 
 
-def dropout(model, blob_in, blob_out, **kwargs):
-    """Dropout with its mask in ``_<blob_out>_mask`` (Caffe2's name); ``is_test`` from the model."""
-    kwargs = _no_engine(kwargs)
-    kwargs.setdefault("is_test", int(model.arg_scope.get("is_test", 0)))
-    return model.net.Dropout(blob_in, [blob_out, f"_{blob_out}_mask"], **kwargs)[0]
+def _wrapped(name: str):
+    func = _registry[name]
+    params = inspect.signature(func).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    def helper(*args, **kwargs):
+        from dslc.model_helper import ModelHelper
+        model = args[0] if args and isinstance(args[0], ModelHelper) else kwargs.get("model")
+        if model is None:
+            raise RuntimeError("a helper's first argument is the model (or pass model=<your model>)")
+        extra = copy.deepcopy(model.arg_scope)
+        if not takes_any:
+            extra = {k: v for k, v in extra.items() if k in params}
+        extra.update(get_current_scope().get(name, {}))
+        extra.update(kwargs)
+        return func(*args, **extra)
+
+    helper.__name__ = helper.__qualname__ = name
+    helper.__doc__ = func.__doc__
+    return helper
 
 
-def add_weight_decay(model, weight_decay):
-    """L2 regularization: every weight's gradient gets ``weight_decay * weight`` added (after
-    AddGradientOperators, before the optimizer). Biases and other 1-D parameters are skipped."""
-    from dslc.optimizer import add_weight_decay as add
-    add(model, weight_decay, one="ONE", wd="wd")
-
-
-def _no_engine(kwargs):
-    """Caffe2's cuDNN switches mean nothing on a CPU backend."""
-    return {k: v for k, v in kwargs.items() if k not in ("use_cudnn", "cudnn_exhaustive_search", "order")}
+def __getattr__(name: str):
+    if name in _registry:
+        return _wrapped(name)
+    raise AttributeError(f"Helper function {name} not registered.")

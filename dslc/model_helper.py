@@ -14,15 +14,8 @@ from __future__ import annotations
 
 from dslc import core
 from dslc.ir.diagnostics import DSLError
+from dslc.modeling.parameter_info import ParameterTags
 from dslc.tracing import user_location
-
-
-class ParameterTags:
-    """Caffe2's parameter tags (``modeling.parameter_info.ParameterTags``)."""
-
-    BIAS = "BIAS"
-    WEIGHT = "WEIGHT"
-    COMPUTED_PARAM = "COMPUTED_PARAM"
 
 
 class ModelError(DSLError, RuntimeError):
@@ -58,11 +51,13 @@ class ModelHelper:
             self.params = param_model.params
             self.param_to_grad = param_model.param_to_grad
             self._computed_params = param_model._computed_params
+            self._parameters_info = param_model._parameters_info
         else:
             self.param_init_net = core.Net(self.name + "_init")
             self.params = []
             self.param_to_grad = {}
             self._computed_params = []
+            self._parameters_info = {}  # parameter name -> ParameterInfo (create_param)
         self.init_params = init_params
         self.allow_not_known_ops = allow_not_known_ops
         self.skip_sparse_optim = skip_sparse_optim
@@ -99,6 +94,28 @@ class ModelHelper:
             self.biases.append(ref)
         return ref
 
+    def create_param(self, param_name, shape, initializer, tags=None):
+        """The parameter ``param_name`` (under the current NameScope when a str) made by
+        ``initializer`` in ``param_init_net``; asked for again, the same one (same shape)."""
+        from dslc.modeling.initializers import ExternalInitializer
+        name = str(param_name) if isinstance(param_name, core.BlobReference) else core.ScopedName(param_name)
+        known = self._parameters_info.get(name)
+        if known is not None:
+            if known.shape != shape:
+                raise ModelError(f"parameter {name!r} was made with shape {known.shape}, now asked for {shape}",
+                                 user_location(), "give the second parameter another name")
+            return known.blob
+        if not self.init_params:
+            initializer = ExternalInitializer()
+        info = initializer.create_param(param_name=core.BlobReference(name), init_net=self.param_init_net,
+                                        shape=shape)
+        self._parameters_info[name] = info
+        self.AddParameter(info.blob, tags)
+        return info.blob
+
+    def get_param_info(self, param):
+        return self._parameters_info.get(str(param))
+
     def GetParams(self, namescope=None, top_scope=False):
         """The parameters under ``namescope`` (default: the current NameScope; '' means all)."""
         prefix = _normalize_scope(namescope)
@@ -113,16 +130,16 @@ class ModelHelper:
     def GetAllParams(self, namescope=None):
         return self.GetParams(namescope) + self.GetComputedParams(namescope)
 
+    def _Validate(self) -> list:
+        """The parameters registered more than once, sorted."""
+        names = sorted(str(p) for p in self.params)
+        return sorted({b for a, b in zip(names, names[1:]) if a == b})
+
     def Validate(self):
         """Refuse a parameter registered twice (Caffe2 asserts the same)."""
-        seen, dupes = set(), []
-        for p in self.params:
-            name = str(p)
-            if name in seen and name not in dupes:
-                dupes.append(name)
-            seen.add(name)
+        dupes = self._Validate()
         if dupes:
-            raise ModelError(f"duplicate parameters in model {self.name!r}: {sorted(dupes)}",
+            raise ModelError(f"duplicate parameters in model {self.name!r}: {dupes}",
                              user_location(), "add each parameter once (AddParameter / brew)")
 
     # --- gradients

@@ -1,0 +1,1 @@
+"""Caffe2's ``modeling`` package: parameter tags and info, and parameter initializers."""
