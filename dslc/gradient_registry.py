@@ -13,15 +13,13 @@ Operators come and go as ``caffe2_pb2.OperatorDef`` messages.
 """
 from __future__ import annotations
 
-from collections import namedtuple
-
 from dslc import netdef
+from dslc.gradients import GradientSlice
 from dslc.proto import caffe2_pb2
 from dslc.ir.diagnostics import DSLError
-from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp
+from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad
 from dslc.tracing import user_location
 
-GradientSlice = namedtuple("GradientSlice", ["indices", "values"])
 
 
 class GradientRegistry:
@@ -59,6 +57,8 @@ class GradientRegistry:
             grad_ops, g_input = python(op, g_output)  # (the user's ops, as the user made them)
             return _as_list(grad_ops), list(g_input)
         made = maker(GradContext(list(op.input), list(op.output), g_output, names, dict(record.args)))
+        sparse = {g.input: GradientSlice(g.indices, g.values) for g in made if isinstance(g, SparseGrad)}
+        made = [g for g in made if not isinstance(g, SparseGrad)]
         written = {b for g in made for b in g.outputs}
         ops = []
         for g in made:
@@ -68,7 +68,7 @@ class GradientRegistry:
             if op.HasField("device_option"):
                 msg.device_option.CopyFrom(op.device_option)
             ops.append(msg)
-        return ops, [n if n in written else None for n in names]
+        return ops, [sparse.get(k, n if n in written else None) for k, n in enumerate(names)]
 
     @classmethod
     def GetBackwardPass(cls, operators, ys, ys_generate_gradient=False):
@@ -84,7 +84,12 @@ class GradientRegistry:
         count = len(net.ops())
         grad_map = add_gradient_ops(net, ys, user_location())
         ops = [netdef.op_message(rec) for rec in net.ops()[count:]]
-        return ops, {k: BlobReference(v) for k, v in grad_map.items()}
+
+        def ref(g):
+            if isinstance(g, GradientSlice):
+                return GradientSlice(BlobReference(g.indices), BlobReference(g.values))
+            return BlobReference(g)
+        return ops, {k: ref(v) for k, v in grad_map.items()}
 
 
 def _as_list(grad_ops) -> list:
@@ -100,16 +105,18 @@ def _declared(op_type: str, maker):
         op = CreateOperator(op_type, list(g.I), list(g.O), **g.args)
         grad_ops, g_input = maker(op, list(g.GO))
         grad_ops = _as_list(grad_ops)
-        rename = {}
-        for given, wanted in zip(g_input or (), g.GI):
-            if given is not None:
+        rename, sparse = {}, []
+        for k, (given, wanted) in enumerate(zip(g_input or (), g.GI)):
+            if isinstance(given, GradientSlice):
+                sparse.append(SparseGrad(k, str(given.indices), str(given.values)))
+            elif given is not None:
                 rename[str(given)] = wanted
         out = []
         for o in grad_ops:
             rec = netdef.op_record(o, None)
             out.append(GradOp(rec.type, [rename.get(b, b) for b in rec.inputs],
                               [rename.get(b, b) for b in rec.outputs], dict(rec.args)))
-        return out
+        return out + sparse
     make.python_maker = True
     return make
 

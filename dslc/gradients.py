@@ -14,13 +14,16 @@ that overwrote the value.
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 
 from dslc import core
 from dslc.ir.diagnostics import DSLError
-from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp
+from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad
 from dslc.ir.opdef import OPS
 from dslc.tracing import user_location
+
+
+GradientSlice = namedtuple("GradientSlice", ["indices", "values"])  # a sparse gradient's two blobs
 
 
 class GradientError(DSLError, ValueError):
@@ -104,6 +107,7 @@ class _Reverse:
             raise GradientError(f"{op.type} has no gradient, and the loss depends on its output "
                                 f"{op.outputs[go.index(next(g for g in go if g))]!r}", op.loc,
                                 "wrap its output in StopGradient if no gradient should flow through it")
+        go = [self.dense(g, key, op.loc) for g, key in zip(go, self.outs[i])]
         gi = [self.part_name(key) for key in self.ins[i]]
         ctx = GradContext(list(op.inputs), list(op.outputs), go, gi, dict(op.args))
         try:
@@ -111,13 +115,25 @@ class _Reverse:
         except DSLError as e:
             e.loc = e.loc or op.loc
             raise
+        sparse = [g for g in made if isinstance(g, SparseGrad)]
+        made = [g for g in made if not isinstance(g, SparseGrad)]
         self.check_reads(i, made)
         written = {b for g in made for b in g.outputs}
         for key, name in zip(self.ins[i], gi):
             if name in written:
                 self.parts[key].append(name)
+        for g in sparse:
+            self.parts[self.ins[i][g.input]].append(GradientSlice(g.indices, g.values))
         declared = not getattr(maker, "python_maker", False)  # (a Python maker's ops stay as it made them)
         self.records.extend((g, op.loc, declared) for g in made)
+
+    def dense(self, grad, key, loc):
+        """``grad`` as a dense gradient blob: a GradientSlice becomes SparseToDense's output."""
+        if not isinstance(grad, GradientSlice):
+            return grad
+        name = f"{key[0]}_grad_dense"
+        self.records.append((GradOp("SparseToDense", [grad.indices, grad.values, key[0]], [name]), loc, True))
+        return name
 
     def part_name(self, key) -> str:
         blob = key[0]
@@ -141,18 +157,23 @@ class _Reverse:
                         f"give {later.type}'s output a new name instead of writing {b!r} in place")
 
     def finish(self, key):
-        """The gradient name of one blob version, once all its readers have contributed."""
+        """The gradient of one blob version (a name, or a GradientSlice when it is sparse),
+        once all its readers have contributed."""
         if key in self.done:
             return self.done[key]
         parts = self.parts.pop(key, [])
         blob = key[0]
         name = None
-        if len(parts) == 1:
+        writer = self.writer.get(key)
+        where = self.ops[writer].loc if writer is not None else self.loc
+        if len(parts) == 1 and isinstance(parts[0], GradientSlice):
+            name = parts[0]  # (kept sparse: an optimizer updates only its rows)
+        elif len(parts) == 1:
             name = self.rename[parts[0]] = f"{blob}_grad"
         elif parts:
+            # several readers: their parts add up (a sparse part made dense first)
             name = f"{blob}_grad"
-            writer = self.writer.get(key)
-            where = self.ops[writer].loc if writer is not None else self.loc
+            parts = [self.dense(p, key, where) if isinstance(p, GradientSlice) else p for p in parts]
             self.records.append((GradOp("Sum", parts, [name]), where, False))
         self.done[key] = name
         if name is not None:

@@ -9,6 +9,7 @@ net minimizes, learning rates are negative where the update adds them.
 from __future__ import annotations
 
 from dslc import core, names
+from dslc.gradients import GradientSlice
 from dslc.ir.diagnostics import DSLError
 from dslc.tracing import user_location
 
@@ -69,7 +70,13 @@ class SgdOptimizer(Optimizer):
         init, net = model.param_init_net, model.net
         # WeightedSum adds lr * grad, so lr is negative; MomentumSGDUpdate subtracts, so positive
         lr, _ = self.build_lr(model, -self.base_lr if self.momentum else self.base_lr)
-        if self.momentum > 0:
+        if isinstance(grad, GradientSlice):  # only the rows the gradient has
+            if self.momentum > 0:
+                raise OptimizerError(f"momentum SGD of the sparse gradient of {param} is not supported yet",
+                                     user_location(3), "use plain SGD or Adagrad for embedding tables")
+            one = _ensure(init, ONE, shape=[1], value=1.0)
+            net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
+        elif self.momentum > 0:
             m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
             net.MomentumSGDUpdate([grad, m, lr, param], [grad, m, param], momentum=self.momentum,
                                   nesterov=self.nesterov)
@@ -81,12 +88,25 @@ class SgdOptimizer(Optimizer):
 class AdagradOptimizer(Optimizer):
     kind = "AdagradOptimizer"
 
-    def __init__(self, alpha=0.01, epsilon=1e-4, policy="fixed", decay=1.0, **kwargs):
+    def __init__(self, alpha=0.01, epsilon=1e-4, policy="fixed", decay=1.0, rowWise=False, **kwargs):
         super().__init__(policy, **kwargs)
-        self.alpha, self.epsilon, self.decay = alpha, epsilon, decay
+        self.alpha, self.epsilon, self.decay, self.row_wise = alpha, epsilon, decay, bool(rowWise)
 
     def update(self, model, param, grad):
         lr, _ = self.build_lr(model, self.alpha)
+        if isinstance(grad, GradientSlice):
+            if self.decay != 1.0:
+                raise OptimizerError("Adagrad's decay needs a dense gradient", user_location(3),
+                                     "leave decay at 1 for sparse parameters")
+            if self.row_wise:  # one moment per row
+                s = model.param_init_net.ConstantFill([], f"{param}_squared_sum", value=0.0,
+                                                      shape=[_rows_of(model, param)])
+                op = "RowWiseSparseAdagrad"
+            else:
+                s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
+                op = "SparseAdagrad"
+            getattr(model.net, op)([param, s, grad.indices, grad.values, lr], [param, s], epsilon=self.epsilon)
+            return
         s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
         model.net.Adagrad([param, s, grad, lr], [param, s], epsilon=self.epsilon, decay=self.decay)
 
@@ -99,12 +119,23 @@ class AdamOptimizer(Optimizer):
         self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
 
     def update(self, model, param, grad):
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"Adam of the sparse gradient of {param} is not supported yet", user_location(3),
+                                 "use SGD or Adagrad for embedding tables")
         lr, it = self.build_lr(model, self.alpha)
         init = model.param_init_net
         m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
         m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
         model.net.Adam([param, m1, m2, grad, lr, it], [param, m1, m2], beta1=self.beta1,
                        beta2=self.beta2, epsilon=self.epsilon)
+
+
+def _rows_of(model, param) -> int:
+    info = model.get_param_info(param) if hasattr(model, "get_param_info") else None
+    if info is None or not info.shape:
+        raise OptimizerError(f"row-wise Adagrad needs the shape of {param}", user_location(4),
+                             "make the parameter with model.create_param (or brew), which records it")
+    return int(info.shape[0])
 
 
 def _params_with_grads(model):
@@ -132,7 +163,7 @@ def add_weight_decay(model, weight_decay, one=ONE, wd="wd_0_0"):
     """grad += weight_decay * w for every weight (2-D and up; Caffe2 skips 1-D parameters too)."""
     init = model.param_init_net
     for param, grad in _params_with_grads(model):
-        if param not in model.weights:
+        if param not in model.weights or isinstance(grad, GradientSlice):
             continue
         o = _ensure(init, one, shape=[1], value=1.0)
         w = _ensure(init, wd, shape=[1], value=float(weight_decay))

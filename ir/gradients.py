@@ -11,7 +11,11 @@ names (``GO``; None for an output no loss depends on), the names the gradients o
 its inputs must be written to (``GI``), and its arguments (``args``, as the user
 passed them). It returns plain op records; the front end's reverse-mode pass
 (dslc/gradients.py) records them into the net, so gradients are ordinary IR ops.
-An input gets a gradient iff one of the returned ops writes its ``GI`` name.
+An input gets a gradient iff one of the returned ops writes its ``GI`` name, or the
+maker returns a ``SparseGrad`` for it: a gradient that is the rows ``values`` at the
+rows ``indices`` of the input, zero elsewhere (Gather's, SparseLengthsSum's). The
+reverse pass hands a sparse gradient to the optimizer as a ``GradientSlice``, and
+turns it into a dense one (``SparseToDense``) only where a dense one is needed.
 """
 from __future__ import annotations
 
@@ -25,6 +29,15 @@ class GradOp:
     inputs: list
     outputs: list
     args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SparseGrad:
+    """The gradient of input ``input`` as (``indices``, ``values``) blobs: values[i] is the
+    gradient of row indices[i] (rows repeated in indices add up)."""
+    input: int
+    indices: str
+    values: str
 
 
 @dataclass

@@ -24,7 +24,7 @@ FUNCTIONS = {
     "FC": nm.fc, "FCGradient": nm.fc_grad, "MatMul": nm.matmul, "Transpose": nm.transpose,
     "ResizeLike": nm.resize_like, "Flatten": nm.flatten,
     "ExpandDims": nm.expand_dims, "Squeeze": nm.squeeze, "Slice": nm.slice_, "SliceGradient": nm.slice_grad,
-    "Gather": nm.gather, "GatherGradient": nm.gather_grad,
+    "Gather": nm.gather, "SparseToDense": nm.sparse_to_dense,
     "SumElements": nm.sum_elements, "SumElementsGradient": nm.sum_elements_grad,
     "ReduceSum": nm.reduce_sum, "ReduceMean": nm.reduce_mean,
     "ReduceSumGradient": nm.reduce_sum_grad, "ReduceMeanGradient": nm.reduce_mean_grad,
@@ -39,6 +39,8 @@ FUNCTIONS = {
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
     "Adagrad": nm.adagrad, "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
+    "ScatterWeightedSum": nm.scatter_weighted_sum, "SparseAdagrad": nm.sparse_adagrad,
+    "RowWiseSparseAdagrad": nm.row_wise_sparse_adagrad,
     **activations.FUNCTIONS,
 }
 

@@ -6,7 +6,7 @@ dropout are in ``ir/ops/losses.py``; fills and optimizers in ``ir/ops/optim.py``
 """
 from __future__ import annotations
 
-from ..gradients import GradOp, gradient, no_gradient, unary
+from ..gradients import SparseGrad, GradOp, gradient, no_gradient, unary
 from ..opdef import ELEMENTWISE, PURE, REQUIRED, Effect, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
 from .infer import common_dtype, require, tensors
@@ -306,13 +306,29 @@ def _gather(types, attrs, n):
 
 
 declare("Gather", 2, _gather, traits={PURE}, doc="Y = DATA[INDICES] along the first axis")
-declare("GatherGradient", 3, lambda t, a, n: [tensors("GatherGradient", t)[0]], traits={PURE},
-        doc="dDATA from (DATA, INDICES, dY): rows of dY added at their indices (dense)")
 
 
 @gradient("Gather")
-def _(g):
-    return [GradOp("GatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]])]
+def _(g):  # dDATA is sparse: the rows of dY, at INDICES
+    return [SparseGrad(0, g.I[1], g.GO[0])]
+
+
+def _sparse_to_dense(types, attrs, n):
+    idx, values, data = tensors("SparseToDense", types)
+    indices("SparseToDense", idx, "indices")
+    if values.dtype is not None and data.dtype is not None and values.dtype != data.dtype:
+        type_error(f"SparseToDense's values are {values.dtype}, its data {data.dtype}",
+                   "the values are rows of a tensor like the data")
+    shape = None
+    if data.shape is not None and values.shape is not None and idx.shape is not None:
+        shape = (data.shape[0],) + tuple(values.shape[len(idx.shape):])
+    return [TensorType(values.dtype, shape)]
+
+
+declare("SparseToDense", 3, _sparse_to_dense, traits={PURE},
+        doc="zeros with data's rows, VALUES' rows added at INDICES (repeats add up); inputs "
+            "(INDICES, VALUES, DATA): a sparse gradient made dense")
+no_gradient("SparseToDense")
 
 
 # --- reductions

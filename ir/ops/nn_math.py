@@ -119,11 +119,13 @@ def gather(data, indices):
     return data[indices.astype(np.int64)]
 
 
-def gather_grad(data, indices, dy):
-    """Dense gradient of Gather: rows of dy added where they were gathered from."""
-    dd = np.zeros_like(data)
-    np.add.at(dd, indices.astype(np.int64).reshape(-1), dy.reshape((-1,) + data.shape[1:]))
-    return dd
+def sparse_to_dense(indices, values, data):
+    """Zeros with data's rows; the rows of values added at indices (a sparse gradient made dense)."""
+    idx = indices.astype(np.int64).reshape(-1)
+    rows = values.reshape((idx.size,) + values.shape[indices.ndim:])
+    dense = np.zeros((data.shape[0],) + rows.shape[1:], dtype=values.dtype)
+    np.add.at(dense, idx, rows)
+    return dense
 
 
 # --- reductions
@@ -371,3 +373,52 @@ def sum_reduce_like(dy, like, broadcast=0, axis=-1):
     if stretched:
         out = out.sum(axis=stretched, keepdims=True)
     return np.asarray(out, dtype=dy.dtype).reshape(shape)
+
+
+# --- sparse updates (VALUES[i] is the gradient of row INDICES[i])
+def _occurrences(idx):
+    """Positions of idx grouped in rounds: round k holds the k-th occurrence of each row
+    (within a round every row appears once, so a round updates with one numpy call)."""
+    order = np.argsort(idx, kind="stable")
+    sorted_idx = idx[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_idx)) + 1]
+    rank = np.arange(idx.size) - np.repeat(starts, np.diff(np.r_[starts, idx.size]))
+    return [order[rank == k] for k in range(int(rank.max()) + 1 if idx.size else 0)]
+
+
+def scatter_weighted_sum(data, w0, indices, *pairs):
+    idx = indices.astype(np.int64).reshape(-1)
+    out = data.copy()
+    scale = w0.reshape(())
+    if scale != 1:
+        rows, counts = np.unique(idx, return_counts=True)
+        out[rows] *= (scale ** counts.astype(data.dtype)).reshape((-1,) + (1,) * (data.ndim - 1))
+    for k in range(0, len(pairs), 2):
+        slices = pairs[k].reshape((idx.size,) + data.shape[1:])
+        np.add.at(out, idx, slices * pairs[k + 1].reshape(()))
+    return out
+
+
+def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5):
+    idx = indices.astype(np.int64).reshape(-1)
+    g = g.reshape((idx.size,) + p.shape[1:])
+    p, m = p.copy(), m.copy()
+    lr, eps = lr.reshape(()), p.dtype.type(epsilon)
+    for at in _occurrences(idx):
+        rows, gi = idx[at], g[at]
+        m[rows] += gi * gi
+        p[rows] += lr * gi / (np.sqrt(m[rows]) + eps)
+    return p, m
+
+
+def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5):
+    idx = indices.astype(np.int64).reshape(-1)
+    g = g.reshape((idx.size, -1))
+    p, m = p.copy(), m.copy()
+    lr, eps = lr.reshape(()), p.dtype.type(epsilon)
+    flat = p.reshape(p.shape[0], -1)
+    for at in _occurrences(idx):
+        rows, gi = idx[at], g[at]
+        m[rows] += np.mean(gi * gi, axis=1, dtype=p.dtype)
+        flat[rows] += lr * gi / (np.sqrt(m[rows])[:, None] + eps)
+    return p, m

@@ -11,7 +11,7 @@ from ..gradients import no_gradient
 from ..opdef import PURE, declare, type_error
 from ..types import FLOAT_DTYPES, TensorType
 from .infer import dtype_from_code, require, tensors
-from .nn import RANDOM, floats
+from .nn import RANDOM, floats, indices
 
 _FILL = {"shape": None, "extra_shape": None, "input_as_shape": 0, "dtype": 1, "random_seed": -1,
          "output_names": []}
@@ -151,3 +151,51 @@ declare("Adam", 6, _adam, results=3, attrs={"beta1": 0.9, "beta2": 0.999, "epsil
         traits={PURE},
         doc="(param, m1, m2, grad, lr, iter) -> (param + lr c m1' / (sqrt(m2') + eps), m1', m2'); "
             "c = sqrt(1 - beta2^t) / (1 - beta1^t), t = iter + 1")
+
+
+# ----------------------------------------------------------------------------- sparse updates
+# A sparse gradient is (INDICES, VALUES): VALUES[i] is the gradient of row INDICES[i]; the
+# updates touch only those rows (dslc/gradients.py, GradientSlice).
+
+def _rows(name, data, idx, values):
+    indices(name, idx, "indices")
+    if data.shape is not None and values.shape is not None and idx.shape is not None \
+            and None not in data.shape + values.shape + idx.shape \
+            and tuple(values.shape[len(idx.shape):]) != tuple(data.shape[1:]):
+        type_error(f"{name}: a row of the values has shape {list(values.shape[len(idx.shape):])}, a row of "
+                   f"the parameter {list(data.shape[1:])}",
+                   "the values are rows of the parameter, one per index (shape indices.shape + row shape)")
+
+
+def _scatter_weighted_sum(types, attrs, n):
+    if len(types) < 5 or len(types) % 2 == 0:
+        type_error(f"ScatterWeightedSum takes (DATA, W0, INDICES, X1, W1, ...), got {len(types)} inputs",
+                   "give DATA, its weight, the indices, then (slices, weight) pairs")
+    data, w0, idx, *rest = types
+    ts = floats("ScatterWeightedSum", [data, w0] + rest)
+    for k in range(2, len(ts), 2):
+        _rows("ScatterWeightedSum", data, idx, ts[k])
+    return [ts[0]]
+
+
+declare("ScatterWeightedSum", (5, None), _scatter_weighted_sum, traits={PURE},
+        doc="(DATA, W0, INDICES, X1, W1, ...) -> DATA with each indexed row r = r w0 + X1[i] w1 + ... "
+            "(every occurrence of a row scales it by w0, then all the slices add)")
+
+
+def _sparse_adagrad(name):
+    def infer(types, attrs, n):
+        p, m, idx, g, lr = types
+        ts = floats(name, [p, m, g, lr])
+        _rows(name, p, idx, g)
+        return [ts[0], ts[1]]
+    return infer
+
+
+declare("SparseAdagrad", 5, _sparse_adagrad("SparseAdagrad"), results=2, attrs={"epsilon": 1e-5, "engine": ""},
+        traits={PURE},
+        doc="(param, moment, INDICES, grad rows, lr) -> (param, moment), per index in order: "
+            "m[r] += g^2, p[r] += lr g / (sqrt(m[r]) + epsilon)")
+declare("RowWiseSparseAdagrad", 5, _sparse_adagrad("RowWiseSparseAdagrad"), results=2,
+        attrs={"epsilon": 1e-5, "engine": ""}, traits={PURE},
+        doc="SparseAdagrad with one moment per row (a vector): m[r] += mean(g^2)")

@@ -1,0 +1,171 @@
+"""Sparse gradients: Gather's gradient is a GradientSlice (indices, rows), kept sparse to the
+optimizer, made dense only where a dense gradient is needed; the sparse updates.
+
+Kernel figures marked "Caffe2" were read off the real Caffe2 (torch 1.10.2's caffe2,
+the same inputs through workspace.RunOperatorOnce, printed with .tolist()); training
+runs are checked against a numpy loop written here.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dslc import core, optimizer, workspace
+from dslc import hypothesis_test_util as hu
+from dslc.model_helper import ModelHelper
+from dslc.session import LocalSession
+
+BACKENDS = ["interp", "numba"]
+
+W = np.arange(8, dtype=np.float32).reshape(4, 2)
+IDX = np.array([1, 3, 1], np.int64)
+G = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)
+
+
+def _run_op(do, op_type, inputs: dict, outputs, **args):
+    workspace.ResetWorkspace()
+    for k, v in inputs.items():
+        workspace.FeedBlob(k, v)
+    op = core.CreateOperator(op_type, list(inputs), outputs, device_option=do, **args)
+    workspace.RunOperatorOnce(op)
+    return [workspace.FetchBlob(o).tolist() for o in outputs]
+
+
+@pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+def test_sparse_updates_match_caffe2(do):
+    one, half, lr = (np.array([v], np.float32) for v in (1.0, 0.5, -0.1))
+    got = _run_op(do, "ScatterWeightedSum", {"w": W, "one": one, "idx": IDX, "g": G, "lr": lr}, ["w"])
+    np.testing.assert_allclose(got[0], [[0.0, 1.0], [1.4, 2.2], [4.0, 5.0], [5.7, 6.6]], rtol=1e-6)  # Caffe2
+    # every occurrence scales the row by w0 first (row 1 twice: 0.25), then the slices add
+    got = _run_op(do, "ScatterWeightedSum", {"w": W, "half": half, "idx": IDX, "g": G, "lr": lr}, ["w"])
+    np.testing.assert_allclose(got[0], [[0.0, 1.0], [-0.1, -0.05], [4.0, 5.0], [2.7, 3.1]], rtol=1e-5,
+                               atol=1e-7)  # Caffe2
+    h = np.full((4, 2), 0.5, np.float32)
+    w, h = _run_op(do, "SparseAdagrad", {"w": W, "h": h, "idx": IDX, "g": G, "lr": lr}, ["w", "h"], epsilon=1e-5)
+    np.testing.assert_allclose(w, [[0.0, 1.0], [1.8212226629257202, 2.811438798904419], [4.0, 5.0],
+                                   [5.90266752243042, 6.901526927947998]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(h, [[0.5, 0.5], [26.5, 40.5], [0.5, 0.5], [9.5, 16.5]])  # Caffe2
+    h1 = np.full((4,), 0.5, np.float32)
+    w, h1 = _run_op(do, "RowWiseSparseAdagrad", {"w": W, "h1": h1, "idx": IDX, "g": G, "lr": lr}, ["w", "h1"],
+                    epsilon=1e-5)
+    np.testing.assert_allclose(w, [[0.0, 1.0], [1.8558785915374756, 2.7808666229248047], [4.0, 5.0],
+                                   [5.916795253753662, 6.8890604972839355]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(h1, [0.5, 33.5, 0.5, 13.0])  # Caffe2
+
+
+def test_gathers_gradient_is_a_slice_and_no_op():
+    net = core.Net("g")
+    net.Gather(["w", "idx"], "rows")
+    net.SumElements(["rows"], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    assert grads["w"] == core.GradientSlice("idx", "rows_grad")
+    assert all(op.type != "SparseToDense" for op in net.Proto().op)
+    ops, g_input = core.GradientRegistry.GetGradientForOp(core.CreateOperator("Gather", ["w", "i"], ["y"]),
+                                                          ["y_grad"])
+    assert ops == [] and g_input == [core.GradientSlice("i", "y_grad"), None]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_readers_add_up_densely(backend):
+    """loss = sum(w[i1]) + sum(w * 2): d/dw = 2 everywhere, plus 1 per occurrence in i1."""
+    net = core.Net("two")
+    net.Gather(["w", "i1"], "a")
+    net.Scale(["w"], "b", scale=2.0)
+    net.SumElements(["a"], "sa")
+    net.SumElements(["b"], "sb")
+    net.Add(["sa", "sb"], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    assert isinstance(grads["w"], str)
+    workspace.FeedBlob("w", W)
+    workspace.FeedBlob("i1", np.array([0, 2, 0], np.int64))
+    with LocalSession(backend=backend) as s:
+        s.run(net)
+    want = np.full((4, 2), 2.0, np.float32)
+    want[0] += 2
+    want[2] += 1
+    np.testing.assert_array_equal(workspace.FetchBlob(grads["w"]), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_gather_of_a_computed_tensor_is_made_dense_for_its_maker(backend):
+    """t = 3 x; loss = sum(t[i]^2): d/dx = 3 * 2 t[i] summed at i = 18 x[i] per occurrence."""
+    net = core.Net("chain")
+    net.Scale(["x"], "t", scale=3.0)
+    net.Gather(["t", "i"], "rows")
+    net.Sqr(["rows"], "sq")
+    net.SumElements(["sq"], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    assert any(op.type == "SparseToDense" for op in net.Proto().op)
+    x = np.array([[1.0, -1.0], [2.0, 0.5], [0.25, 4.0]], np.float32)
+    i = np.array([2, 0, 2], np.int64)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("i", i)
+    with LocalSession(backend=backend) as s:
+        s.run(net)
+    want = np.zeros_like(x)
+    for r in i:
+        want[r] += 18 * x[r]
+    np.testing.assert_allclose(workspace.FetchBlob(grads["x"]), want, rtol=1e-6)
+
+
+def _embedding_model(opt):
+    model = ModelHelper(name=f"emb_{opt}")
+    w = model.param_init_net.ConstantFill([], "emb", shape=[6, 3], value=0.5)
+    model.AddParameter(w)
+    rows = model.net.Gather([w, "ids"], "rows")
+    pooled = model.net.ReduceSum(rows, "pooled", axes=[1], keepdims=0)  # [batch, 3]: bags of 2 ids
+    d = model.net.SquaredL2Distance([pooled, "target"], "d")
+    loss = model.net.AveragedLoss(d, "loss")
+    model.AddGradientOperators([loss])
+    assert isinstance(model.param_to_grad[w], core.GradientSlice)
+    if opt == "sgd":
+        optimizer.build_sgd(model, base_learning_rate=0.1)
+    else:
+        optimizer.build_adagrad(model, base_learning_rate=0.1, epsilon=1e-4)
+    assert not any(op.type in ("SparseToDense", "WeightedSum", "Adagrad") for op in model.net.Proto().op)
+    return model
+
+
+def _numpy_training(opt, ids_steps, targets, steps):
+    w = np.full((6, 3), 0.5, np.float64)
+    h = np.zeros_like(w)
+    for s in range(steps):
+        ids, t = ids_steps[s], targets[s]
+        pooled = w[ids].sum(axis=1)
+        dpooled = (pooled - t) / ids.shape[0]
+        flat, rows = ids.reshape(-1), np.repeat(dpooled, ids.shape[1], axis=0)
+        for r, g in zip(flat, rows):  # per occurrence, in order (as the sparse updates run)
+            if opt == "sgd":
+                w[r] -= 0.1 * g
+            else:
+                h[r] += g * g
+                w[r] -= 0.1 * g / (np.sqrt(h[r]) + 1e-4)
+    return w
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("opt", ["sgd", "adagrad"])
+def test_embedding_training_touches_only_the_rows_read(backend, opt):
+    rng = np.random.default_rng(7)
+    steps = 6
+    ids_steps = [rng.integers(0, 5, size=(4, 2)).astype(np.int64) for _ in range(steps)]  # row 5 never read
+    targets = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(steps)]
+    model = _embedding_model(opt)
+    with LocalSession(backend=backend) as s:
+        s.run(model.param_init_net)
+        for k in range(steps):
+            workspace.FeedBlob("ids", ids_steps[k])
+            workspace.FeedBlob("target", targets[k])
+            s.run(model.net)
+    got = workspace.FetchBlob("emb")
+    np.testing.assert_allclose(got, _numpy_training(opt, ids_steps, targets, steps), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(got[5], [0.5, 0.5, 0.5])
+
+
+def test_harness_checks_a_sparse_gradient():
+    """The gradient checker densifies a GradientSlice (np.add.at) before comparing."""
+    case = hu.HypothesisTestCase()
+    data = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    for gc in hu.device_options:
+        case.assertGradientChecks(gc, core.CreateOperator("Gather", ["D", "I"], ["Y"]),
+                                  [data.copy(), np.array([3, 0, 3], np.int64)], 0, [0])
