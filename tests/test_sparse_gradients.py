@@ -169,3 +169,27 @@ def test_harness_checks_a_sparse_gradient():
     for gc in hu.device_options:
         case.assertGradientChecks(gc, core.CreateOperator("Gather", ["D", "I"], ["Y"]),
                                   [data.copy(), np.array([3, 0, 3], np.int64)], 0, [0])
+
+
+def test_updates_write_in_place_yet_never_change_a_value_someone_holds():
+    """From the second step on the table is updated where it lies (only the rows read are
+    touched); an array the user fetched keeps its values, and so does the init net's."""
+    model = _embedding_model("sgd")
+    ids = np.array([[0, 1], [1, 2], [2, 3], [3, 4]], np.int64)
+    target = np.zeros((4, 3), np.float32)
+    seen = []
+    with LocalSession() as s:
+        s.run(model.param_init_net)
+        for k in range(4):
+            workspace.FeedBlob("ids", ids)
+            workspace.FeedBlob("target", target)
+            s.run(model.net)
+            seen.append(id(workspace.current().lookup("emb").v))
+        held = workspace.FetchBlob("emb")
+        before = held.copy()
+        s.run(model.net)
+        np.testing.assert_array_equal(held, before)  # the user's array is not written into
+        assert not np.array_equal(workspace.FetchBlob("emb"), before)
+        s.run(model.param_init_net)  # the init net's fill is still 0.5 everywhere
+        np.testing.assert_array_equal(workspace.FetchBlob("emb"), np.full((6, 3), 0.5, np.float32))
+    assert len(set(seen[1:])) == 1  # one array from the second step on

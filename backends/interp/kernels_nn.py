@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 
 import numpy as np
 
@@ -39,8 +40,7 @@ FUNCTIONS = {
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
     "Adagrad": nm.adagrad, "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
-    "ScatterWeightedSum": nm.scatter_weighted_sum, "SparseAdagrad": nm.sparse_adagrad,
-    "RowWiseSparseAdagrad": nm.row_wise_sparse_adagrad,
+
     **activations.FUNCTIONS,
 }
 
@@ -51,6 +51,67 @@ def bound(fn, attrs: dict):
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return functools.partial(fn, **attrs)
     return functools.partial(fn, **{k: v for k, v in attrs.items() if k in params})
+
+
+# Sparse updates and the operands they may overwrite (their parameter, its moment).
+IN_PLACE = {"ScatterWeightedSum": (nm.scatter_weighted_sum, (0,)),
+            "SparseAdagrad": (nm.sparse_adagrad, (0, 1)),
+            "RowWiseSparseAdagrad": (nm.row_wise_sparse_adagrad, (0, 1))}
+
+
+def _last_use(op, k: int) -> bool:
+    """Whether operand ``k`` is a blob loaded in ``op``'s region or one around it (not a
+    constant of the program, nor a loop's value) that nothing uses after ``op`` or beside it
+    (a concurrent sibling could read it while ``op`` writes)."""
+    value = op.operands[k]
+    owner = getattr(value, "owner", None)  # (a region argument has none)
+    if owner is None or owner.name != "load":
+        return False
+    region = owner.parent
+    here = _ancestor_in(op, region)
+    if here is None:
+        return False
+    at = region.ops.index(here)
+    for user, _ in value.uses:
+        if user is op:
+            continue
+        there = _ancestor_in(user, region)
+        if there is None or there is here or region.ops.index(there) > at:
+            return False
+    return True
+
+
+def _ancestor_in(op, region):
+    """``op``, or the op of ``region`` that holds it in one of its regions (None if none does)."""
+    while op is not None and op.parent is not region:
+        op = op.parent.parent if op.parent is not None else None
+    return op
+
+
+def _owned(x) -> bool:
+    """Whether only the workspace cell it was loaded from and this call hold array ``x``."""
+    # the cell, the generated code's variable, the call's argument tuple, ``x``, getrefcount's argument
+    return (isinstance(x, np.ndarray) and sys.getrefcount(x) <= 5 and x.base is None
+            and x.flags.writeable and x.flags.c_contiguous)
+
+
+def _in_place(fn, operands):
+    """A sparse update's kernel: it writes into its parameter (and moment) when the IR has no
+    later use of their values and nothing else holds their arrays (a view, another blob),
+    so a step touches only the rows it reads; otherwise it updates copies."""
+    def make(op, cfg):
+        f = bound(fn, op.attrs)
+        if not all(_last_use(op, k) for k in operands):
+            return f
+
+        def update(*xs):
+            return f(*xs, inplace=all(_owned(xs[k]) for k in operands))
+        return update
+    return make
+
+
+for _name, (_fn, _operands) in IN_PLACE.items():
+    kernel(_name)(_in_place(_fn, _operands))
 
 
 def _plain(fn):

@@ -124,7 +124,7 @@ def sparse_to_dense(indices, values, data):
     idx = indices.astype(np.int64).reshape(-1)
     rows = values.reshape((idx.size,) + values.shape[indices.ndim:])
     dense = np.zeros((data.shape[0],) + rows.shape[1:], dtype=values.dtype)
-    np.add.at(dense, idx, rows)
+    add_rows(dense, idx, rows)
     return dense
 
 
@@ -386,23 +386,38 @@ def _occurrences(idx):
     return [order[rank == k] for k in range(int(rank.max()) + 1 if idx.size else 0)]
 
 
-def scatter_weighted_sum(data, w0, indices, *pairs):
+# The sparse updates write into their parameter (and moment) arrays when ``inplace``: the
+# caller promises nothing else holds them (backends/interp/kernels_nn.py checks).
+
+def scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
-    out = data.copy()
+    out = data if inplace else data.copy()
     scale = w0.reshape(())
     if scale != 1:
         rows, counts = np.unique(idx, return_counts=True)
         out[rows] *= (scale ** counts.astype(data.dtype)).reshape((-1,) + (1,) * (data.ndim - 1))
     for k in range(0, len(pairs), 2):
         slices = pairs[k].reshape((idx.size,) + data.shape[1:])
-        np.add.at(out, idx, slices * pairs[k + 1].reshape(()))
+        add_rows(out, idx, slices * pairs[k + 1].reshape(()))
     return out
 
 
-def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5):
+def add_rows(out, idx, rows):
+    """out[idx[i]] += rows[i] for every i (repeated rows add up): the rows summed per index
+    first (a sort and one reduceat), then one indexed add, faster than np.add.at."""
+    if idx.size == 0:
+        return
+    order = np.argsort(idx, kind="stable")
+    sorted_idx = idx[order]
+    starts = np.r_[0, np.flatnonzero(sorted_idx[1:] != sorted_idx[:-1]) + 1]
+    out[sorted_idx[starts]] += np.add.reduceat(rows[order], starts, axis=0)
+
+
+def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
     g = g.reshape((idx.size,) + p.shape[1:])
-    p, m = p.copy(), m.copy()
+    if not inplace:
+        p, m = p.copy(), m.copy()
     lr, eps = lr.reshape(()), p.dtype.type(epsilon)
     for at in _occurrences(idx):
         rows, gi = idx[at], g[at]
@@ -411,10 +426,11 @@ def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5):
     return p, m
 
 
-def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5):
+def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
     g = g.reshape((idx.size, -1))
-    p, m = p.copy(), m.copy()
+    if not inplace:
+        p, m = p.copy(), m.copy()
     lr, eps = lr.reshape(()), p.dtype.type(epsilon)
     flat = p.reshape(p.shape[0], -1)
     for at in _occurrences(idx):
