@@ -141,13 +141,17 @@ class Emitter:
         if pairs:
             self.emit(indent, ", ".join(t for t, _ in pairs) + " = " + ", ".join(v for _, v in pairs), op)
 
+    def kernel_entry(self, name: str):
+        """``(factory, per_instance)`` of op ``name``'s kernel (a backend may add its own)."""
+        return kernel_entry(name)
+
     def op(self, op: Operation, indent: int, loop_targets) -> None:
         special = getattr(self, "op_" + op.name, None)
         if special is not None:
             return special(op, indent, loop_targets)
         if op.name in PLAN_OPS:
             return self.plan(op, indent)
-        entry = kernel_entry(op.name)
+        entry = self.kernel_entry(op.name)
         if entry is None:
             raise ExecutionError(f"the interp backend has no kernel for {op.name}", op.loc)
         factory, per_instance = entry
@@ -186,7 +190,7 @@ class Emitter:
         body = [o for o in op.regions[0].ops if o.name != "yield"]
         thunks = []
         for o in body:
-            k = self.bind("k", kernel_entry(o.name)[0](o, self.cfg))
+            k = self.bind("k", self.kernel_entry(o.name)[0](o, self.cfg))
             thunks.append(f"(lambda: {k}({', '.join(self.var(v) for v in o.operands)}))")
         outs = [self.var(o.result) for o in body]
         self.emit(indent, f"{', '.join(outs)}, = {self.bind('t', together)}({', '.join(thunks)})", op)

@@ -28,6 +28,11 @@ from .source import Writer, fused_source
 class NumbaEmitter(Emitter):
     interpreting = False  # set while writing an island's interpreter fallback
 
+    def kernel_entry(self, name: str):
+        from .sparse import KERNELS  # the sparse updates: compiled row loops
+        k = KERNELS.get(name)
+        return (k, False) if k is not None else super().kernel_entry(name)
+
     def partition(self, r):
         if self.interpreting:
             return r.ops

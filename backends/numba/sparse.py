@@ -1,0 +1,87 @@
+"""The numba backend's kernels for the sparse updates (ScatterWeightedSum, SparseAdagrad,
+RowWiseSparseAdagrad): compiled loops over the rows a sparse gradient has, writing into
+the parameter where it lies under the interpreter's conditions (backends/interp/
+kernels_nn.py: no later or concurrent use of the loaded value, nothing else holding the
+array), else into a copy. They run between islands, as the interpreter's kernels would,
+but do per-row work in compiled loops instead of numpy's sort and indexed add.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from dslc.backends.interp import kernels_nn as ik
+from dslc.ir.diagnostics import DSLError
+
+
+@njit(cache=True, nogil=True)
+def _add_rows(out, idx, rows, w):
+    for i in range(idx.size):
+        r = idx[i]
+        for j in range(rows.shape[1]):
+            out[r, j] += rows[i, j] * w
+
+
+@njit(cache=True, nogil=True)
+def _adagrad_rows(p, m, idx, g, lr, eps):
+    for i in range(idx.size):
+        r = idx[i]
+        for j in range(g.shape[1]):
+            gi = g[i, j]
+            m[r, j] += gi * gi
+            p[r, j] += lr * gi / (np.sqrt(m[r, j]) + eps)
+
+
+@njit(cache=True, nogil=True)
+def _row_wise_adagrad_rows(p, m, idx, g, lr, eps):
+    n = g.shape[1]
+    for i in range(idx.size):
+        r = idx[i]
+        s = g.dtype.type(0)
+        for j in range(n):
+            s += g[i, j] * g[i, j]
+        m[r] += s / n
+        step = lr / (np.sqrt(m[r]) + eps)
+        for j in range(n):
+            p[r, j] += step * g[i, j]
+
+
+def _checked(name, indices, rows):
+    idx = np.ascontiguousarray(indices.reshape(-1), dtype=np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+        raise DSLError(f"{name}: an index is outside the parameter's {rows} rows "
+                       f"(got {idx.min()}..{idx.max()})", hint="indices are row numbers 0..rows-1")
+    return idx
+
+
+def _flat(x):
+    return x.reshape(x.shape[0], -1)
+
+
+def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
+    if w0.reshape(()) != 1 or len(pairs) != 2 or data.dtype != pairs[0].dtype or data.ndim == 0:
+        return ik.nm.scatter_weighted_sum(data, w0, indices, *pairs, inplace=inplace)
+    idx = _checked("ScatterWeightedSum", indices, data.shape[0])
+    out = data if inplace else data.copy()
+    rows = np.ascontiguousarray(pairs[0]).reshape(idx.size, -1)
+    _add_rows(_flat(out), idx, rows, data.dtype.type(pairs[1].reshape(())))
+    return out
+
+
+def _adagrad(loop, name):
+    def run(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
+        idx = _checked(name, indices, p.shape[0])
+        if not inplace:
+            p, m = p.copy(), m.copy()
+        rows = np.ascontiguousarray(g).reshape(idx.size, -1)
+        dt = p.dtype.type
+        loop(_flat(p), _flat(m) if m.ndim > 1 else m, idx, rows, dt(lr.reshape(())), dt(epsilon))
+        return p, m
+    return run
+
+
+KERNELS = {
+    "ScatterWeightedSum": ik._in_place(_scatter_weighted_sum, (0,)),
+    "SparseAdagrad": ik._in_place(_adagrad(_adagrad_rows, "SparseAdagrad"), (0, 1)),
+    "RowWiseSparseAdagrad": ik._in_place(_adagrad(_row_wise_adagrad_rows, "RowWiseSparseAdagrad"), (0, 1)),
+}
