@@ -7,7 +7,7 @@ rows read per table); each bag summed, the 4 sums concatenated (256 x 64), FC to
 squared distance to a label, averaged; plain SGD (lr 0.01). dslc and Caffe2 run the
 same ops (Gather, ReduceSum over the bag, Concat, FC, SquaredL2Distance, AveragedLoss,
 AddGradientOperators, build_sgd): Gather's gradient is sparse, so the update touches only
-the rows read. Caffe2 also runs its SparseLengthsSum form; PyTorch (if installed) runs
+the rows read. Both also run the SparseLengthsSum form (a bag's gather and sum in one op); PyTorch (if installed) runs
 EmbeddingBag(mode="sum", sparse=True) with torch.optim.SGD. Every library runs on one
 thread; each figure is the median of `--reps` timings of `--steps` steps, in this one run;
 ratios are to dslc numba. The BLAS kernel numpy uses is printed (threadpoolctl).
@@ -39,7 +39,7 @@ def batch(seed=0):
     return ids, rng.normal(size=(BATCH, 1)).astype(np.float32)
 
 
-def dslc_step(backend, reps, steps):
+def dslc_step(backend, reps, steps, sls=False):
     from dslc import brew, optimizer, workspace
     from dslc.model_helper import ModelHelper
     from dslc.session import LocalSession
@@ -50,9 +50,14 @@ def dslc_step(backend, reps, steps):
     for t in range(TABLES):
         w = model.param_init_net.UniformFill([], f"emb{t}", shape=[ROWS, DIM], min=-0.1, max=0.1)
         model.AddParameter(w)
-        rows = model.net.Gather([w, f"ids{t}"], f"rows{t}")
-        pooled.append(model.net.ReduceSum(rows, f"pool{t}", axes=[1], keepdims=0))
-        ws.feed_blob(f"ids{t}", ids[t])
+        if sls:
+            ws.feed_blob(f"ids{t}", ids[t].reshape(-1))
+            ws.feed_blob("lengths", np.full(BATCH, BAG, np.int32))
+            pooled.append(model.net.SparseLengthsSum([w, f"ids{t}", "lengths"], f"pool{t}"))
+        else:
+            ws.feed_blob(f"ids{t}", ids[t])
+            rows = model.net.Gather([w, f"ids{t}"], f"rows{t}")
+            pooled.append(model.net.ReduceSum(rows, f"pool{t}", axes=[1], keepdims=0))
     ws.feed_blob("label", label)
     cat, _ = model.net.Concat(pooled, ["cat", "cat_dims"], axis=1)
     y = brew.fc(model, cat, "y", dim_in=TABLES * DIM, dim_out=1)
@@ -158,7 +163,9 @@ def main(argv=None) -> int:
     print(f"numpy's OpenBLAS kernel: {blas_kernel()}; OPENBLAS_CORETYPE="
           f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     figures = {"dslc numba": dslc_step("numba", args.reps, args.steps),
-               "dslc interp": dslc_step("interp", args.reps, args.steps)}
+               "dslc interp": dslc_step("interp", args.reps, args.steps),
+               "dslc numba, SparseLengthsSum": dslc_step("numba", args.reps, args.steps, sls=True),
+               "dslc interp, SparseLengthsSum": dslc_step("interp", args.reps, args.steps, sls=True)}
     c2 = caffe2_steps(args.reps, args.steps)
     if "CAFFE2_GATHER" in c2:
         figures["Caffe2, Gather + ReduceSum"] = c2["CAFFE2_GATHER"]

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import activations
+from dslc.ir.ops import activations, segments
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -41,7 +41,7 @@ FUNCTIONS = {
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
     "Adagrad": nm.adagrad, "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
 
-    **activations.FUNCTIONS,
+    **activations.FUNCTIONS, **segments.FUNCTIONS,
 }
 
 

@@ -80,7 +80,42 @@ def _adagrad(loop, name):
     return run
 
 
+@njit(cache=True, nogil=True)
+def _bag_sums(data, idx, lengths, weights, mean, out):
+    k = 0
+    for s in range(lengths.size):
+        n = lengths[s]
+        for _ in range(n):
+            r = idx[k]
+            w = weights[k] if weights.size else data.dtype.type(1)
+            for j in range(data.shape[1]):
+                out[s, j] += w * data[r, j]
+            k += 1
+        if mean and n > 0:
+            scale = data.dtype.type(1.0 / n)  # (as the interpreter: times the rounded reciprocal)
+            for j in range(data.shape[1]):
+                out[s, j] *= scale
+
+
+def _sparse_lengths(name, weighted=False, mean=False):
+    """The bags' sums (or means) gathered and added in one compiled pass."""
+    def run(data, *rest):
+        weights, indices, lengths = rest if weighted else (None, *rest)
+        idx = _checked(name, indices, data.shape[0])
+        lens = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+        if (lens < 0).any() or int(lens.sum()) != idx.size or data.ndim == 0:
+            return ik.segments.FUNCTIONS[name](data, *rest)  # (the interpreter's error)
+        w = np.ascontiguousarray(weights, dtype=data.dtype).reshape(-1) if weighted else np.empty(0, data.dtype)
+        out = np.zeros((lens.size,) + data.shape[1:], dtype=data.dtype)
+        _bag_sums(np.ascontiguousarray(data).reshape(data.shape[0], -1), idx, lens, w, mean, _flat(out))
+        return out
+    return lambda op, cfg: run
+
+
 KERNELS = {
+    "SparseLengthsSum": _sparse_lengths("SparseLengthsSum"),
+    "SparseLengthsMean": _sparse_lengths("SparseLengthsMean", mean=True),
+    "SparseLengthsWeightedSum": _sparse_lengths("SparseLengthsWeightedSum", weighted=True),
     "ScatterWeightedSum": ik._in_place(_scatter_weighted_sum, (0,)),
     "SparseAdagrad": ik._in_place(_adagrad(_adagrad_rows, "SparseAdagrad"), (0, 1)),
     "RowWiseSparseAdagrad": ik._in_place(_adagrad(_row_wise_adagrad_rows, "RowWiseSparseAdagrad"), (0, 1)),

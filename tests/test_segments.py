@@ -1,0 +1,129 @@
+"""Segment reductions (LengthsSum/Mean, SparseLengthsSum/Mean/WeightedSum) and their
+sparse gradients, on both devices.
+
+Figures marked "Caffe2" were read off the real Caffe2 (torch 1.10.2's caffe2: the same
+inputs through workspace.RunOperatorOnce, and a net's AddGradientOperators, printed with
+.tolist()).
+"""
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from dslc import core, optimizer, workspace
+from dslc import hypothesis_test_util as hu
+from dslc.ir.diagnostics import DSLError
+from dslc.model_helper import ModelHelper
+from dslc.session import LocalSession
+
+D = np.arange(12, dtype=np.float32).reshape(6, 2)
+I = np.array([5, 0, 0, 2, 3], np.int64)  # noqa: E741
+L = np.array([2, 0, 3], np.int32)
+W = np.array([0.5, 2.0, 1.0, -1.0, 3.0], np.float32)
+DEVICES = pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+
+
+def _one(do, op_type, inputs):
+    workspace.ResetWorkspace()
+    for k, v in inputs.items():
+        workspace.FeedBlob(k, v)
+    workspace.RunOperatorOnce(core.CreateOperator(op_type, list(inputs), ["y"], device_option=do))
+    return workspace.FetchBlob("y").tolist()
+
+
+@DEVICES
+def test_values_match_caffe2(do):
+    assert _one(do, "SparseLengthsSum", {"d": D, "i": I, "l": L}) == [[10.0, 12.0], [0.0, 0.0], [10.0, 13.0]]
+    assert _one(do, "SparseLengthsMean", {"d": D, "i": I, "l": L}) == \
+        [[5.0, 6.0], [0.0, 0.0], [3.3333334922790527, 4.333333492279053]]  # Caffe2 (x float32(1/3))
+    assert _one(do, "SparseLengthsWeightedSum", {"d": D, "w": W, "i": I, "l": L}) == \
+        [[5.0, 7.5], [0.0, 0.0], [14.0, 17.0]]
+    l2 = np.array([1, 0, 5], np.int32)
+    assert _one(do, "LengthsSum", {"d": D, "l": l2}) == [[0.0, 1.0], [0.0, 0.0], [30.0, 35.0]]
+    assert _one(do, "LengthsMean", {"d": D, "l": l2}) == [[0.0, 1.0], [0.0, 0.0], [6.0, 7.0]]
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_the_tables_gradient_is_sparse_and_matches_caffe2(backend):
+    net = core.Net("slm")
+    net.SparseLengthsMean(["d", "i", "l"], "y")
+    net.Sqr("y", "y2")
+    net.SumElements("y2", "loss")
+    grads = net.AddGradientOperators(["loss"])
+    assert isinstance(grads["d"], core.GradientSlice) and grads["d"].indices == "i"
+    workspace.FeedBlob("d", D)
+    workspace.FeedBlob("i", I)
+    workspace.FeedBlob("l", L)
+    with LocalSession(backend=backend) as s:
+        s.run(net)
+    assert workspace.FetchBlob(grads["d"].values).tolist() == [  # Caffe2
+        [5.0, 6.0], [5.0, 6.0], [2.222222328186035, 2.8888890743255615],
+        [2.222222328186035, 2.8888890743255615], [2.222222328186035, 2.8888890743255615]]
+
+
+class TestSegmentGradients(hu.HypothesisTestCase):
+    @settings(max_examples=4, deadline=None, derandomize=True)
+    @given(data=st.data(), **hu.gcs)
+    def test_gradients(self, data, gc, dc):
+        table = np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)
+        lengths = data.draw(hu.lengths(6, max_segments=4))
+        idx = np.array(data.draw(st.lists(st.integers(0, 4), min_size=6, max_size=6)), np.int64)
+        w = np.linspace(0.5, 1.5, 6, dtype=np.float32)
+        for op_type, ins in [("SparseLengthsSum", [table, idx, lengths]),
+                             ("SparseLengthsMean", [table, idx, lengths]),
+                             ("SparseLengthsWeightedSum", [table, w, idx, lengths])]:
+            names = ["D", "W", "I", "L"] if len(ins) == 4 else ["D", "I", "L"]
+            op = core.CreateOperator(op_type, names, ["Y"])
+            self.assertDeviceChecks(dc, op, ins, [0])
+            self.assertGradientChecks(gc, op, [a.copy() for a in ins], 0, [0])
+        op = core.CreateOperator("LengthsMean", ["D", "L"], ["Y"])
+        rows = np.linspace(-1, 1, 18, dtype=np.float32).reshape(6, 3)
+        self.assertGradientChecks(gc, op, [rows, lengths], 0, [0])
+
+
+@DEVICES
+def test_bad_lengths_and_indices_are_located_errors(do):
+    for inputs in ({"d": D, "i": I, "l": np.array([2, 2], np.int32)},  # add up to 4, not 5
+                   {"d": D, "i": np.array([0, 6], np.int64), "l": np.array([2], np.int32)}):  # row 6 of 6
+        with pytest.raises(DSLError) as e:
+            _one(do, "SparseLengthsSum", inputs)
+        assert e.value.loc is not None and e.value.loc.file.endswith("test_segments.py")
+
+
+def _numpy_sgd(table, bags, lengths, targets, lr, steps):
+    t = table.astype(np.float64)
+    for s in range(steps):
+        idx, lens, y = bags[s], lengths, targets[s]
+        seg = np.repeat(np.arange(lens.size), lens)
+        pooled = np.zeros((lens.size, t.shape[1]))
+        np.add.at(pooled, seg, t[idx])
+        dpooled = (pooled - y) / lens.size  # AveragedLoss of SquaredL2Distance
+        np.add.at(t, idx, -lr * dpooled[seg])
+    return t
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_an_sls_embedding_model_trains_as_numpy(backend):
+    rng = np.random.default_rng(5)
+    steps, lr = 5, 0.2
+    lengths = np.array([3, 1, 2, 2], np.int32)
+    bags = [rng.integers(0, 7, size=8).astype(np.int64) for _ in range(steps)]
+    targets = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(steps)]
+    model = ModelHelper(name=f"sls_{backend}")
+    table = model.param_init_net.ConstantFill([], "table", shape=[7, 3], value=0.25)
+    model.AddParameter(table)
+    pooled = model.net.SparseLengthsSum([table, "ids", "lengths"], "pooled")
+    loss = model.net.AveragedLoss(model.net.SquaredL2Distance([pooled, "target"], "d"), "loss")
+    model.AddGradientOperators([loss])
+    optimizer.build_sgd(model, base_learning_rate=lr)
+    with LocalSession(backend=backend) as s:
+        s.run(model.param_init_net)
+        for k in range(steps):
+            workspace.FeedBlob("ids", bags[k])
+            workspace.FeedBlob("lengths", lengths)
+            workspace.FeedBlob("target", targets[k])
+            s.run(model.net)
+    want = _numpy_sgd(np.full((7, 3), 0.25, np.float32), bags, lengths, targets, lr, steps)
+    np.testing.assert_allclose(workspace.FetchBlob("table"), want, rtol=1e-5, atol=1e-6)
