@@ -373,8 +373,16 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def cmd_exec(args) -> int:
+    """Run a Caffe2 script unmodified (dslc/compat.py): its exit status is ours."""
+    from dslc import compat
+    if not os.path.isfile(args.script):
+        raise DSLError(f"no script {args.script!r}", hint="give the path of a Python file")
+    return compat.run_script(args.script, args.args, force=args.shadow)
+
+
 COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,
-            "compile": cmd_compile, "graph": cmd_graph, "ops": cmd_ops}
+            "compile": cmd_compile, "graph": cmd_graph, "ops": cmd_ops, "exec": cmd_exec}
 
 
 def main(argv=None) -> int:

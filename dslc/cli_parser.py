@@ -118,6 +118,17 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     graph.add_argument("--json", action="store_true", help="print {\"written\": FILE, \"format\": ...}")
     _common(graph, quiet=True)
 
+    ex = _command(sub, "exec", "run a Caffe2 script as it is, on dslc",
+                  "Run SCRIPT.py with its own arguments, its caffe2 imports (caffe2.python.X, "
+                  "caffe2.proto.caffe2_pb2) resolved to dslc for this process only. A real Caffe2 "
+                  "installed next to dslc is not shadowed unless --shadow says so.",
+                  ["dslc exec train.py --epochs 3", "dslc exec --shadow tutorial.py"])
+    ex.add_argument("--shadow", action="store_true",
+                    help="take over the caffe2 imports even though a real Caffe2 is installed")
+    ex.add_argument("script", metavar="SCRIPT.py", help="the Caffe2 script")
+    ex.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    _common(ex)
+
     ops = _command(sub, "ops", "print the operator reference (all ops of the IR)",
                    "Print the operator reference generated from the op table: every op's operands, "
                    "results, attributes, traits, effects and meaning (the same text as docs/ir.md). "
