@@ -175,9 +175,11 @@ class NetRecording:
         """``net.Python(f)(inputs, outputs)``: call ``f(inputs, outputs)`` at run time.
 
         ``f`` may be a ``(builder, args, kwargs)`` tuple: the builder then runs once per
-        instance of the op to make the function.
+        instance of the op to make the function. ``grad_f`` is its gradient, a Python op of
+        its own (see ir/ops/effects.py): ``grad_f(inputs + outputs + output gradients,
+        input gradients)``, limited to ``grad_output_indices`` / ``grad_input_indices``.
         """
-        fixed = _python_args(f, pass_workspace, user_location())
+        fixed = _python_args(f, pass_workspace, user_location(), grad_f, grad_output_indices, grad_input_indices)
 
         def record(inputs=None, outputs=None, **kwargs):
             return self._record("Python", inputs, outputs if outputs is not None else [],
@@ -191,17 +193,27 @@ class NetRecording:
             self.Print(blob, [])
 
 
-def _python_args(f, pass_workspace, loc) -> dict:
-    """The arguments of a Python op calling ``f`` (a function, or a (builder, args, kwargs) tuple)."""
-    if isinstance(f, tuple):
-        if len(f) != 3 or not callable(f[0]):
-            raise TraceError("a Python op builder must be a (builder, args, kwargs) tuple", loc)
-        name = getattr(f[0], "__qualname__", "builder")
-    elif callable(f):
-        name = getattr(f, "__qualname__", type(f).__name__)
-    else:
-        raise TraceError(f"ops.Python needs a function, got {type(f).__name__}", loc)
-    return {"func": pyrefs.register(f, name), "name": name, "pass_workspace": int(bool(pass_workspace))}
+def _python_args(f, pass_workspace, loc, grad_f=None, grad_output_indices=None, grad_input_indices=None) -> dict:
+    """The arguments of a Python op calling ``f`` (a function, or a (builder, args, kwargs)
+    tuple), and its gradient's."""
+    def named(fn, what):
+        if isinstance(fn, tuple):
+            if len(fn) != 3 or not callable(fn[0]):
+                raise TraceError(f"a Python op's {what} builder must be a (builder, args, kwargs) tuple", loc)
+            return getattr(fn[0], "__qualname__", "builder")
+        if callable(fn):
+            return getattr(fn, "__qualname__", type(fn).__name__)
+        raise TraceError(f"ops.Python needs a function as its {what}, got {type(fn).__name__}", loc)
+
+    name = named(f, "function")
+    args = {"func": pyrefs.register(f, name), "name": name, "pass_workspace": int(bool(pass_workspace))}
+    if grad_f is not None:
+        args["grad_func"] = pyrefs.register(grad_f, named(grad_f, "gradient"))
+        if grad_output_indices is not None:
+            args["grad_output_indices"] = [int(k) for k in grad_output_indices]
+        if grad_input_indices is not None:
+            args["grad_input_indices"] = [int(k) for k in grad_input_indices]
+    return args
 
 
 def CreatePythonOperator(f, inputs, outputs, grad_f=None, pass_workspace=False, python_func_type=None,
@@ -211,9 +223,9 @@ def CreatePythonOperator(f, inputs, outputs, grad_f=None, pass_workspace=False, 
     loc = user_location()
     op_name = kwargs.pop("name", "")
     msg = CreateOperator("Python", inputs, outputs, name=op_name, **kwargs)
-    fixed = _python_args(f, pass_workspace, loc)
+    fixed = _python_args(f, pass_workspace, loc, grad_f)
     for k, v in fixed.items():
-        netdef.set_argument(msg.arg.add(), k, netdef.register_object(v) if k == "func" else v)
+        netdef.set_argument(msg.arg.add(), k, netdef.register_object(v) if k in ("func", "grad_func") else v)
     return msg
 
 

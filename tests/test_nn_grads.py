@@ -310,3 +310,56 @@ def test_split_unused_part_gets_zeros(session, dtype):
     dx = workspace.FetchBlob(grads["x"])
     assert dx.dtype == dtype
     np.testing.assert_array_equal(dx, [[0, 0], [6, 8], [0, 0]])
+
+
+def test_a_python_ops_gradient_is_its_grad_f(session):
+    """y = x^2 by a Python op, its grad_f 2 x dy; loss = sum(y * R): d/dx = 2 x R. The second
+    input gets no gradient (grad_input_indices=[0])."""
+    def square(inputs, outputs):
+        outputs[0].feed(inputs[0].data ** 2)
+
+    def square_grad(inputs, outputs):  # inputs: x, unused, y, dy
+        outputs[0].feed(2 * inputs[0].data * inputs[3].data)
+
+    x, r = rand(3, 2), rand(3, 2)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("other", x)
+    workspace.FeedBlob("R", r)
+    net = core.Net("pygrad")
+    net.Python(square, grad_f=square_grad, grad_input_indices=[0])(["x", "other"], ["y"])
+    net.Mul(["y", "R"], "yr")
+    net.SumElements(["yr"], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    assert "other" not in grads
+    session.run(net)
+    np.testing.assert_allclose(workspace.FetchBlob(grads["x"]), 2 * x * r, rtol=1e-12)
+
+
+def test_a_python_op_without_grad_f_has_no_gradient():
+    from dslc.ir.diagnostics import DSLError
+
+    def f(inputs, outputs):
+        outputs[0].feed(inputs[0].data)
+
+    net = core.Net("nograd")
+    net.Python(f)(["x"], ["y"])
+    net.SumElements(["y"], "loss")
+    with pytest.raises(DSLError) as e:
+        net.AddGradientOperators(["loss"])
+    assert "has no gradient function" in str(e.value) and e.value.loc.file.endswith("test_nn_grads.py")
+
+
+def test_cast_gradient_casts_back_to_from_type(session):
+    """c = float32(x) for float64 x; loss = sum(c * 3): d/dx = 3, as float64."""
+    x = rand(2, 3)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("three", np.full((2, 3), 3.0, np.float32))
+    net = core.Net("castgrad")
+    net.Cast(["x"], "c", to=core.DataType.FLOAT, from_type=core.DataType.DOUBLE)
+    net.Mul(["c", "three"], "m")
+    net.SumElements(["m"], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    session.run(net)
+    got = workspace.FetchBlob(grads["x"])
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.full((2, 3), 3.0))

@@ -74,12 +74,21 @@ def test_gradient_of_a_blob_no_loss_depends_on(build, message):
 def test_op_without_gradient_on_the_loss_path_names_its_line():
     net = core.Net("n")
     net.RowWiseArgMax(["x"], "am")  # declared without gradient: no error, it is skipped
-    net.Cast(["x"], "c", to=core.DataType.FLOAT); line = here()  # noqa: E702
+    net.Abs(["x"], "c"); line = here()  # noqa: E702
     net.SumElements(["c"], "loss")
     with pytest.raises(GradientError) as e:
         net.AddGradientOperators(["loss"])
     assert f"test_training_errors.py:{line}" in str(e.value.loc)
-    assert "Cast has no gradient" in str(e.value)
+    assert "Abs has no gradient" in str(e.value)
+
+
+def test_casts_gradient_needs_from_type_at_its_line():
+    net = core.Net("n")
+    net.Cast(["x"], "c", to=core.DataType.FLOAT); line = here()  # noqa: E702
+    net.SumElements(["c"], "loss")
+    with pytest.raises(DSLError) as e:
+        net.AddGradientOperators(["loss"])
+    assert f"test_training_errors.py:{line}" in str(e.value.loc) and "from_type" in str(e.value)
 
 
 def test_overwritten_input_is_refused_at_the_overwriting_line():

@@ -1,6 +1,7 @@
 """Operators with side effects: counters, timers, printing, Python ops, workspace queries."""
 from __future__ import annotations
 
+from ..gradients import GradOp, gradient
 from ..opdef import REQUIRED, Effect, declare, type_error
 from ..types import ANY, BOOL, COUNTER, I64, TIMER, HandleType, TensorType
 
@@ -81,10 +82,34 @@ declare("Print", 1, _print, results=(0, 0),
             "runs 1, every_n+1, ...; at most `limit` values if limit > 0")
 
 declare("Python", (0, None), lambda t, a, n: [ANY] * n, results=(0, None),
-        attrs={"func": REQUIRED, "name": "", "pass_workspace": 0},
+        attrs={"func": REQUIRED, "name": "", "pass_workspace": 0, "grad_func": None,
+               "grad_output_indices": None, "grad_input_indices": None},
         effects=(Effect("python", "write"),),
         doc="call a Python function on (inputs, outputs) tensor wrappers; a builder tuple is "
             "called once per instance")
+
+
+@gradient("Python")
+def _(g):
+    """The gradient of a Python op is a Python op calling its ``grad_func`` on (inputs,
+    outputs, the outputs' gradients) and writing the inputs' gradients (Caffe2's
+    PythonGradient); ``grad_output_indices`` / ``grad_input_indices`` pick which."""
+    grad = g.args.get("grad_func")
+    if grad is None:
+        type_error(f"the Python op {g.args.get('name') or ''!r} has no gradient function",
+                   "pass grad_f=... to net.Python(f, grad_f=...), or StopGradient its outputs")
+    outs = g.args.get("grad_output_indices")
+    outs = range(len(g.O)) if outs is None else outs
+    ins = g.args.get("grad_input_indices")
+    ins = range(len(g.I)) if ins is None else ins
+    missing = [g.O[k] for k in outs if g.GO[k] is None]
+    if missing:
+        type_error(f"the gradient of Python op {g.args.get('name') or ''!r} needs the gradients of "
+                   f"{', '.join(map(repr, missing))}, which no loss depends on",
+                   "name the outputs that have gradients with grad_output_indices=[...]")
+    return [GradOp("Python", list(g.I) + list(g.O) + [g.GO[k] for k in outs], [g.GI[k] for k in ins],
+                   {"func": grad, "name": f"{g.args.get('name', '')}_grad",
+                    "pass_workspace": g.args.get("pass_workspace", 0)})]
 
 declare("GetAllBlobNames", 0, lambda t, a, n: [TensorType("str", (None,))],
         attrs={"include_shared": 1}, effects=(Effect("workspace", "read"),),

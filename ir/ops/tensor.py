@@ -8,7 +8,7 @@ import operator
 
 import numpy as np
 
-from ..gradients import no_gradient
+from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
 from . import failing
@@ -200,10 +200,18 @@ def _cast(types, attrs, n):
     return [TensorType(to, t.shape)]
 
 
-declare("Cast", 1, _cast, attrs={"to": REQUIRED}, traits=PURE_EW,
-        fold=lambda x, to: num.cast(x, dtype_from_code("Cast", to)),
+declare("Cast", 1, _cast, attrs={"to": REQUIRED, "from_type": None}, traits=PURE_EW,
+        fold=lambda x, to, from_type=None: num.cast(x, dtype_from_code("Cast", to)),
         doc="y = x converted to the dtype `to` (a core.DataType code or name); "
-            "float to int truncates")
+            "float to int truncates; `from_type` (x's dtype) is what the gradient casts back to")
+
+
+@gradient("Cast")
+def _(g):  # dX = dY cast back to X's dtype, which the op names in from_type (as Caffe2 asks)
+    if g.args.get("from_type") is None:
+        type_error("Cast's gradient needs from_type= (the input's dtype) to cast the gradient back to",
+                   "record it as net.Cast([x], [y], to=..., from_type=<x's core.DataType>)")
+    return [GradOp("Cast", [g.GO[0]], [g.GI[0]], {"to": g.args["from_type"]})]
 
 
 def _is_empty(types, attrs, n):
