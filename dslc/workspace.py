@@ -27,7 +27,7 @@ class Blob(_rt.Cell):
         """The value as numpy (a 0-d array for a scalar)."""
         return _value_of(self, self.name)
 
-    def feed(self, value) -> bool:
+    def feed(self, value, device_option=None) -> bool:
         self.v = _rt.to_value(value)
         return True
 
@@ -50,7 +50,12 @@ class Workspace(_rt.Workspace):
         ``backend`` and ``options``: the backend to run it on (default: DSLC_BACKEND, else interp)."""
         if isinstance(runnable, str):
             return self.run_net(runnable)
-        self.session(backend, **options).run(_bare_group(runnable))
+        if isinstance(runnable, caffe2_pb2.OperatorDef):  # (Caffe2's ws.run(op): one operator)
+            from dslc import devices
+            if backend is None and runnable.HasField("device_option"):
+                backend, options = devices.backend_of(runnable.device_option)
+            runnable = _operator_net([runnable])
+        self.session(backend, **options).run(_bare_group(_as_net(runnable)))
         return True
 
     def session(self, backend: str | None = None, **options):
@@ -265,6 +270,12 @@ def RunOperatorsOnce(operators) -> bool:
     backend, options = devices.backend_of(operators[0].device_option
                                           if operators[0].HasField("device_option") else None)
     return current().run(net, backend, **options)
+
+
+def RunOperatorMultiple(operator, num_runs) -> bool:
+    for _ in range(int(num_runs)):
+        RunOperatorOnce(operator)
+    return True
 
 
 def _operator_net(operators):

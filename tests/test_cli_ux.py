@@ -45,7 +45,7 @@ def _subparsers():
 
 def test_every_command_has_help_with_an_example(capsys):
     parser, commands = _subparsers()
-    assert set(commands) == {"run", "ir", "opt", "plan", "compile", "graph", "ops"}
+    assert set(commands) == {"run", "ir", "opt", "plan", "compile", "graph", "ops", "exec"}
     code, out, _ = run(capsys, "--help")
     assert code == 0
     for name in commands:
