@@ -127,3 +127,56 @@ def test_an_sls_embedding_model_trains_as_numpy(backend):
             s.run(model.net)
     want = _numpy_sgd(np.full((7, 3), 0.25, np.float32), bags, lengths, targets, lr, steps)
     np.testing.assert_allclose(workspace.FetchBlob("table"), want, rtol=1e-5, atol=1e-6)
+
+
+CAFFE2_UTILITIES = [  # (op, inputs, expected): read off the real Caffe2
+    ("LengthsToSegmentIds", {"l": np.array([2, 0, 3, 1], np.int32)}, [0, 0, 2, 2, 2, 3]),
+    ("LengthsToRanges", {"l": np.array([2, 0, 3, 1], np.int32)}, [[0, 2], [2, 0], [2, 3], [5, 1]]),
+    ("LengthsToOffsets", {"l": np.array([2, 0, 3, 1], np.int32)}, [0, 2, 2, 5]),
+    ("SegmentIdsToLengths", {"s": np.array([0, 0, 2, 2, 2, 3], np.int32)}, [2, 0, 3, 1]),
+    ("SegmentIdsToRanges", {"s": np.array([0, 0, 2, 2, 2, 3], np.int32)}, [[0, 2], [2, 0], [2, 3], [5, 1]]),
+    ("SortedSegmentSum", {"d": D, "s": np.array([0, 0, 1, 1, 1, 2], np.int32)},
+     [[2.0, 4.0], [18.0, 21.0], [10.0, 11.0]]),
+    ("SortedSegmentMean", {"d": D, "s": np.array([0, 0, 1, 1, 1, 2], np.int32)},
+     [[1.0, 2.0], [6.0, 7.0], [10.0, 11.0]]),
+    ("UnsortedSegmentSum", {"d": D, "u": np.array([3, 0, 3, 1, 0, 3], np.int32)},
+     [[10.0, 12.0], [6.0, 7.0], [0.0, 0.0], [14.0, 17.0]]),
+    ("UnsortedSegmentMean", {"d": D, "u": np.array([3, 0, 3, 1, 0, 3], np.int32)},
+     [[5.0, 6.0], [6.0, 7.0], [0.0, 0.0], [4.6666669845581055, 5.6666669845581055]]),
+    ("LengthsMax", {"d": D, "l": np.array([1, 2, 3], np.int32)}, [[0.0, 1.0], [4.0, 5.0], [10.0, 11.0]]),
+    ("DotProduct", {"a": np.arange(6, dtype=np.float32).reshape(2, 3),
+                    "b": np.arange(6, 12, dtype=np.float32).reshape(2, 3)}, [23.0, 122.0]),
+]
+
+
+@DEVICES
+@pytest.mark.parametrize("op_type, inputs, want", CAFFE2_UTILITIES, ids=[c[0] for c in CAFFE2_UTILITIES])
+def test_segment_utilities_match_caffe2(do, op_type, inputs, want):
+    assert _one(do, op_type, inputs) == want
+
+
+def test_lengths_to_weights_matches_caffe2():
+    workspace.FeedBlob("l", np.array([2, 0, 3, 1], np.int32))
+    workspace.RunOperatorOnce(core.CreateOperator("LengthsToWeights", ["l"], ["w"], power=0.5))
+    np.testing.assert_array_equal(workspace.FetchBlob("w"), np.array(  # Caffe2
+        [0.7071067690849304, 0.7071067690849304, 0.5773502588272095, 0.5773502588272095,
+         0.5773502588272095, 1.0], np.float32))
+
+
+class TestSegmentIdGradients(hu.HypothesisTestCase):
+    @settings(max_examples=3, deadline=None, derandomize=True)
+    @given(data=st.data(), **hu.gcs)
+    def test_gradients(self, data, gc, dc):
+        rows = np.linspace(-1, 1, 12, dtype=np.float32).reshape(6, 2)
+        ids = np.array(data.draw(st.lists(st.integers(0, 3), min_size=6, max_size=6)), np.int32)
+        for op_type in ("UnsortedSegmentSum", "UnsortedSegmentMean"):
+            op = core.CreateOperator(op_type, ["D", "S"], ["Y"])
+            self.assertGradientChecks(gc, op, [rows.copy(), ids], 0, [0])
+        sorted_ids = np.sort(ids)
+        sorted_ids = np.cumsum(np.r_[0, np.diff(sorted_ids) > 0]).astype(np.int32)  # no gaps
+        for op_type in ("SortedSegmentSum", "SortedSegmentMean"):
+            op = core.CreateOperator(op_type, ["D", "S"], ["Y"])
+            self.assertGradientChecks(gc, op, [rows.copy(), sorted_ids], 0, [0])
+        op = core.CreateOperator("DotProduct", ["A", "B"], ["Y"])
+        for i in range(2):
+            self.assertGradientChecks(gc, op, [rows.copy(), rows[::-1].copy()], i, [0])

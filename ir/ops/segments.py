@@ -81,6 +81,84 @@ declare("LengthsWeightedSumGradient", 3, _tiled("LengthsWeightedSumGradient"), t
 no_gradient("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGradient")
 
 
+# --- lengths and segment ids
+def _int_vector(name, cols=None):
+    def infer(types, attrs, n):
+        (t,) = tensors(name, types)
+        indices(name, t, "lengths or segment ids")
+        return [TensorType("i32", (None,) if cols is None else (None, cols))]
+    return infer
+
+
+for _name, _cols, _doc in [
+        ("LengthsToSegmentIds", None, "segment s repeated LENGTHS[s] times (int32)"),
+        ("LengthsToRanges", 2, "[offset, length] of each segment (int32)"),
+        ("LengthsToOffsets", None, "each segment's first row: the sums of the lengths before it (int32)"),
+        ("SegmentIdsToLengths", None, "the rows of each segment 0 .. max id (0 for a gap; int32)"),
+        ("SegmentIdsToRanges", 2, "[offset, length] of each segment 0 .. max id (sorted ids; int32)")]:
+    declare(_name, 1, _int_vector(_name, _cols), traits={PURE}, doc=_doc)
+    no_gradient(_name)
+
+
+def _lengths_to_weights(types, attrs, n):
+    (t,) = tensors("LengthsToWeights", types)
+    _lengths("LengthsToWeights", t)
+    return [TensorType("f32", (None,))]
+
+
+declare("LengthsToWeights", 1, _lengths_to_weights, attrs={"power": 0.5}, traits={PURE},
+        doc="1 / LENGTHS[s]^power for each row of segment s (float32)")
+no_gradient("LengthsToWeights")
+
+
+def _segment_ids_reduce(name):
+    def infer(types, attrs, n):
+        data, ids = tensors(name, types)
+        indices(name, ids, "segment ids")
+        if data.shape is None:
+            return [TensorType(data.dtype, None)]
+        return [TensorType(data.dtype, (None,) + tuple(data.shape[1:]))]
+    return infer
+
+
+for _name, _what in [("SortedSegmentSum", "sum"), ("SortedSegmentMean", "mean"),
+                     ("UnsortedSegmentSum", "sum"), ("UnsortedSegmentMean", "mean")]:
+    _sorted = _name.startswith("Sorted")
+    declare(_name, 2, _segment_ids_reduce(_name), traits={PURE},
+            doc=f"Y[k] = the {_what} of DATA's rows whose SEGMENT_IDS is k (k = 0 .. max id; "
+                + ("ids sorted, without gaps)" if _sorted else "any order; 0 for an id no row has)"))
+    declare(_name + "Gradient", 3, lambda t, a, n, _n=_name: [tensors(_n, t)[1]], traits={PURE},
+            doc=f"dDATA of {_name} from (dY, DATA, SEGMENT_IDS): row i gets dY[ids[i]]"
+                + (" / the segment's rows" if _what == "mean" else ""))
+    no_gradient(_name + "Gradient")
+    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.GO[0], g.I[0], g.I[1]], [g.GI[0]])])
+
+declare("LengthsMax", 2, _lengths_reduce("LengthsMax"), traits={PURE},
+        doc=f"Y[s] = the elementwise max of segment s ({_DOC}; 0 for an empty one)")
+
+
+def _dot_product(types, attrs, n):
+    a, b = tensors("DotProduct", types)
+    if a.shape is not None and b.shape is not None and None not in a.shape + b.shape and a.shape != b.shape:
+        type_error(f"DotProduct needs inputs of one shape, got {list(a.shape)} and {list(b.shape)}",
+                   "pair rows of equal length")
+    return [TensorType(a.dtype, None if a.shape is None else (a.shape[0],) if a.shape else ())]
+
+
+declare("DotProduct", 2, _dot_product, traits={PURE},
+        doc="Y[i] = the dot product of row i of X and row i of Y (1-D inputs: elementwise products)")
+
+
+@gradient("DotProduct")
+def _(g):  # dX = dY[i] Y[i], dY_in = dY[i] X[i]
+    return [GradOp("DotProductGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0], g.GI[1]])]
+
+
+declare("DotProductGradient", 3, lambda t, a, n: tensors("DotProductGradient", t)[:2], results=2,
+        traits={PURE}, doc="(dX, dY) of DotProduct from (X, Y, dOut)")
+no_gradient("DotProductGradient")
+
+
 def _tmp(g, what):
     return f"{g.I[0]}_{what}_rows"
 
@@ -188,7 +266,103 @@ def lengths_weighted_sum_grad(dy, lengths, weights):
     return (rows * weights.astype(dy.dtype, copy=False).reshape((-1,) + (1,) * (dy.ndim - 1))).astype(dy.dtype)
 
 
+def lengths_to_segment_ids(lengths):
+    lengths = lengths.astype(np.int64)
+    return np.repeat(np.arange(lengths.size, dtype=np.int32), lengths)
+
+
+def lengths_to_offsets(lengths):
+    return (np.cumsum(lengths, dtype=np.int64) - lengths).astype(np.int32)
+
+
+def lengths_to_ranges(lengths):
+    return np.stack([lengths_to_offsets(lengths), lengths.astype(np.int32)], axis=1).reshape(-1, 2)
+
+
+def segment_ids_to_lengths(ids):
+    ids = ids.astype(np.int64)
+    return np.bincount(ids, minlength=int(ids.max()) + 1 if ids.size else 0).astype(np.int32)
+
+
+def segment_ids_to_ranges(ids):
+    return lengths_to_ranges(segment_ids_to_lengths(ids))
+
+
+def lengths_to_weights(lengths, power=0.5):
+    lengths = lengths.astype(np.int64)
+    w = 1.0 / np.power(np.maximum(lengths, 1).astype(np.float64), power)
+    return np.repeat(w, lengths).astype(np.float32)
+
+
+def _segment_counts(ids, k):
+    return np.bincount(ids, minlength=k)[:k] if ids.size else np.zeros(k, np.int64)
+
+
+def _check_sorted(ids, name):
+    if ids.size and (ids[0] != 0 or np.any(np.diff(ids) < 0) or np.any(np.diff(ids) > 1)):
+        raise SegmentError(f"{name}: segment ids must be sorted, start at 0 and have no gaps")
+
+
+def _ids_reduce(name, mean, sorted_):
+    def run(data, ids):
+        ids = ids.astype(np.int64).reshape(-1)
+        if ids.size != data.shape[0] or (ids.size and ids.min() < 0):
+            raise SegmentError(f"{name}: one non-negative segment id per row of DATA "
+                               f"({data.shape[0]} rows, {ids.size} ids)")
+        if sorted_:
+            _check_sorted(ids, name)
+        k = int(ids.max()) + 1 if ids.size else 0
+        out = np.zeros((k,) + data.shape[1:], dtype=data.dtype)
+        add_rows_sorted = np.argsort(ids, kind="stable")
+        starts = np.r_[0, np.flatnonzero(np.diff(ids[add_rows_sorted])) + 1] if ids.size else np.array([], int)
+        if ids.size:
+            out[ids[add_rows_sorted][starts]] = np.add.reduceat(data[add_rows_sorted], starts, axis=0)
+        return _mean(out, _segment_counts(ids, k)) if mean else out
+    return run
+
+
+def _ids_reduce_grad(mean):
+    def run(dy, data, ids):
+        ids = ids.astype(np.int64).reshape(-1)
+        rows = dy[ids]
+        if mean:
+            scale = (1.0 / np.maximum(_segment_counts(ids, dy.shape[0]), 1)).astype(dy.dtype)
+            rows = rows * scale[ids].reshape((-1,) + (1,) * (dy.ndim - 1))
+        return rows.astype(dy.dtype, copy=False)
+    return run
+
+
+def lengths_max(data, lengths):
+    starts, lengths = _starts(lengths, data.shape[0], "LengthsMax")
+    out = np.zeros((lengths.size,) + data.shape[1:], dtype=data.dtype)
+    full = lengths > 0
+    if full.any():
+        out[full] = np.maximum.reduceat(data, starts[full], axis=0)
+    return out
+
+
+def dot_product(x, y):
+    if x.ndim <= 1:
+        return (x * y).astype(x.dtype)
+    return np.einsum("ij,ij->i", x.reshape(x.shape[0], -1), y.reshape(y.shape[0], -1)).astype(x.dtype)
+
+
+def dot_product_grad(x, y, dz):
+    scale = dz.reshape((-1,) + (1,) * (x.ndim - 1)) if x.ndim > 1 else dz
+    return (scale * y).astype(x.dtype), (scale * x).astype(y.dtype)
+
+
 FUNCTIONS = {
+    "LengthsToSegmentIds": lengths_to_segment_ids, "LengthsToOffsets": lengths_to_offsets,
+    "LengthsToRanges": lengths_to_ranges, "SegmentIdsToLengths": segment_ids_to_lengths,
+    "SegmentIdsToRanges": segment_ids_to_ranges, "LengthsToWeights": lengths_to_weights,
+    "SortedSegmentSum": _ids_reduce("SortedSegmentSum", False, True),
+    "SortedSegmentMean": _ids_reduce("SortedSegmentMean", True, True),
+    "UnsortedSegmentSum": _ids_reduce("UnsortedSegmentSum", False, False),
+    "UnsortedSegmentMean": _ids_reduce("UnsortedSegmentMean", True, False),
+    "SortedSegmentSumGradient": _ids_reduce_grad(False), "SortedSegmentMeanGradient": _ids_reduce_grad(True),
+    "UnsortedSegmentSumGradient": _ids_reduce_grad(False), "UnsortedSegmentMeanGradient": _ids_reduce_grad(True),
+    "LengthsMax": lengths_max, "DotProduct": dot_product, "DotProductGradient": dot_product_grad,
     "LengthsSum": lengths_sum, "LengthsMean": lengths_mean, "SparseLengthsSum": sparse_lengths_sum,
     "SparseLengthsMean": sparse_lengths_mean, "SparseLengthsWeightedSum": sparse_lengths_weighted_sum,
     "LengthsSumGradient": lengths_sum_grad, "LengthsMeanGradient": lengths_mean_grad,
