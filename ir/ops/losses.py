@@ -104,6 +104,46 @@ def _(g):
     return [GradOp("AveragedLossGradient", [g.I[0], g.GO[0]], [g.GI[0]])]
 
 
+def _sigmoid_xent(types, attrs, n):
+    x, t = floats("SigmoidCrossEntropyWithLogits", types)
+    mismatch("SigmoidCrossEntropyWithLogits", "logits and targets differ in shape", x.shape, t.shape,
+             lambda: "give one target per logit")
+    return [TensorType(x.dtype, None if x.shape is None else tuple(x.shape[:-1]))]
+
+
+declare("SigmoidCrossEntropyWithLogits", 2, _sigmoid_xent, traits={PURE},
+        doc="Y[...] = the mean over the last axis of max(x, 0) - x t + log(1 + exp(-|x|)), "
+            "inputs (logits X, targets T)")
+declare("SigmoidCrossEntropyWithLogitsGradient", 3,
+        lambda t, a, n: [tensors("SigmoidCrossEntropyWithLogitsGradient", t)[1]], traits={PURE},
+        doc="dX = dY (sigmoid(x) - t) / (last axis size), inputs (dY, X, T)")
+
+
+@gradient("SigmoidCrossEntropyWithLogits")
+def _(g):  # (no gradient for the targets, as in Caffe2)
+    return [GradOp("SigmoidCrossEntropyWithLogitsGradient", [g.GO[0], g.I[0], g.I[1]], [g.GI[0]])]
+
+
+def _make_two_class(types, attrs, n):
+    (p,) = floats("MakeTwoClass", types)
+    return [TensorType(p.dtype, None if p.shape is None else tuple(p.shape) + (2,))]
+
+
+declare("MakeTwoClass", 1, _make_two_class, traits={PURE},
+        doc="Y[..., 0] = 1 - p, Y[..., 1] = p: a probability as two classes")
+declare("MakeTwoClassGradient", 1, lambda t, a, n: [TensorType(floats("MakeTwoClassGradient", t)[0].dtype,
+                                                               None if t[0].shape is None else t[0].shape[:-1])],
+        traits={PURE}, doc="dP = dY[..., 1] - dY[..., 0]")
+
+
+@gradient("MakeTwoClass")
+def _(g):
+    return [GradOp("MakeTwoClassGradient", [g.GO[0]], [g.GI[0]])]
+
+
+no_gradient("SigmoidCrossEntropyWithLogitsGradient", "MakeTwoClassGradient")
+
+
 def _accuracy(types, attrs, n):
     x, label = tensors("Accuracy", types)
     if x.shape is not None and len(x.shape) != 2:

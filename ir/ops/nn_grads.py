@@ -93,3 +93,12 @@ def _(g):  # d x^2 = 2 x dY
 def _(g):  # d sqrt(x) = dY / (2 y)
     t = _tmp(g, 0, "twice")
     return [GradOp("Div", [g.GO[0], g.O[0]], [t]), GradOp("Scale", [t], [g.GI[0]], {"scale": 0.5})]
+
+
+# Max and Min: the output's gradient goes to every input equal to the output there
+for _name in ("Max", "Min"):
+    declare(_name + "Gradient", (3, None), lambda t, a, n, _n=_name: tensors(_n + "Gradient", t)[2:],
+            results=(1, None), traits={PURE},
+            doc=f"(dX0, dX1, ...) from (Y, dY, X0, X1, ...) of {_name}: dXi = dY where Xi equals Y, else 0")
+    no_gradient(_name + "Gradient")
+    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.O[0], g.GO[0]] + list(g.I), list(g.GI))])

@@ -438,3 +438,28 @@ def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
         m[rows] += np.mean(gi * gi, axis=1, dtype=p.dtype)
         flat[rows] += lr * gi / (np.sqrt(m[rows])[:, None] + eps)
     return p, m
+
+
+def sigmoid_cross_entropy_with_logits(x, t):
+    per = np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))
+    return per.mean(axis=-1).astype(x.dtype)
+
+
+def sigmoid_cross_entropy_with_logits_grad(dy, x, t):
+    sig = 1 / (1 + np.exp(-x))
+    return (dy[..., None] * (sig - t) / x.shape[-1]).astype(x.dtype)
+
+
+def make_two_class(p):
+    return np.stack([1 - p, p], axis=-1).astype(p.dtype)
+
+
+def make_two_class_grad(dy):
+    return (dy[..., 1] - dy[..., 0]).astype(dy.dtype)
+
+
+def pick_grad(y, dy, *xs):
+    """Max's and Min's gradient: dy where an input equals the output (ties: every such input)."""
+    zero = np.zeros((), dy.dtype)
+    out = tuple(np.where(x == y, dy, zero).astype(dy.dtype, copy=False) for x in xs)
+    return out if len(out) > 1 else out[0]

@@ -137,27 +137,6 @@ declare("LengthsMax", 2, _lengths_reduce("LengthsMax"), traits={PURE},
         doc=f"Y[s] = the elementwise max of segment s ({_DOC}; 0 for an empty one)")
 
 
-def _dot_product(types, attrs, n):
-    a, b = tensors("DotProduct", types)
-    if a.shape is not None and b.shape is not None and None not in a.shape + b.shape and a.shape != b.shape:
-        type_error(f"DotProduct needs inputs of one shape, got {list(a.shape)} and {list(b.shape)}",
-                   "pair rows of equal length")
-    return [TensorType(a.dtype, None if a.shape is None else (a.shape[0],) if a.shape else ())]
-
-
-declare("DotProduct", 2, _dot_product, traits={PURE},
-        doc="Y[i] = the dot product of row i of X and row i of Y (1-D inputs: elementwise products)")
-
-
-@gradient("DotProduct")
-def _(g):  # dX = dY[i] Y[i], dY_in = dY[i] X[i]
-    return [GradOp("DotProductGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0], g.GI[1]])]
-
-
-declare("DotProductGradient", 3, lambda t, a, n: tensors("DotProductGradient", t)[:2], results=2,
-        traits={PURE}, doc="(dX, dY) of DotProduct from (X, Y, dOut)")
-no_gradient("DotProductGradient")
-
 
 def _tmp(g, what):
     return f"{g.I[0]}_{what}_rows"
@@ -341,17 +320,6 @@ def lengths_max(data, lengths):
     return out
 
 
-def dot_product(x, y):
-    if x.ndim <= 1:
-        return (x * y).astype(x.dtype)
-    return np.einsum("ij,ij->i", x.reshape(x.shape[0], -1), y.reshape(y.shape[0], -1)).astype(x.dtype)
-
-
-def dot_product_grad(x, y, dz):
-    scale = dz.reshape((-1,) + (1,) * (x.ndim - 1)) if x.ndim > 1 else dz
-    return (scale * y).astype(x.dtype), (scale * x).astype(y.dtype)
-
-
 FUNCTIONS = {
     "LengthsToSegmentIds": lengths_to_segment_ids, "LengthsToOffsets": lengths_to_offsets,
     "LengthsToRanges": lengths_to_ranges, "SegmentIdsToLengths": segment_ids_to_lengths,
@@ -362,7 +330,7 @@ FUNCTIONS = {
     "UnsortedSegmentMean": _ids_reduce("UnsortedSegmentMean", True, False),
     "SortedSegmentSumGradient": _ids_reduce_grad(False), "SortedSegmentMeanGradient": _ids_reduce_grad(True),
     "UnsortedSegmentSumGradient": _ids_reduce_grad(False), "UnsortedSegmentMeanGradient": _ids_reduce_grad(True),
-    "LengthsMax": lengths_max, "DotProduct": dot_product, "DotProductGradient": dot_product_grad,
+    "LengthsMax": lengths_max,
     "LengthsSum": lengths_sum, "LengthsMean": lengths_mean, "SparseLengthsSum": sparse_lengths_sum,
     "SparseLengthsMean": sparse_lengths_mean, "SparseLengthsWeightedSum": sparse_lengths_weighted_sum,
     "LengthsSumGradient": lengths_sum_grad, "LengthsMeanGradient": lengths_mean_grad,

@@ -1,0 +1,83 @@
+"""BatchMatMul, SigmoidCrossEntropyWithLogits, MakeTwoClass, Pow and Max/Min gradients.
+
+Figures marked "Caffe2" were read off the real Caffe2 (torch 1.10.2's caffe2, the same
+inputs through workspace.RunOperatorOnce, printed with .tolist()); gradients are checked
+against finite differences by the op-test harness on both devices.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from dslc import core, workspace
+from dslc import hypothesis_test_util as hu
+
+A = np.arange(12, dtype=np.float32).reshape(2, 2, 3) / 10
+B = np.arange(12, dtype=np.float32).reshape(2, 3, 2) / 10
+DEVICES = pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+
+
+def _one(do, op_type, inputs, **args):
+    return hu.runOpOnInput(do, core.CreateOperator(op_type, list(inputs), ["y"], **args), list(inputs.values()))[0]
+
+
+@DEVICES
+def test_values_match_caffe2(do):
+    bmm = [[[0.10000000894069672, 0.12999999523162842], [0.2800000011920929, 0.4000000059604645]],
+           [[1.7200000286102295, 1.9300000667572021], [2.440000057220459, 2.740000009536743]]]  # Caffe2
+    np.testing.assert_allclose(_one(do, "BatchMatMul", {"a": A, "b": B}), bmm, rtol=1e-6)
+    np.testing.assert_allclose(_one(do, "BatchMatMul", {"a": A, "bt": B.transpose(0, 2, 1).copy()}, trans_b=1),
+                               bmm, rtol=1e-6)
+    np.testing.assert_allclose(_one(do, "BatchMatMul", {"a": A, "b2": B[0].copy()}, broadcast=1),
+                               [[[0.10000000894069672, 0.12999999523162842], [0.2800000011920929, 0.4]],
+                                [[0.46000003814697266, 0.6700000166893005], [0.64000004529953, 0.940000057220459]]],
+                               rtol=1e-6)  # Caffe2
+    x = np.array([[-1.0, 0.5, 2.0], [0.0, -3.0, 1.0]], np.float32)
+    t = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.5]], np.float32)
+    np.testing.assert_allclose(_one(do, "SigmoidCrossEntropyWithLogits", {"x": x, "t": t}),
+                               [0.3047555685043335, 0.5183320641517639], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(_one(do, "MakeTwoClass", {"p": np.array([0.25, 0.9], np.float32)}),
+                               [[0.75, 0.25], [0.10000002384185791, 0.8999999761581421]], rtol=1e-7)  # Caffe2
+    np.testing.assert_allclose(_one(do, "Pow", {"x": np.array([1.5, 2.0, 0.5], np.float32)}, exponent=2.5),
+                               [2.755676031112671, 5.656854152679443, 0.1767766922712326], rtol=1e-6)  # Caffe2
+
+
+class TestGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        a = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 2, 3)
+        b = np.linspace(-0.5, 1, 12, dtype=np.float32).reshape(2, 3, 2)
+        for args, ins in [({}, [a, b]), ({"trans_a": 1}, [a.transpose(0, 2, 1).copy(), b]),
+                          ({"trans_b": 1}, [a, b.transpose(0, 2, 1).copy()]),
+                          ({"broadcast": 1}, [a, b[0].copy()])]:
+            op = core.CreateOperator("BatchMatMul", ["A", "B"], ["Y"], **args)
+            self.assertDeviceChecks(dc, op, ins, [0])
+            for i in range(2):
+                self.assertGradientChecks(gc, op, [x.copy() for x in ins], i, [0])
+        x = np.array([[-1.0, 0.5, 2.0], [0.3, -1.5, 1.0]], np.float32)
+        t = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.5]], np.float32)
+        self.assertGradientChecks(gc, core.CreateOperator("SigmoidCrossEntropyWithLogits", ["X", "T"], ["Y"]),
+                                  [x, t], 0, [0])
+        self.assertGradientChecks(gc, core.CreateOperator("MakeTwoClass", ["P"], ["Y"]),
+                                  [np.array([0.25, 0.75], np.float32)], 0, [0])
+        self.assertGradientChecks(gc, core.CreateOperator("Pow", ["X"], ["Y"], exponent=2.5),
+                                  [np.array([0.5, 1.5, 2.0], np.float32)], 0, [0])
+        u, v = np.array([0.1, 0.9, -0.4], np.float32), np.array([0.5, 0.2, -0.8], np.float32)
+        for op_type in ("Max", "Min"):
+            for i in range(2):
+                self.assertGradientChecks(gc, core.CreateOperator(op_type, ["U", "V"], ["Y"]), [u.copy(), v.copy()],
+                                          i, [0])
+
+
+def test_max_gradient_goes_to_the_larger_input_as_caffe2():
+    """Caffe2: Max(a, a reversed along the batch); the gradient of a is 1 where a is the larger."""
+    net = core.Net("g")
+    net.Max(["a", "r"], "m")
+    net.SumElements("m", "l")
+    grads = net.AddGradientOperators(["l"])
+    workspace.FeedBlob("a", A)
+    workspace.FeedBlob("r", A[::-1].copy())
+    workspace.RunNetOnce(net)
+    assert workspace.FetchBlob(grads["a"]).tolist() == [[[0.0] * 3] * 2, [[1.0] * 3] * 2]  # Caffe2
