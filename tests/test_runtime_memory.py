@@ -43,3 +43,15 @@ def test_large_arrays_come_from_the_heap(tune, want):
     env = dict(os.environ, DSLC_MALLOC_TUNE=tune)
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.split() == want.split(), out.stderr
+
+
+def test_thread_pools_count_the_cpus_the_process_may_use(monkeypatch):
+    """Pinned to one CPU, a process gets no second worker (the machine may have more)."""
+    import os
+
+    from dslc.backends.runtime import cores
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert cores.usable_cpus() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3}, raising=False)
+    assert cores.usable_cpus() == 2

@@ -5,8 +5,7 @@ really run in parallel.
 """
 from __future__ import annotations
 
-import os
-
+from dslc.backends.runtime.cores import usable_cpus
 from dslc.backends.runtime.ieee import in_ieee
 
 _pool = None  # a ThreadPoolExecutor, made (and concurrent.futures imported) on first use
@@ -17,7 +16,7 @@ def together(*thunks):
     global _pool
     if _pool is None:
         from concurrent.futures import ThreadPoolExecutor
-        _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
+        _pool = ThreadPoolExecutor(max_workers=max(1, usable_cpus() - 1),
                                    thread_name_prefix="dslc-op")
     futures = [_pool.submit(in_ieee(t)) for t in thunks[1:]]
     first = thunks[0]()

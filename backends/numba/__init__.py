@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dslc.backends.runtime.cores import usable_cpus
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
 from dslc.backends.runtime.memory import keep_freed_memory
@@ -199,7 +200,7 @@ class NumbaBackend:
         ``nn_min_work``: compile regions estimated to do at least this much (default
         DSLC_NUMBA_MIN_WORK and DSLC_NUMBA_NN_MIN_WORK; 0 compiles every compilable region)."""
         if parallel is None:
-            parallel = (os.cpu_count() or 1) > 2 or bool(os.environ.get("DSLC_NUMBA_PARALLEL"))
+            parallel = usable_cpus() > 2 or bool(os.environ.get("DSLC_NUMBA_PARALLEL"))
         self.log = log or sys.stderr
         self.parallel = parallel
         self.seed = int(seed)

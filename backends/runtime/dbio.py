@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import xxhash
 
+from dslc.backends.runtime.cores import usable_cpus
+
 BATCH = 8 << 20  # bytes gathered per writev on save
 PARALLEL_MIN = 1 << 20  # below this, a helper thread costs more than it saves
 _HELPER_PIECE = 256 << 10  # the mean payload size from which a save's hashing goes to the helper
@@ -86,7 +88,7 @@ def _helpers() -> tuple[ThreadPoolExecutor, int]:
     global _pool
     with _pool_lock:
         if _pool is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            cores = usable_cpus()
             _pool = ThreadPoolExecutor(max_workers=max(1, min(3, cores - 1)), thread_name_prefix="dslc-dbio")
         return _pool, _pool._max_workers
 
