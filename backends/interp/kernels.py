@@ -42,7 +42,8 @@ DEFINED_IN: dict[str, str] = {}  # op name -> the module that registered its ker
 _HOMES = {"db": "kernels_db", "data": "kernels_data", "records": "kernels_records",
           "shape": "kernels_records", "collect": "kernels_collect", "nn": "kernels_nn",
           "losses": "kernels_nn", "optim": "kernels_nn", "nn_grads": "kernels_nn", "activations": "kernels_nn",
-          "segments": "kernels_nn", "products": "kernels_nn"}
+          "segments": "kernels_nn", "products": "kernels_nn",
+          "conv": "kernels_nn"}
 
 
 def kernel_entry(name: str):

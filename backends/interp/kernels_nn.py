@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import activations, products, segments
+from dslc.ir.ops import activations, conv, products, segments
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -45,7 +45,7 @@ FUNCTIONS = {
     "SigmoidCrossEntropyWithLogitsGradient": nm.sigmoid_cross_entropy_with_logits_grad,
     "MaxGradient": nm.pick_grad, "MinGradient": nm.pick_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
-    **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS,
+    **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
 }
 
 

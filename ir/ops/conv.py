@@ -1,0 +1,305 @@
+"""Convolution and pooling over N-D images (Caffe2's Conv, MaxPool, AveragePool), their
+gradients, and their geometry arguments as Caffe2 spells them.
+
+    Conv(X [N, C, H, W], W [M, C / group, kh, kw], b [M]) -> Y [N, M, H', W']
+    H' = (H + pad_t + pad_b - dilation (kh - 1) - 1) / stride + 1
+
+Geometry: ``kernel`` / ``kernels`` / ``kernel_h, kernel_w`` (Conv takes it from W when
+absent), ``stride(s)``, ``pad`` / ``pads`` (begins, then ends) / ``pad_t, pad_l, pad_b,
+pad_r``, ``dilation(s)``, ``legacy_pad`` (3: Caffe's ceil-mode pooling), ``global_pooling``.
+``order`` is NCHW or NHWC. ``FUNCTIONS`` holds the numpy semantics the interpreter runs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..gradients import GradOp, gradient, no_gradient
+from ..opdef import PURE, declare, type_error
+from ..types import TensorType
+from .nn import floats
+
+GEOMETRY = {"kernel": None, "kernels": None, "kernel_h": None, "kernel_w": None, "stride": None,
+            "strides": None, "stride_h": None, "stride_w": None, "pad": None, "pads": None, "pad_t": None,
+            "pad_l": None, "pad_b": None, "pad_r": None, "dilation": None, "dilations": None,
+            "dilation_h": None, "dilation_w": None, "legacy_pad": 0, "global_pooling": 0,
+            "order": "NCHW", "engine": "", "exhaustive_search": 0, "ws_nbytes_limit": None,
+            "shared_buffer": 0, "float16_compute": 0}
+CONV = dict(GEOMETRY, group=1)
+POOL = dict(GEOMETRY, count_include_pad=0)
+LEGACY_CAFFE_POOLING = 3
+
+
+class Geometry:
+    """Kernel, strides, pads (begin, end) and dilations of each spatial dim, and the output size."""
+
+    def __init__(self, name, attrs, spatial, kernel=None):
+        nd = len(spatial)
+        self.name = name
+
+        def per_dim(single, plural, h, w, default):
+            if attrs.get(plural) is not None:
+                got = [int(v) for v in attrs[plural]]
+            elif attrs.get(single) is not None:
+                got = [int(attrs[single])] * nd
+            elif nd == 2 and (attrs.get(h) is not None or attrs.get(w) is not None):
+                got = [int(attrs.get(h) if attrs.get(h) is not None else default),
+                       int(attrs.get(w) if attrs.get(w) is not None else default)]
+            else:
+                return None if default is None else [default] * nd
+            if len(got) != nd:
+                type_error(f"{name}: {plural} has {len(got)} values for {nd} spatial dims",
+                           f"give one {single} per spatial dim")
+            return got
+
+        if attrs.get("global_pooling"):
+            kernel = list(spatial)
+        self.kernel = per_dim("kernel", "kernels", "kernel_h", "kernel_w", None) or kernel
+        if self.kernel is None:
+            type_error(f"{name} needs a kernel size", "pass kernel=k (or kernels=[...], kernel_h/kernel_w)")
+        self.stride = per_dim("stride", "strides", "stride_h", "stride_w", 1)
+        self.dilation = per_dim("dilation", "dilations", "dilation_h", "dilation_w", 1)
+        if attrs.get("pads") is not None:
+            pads = [int(v) for v in attrs["pads"]]
+            if len(pads) != 2 * nd:
+                type_error(f"{name}: pads has {len(pads)} values for {nd} spatial dims",
+                           "give the begin pads, then the end pads")
+            self.pads = [(pads[k], pads[k + nd]) for k in range(nd)]
+        elif attrs.get("pad") is not None:
+            self.pads = [(int(attrs["pad"]),) * 2] * nd
+        elif nd == 2 and any(attrs.get(k) is not None for k in ("pad_t", "pad_l", "pad_b", "pad_r")):
+            t, l, b, r = (int(attrs.get(k) or 0) for k in ("pad_t", "pad_l", "pad_b", "pad_r"))
+            self.pads = [(t, b), (l, r)]
+        else:
+            self.pads = [(0, 0)] * nd
+        if attrs.get("global_pooling"):
+            self.stride, self.pads, self.dilation = [1] * nd, [(0, 0)] * nd, [1] * nd
+        if any(v <= 0 for v in self.kernel + self.stride + self.dilation) or any(min(p) < 0 for p in self.pads):
+            type_error(f"{name}: kernel, stride and dilation must be positive and pads non-negative",
+                       "check the geometry arguments")
+        self.out = []
+        for k, size in enumerate(spatial):
+            self.out.append(None if size is None else self._out(k, size, int(attrs.get("legacy_pad") or 0)))
+
+    def _out(self, k, size, legacy):
+        span = self.dilation[k] * (self.kernel[k] - 1) + 1
+        head, tail = self.pads[k]
+        if legacy == LEGACY_CAFFE_POOLING:  # Caffe's ceil mode; the tail pad grows to fit
+            out = int(math.ceil((size + head + tail - span) / self.stride[k])) + 1
+            if head > 0 and (out - 1) * self.stride[k] >= size + head:
+                out -= 1
+            self.pads[k] = (head, max(tail, (out - 1) * self.stride[k] + span - size - head))
+        else:
+            out = (size + head + tail - span) // self.stride[k] + 1
+        if out <= 0:
+            type_error(f"{self.name}: a spatial dim of {size} (pads {self.pads[k]}) is smaller than the "
+                       f"kernel's span {span}", "pad the input or use a smaller kernel")
+        return out
+
+
+def _layout(order, name):
+    if order not in ("NCHW", "NHWC"):
+        type_error(f"{name}: order {order!r} is neither NCHW nor NHWC", "pass order='NCHW' or 'NHWC'")
+    return order == "NCHW"
+
+
+def _conv(types, attrs, n):
+    ts = floats("Conv", types)
+    x, w = ts[0], ts[1]
+    nchw = _layout(attrs["order"], "Conv")
+    if x.shape is None or w.shape is None:
+        return [TensorType(x.dtype, None)]
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        type_error(f"Conv of X {list(x.shape)} with W {list(w.shape)}: both need N + C + spatial dims",
+                   "X is [N, C, H, W] and W [M, C / group, kh, kw] (NCHW)")
+    spatial = x.shape[2:] if nchw else x.shape[1:-1]
+    channels, kdims = (x.shape[1], w.shape[2:]) if nchw else (x.shape[-1], w.shape[1:-1])
+    wc = w.shape[1] if nchw else w.shape[-1]
+    group = int(attrs["group"])
+    if None not in (channels, wc) and channels != wc * group:
+        type_error(f"Conv: X has {channels} channels, W takes {wc} per group of {group}",
+                   "W's second dim is C / group")
+    if len(ts) == 3 and ts[2].shape is not None and w.shape[0] is not None and tuple(ts[2].shape) != (w.shape[0],):
+        type_error(f"Conv: the bias has shape {list(ts[2].shape)}, not [{w.shape[0]}]", "one bias per filter")
+    g = Geometry("Conv", attrs, spatial, kernel=list(kdims))
+    if list(kdims) != g.kernel and None not in kdims:
+        type_error(f"Conv: W's kernel {list(kdims)} is not the kernel argument {g.kernel}",
+                   "leave out kernel= (W gives it)")
+    out = (x.shape[0], w.shape[0], *g.out) if nchw else (x.shape[0], *g.out, w.shape[0])
+    return [TensorType(x.dtype, out)]
+
+
+declare("Conv", (2, 3), _conv, attrs=dict(CONV), traits={PURE},
+        doc="Y = the convolution of X with filters W (+ bias b), in groups; stride, pads, dilation")
+def _conv_grad(types, attrs, n):
+    x, w, dy = floats("ConvGradient", types)
+    bias = TensorType(w.dtype, None if w.shape is None else (w.shape[0],))
+    return [w, bias, x] if n == 3 else [w, x]
+
+
+declare("ConvGradient", 3, _conv_grad, results=(2, 3), attrs=dict(CONV, no_bias=0), traits={PURE},
+        doc="(dW, db, dX) from (X, W, dY) of Conv; (dW, dX) with no_bias")
+no_gradient("ConvGradient")
+
+
+@gradient("Conv")
+def _(g):
+    args = {k: v for k, v in g.args.items() if k in CONV}
+    if len(g.I) == 3:
+        return [GradOp("ConvGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[2], g.GI[0]], args)]
+    return [GradOp("ConvGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[0]], dict(args, no_bias=1))]
+
+
+def _pool(name):
+    def infer(types, attrs, n):
+        (x,) = floats(name, types)
+        nchw = _layout(attrs["order"], name)
+        if x.shape is None:
+            return [TensorType(x.dtype, None)]
+        if len(x.shape) < 3:
+            type_error(f"{name} needs X of N + C + spatial dims, got {list(x.shape)}", "X is [N, C, H, W] (NCHW)")
+        spatial = x.shape[2:] if nchw else x.shape[1:-1]
+        g = Geometry(name, attrs, spatial)
+        out = (x.shape[0], x.shape[1], *g.out) if nchw else (x.shape[0], *g.out, x.shape[-1])
+        return [TensorType(x.dtype, out)]
+    return infer
+
+
+for _name, _what in (("MaxPool", "maximum"), ("AveragePool", "mean")):
+    declare(_name, 1, _pool(_name), attrs=dict(POOL), traits={PURE},
+            doc=f"Y = the {_what} of each window of X (padding "
+                + ("never wins)" if _name == "MaxPool" else "counted only with count_include_pad)"))
+    declare(_name + "Gradient", 3, lambda t, a, n, _n=_name: [floats(_n + "Gradient", t)[0]],
+            attrs=dict(POOL), traits={PURE},
+            doc=f"dX from (X, Y, dY) of {_name}"
+                + (": dY to every input equal to its window's max" if _name == "MaxPool" else ""))
+    no_gradient(_name + "Gradient")
+    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.I[0], g.O[0], g.GO[0]], [g.GI[0]],
+                                                {k: v for k, v in g.args.items() if k in POOL})])
+
+
+# ----------------------------------------------------------------------------- numpy semantics
+
+def _nchw(x, attrs):
+    return x if attrs.get("order", "NCHW") == "NCHW" else np.moveaxis(x, -1, 1)
+
+
+def _back(y, attrs):
+    return y if attrs.get("order", "NCHW") == "NCHW" else np.ascontiguousarray(np.moveaxis(y, 1, -1))
+
+
+def _windows(x, g, fill=0.0):
+    """(padded x, its windows [N, C, *out, *kernel]) at the strides and dilations of ``g``."""
+    nd = len(g.kernel)
+    xp = np.pad(x, [(0, 0), (0, 0)] + list(g.pads), constant_values=fill)
+    spans = [d * (k - 1) + 1 for k, d in zip(g.kernel, g.dilation)]
+    win = sliding_window_view(xp, spans, axis=tuple(range(2, 2 + nd)))
+    index = (slice(None), slice(None)) + tuple(slice(0, s * (o - 1) + 1, s) for s, o in zip(g.stride, g.out)) \
+        + tuple(slice(None, None, d) for d in g.dilation)
+    return xp, win[index]
+
+
+def _geometry(name, x, attrs, kernel=None):
+    return Geometry(name, attrs, list(x.shape[2:]), kernel=kernel)
+
+
+def conv(x, w, *b, **attrs):
+    x, w = _nchw(x, attrs), _nchw(w, attrs)
+    g = _geometry("Conv", x, attrs, kernel=list(w.shape[2:]))
+    group = int(attrs.get("group", 1))
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    _, win = _windows(x, g)
+    nd = len(g.kernel)
+    win = win.reshape((n, group, c // group) + win.shape[2:])
+    wg = w.reshape((group, m // group, c // group) + w.shape[2:])
+    sp = "xyz"[:nd]
+    ks = "ijk"[:nd]
+    y = np.einsum(f"ngc{sp}{ks},gmc{ks}->ngm{sp}", win, wg, optimize=True).reshape((n, m) + tuple(g.out))
+    if b:
+        y = y + b[0].reshape((1, m) + (1,) * nd)
+    return _back(y.astype(x.dtype, copy=False), attrs)
+
+
+def _scatter_windows(dwin, g, x_shape):
+    """The gradient of the padded input from the gradient of its windows, cropped to x."""
+    n, c = x_shape[:2]
+    nd = len(g.kernel)
+    padded = [s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads)]
+    dxp = np.zeros((n, c) + tuple(padded), dtype=dwin.dtype)
+    for offs in np.ndindex(*g.kernel):
+        at = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + s * (out - 1) + 1, s) for o, d, s, out in zip(offs, g.dilation, g.stride, g.out))
+        dxp[at] += dwin[(Ellipsis,) + tuple(offs)]
+    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x_shape[2:], g.pads))
+    return dxp[crop]
+
+
+def conv_grad(x, w, dy, no_bias=0, **attrs):
+    x, w, dy = _nchw(x, attrs), _nchw(w, attrs), _nchw(dy, attrs)
+    g = _geometry("Conv", x, attrs, kernel=list(w.shape[2:]))
+    group = int(attrs.get("group", 1))
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    nd = len(g.kernel)
+    sp, ks = "xyz"[:nd], "ijk"[:nd]
+    _, win = _windows(x, g)
+    win = win.reshape((n, group, c // group) + win.shape[2:])
+    dyg = dy.reshape((n, group, m // group) + dy.shape[2:])
+    wg = w.reshape((group, m // group, c // group) + w.shape[2:])
+    dw = np.einsum(f"ngc{sp}{ks},ngm{sp}->gmc{ks}", win, dyg, optimize=True).reshape(w.shape).astype(w.dtype)
+    dwin = np.einsum(f"ngm{sp},gmc{ks}->ngc{sp}{ks}", dyg, wg, optimize=True)
+    dwin = dwin.reshape((n, c) + dwin.shape[3:])
+    dx = _scatter_windows(dwin, g, x.shape).astype(x.dtype)
+    dw, dx = _back(dw, attrs), _back(dx, attrs)
+    if no_bias:
+        return dw, dx
+    return dw, dy.sum(axis=(0,) + tuple(range(2, 2 + nd))).astype(dy.dtype), dx
+
+
+def max_pool(x, **attrs):
+    x = _nchw(x, attrs)
+    g = _geometry("MaxPool", x, attrs)
+    _, win = _windows(x, g, fill=-np.inf)
+    return _back(win.max(axis=tuple(range(-len(g.kernel), 0))).astype(x.dtype), attrs)
+
+
+def _counts(x, g, attrs):
+    """How many window elements fall inside x (all of them with count_include_pad)."""
+    if attrs.get("count_include_pad"):
+        return np.float64(np.prod(g.kernel))
+    _, ones = _windows(np.ones((1, 1) + x.shape[2:]), g)
+    return ones.sum(axis=tuple(range(-len(g.kernel), 0)))
+
+
+def average_pool(x, **attrs):
+    x = _nchw(x, attrs)
+    g = _geometry("AveragePool", x, attrs)
+    _, win = _windows(x, g)
+    total = win.sum(axis=tuple(range(-len(g.kernel), 0)), dtype=np.float64)
+    return _back((total / _counts(x, g, attrs)).astype(x.dtype), attrs)
+
+
+def max_pool_grad(x, y, dy, **attrs):
+    x, y, dy = _nchw(x, attrs), _nchw(y, attrs), _nchw(dy, attrs)
+    g = _geometry("MaxPool", x, attrs)
+    _, win = _windows(x, g, fill=-np.inf)
+    nd = len(g.kernel)
+    hit = win == y[(Ellipsis,) + (None,) * nd]
+    dwin = np.where(hit, dy[(Ellipsis,) + (None,) * nd], 0).astype(dy.dtype)
+    return _back(_scatter_windows(dwin, g, x.shape).astype(x.dtype), attrs)
+
+
+def average_pool_grad(x, y, dy, **attrs):
+    x, dy = _nchw(x, attrs), _nchw(dy, attrs)
+    g = _geometry("AveragePool", x, attrs)
+    nd = len(g.kernel)
+    share = dy / _counts(x, g, attrs)
+    dwin = np.broadcast_to(share[(Ellipsis,) + (None,) * nd], share.shape + tuple(g.kernel))
+    return _back(_scatter_windows(np.ascontiguousarray(dwin), g, x.shape).astype(x.dtype), attrs)
+
+
+FUNCTIONS = {"Conv": conv, "ConvGradient": conv_grad, "MaxPool": max_pool, "AveragePool": average_pool,
+             "MaxPoolGradient": max_pool_grad, "AveragePoolGradient": average_pool_grad}

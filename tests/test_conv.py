@@ -1,0 +1,164 @@
+"""Conv, MaxPool and AveragePool: values read off the real Caffe2, a direct-loop numpy
+reference written here for other geometries, and gradients against finite differences
+on both devices. ("Caffe2" figures: torch 1.10.2's caffe2, the same inputs through
+workspace.RunOperatorOnce and GradientRegistry.GetBackwardPass, printed with .tolist().)"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from dslc import brew, core, workspace
+from dslc import hypothesis_test_util as hu
+from dslc.ir.diagnostics import DSLError
+from dslc.model_helper import ModelHelper
+
+X = (np.arange(2 * 4 * 5 * 5, dtype=np.float32).reshape(2, 4, 5, 5) % 7) / 7 - 0.4
+W = (np.arange(6 * 2 * 3 * 3, dtype=np.float32).reshape(6, 2, 3, 3) % 5) / 5 - 0.3
+B = np.array([0.1, -0.2, 0.3, 0.0, 0.5, -0.1], np.float32)
+DEVICES = pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+
+
+def _run(do, op_type, inputs, outputs=("y",), **args):
+    return hu.runOpOnInput(do, core.CreateOperator(op_type, list(inputs), list(outputs), **args),
+                           list(inputs.values()))
+
+
+@DEVICES
+def test_values_match_caffe2(do):
+    (y,) = _run(do, "Conv", {"x": X, "w": W, "b": B}, kernel=3, stride=2, pad=1, group=2)
+    assert y.shape == (2, 6, 3, 3)
+    np.testing.assert_allclose(y.sum(), 14.025715827941895, rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(y[1, 3], [[-0.1485714316368103, 0.7857142686843872, -0.237142875790596],
+                                         [0.2028571367263794, -0.35428568720817566, -0.09428570419549942],
+                                         [-0.27142858505249023, 0.18000003695487976, 0.2685714364051819]],
+                               rtol=1e-5, atol=1e-7)  # Caffe2
+    w2 = ((np.arange(3 * 4 * 3 * 2, dtype=np.float32) % 3) / 3 - 0.2).reshape(3, 4, 3, 2)
+    (y,) = _run(do, "Conv", {"x": X, "w2": w2}, kernel_h=3, kernel_w=2, stride_h=1, stride_w=2, pad_t=1,
+                pad_l=0, pad_b=0, pad_r=1, dilation=2)
+    assert y.shape == (2, 3, 2, 2)
+    np.testing.assert_allclose(y[0, 1], [[0.19428572058677673, 0.18476194143295288],
+                                         [-0.09904758632183075, 0.21523815393447876]], rtol=1e-5)  # Caffe2
+    pools = [("MaxPool", dict(kernel=2, stride=2), (2, 4, 2, 2), 10.485713958740234),
+             ("AveragePool", dict(kernel=3, stride=2, pad=1), (2, 4, 3, 3), 1.8230164051055908),
+             ("MaxPool", dict(kernel=3, stride=2, pad=1), (2, 4, 3, 3), 27.628570556640625),
+             ("AveragePool", dict(global_pooling=1), (2, 4, 1, 1), 0.19428575038909912),
+             ("MaxPool", dict(kernel=2, stride=2, legacy_pad=3), (2, 4, 3, 3), 16.91428565979004)]
+    for op_type, args, shape, total in pools:  # Caffe2's shapes and sums
+        (p,) = _run(do, op_type, {"x": X}, **args)
+        assert p.shape == shape, (op_type, args)
+        np.testing.assert_allclose(p.sum(), total, rtol=1e-6, err_msg=f"{op_type} {args}")
+    (p,) = _run(do, "AveragePool", {"x": X}, kernel=3, stride=2, pad=1)
+    np.testing.assert_allclose(p[1, 2, 0], [-0.042857132852077484, 0.1714285910129547, 0.13571429252624512],
+                               rtol=1e-5)  # Caffe2: padding not counted
+
+
+def test_gradients_match_caffe2():
+    op = core.CreateOperator("Conv", ["x", "w", "b"], ["y"], kernel=3, stride=2, pad=1, group=2)
+    ops, grads = core.GradientRegistry.GetBackwardPass([op], {"y": "y_grad"})
+    assert [o.type for o in ops] == ["ConvGradient"] and list(ops[0].output) == ["w_grad", "b_grad", "x_grad"]
+    for name, value in (("x", X), ("w", W), ("b", B)):
+        workspace.FeedBlob(name, value)
+    workspace.FeedBlob("y_grad", np.ones((2, 6, 3, 3), np.float32) * np.arange(9, dtype=np.float32).reshape(3, 3) / 9)
+    workspace.RunOperatorsOnce(ops)
+    np.testing.assert_allclose(workspace.FetchBlob("w_grad").sum(), 13.600005149841309, rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(workspace.FetchBlob("b_grad"), [8.0] * 6)  # Caffe2
+    np.testing.assert_allclose(workspace.FetchBlob("x_grad").sum(), 51.06666564941406, rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(workspace.FetchBlob("x_grad")[1, 2, 1],
+                               [-0.03333333879709244, 0.2888888418674469, 0.011111102998256683,
+                                0.37777775526046753, 0.055555541068315506], rtol=1e-5, atol=1e-7)  # Caffe2
+
+
+def _loops(x, w, b, stride, pads, dilation, group):
+    """Convolution by its definition, one output element at a time."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    (pt, pb), (pl, pr) = pads
+    ho = (h + pt + pb - dilation * (kh - 1) - 1) // stride + 1
+    wo = (wd + pl + pr - dilation * (kw - 1) - 1) // stride + 1
+    y = np.zeros((n, m, ho, wo))
+    for i, f, r, s in itertools.product(range(n), range(m), range(ho), range(wo)):
+        grp = f // (m // group)
+        total = b[f]
+        for ch, a, e in itertools.product(range(cg), range(kh), range(kw)):
+            rr, ss = r * stride - pt + a * dilation, s * stride - pl + e * dilation
+            if 0 <= rr < h and 0 <= ss < wd:
+                total += x[i, grp * cg + ch, rr, ss] * w[f, ch, a, e]
+        y[i, f, r, s] = total
+    return y
+
+
+@pytest.mark.parametrize("stride, pad, dilation, group", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 2, 2, 1), (3, 1, 1, 4)])
+def test_conv_is_its_definition(stride, pad, dilation, group):
+    rng = np.random.default_rng(stride * 10 + pad)
+    x = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 4 // group, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    for do in hu.device_options:
+        (y,) = _run(do, "Conv", {"x": x, "w": w, "b": b}, stride=stride, pad=pad, dilation=dilation, group=group)
+        np.testing.assert_allclose(y, _loops(x, w, b, stride, ((pad, pad), (pad, pad)), dilation, group),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_nhwc_is_nchw_transposed():
+    x, w = np.moveaxis(X, 1, -1).copy(), np.moveaxis(W, 1, -1).copy()
+    (y,) = _run(hu.cpu_do, "Conv", {"x": x, "w": w, "b": B}, kernel=3, stride=2, pad=1, group=2, order="NHWC")
+    (ref,) = _run(hu.cpu_do, "Conv", {"x": X, "w": W, "b": B}, kernel=3, stride=2, pad=1, group=2)
+    np.testing.assert_allclose(y, np.moveaxis(ref, 1, -1), rtol=1e-6)
+
+
+class TestConvGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal((1, 4, 5, 4)).astype(np.float32)
+        w = rng.standard_normal((2, 2, 3, 2)).astype(np.float32) * 0.5
+        b = rng.standard_normal(2).astype(np.float32)
+        op = core.CreateOperator("Conv", ["X", "W", "b"], ["Y"], stride=2, pad=1, group=2)
+        self.assertDeviceChecks(dc, op, [x, w, b], [0])
+        for i in range(3):
+            self.assertGradientChecks(gc, op, [x.copy(), w.copy(), b.copy()], i, [0], stepsize=1e-2, threshold=1e-2)
+        distinct = (rng.permutation(80).reshape(1, 4, 5, 4) / 40 - 1).astype(np.float32)  # (no ties at a max)
+        for op_type, args in (("MaxPool", dict(kernel=2, stride=1)), ("AveragePool", dict(kernel=3, stride=2, pad=1)),
+                              ("MaxPool", dict(kernel=2, stride=2, legacy_pad=3))):
+            op = core.CreateOperator(op_type, ["X"], ["Y"], **args)
+            self.assertDeviceChecks(dc, op, [distinct], [0])
+            self.assertGradientChecks(gc, op, [distinct.copy()], 0, [0], stepsize=1e-3, threshold=1e-2)
+
+
+def test_mismatched_channels_are_a_located_error():
+    workspace.FeedBlob("x", X)
+    workspace.FeedBlob("w", W)
+    with pytest.raises(DSLError) as e:
+        workspace.RunOperatorOnce(core.CreateOperator("Conv", ["x", "w"], ["y"], kernel=3))  # 4 channels, W takes 2
+    assert "channels" in str(e.value) and e.value.loc.file.endswith("test_conv.py")
+
+
+def test_a_lenet_shaped_model_trains():
+    """conv-pool-conv-pool-fc on 8 images; 30 SGD steps lower the loss (a classifier that learns)."""
+    from dslc import optimizer
+    from dslc.session import LocalSession
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((8, 1, 12, 12)).astype(np.float32)
+    label = (data[:, 0, :6].sum(axis=(1, 2)) > data[:, 0, 6:].sum(axis=(1, 2))).astype(np.int32)
+    model = ModelHelper(name="lenet")
+    c1 = brew.conv(model, "data", "c1", dim_in=1, dim_out=4, kernel=3)
+    p1 = brew.max_pool(model, brew.relu(model, c1, "r1"), "p1", kernel=2, stride=2)
+    c2 = brew.conv(model, p1, "c2", dim_in=4, dim_out=4, kernel=3)
+    p2 = brew.average_pool(model, brew.relu(model, c2, "r2"), "p2", kernel=2, stride=2)
+    fc = brew.fc(model, p2, "fc", dim_in=4, dim_out=2)  # (12 -> 10 -> 5 -> 3 -> 1)
+    _, loss = model.net.SoftmaxWithLoss([fc, "label"], ["softmax", "loss"])
+    model.AddGradientOperators([loss])
+    optimizer.build_sgd(model, base_learning_rate=0.2)
+    workspace.FeedBlob("data", data)
+    workspace.FeedBlob("label", label)
+    losses = []
+    with LocalSession(backend="numba") as s:
+        s.run(model.param_init_net)
+        for _ in range(30):
+            s.run(model.net)
+            losses.append(float(workspace.FetchBlob("loss")))
+    assert losses[-1] < 0.5 * losses[0], losses
