@@ -162,3 +162,68 @@ def test_a_lenet_shaped_model_trains():
             s.run(model.net)
             losses.append(float(workspace.FetchBlob("loss")))
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+BN_X = (np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2) % 5) / 5 - 0.3
+BN = dict(x=BN_X, s=np.array([1.0, 0.5, 2.0], np.float32), b=np.array([0.1, 0.0, -0.2], np.float32),
+          rm=np.array([0.0, 0.1, 0.2], np.float32), rv=np.array([1.0, 2.0, 0.5], np.float32))
+
+
+@DEVICES
+def test_spatial_bn_matches_caffe2(do):
+    y, rm, rv, sm, siv = _run(do, "SpatialBN", BN, ("y", "rm", "rv", "sm", "siv"), is_test=0, epsilon=1e-5,
+                              momentum=0.9)
+    np.testing.assert_allclose(y.reshape(-1)[:6], [-1.2749552726745605, -0.541645884513855, 0.19166365265846252,
+                                                   0.92497318983078, 0.6874776482582092, -0.779141366481781],
+                               rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(rm, [0.007500002160668373, 0.10249999910593033, 0.1849999874830246], rtol=1e-6)
+    np.testing.assert_allclose(rv, [0.9084999561309814, 1.8084999322891235, 0.45885711908340454], rtol=1e-6)
+    np.testing.assert_allclose(sm, [0.07500000298023224, 0.125, 0.04999999701976776], rtol=1e-6)
+    np.testing.assert_allclose(siv, [3.6665475368499756, 3.6665475368499756, 3.591874361038208], rtol=1e-6)
+    (yt,) = _run(do, "SpatialBN", BN, ("yt",), is_test=1, epsilon=1e-5)
+    np.testing.assert_allclose(yt.reshape(-1)[:6], [-0.19999852776527405, 4.917383193969727e-07, 0.19999949634075165,
+                                                    0.3999985158443451, 0.14142099022865295, -0.14142100512981415],
+                               rtol=1e-5, atol=1e-7)  # Caffe2
+
+
+def test_spatial_bn_gradient_matches_caffe2():
+    op = core.CreateOperator("SpatialBN", ["x", "s", "b", "rm", "rv"], ["y", "rm", "rv", "sm", "siv"], is_test=0)
+    ops, _ = core.GradientRegistry.GetBackwardPass([op], {"y": "y_grad"})
+    assert [list(o.output) for o in ops] == [["x_grad", "s_grad", "b_grad"]]
+    for k, v in BN.items():
+        workspace.FeedBlob(k, v)
+    workspace.FeedBlob("y_grad", (np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2) % 4) / 4 - 0.25)
+    workspace.RunOperatorOnce(op)
+    workspace.RunOperatorsOnce(ops)
+    np.testing.assert_allclose(workspace.FetchBlob("x_grad").reshape(-1)[:6],
+                               [-1.0861380100250244, -0.32353702187538147, 0.4390639364719391,
+                                1.2016648054122925, -0.831886351108551, -0.0654960349202156], rtol=1e-5)  # Caffe2
+    np.testing.assert_allclose(workspace.FetchBlob("s_grad"), [0.45831847190856934, 0.45831847190856934, 0.0],
+                               rtol=1e-6, atol=1e-7)  # Caffe2
+    np.testing.assert_allclose(workspace.FetchBlob("b_grad"), [1.0, 1.0, 1.0])  # Caffe2
+
+
+class TestSpatialBNGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        rng = np.random.default_rng(2)
+        ins = [rng.standard_normal((3, 2, 2, 3)).astype(np.float32), np.array([1.5, 0.5], np.float32),
+               np.array([0.1, -0.3], np.float32), np.zeros(2, np.float32), np.ones(2, np.float32)]
+        op = core.CreateOperator("SpatialBN", ["X", "S", "B", "RM", "RV"], ["Y", "RM", "RV", "SM", "SIV"])
+        for i in range(3):
+            self.assertGradientChecks(gc, op, [a.copy() for a in ins], i, [0], stepsize=1e-2, threshold=1e-2)
+
+
+def test_brew_spatial_bn_trains_and_tests():
+    model = ModelHelper(name="bn")
+    y = brew.spatial_bn(model, "x", "bn", dim_in=3, epsilon=1e-5, momentum=0.9)
+    assert [str(p) for p in model.params] == ["bn_s", "bn_b"]
+    assert [str(p) for p in model.GetComputedParams()] == ["bn_rm", "bn_riv"]
+    workspace.FeedBlob("x", BN_X)
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.RunNetOnce(model.net)
+    # scale 1, bias 0: every channel of y has mean 0 and (biased) variance var / (var + eps)
+    yv = workspace.FetchBlob(str(y))
+    np.testing.assert_allclose(yv.mean(axis=(0, 2, 3)), 0, atol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob("bn_rm"), 0.1 * BN_X.mean(axis=(0, 2, 3)), rtol=1e-5)

@@ -43,7 +43,7 @@ _HOMES = {"db": "kernels_db", "data": "kernels_data", "records": "kernels_record
           "shape": "kernels_records", "collect": "kernels_collect", "nn": "kernels_nn",
           "losses": "kernels_nn", "optim": "kernels_nn", "nn_grads": "kernels_nn", "activations": "kernels_nn",
           "segments": "kernels_nn", "products": "kernels_nn",
-          "conv": "kernels_nn"}
+          "conv": "kernels_nn", "normalization": "kernels_nn"}
 
 
 def kernel_entry(name: str):

@@ -1,0 +1,101 @@
+"""Batch normalization of images (Caffe2's SpatialBN) and its gradient.
+
+    training: Y = (X - mean_b) / sqrt(var_b + epsilon) scale + bias, per channel, with the
+              batch's mean and (biased) variance; the running mean and variance move by
+              momentum toward the batch's (the variance unbiased: n / (n - 1)), and the
+              batch's mean and 1 / std are saved for the gradient.
+    is_test:  the running mean and variance instead of the batch's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gradients import GradOp, gradient, no_gradient
+from ..opdef import PURE, declare, type_error
+from ..types import TensorType
+from .nn import floats
+
+_BN = {"is_test": 0, "epsilon": 1e-5, "momentum": 0.9, "order": "NCHW", "engine": "", "num_batches": 1}
+
+
+def _channels(x, order):
+    if x.shape is None:
+        return None
+    if len(x.shape) < 2:
+        type_error(f"SpatialBN needs X of rank >= 2, got {list(x.shape)}", "X is [N, C, ...] (NCHW)")
+    return x.shape[1] if order == "NCHW" else x.shape[-1]
+
+
+def _spatial_bn(types, attrs, n):
+    x, scale, bias, mean, var = floats("SpatialBN", types)
+    c = _channels(x, attrs["order"])
+    for what, t in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var)):
+        if c is not None and t.shape is not None and tuple(t.shape) != (c,):
+            type_error(f"SpatialBN's {what} has shape {list(t.shape)}, not [{c}]", "one value per channel")
+    if attrs["is_test"]:
+        if n != 1:
+            type_error(f"SpatialBN with is_test=1 has one output, got {n}", "name only Y")
+        return [x]
+    if n != 5:
+        type_error(f"SpatialBN in training has 5 outputs, got {n}",
+                   "name Y, the running mean and variance (in place), the saved mean and 1 / std")
+    vec = TensorType(x.dtype, None if c is None else (c,))
+    return [x, vec, vec, vec, vec]
+
+
+declare("SpatialBN", 5, _spatial_bn, results=(1, 5), attrs=dict(_BN), traits={PURE},
+        doc="(X, scale, bias, running mean, running var) -> Y (is_test), or (Y, running mean, running "
+            "var, saved mean, saved 1 / std) in training: per-channel batch normalization")
+declare("SpatialBNGradient", 5, lambda t, a, n: [floats("SpatialBNGradient", t)[0],
+                                                 floats("SpatialBNGradient", t)[1],
+                                                 floats("SpatialBNGradient", t)[1]],
+        results=3, attrs=dict(_BN), traits={PURE},
+        doc="(dX, dscale, dbias) from (X, scale, dY, saved mean, saved 1 / std) of SpatialBN")
+no_gradient("SpatialBNGradient")
+
+
+@gradient("SpatialBN")
+def _(g):
+    if g.args.get("is_test"):
+        type_error("SpatialBN with is_test=1 has no gradient here", "train with is_test=0")
+    return [GradOp("SpatialBNGradient", [g.I[0], g.I[1], g.GO[0], g.O[3], g.O[4]], [g.GI[0], g.GI[1], g.GI[2]],
+                   {k: v for k, v in g.args.items() if k in _BN})]
+
+
+def _axes(x, order):
+    """(the reduction axes, a shape that broadcasts a per-channel vector against x)."""
+    c_axis = 1 if order == "NCHW" else x.ndim - 1
+    shape = [1] * x.ndim
+    shape[c_axis] = x.shape[c_axis]
+    return tuple(k for k in range(x.ndim) if k != c_axis), tuple(shape)
+
+
+def spatial_bn(x, scale, bias, mean, var, is_test=0, epsilon=1e-5, momentum=0.9, order="NCHW", **_):
+    axes, shape = _axes(x, order)
+    dt = x.dtype
+    if is_test:
+        inv = 1.0 / np.sqrt(var.astype(np.float64) + epsilon)
+        return ((x - mean.reshape(shape)) * (inv * scale).reshape(shape).astype(dt) + bias.reshape(shape)).astype(dt)
+    count = int(np.prod([x.shape[k] for k in axes]))
+    mu = x.mean(axis=axes, dtype=np.float64)
+    v = x.var(axis=axes, dtype=np.float64)
+    inv = 1.0 / np.sqrt(v + epsilon)
+    y = ((x - mu.reshape(shape)) * (inv * scale).reshape(shape) + bias.reshape(shape)).astype(dt)
+    unbiased = v * count / max(count - 1, 1)
+    running_mean = (momentum * mean + (1 - momentum) * mu).astype(dt)
+    running_var = (momentum * var + (1 - momentum) * unbiased).astype(dt)
+    return y, running_mean, running_var, mu.astype(dt), inv.astype(dt)
+
+
+def spatial_bn_grad(x, scale, dy, saved_mean, saved_inv_std, order="NCHW", **_):
+    axes, shape = _axes(x, order)
+    count = int(np.prod([x.shape[k] for k in axes]))
+    inv = saved_inv_std.astype(np.float64)
+    xhat = (x - saved_mean.reshape(shape)) * inv.reshape(shape)
+    dbias = dy.sum(axis=axes, dtype=np.float64)
+    dscale = (dy * xhat).sum(axis=axes, dtype=np.float64)
+    dx = (scale * inv / count).reshape(shape) * (count * dy - dbias.reshape(shape) - xhat * dscale.reshape(shape))
+    return dx.astype(x.dtype), dscale.astype(scale.dtype), dbias.astype(scale.dtype)
+
+
+FUNCTIONS = {"SpatialBN": spatial_bn, "SpatialBNGradient": spatial_bn_grad}
