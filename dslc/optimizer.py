@@ -72,10 +72,12 @@ class SgdOptimizer(Optimizer):
         lr, _ = self.build_lr(model, -self.base_lr if self.momentum else self.base_lr)
         if isinstance(grad, GradientSlice):  # only the rows the gradient has
             if self.momentum > 0:
-                raise OptimizerError(f"momentum SGD of the sparse gradient of {param} is not supported yet",
-                                     user_location(3), "use plain SGD or Adagrad for embedding tables")
-            one = _ensure(init, ONE, shape=[1], value=1.0)
-            net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
+                m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
+                net.SparseMomentumSGDUpdate([grad.values, m, lr, param, grad.indices], [grad.values, m, param],
+                                            momentum=self.momentum, nesterov=self.nesterov)
+            else:
+                one = _ensure(init, ONE, shape=[1], value=1.0)
+                net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
         elif self.momentum > 0:
             m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
             net.MomentumSGDUpdate([grad, m, lr, param], [grad, m, param], momentum=self.momentum,
@@ -119,15 +121,81 @@ class AdamOptimizer(Optimizer):
         self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
 
     def update(self, model, param, grad):
-        if isinstance(grad, GradientSlice):
-            raise OptimizerError(f"Adam of the sparse gradient of {param} is not supported yet", user_location(3),
-                                 "use SGD or Adagrad for embedding tables")
         lr, it = self.build_lr(model, self.alpha)
         init = model.param_init_net
         m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
         m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
+        if isinstance(grad, GradientSlice):
+            model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
+                                 beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
+            return
         model.net.Adam([param, m1, m2, grad, lr, it], [param, m1, m2], beta1=self.beta1,
                        beta2=self.beta2, epsilon=self.epsilon)
+
+
+class RmsPropOptimizer(Optimizer):
+    """Caffe2's RMSProp: RmsProp gives the step (moment'), MomentumSGDUpdate applies it."""
+
+    kind = "RmsPropOptimizer"
+
+    def __init__(self, alpha=0.01, decay=0.9, momentum=0.0, epsilon=1e-5, policy="fixed", **kwargs):
+        super().__init__(policy, **kwargs)
+        self.alpha, self.decay, self.momentum, self.epsilon = alpha, decay, momentum, epsilon
+
+    def update(self, model, param, grad):
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"RMSProp of the sparse gradient of {param} is not supported (nor in Caffe2)",
+                                 user_location(3), "use SGD, Adagrad or Adam for embedding tables")
+        init, net = model.param_init_net, model.net
+        one = _ensure(init, ONE, shape=[1], value=1.0)
+        lr, _ = self.build_lr(model, -self.alpha)  # (positive: MomentumSGDUpdate subtracts)
+        grad_o = init.ConstantFill([param], f"{param}_grad_o", value=0.0)
+        ms = init.ConstantFill([param], f"{param}_mean_squares", value=0.0)
+        mom = init.ConstantFill([param], f"{param}_momentum", value=0.0)
+        net.RmsProp([grad, ms, mom, one], [grad_o, ms, mom], decay=self.decay, momentum=self.momentum,
+                    epsilon=self.epsilon)
+        net.MomentumSGDUpdate([grad_o, mom, lr, param], [grad_o, mom, param])
+
+
+class FtrlOptimizer(Optimizer):
+    """FTRL-proximal: the step comes from the gradient's history (n, z), no learning rate."""
+
+    kind = "FtrlOptimizer"
+
+    def __init__(self, alpha=0.01, beta=1e-4, lambda1=0, lambda2=0, **kwargs):
+        super().__init__("fixed", **kwargs)
+        self.alpha, self.beta, self.lambda1, self.lambda2 = alpha, beta, lambda1, lambda2
+
+    def update(self, model, param, grad):
+        if self.alpha <= 0:
+            return
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"FTRL of the sparse gradient of {param} is not supported yet", user_location(3),
+                                 "use SGD, Adagrad or Adam for embedding tables")
+        nz = model.param_init_net.ConstantFill([param], f"{param}_ftrl_nz", extra_shape=[2], value=0.0)
+        model.net.Ftrl([param, nz, grad], [param, nz], alpha=self.alpha, beta=self.beta, lambda1=self.lambda1,
+                       lambda2=self.lambda2)
+
+
+class AdadeltaOptimizer(Optimizer):
+    kind = "AdadeltaOptimizer"
+
+    def __init__(self, alpha=0.01, epsilon=1e-4, decay=0.95, policy="fixed", **kwargs):
+        super().__init__(policy, **kwargs)
+        self.alpha, self.epsilon, self.decay = alpha, epsilon, decay
+
+    def update(self, model, param, grad):
+        if self.alpha <= 0:
+            return
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"Adadelta of the sparse gradient of {param} is not supported yet",
+                                 user_location(3), "use SGD, Adagrad or Adam for embedding tables")
+        lr, _ = self.build_lr(model, self.alpha)
+        init = model.param_init_net
+        moment = init.ConstantFill([param], f"{param}_squared_moment", value=0.0)
+        update = init.ConstantFill([param], f"{param}_squared_moment_update", value=0.0)
+        model.net.Adadelta([param, moment, update, grad, lr], [param, moment, update], epsilon=self.epsilon,
+                           decay=self.decay)
 
 
 def _rows_of(model, param) -> int:
@@ -157,6 +225,27 @@ def build_adagrad(model, base_learning_rate, parameters=None, **kwargs):
 
 def build_adam(model, base_learning_rate, **kwargs):
     return AdamOptimizer(alpha=base_learning_rate, **kwargs)(model)
+
+
+def build_rms_prop(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False, **kwargs):
+    _unsupported(max_gradient_norm, allow_lr_injection)
+    return RmsPropOptimizer(alpha=base_learning_rate, **kwargs)(model)
+
+
+def build_ftrl(model, engine="SIMD", **kwargs):
+    return FtrlOptimizer(**kwargs)(model)
+
+
+def build_adadelta(model, base_learning_rate, parameters=None, max_gradient_norm=None, allow_lr_injection=False,
+                   **kwargs):
+    _unsupported(max_gradient_norm, allow_lr_injection)
+    return AdadeltaOptimizer(alpha=base_learning_rate, **kwargs)(model)
+
+
+def _unsupported(max_gradient_norm, allow_lr_injection):
+    if max_gradient_norm is not None or allow_lr_injection:
+        raise OptimizerError("max_gradient_norm and allow_lr_injection are not supported yet", user_location(3),
+                             "build the optimizer without them")
 
 
 def add_weight_decay(model, weight_decay, one=ONE, wd="wd_0_0"):

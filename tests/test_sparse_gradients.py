@@ -120,15 +120,20 @@ def _embedding_model(opt):
     assert isinstance(model.param_to_grad[w], core.GradientSlice)
     if opt == "sgd":
         optimizer.build_sgd(model, base_learning_rate=0.1)
+    elif opt == "momentum":
+        optimizer.build_sgd(model, base_learning_rate=0.1, momentum=0.9, nesterov=0)
+    elif opt == "adam":
+        optimizer.build_adam(model, base_learning_rate=0.1, epsilon=1e-5)
     else:
         optimizer.build_adagrad(model, base_learning_rate=0.1, epsilon=1e-4)
-    assert not any(op.type in ("SparseToDense", "WeightedSum", "Adagrad") for op in model.net.Proto().op)
+    assert not any(op.type in ("SparseToDense", "WeightedSum", "Adagrad", "Adam", "MomentumSGDUpdate")
+                   for op in model.net.Proto().op)
     return model
 
 
 def _numpy_training(opt, ids_steps, targets, steps):
     w = np.full((6, 3), 0.5, np.float64)
-    h = np.zeros_like(w)
+    h, m1, m2 = np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
     for s in range(steps):
         ids, t = ids_steps[s], targets[s]
         pooled = w[ids].sum(axis=1)
@@ -137,6 +142,14 @@ def _numpy_training(opt, ids_steps, targets, steps):
         for r, g in zip(flat, rows):  # per occurrence, in order (as the sparse updates run)
             if opt == "sgd":
                 w[r] -= 0.1 * g
+            elif opt == "momentum":  # (m = 0.9 m + lr g; w -= m)
+                h[r] = 0.9 * h[r] + 0.1 * g
+                w[r] -= h[r]
+            elif opt == "adam":  # t = the iteration counter after this step's Iter, + 1
+                t = s + 2
+                m1[r] = 0.9 * m1[r] + 0.1 * g
+                m2[r] = 0.999 * m2[r] + 0.001 * g * g
+                w[r] -= 0.1 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m1[r] / (np.sqrt(m2[r]) + 1e-5)
             else:
                 h[r] += g * g
                 w[r] -= 0.1 * g / (np.sqrt(h[r]) + 1e-4)
@@ -144,7 +157,7 @@ def _numpy_training(opt, ids_steps, targets, steps):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("opt", ["sgd", "adagrad"])
+@pytest.mark.parametrize("opt", ["sgd", "adagrad", "momentum", "adam"])
 def test_embedding_training_touches_only_the_rows_read(backend, opt):
     rng = np.random.default_rng(7)
     steps = 6

@@ -44,6 +44,7 @@ FUNCTIONS = {
     "SigmoidCrossEntropyWithLogits": nm.sigmoid_cross_entropy_with_logits,
     "SigmoidCrossEntropyWithLogitsGradient": nm.sigmoid_cross_entropy_with_logits_grad,
     "MaxGradient": nm.pick_grad, "MinGradient": nm.pick_grad,
+    "MomentumSGD": nm.momentum_sgd, "RmsProp": nm.rms_prop, "Adadelta": nm.adadelta, "Ftrl": nm.ftrl,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
     **normalization.FUNCTIONS,
@@ -61,7 +62,9 @@ def bound(fn, attrs: dict):
 # Sparse updates and the operands they may overwrite (their parameter, its moment).
 IN_PLACE = {"ScatterWeightedSum": (nm.scatter_weighted_sum, (0,)),
             "SparseAdagrad": (nm.sparse_adagrad, (0, 1)),
-            "RowWiseSparseAdagrad": (nm.row_wise_sparse_adagrad, (0, 1))}
+            "RowWiseSparseAdagrad": (nm.row_wise_sparse_adagrad, (0, 1)),
+            "SparseMomentumSGDUpdate": (nm.sparse_momentum_sgd_update, (1, 3)),
+            "SparseAdam": (nm.sparse_adam, (0, 1, 2))}
 
 
 def _last_use(op, k: int) -> bool:

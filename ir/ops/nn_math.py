@@ -463,3 +463,71 @@ def pick_grad(y, dy, *xs):
     zero = np.zeros((), dy.dtype)
     out = tuple(np.where(x == y, dy, zero).astype(dy.dtype, copy=False) for x in xs)
     return out if len(out) > 1 else out[0]
+
+
+def momentum_sgd(g, m, lr, momentum=0.0, nesterov=0):
+    mu, lr = g.dtype.type(momentum), lr.reshape(())
+    new_m = mu * m + lr * g
+    adjusted = (1 + mu) * new_m - mu * m if nesterov else new_m
+    return adjusted.astype(g.dtype), new_m.astype(g.dtype)
+
+
+def rms_prop(g, ms, mom, lr, decay=0.9, momentum=0.0, epsilon=1e-5):
+    dt = g.dtype.type
+    new_ms = ms + (1 - dt(decay)) * (g * g - ms)
+    new_mom = dt(momentum) * mom + lr.reshape(()) * g / np.sqrt(dt(epsilon) + new_ms)
+    return new_mom.astype(g.dtype), new_ms.astype(g.dtype), new_mom.astype(g.dtype)
+
+
+def adadelta(p, ms, delta, g, lr, epsilon=1e-5, decay=0.95):
+    dt = g.dtype.type
+    d, eps = dt(decay), dt(epsilon)
+    new_ms = d * ms + (1 - d) * g * g
+    update = np.sqrt(delta + eps) / np.sqrt(new_ms + eps) * g
+    new_delta = d * delta + (1 - d) * update * update
+    return (p + lr.reshape(()) * update).astype(p.dtype), new_ms.astype(g.dtype), new_delta.astype(g.dtype)
+
+
+def ftrl(w, nz, g, alpha=0.01, beta=1e-4, lambda1=0.0, lambda2=0.0):
+    n, z = nz[..., 0], nz[..., 1]
+    new_n = n + g * g
+    sigma = (np.sqrt(new_n) - np.sqrt(n)) / alpha
+    new_z = z + g - sigma * w
+    new_w = np.where(np.abs(new_z) <= lambda1, 0,
+                     (np.sign(new_z) * lambda1 - new_z) / ((beta + np.sqrt(new_n)) / alpha + lambda2))
+    return new_w.astype(w.dtype), np.stack([new_n, new_z], axis=-1).astype(nz.dtype)
+
+
+def sparse_momentum_sgd_update(g, m, lr, p, indices, momentum=0.0, nesterov=0, inplace=False):
+    idx = indices.astype(np.int64).reshape(-1)
+    rows = g.reshape((idx.size,) + p.shape[1:])
+    if not inplace:
+        m, p = m.copy(), p.copy()
+    out = np.empty_like(rows)
+    mu, lr = p.dtype.type(momentum), lr.reshape(())
+    for at in _occurrences(idx):
+        r, gi = idx[at], rows[at]
+        old = m[r]
+        new = mu * old + lr * gi
+        m[r] = new
+        step = (1 + mu) * new - mu * old if nesterov else new
+        p[r] -= step
+        out[at] = step
+    return out.reshape(g.shape), m, p
+
+
+def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5, inplace=False, **_):
+    idx = indices.astype(np.int64).reshape(-1)
+    rows = g.reshape((idx.size,) + p.shape[1:])
+    if not inplace:
+        p, m1, m2 = p.copy(), m1.copy(), m2.copy()
+    dt = p.dtype.type
+    b1, b2 = dt(beta1), dt(beta2)
+    t = float(np.asarray(it).reshape(-1)[0]) + 1
+    step = lr.reshape(()) * dt(np.sqrt(1.0 - float(b2) ** t) / (1.0 - float(b1) ** t))
+    for at in _occurrences(idx):
+        r, gi = idx[at], rows[at]
+        m1[r] = b1 * m1[r] + (1 - b1) * gi
+        m2[r] = b2 * m2[r] + (1 - b2) * gi * gi
+        p[r] += step * m1[r] / (np.sqrt(m2[r]) + dt(epsilon))
+    return p, m1, m2

@@ -199,3 +199,69 @@ declare("SparseAdagrad", 5, _sparse_adagrad("SparseAdagrad"), results=2, attrs={
 declare("RowWiseSparseAdagrad", 5, _sparse_adagrad("RowWiseSparseAdagrad"), results=2,
         attrs={"epsilon": 1e-5, "engine": ""}, traits={PURE},
         doc="SparseAdagrad with one moment per row (a vector): m[r] += mean(g^2)")
+
+
+# ----------------------------------------------------------------------------- more updates (dense)
+
+def _same_shapes(name, n_results, lr_at):
+    """Every input but the learning rate (input ``lr_at``) has the first input's shape; the
+    results are typed as the first inputs."""
+    def infer(types, attrs, n):
+        ts = floats(name, types)
+        _same(name, ts, [(0, k) for k in range(1, len(ts)) if k != lr_at])
+        return ts[:n_results]
+    return infer
+
+
+declare("MomentumSGD", 3, _same_shapes("MomentumSGD", 2, lr_at=2), results=2, attrs={"momentum": 0.0, "nesterov": 0},
+        traits={PURE}, doc="(grad, moment, lr) -> (adjusted grad, moment'): m' = momentum m + lr g; adjusted = m' "
+                           "(nesterov: (1 + momentum) m' - momentum m)")
+declare("RmsProp", 4, _same_shapes("RmsProp", 3, lr_at=3), results=3, attrs={"decay": 0.9, "momentum": 0.0, "epsilon": 1e-5},
+        traits={PURE}, doc="(grad, mean squares, moment, lr) -> (grad', ms', moment'): ms' = decay ms + (1 - decay) "
+                           "g^2; moment' = momentum moment + lr g / sqrt(ms' + epsilon); grad' = moment'")
+declare("Adadelta", 5, _same_shapes("Adadelta", 3, lr_at=4), results=3, attrs={"epsilon": 1e-5, "decay": 0.95, "engine": ""},
+        traits={PURE}, doc="(param, ms, delta, grad, lr) -> (param', ms', delta'): ms' = decay ms + (1 - decay) g^2; "
+                           "u = sqrt(delta + eps) / sqrt(ms' + eps) g; delta' = decay delta + (1 - decay) u^2; "
+                           "param' = param + lr u")
+
+
+def _ftrl(types, attrs, n):
+    var, nz, g = floats("Ftrl", types)
+    if var.shape is not None and nz.shape is not None and None not in var.shape + nz.shape \
+            and tuple(nz.shape) != tuple(var.shape) + (2,):
+        type_error(f"Ftrl's n_z has shape {list(nz.shape)}, not the parameter's {list(var.shape)} + [2]",
+                   "n_z holds (n, z) per element")
+    return [var, nz]
+
+
+declare("Ftrl", 3, _ftrl, results=2, attrs={"alpha": 0.01, "beta": 1e-4, "lambda1": 0.0, "lambda2": 0.0,
+                                            "engine": ""},
+        traits={PURE}, doc="(param, n_z, grad) -> (param', n_z'): FTRL-proximal with per-element n (sum of g^2) "
+                           "and z")
+
+
+# ----------------------------------------------------------------------------- more updates (sparse)
+
+def _sparse_momentum(types, attrs, n):
+    g, m, lr, p, idx = types
+    ts = floats("SparseMomentumSGDUpdate", [g, m, lr, p])
+    _rows("SparseMomentumSGDUpdate", p, idx, g)
+    return [ts[0], ts[1], ts[3]]
+
+
+declare("SparseMomentumSGDUpdate", 5, _sparse_momentum, results=3, attrs={"momentum": 0.0, "nesterov": 0},
+        traits={PURE}, doc="(grad rows, moment, lr, param, INDICES) -> (adjusted rows, moment, param), per index "
+                           "in order: m[r] = momentum m[r] + lr g; p[r] -= the adjusted step")
+
+
+def _sparse_adam(types, attrs, n):
+    p, m1, m2, idx, g, lr, it = types
+    ts = floats("SparseAdam", [p, m1, m2, g, lr])
+    _rows("SparseAdam", p, idx, g)
+    return [ts[0], ts[1], ts[2]]
+
+
+declare("SparseAdam", 7, _sparse_adam, results=3, attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5,
+                                                          "enableRAdam": 0, "engine": ""},
+        traits={PURE}, doc="(param, m1, m2, INDICES, grad rows, lr, iter) -> (param, m1, m2), per index in "
+                           "order: Adam's update of that row (t = iter + 1)")

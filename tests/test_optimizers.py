@@ -1,0 +1,96 @@
+"""The update ops of RMSProp, FTRL, Adadelta, momentum SGD (dense and sparse) and sparse Adam,
+and the builders that use them: each recovers a linear model's weights.
+
+Figures marked "Caffe2" were read off the real Caffe2 (torch 1.10.2's caffe2, the same
+inputs through workspace.RunOperatorOnce, printed with .tolist()).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dslc import brew, core, optimizer, workspace
+from dslc import hypothesis_test_util as hu
+from dslc.model_helper import ModelHelper
+from dslc.session import LocalSession
+
+G = np.array([0.5, -1.0, 2.0], np.float32)
+W = np.array([1.0, 2.0, -1.0], np.float32)
+MS = np.array([0.1, 0.2, 0.3], np.float32)
+MOM = np.array([0.0, 0.5, -0.5], np.float32)
+LR = np.array([0.1], np.float32)
+DEVICES = pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+
+
+def _run(do, op_type, inputs, outputs, **args):
+    outs = hu.runOpOnInput(do, core.CreateOperator(op_type, list(inputs), outputs, **args), list(inputs.values()))
+    return [o.tolist() for o in outs]
+
+
+@DEVICES
+def test_dense_updates_match_caffe2(do):
+    got = _run(do, "RmsProp", {"g": G, "ms": MS, "mom": MOM, "lr": LR}, ["go", "mso", "momo"], decay=0.9,
+               momentum=0.5, epsilon=1e-5)
+    step = [0.1474355310201645, 0.06102113425731659, -0.005662962794303894]
+    np.testing.assert_allclose(got, [step, [0.115, 0.28, 0.67], step], rtol=1e-6)  # Caffe2
+    got = _run(do, "MomentumSGD", {"g": G, "mom": MOM, "lr": LR}, ["go", "momo"], momentum=0.9, nesterov=1)
+    np.testing.assert_allclose(got, [[0.095, 0.215, -0.025], [0.05, 0.35, -0.25]], rtol=1e-5, atol=1e-7)  # Caffe2
+    nz = np.array([[0.1, 0.2], [0.3, 0.4], [0.0, 1.0]], np.float32)
+    got = _run(do, "Ftrl", {"w": W, "nz": nz, "g": G}, ["wo", "nzo"], alpha=0.1, beta=1.0, lambda1=0.001, lambda2=0.01)
+    np.testing.assert_allclose(got[0], [0.1288956254720688, 0.5813655257225037, -0.766377866268158], rtol=1e-6)
+    np.testing.assert_allclose(got[1], [[0.35, -2.053802013397217], [1.3, -12.449056625366211], [4.0, 23.0]],
+                               rtol=1e-6)  # Caffe2
+    got = _run(do, "Adadelta", {"w": W, "ms": MS, "d": np.array([0.2, 0.1, 0.05], np.float32), "g": G, "lr": LR},
+               ["wo", "mso", "do"], epsilon=1e-4, decay=0.95)
+    np.testing.assert_allclose(got, [[1.068184733390808, 1.9354314804077148, -0.9357262849807739],
+                                     [0.1075, 0.24, 0.485],
+                                     [0.21324582397937775, 0.11584548652172089, 0.06815553456544876]],
+                               rtol=1e-6)  # Caffe2
+
+
+@DEVICES
+def test_sparse_updates_match_caffe2(do):
+    w = np.arange(8, dtype=np.float32).reshape(4, 2)
+    g = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)
+    got = _run(do, "SparseMomentumSGDUpdate", {"g": g, "m": np.full((4, 2), 0.5, np.float32), "lr": LR, "w": w,
+                                               "i": np.array([1, 3, 1], np.int64)}, ["g", "m", "w"], momentum=0.9)
+    np.testing.assert_allclose(got[0], [[0.55, 0.65], [0.75, 0.85], [0.995, 1.185]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[2], [[0.0, 1.0], [0.455, 1.165], [4.0, 5.0], [5.25, 6.15]], rtol=1e-6)  # Caffe2
+    got = _run(do, "SparseAdam", {"w": w, "m1": np.zeros((4, 2), np.float32), "m2": np.zeros((4, 2), np.float32),
+                                  "i": np.array([1, 3], np.int64), "g": g[:2], "lr": LR,
+                                  "it": np.array([3], np.int64)}, ["w", "m1", "m2"], beta1=0.9, beta2=0.999,
+               epsilon=1e-5)
+    np.testing.assert_allclose(got[0], [[0.0, 1.0], [2.0580945014953613, 3.058103561401367], [4.0, 5.0],
+                                        [6.058106899261475, 7.058108329772949]], rtol=1e-6)  # Caffe2
+
+
+PERFECT = np.array([2, 6, 5, 0, 1], np.float32)
+
+
+def _linear_model():
+    np.random.seed(123)  # (the data Caffe2's own optimizer tests train on)
+    data = np.random.randint(2, size=(20, 5)).astype(np.float32)
+    model = ModelHelper(name="lin")
+    out = brew.fc(model, "data", "fc", 5, 1, weight_init=("ConstantFill", {}), bias_init=("ConstantFill", {}))
+    loss = model.net.AveragedLoss(model.net.SquaredL2Distance([out, "label"], "sq"), "loss")
+    model.AddGradientOperators([loss])
+    return model, data, (data @ PERFECT)[:, None]
+
+
+@pytest.mark.parametrize("build, kwargs", [
+    (optimizer.build_sgd, dict(base_learning_rate=0.1, momentum=0.9)),
+    (optimizer.build_rms_prop, dict(base_learning_rate=0.1, epsilon=0.1)),
+    (optimizer.build_ftrl, dict(alpha=1.0, beta=0.1)),
+    (optimizer.build_adadelta, dict(base_learning_rate=1.0, decay=0.995)),
+], ids=["momentum_sgd", "rms_prop", "ftrl", "adadelta"])
+def test_builders_recover_a_linear_model(build, kwargs):
+    model, data, label = _linear_model()
+    build(model, **kwargs)
+    with LocalSession() as s:
+        s.run(model.param_init_net)
+        for _ in range(2000):
+            k = np.random.randint(20)
+            workspace.FeedBlob("data", data[k:k + 1])
+            workspace.FeedBlob("label", label[k:k + 1])
+            s.run(model.net)
+    np.testing.assert_allclose(workspace.FetchBlob("fc_w"), PERFECT[None, :], atol=1e-2)
