@@ -103,3 +103,77 @@ def _positions(size: int):
     if size <= FULL_CHECK_SIZE or os.getenv("CAFFE2_FULL_GRAD_CHECK") == "1":
         return range(size)
     return np.unique(np.linspace(0, size - 1, FULL_CHECK_SIZE).astype(np.int64))
+
+
+# ----------------------------------------------------------------------------- whole nets
+
+def _dense_grad(grad, input_name):
+    """A gradient's value; a GradientSlice made dense (SparseToDense) first."""
+    if isinstance(grad, core.GradientSlice):
+        workspace.RunOperatorOnce(core.CreateOperator("SparseToDense", [grad.indices, grad.values, input_name],
+                                                      ["_dense_grad"]))
+        return workspace.FetchBlob("_dense_grad")
+    return workspace.FetchBlob(str(grad))
+
+
+def _net_with_grads(net, outputs, outputs_with_grad, input_values, inputs_with_grads):
+    """(forward results, {input: its gradient}, the net with its gradient ops) after one run."""
+    grad_net = net.Clone(net.Name() + "_copy")
+    grad_map = grad_net.AddGradientOperators(outputs_with_grad)
+    for name, value in (input_values or {}).items():
+        workspace.FeedBlob(name, value)
+    for name in inputs_with_grads:
+        assert name in grad_map, f"{name} has no gradient: its net gradient cannot be checked"
+        assert workspace.HasBlob(str(name)), f"{name} is not in the workspace"
+    workspace.RunNetOnce(grad_net)
+    results = [(o, workspace.FetchBlob(str(o))) for o in outputs]
+    return results, {name: _dense_grad(grad_map[name], name) for name in inputs_with_grads}, grad_net
+
+
+def _assert_close(a, b, threshold, err_msg=""):
+    np.testing.assert_allclose(a, b, atol=threshold, rtol=threshold, err_msg=err_msg)
+    delta = np.abs(np.asarray(a) - np.asarray(b)).ravel()
+    return float(np.mean(delta)), float(delta.max()) if delta.size else 0.0
+
+
+class NetGradientChecker:
+    """Gradients of whole nets: nets that should agree, and a net against finite differences."""
+
+    @staticmethod
+    def CompareNets(nets, outputs, outputs_with_grad_ids, inputs_with_grads, input_values=None,
+                    threshold=0.0000001, print_net_images=False):
+        """Each net (with its outputs named in ``outputs``) gives the same forward results and
+        the same gradients of ``inputs_with_grads`` (of the outputs picked by ``outputs_with_grad_ids``)."""
+        results = [_net_with_grads(net, outs, [outs[i] for i in outputs_with_grad_ids], input_values,
+                                   inputs_with_grads) for net, outs in zip(nets, outputs)]
+        first, first_grads, _ = results[0]
+        for later, grads, _ in results[1:]:
+            assert len(later) == len(first)
+            for k, ((b1, v1), (b2, v2)) in enumerate(zip(first, later)):
+                _assert_close(v1, v2, threshold, f"different forward results for output {k}: {b1} and {b2}")
+            assert grads.keys() == first_grads.keys()
+            for name, value in grads.items():
+                _assert_close(first_grads[name], value, threshold, f"different gradients for input {name}")
+
+    @staticmethod
+    def Check(net, outputs_with_grad, input_values, input_to_check, step_size=0.0001, threshold=0.05,
+              print_net=True):
+        """The net's gradient of ``input_to_check`` (of the sum of ``outputs_with_grad``) against
+        central differences, element by element; returns (mean, max) absolute difference."""
+        _, grads, full = _net_with_grads(net, [], outputs_with_grad, input_values, [input_to_check])
+
+        def loss(value):
+            workspace.FeedBlob(input_to_check, value)
+            workspace.RunNetOnce(full)
+            return sum(np.asarray(workspace.FetchBlob(str(o)), dtype=np.float64).sum() for o in outputs_with_grad)
+
+        base = input_values[input_to_check]
+        estimate = np.zeros_like(base)
+        for k in range(base.size):
+            plus, minus = base.copy(), base.copy()
+            plus.flat[k] += step_size
+            minus.flat[k] -= step_size
+            estimate.flat[k] = (loss(plus) - loss(minus)) / step_size / 2
+        workspace.FeedBlob(input_to_check, base)
+        msg = f"gradient check of net {net.Name()}" + (f": {net.Proto()}" if print_net else "")
+        return _assert_close(grads[input_to_check], estimate, threshold, msg)

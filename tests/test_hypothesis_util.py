@@ -134,44 +134,46 @@ def test_get_backward_pass_fills_the_seed_with_one():
 
 
 @pytest.fixture
-def cast_gradient():
-    """A Python gradient for Cast (dslc declares none), removed afterwards."""
-    assert "Cast" not in GRADIENTS
+def lengths_max_gradient():
+    """A Python gradient for LengthsMax (dslc declares none), removed afterwards: with every
+    length 1 the op is the identity, so dY passes straight through."""
+    assert "LengthsMax" not in GRADIENTS
 
-    @core.GradientRegistry.RegisterGradient("Cast")
-    def cast_grad(op, g_output):
+    @core.GradientRegistry.RegisterGradient("LengthsMax")
+    def lengths_max_grad(op, g_output):
         name = op.input[0] + "_grad"
-        return [core.CreateOperator("Scale", [g_output[0]], [name], scale=1.0)], [name]
+        return [core.CreateOperator("Scale", [g_output[0]], [name], scale=1.0)], [name, None]
 
-    yield cast_grad
-    GRADIENTS.pop("Cast", None)
-    core.GradientRegistry.gradient_registry_.pop("Cast", None)
+    yield lengths_max_grad
+    GRADIENTS.pop("LengthsMax", None)
+    core.GradientRegistry.gradient_registry_.pop("LengthsMax", None)
 
 
-def test_a_registered_python_gradient_is_the_one_add_gradient_operators_uses(cast_gradient):
-    """loss = sum(Cast(x) * w): d loss / dx = w."""
-    net = core.Net("cast_grad")
-    net.Cast(["x"], ["c"], to=core.DataType.FLOAT)
+def test_a_registered_python_gradient_is_the_one_add_gradient_operators_uses(lengths_max_gradient):
+    """loss = sum(LengthsMax(x, ones) * w) = sum(x * w): d loss / dx = w."""
+    net = core.Net("py_grad")
+    net.LengthsMax(["x", "ones"], ["c"])
     net.Mul(["c", "w"], ["m"])
     net.SumElements(["m"], ["loss"])
     grads = net.AddGradientOperators(["loss"])
-    x, w = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.5, -1.0, 2.0], np.float32)
+    x, w = np.array([[1.0], [2.0], [3.0]], np.float32), np.array([[0.5], [-1.0], [2.0]], np.float32)
     workspace.ResetWorkspace()
     workspace.FeedBlob("x", x)
     workspace.FeedBlob("w", w)
+    workspace.FeedBlob("ones", np.ones(3, np.int32))
     workspace.RunNetOnce(net)
     np.testing.assert_allclose(workspace.FetchBlob(grads["x"]), w)
-    op = core.CreateOperator("Cast", ["x"], ["c"], to=core.DataType.FLOAT)
+    op = core.CreateOperator("LengthsMax", ["x", "ones"], ["c"])
     ops, g_input = core.GradientRegistry.GetGradientForOp(op, ["c_grad"])
-    assert [o.type for o in ops] == ["Scale"] and [str(g) for g in g_input] == ["x_grad"]
+    assert [o.type for o in ops] == ["Scale"] and [str(g) for g in g_input] == ["x_grad", "None"]
 
 
 def test_an_op_without_a_gradient_is_a_located_error():
     from dslc.ir.diagnostics import DSLError
-    op = core.CreateOperator("Abs", ["X"], ["Y"])
+    op = core.CreateOperator("LT", ["X", "Z"], ["Y"])
     with pytest.raises(DSLError) as e:
         core.GradientRegistry.GetGradientForOp(op, ["Y_grad"])
-    assert "Abs has no gradient" in str(e.value) and e.value.loc.file.endswith("test_hypothesis_util.py")
+    assert "LT has no gradient" in str(e.value) and e.value.loc.file.endswith("test_hypothesis_util.py")
 
 
 def test_an_unknown_operator_is_a_located_error_naming_it():
@@ -193,3 +195,23 @@ def test_strategies_draw_what_they_promise(data, n):
     size = data.draw(st.integers(1, 20))
     lengths = data.draw(hu.lengths(size))
     assert lengths.sum() == size and np.all(lengths >= 0)
+
+
+def test_net_gradient_checker():
+    """A whole net's gradient against finite differences; two nets computing 2 x agree, and a
+    net computing 3 x does not."""
+    from dslc.gradient_checker import NetGradientChecker
+    x = np.array([[0.3, -0.2, 0.8]], np.float32)
+    net = core.Net("tanh_sq")
+    net.Tanh(["x"], "t")
+    net.Sqr(["t"], "s")
+    NetGradientChecker.Check(net, ["s"], {"x": x}, "x", step_size=1e-3, threshold=1e-2)
+    double = core.Net("double")
+    double.Scale(["x"], "y", scale=2.0)
+    twice = core.Net("twice")
+    twice.Add(["x", "x"], "y2")
+    NetGradientChecker.CompareNets([double, twice], [["y"], ["y2"]], [0], ["x"], {"x": x})
+    triple = core.Net("triple")
+    triple.Scale(["x"], "y3", scale=3.0)
+    with pytest.raises(AssertionError):
+        NetGradientChecker.CompareNets([double, triple], [["y"], ["y3"]], [0], ["x"], {"x": x})

@@ -74,12 +74,13 @@ def test_gradient_of_a_blob_no_loss_depends_on(build, message):
 def test_op_without_gradient_on_the_loss_path_names_its_line():
     net = core.Net("n")
     net.RowWiseArgMax(["x"], "am")  # declared without gradient: no error, it is skipped
-    net.Abs(["x"], "c"); line = here()  # noqa: E702
-    net.SumElements(["c"], "loss")
+    net.LT(["x", "y"], "c"); line = here()  # noqa: E702
+    net.Cast(["c"], "cf", to=core.DataType.FLOAT, from_type=core.DataType.BOOL)
+    net.SumElements(["cf"], "loss")
     with pytest.raises(GradientError) as e:
         net.AddGradientOperators(["loss"])
     assert f"test_training_errors.py:{line}" in str(e.value.loc)
-    assert "Abs has no gradient" in str(e.value)
+    assert "LT has no gradient" in str(e.value)
 
 
 def test_casts_gradient_needs_from_type_at_its_line():

@@ -43,7 +43,7 @@ FUNCTIONS = {
 
     "SigmoidCrossEntropyWithLogits": nm.sigmoid_cross_entropy_with_logits,
     "SigmoidCrossEntropyWithLogitsGradient": nm.sigmoid_cross_entropy_with_logits_grad,
-    "MaxGradient": nm.pick_grad, "MinGradient": nm.pick_grad,
+    "AbsGradient": nm.abs_grad, "MaxGradient": nm.pick_grad, "MinGradient": nm.pick_grad,
     "MomentumSGD": nm.momentum_sgd, "RmsProp": nm.rms_prop, "Adadelta": nm.adadelta, "Ftrl": nm.ftrl,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,

@@ -608,6 +608,7 @@ ACTIVATION_FORMS = {
     "CbrtGradient": ("({0} / ({1} * {1} * {three}))",) * 2,
     "Pow": ("np.power({0}, {exponent})",) * 2,
     "PowGradient": ("({1} * {exponent} * np.power({0}, {exponent} - {one}))",) * 2,
+    "AbsGradient": ("({1} * np.sign({0}))",) * 2,
     "Sin": ("np.sin({0})",) * 2,
     "SinGradient": ("({1} * np.cos({0}))",) * 2,
     "Cos": ("np.cos({0})",) * 2,

@@ -6,7 +6,7 @@ shape (SumReduceLike), for numpy broadcasting and Caffe2's ``broadcast=1, axis=k
 from __future__ import annotations
 
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import PURE, declare
+from ..opdef import ELEMENTWISE, PURE, declare
 from ..types import TensorType
 from .infer import tensors
 
@@ -102,3 +102,8 @@ for _name in ("Max", "Min"):
             doc=f"(dX0, dX1, ...) from (Y, dY, X0, X1, ...) of {_name}: dXi = dY where Xi equals Y, else 0")
     no_gradient(_name + "Gradient")
     gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.O[0], g.GO[0]] + list(g.I), list(g.GI))])
+
+
+declare("AbsGradient", 2, lambda t, a, n: [tensors("AbsGradient", t)[1]], traits={PURE, ELEMENTWISE},
+        doc="dX = dY sign(x) (0 at 0), inputs (X, dY)")
+gradient("Abs")(lambda g: [GradOp("AbsGradient", [g.I[0], g.GO[0]], [g.GI[0]])])

@@ -531,3 +531,7 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
         m2[r] = b2 * m2[r] + (1 - b2) * gi * gi
         p[r] += step * m1[r] / (np.sqrt(m2[r]) + dt(epsilon))
     return p, m1, m2
+
+
+def abs_grad(x, dy):
+    return (np.sign(x) * dy).astype(dy.dtype, copy=False)
