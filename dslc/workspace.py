@@ -32,6 +32,13 @@ class Blob(_rt.Cell):
         return True
 
 
+class _Current:
+    """``C.Workspace.current``: the current workspace, read from the class (Caffe2's static property)."""
+
+    def __get__(self, obj, cls=None):
+        return current()
+
+
 class Workspace(_rt.Workspace):
     """A workspace you can run things in directly (``ws.run(plan)``, ``ws.create_net(net)``).
 
@@ -42,6 +49,7 @@ class Workspace(_rt.Workspace):
     """
 
     cell_type = Blob
+    current = _Current()
     _sessions: dict | None = None  # (backend, options) -> the session running nets here
     _nets: dict | None = None  # created nets by name
 
@@ -296,6 +304,9 @@ def _operator_net(operators):
 def current_as(ws: _rt.Workspace):
     """Make ``ws`` the current workspace inside the block, then restore the previous one."""
     saved = _current[0]
+    if saved is ws:  # (already current: nothing to restore, so a reset meanwhile in another thread stays)
+        yield ws
+        return
     _current[0] = ws
     try:
         yield ws
