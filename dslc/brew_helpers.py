@@ -196,6 +196,15 @@ def lrn(model, blob_in, blob_out, order="NCHW", use_cudnn=False, **kwargs):
     return model.net.LRN(blob_in, [blob_out, "_" + blob_out + "_scale"], order=order, **kwargs)[0]
 
 
+# ----------------------------------------------------------------------------- data input
+
+def db_input(model, blobs_out, batch_size, db, db_type):
+    """A reader of ``db`` made once (init net) and a TensorProtosDBInput reading ``batch_size``
+    records per run into ``blobs_out``."""
+    reader = model.param_init_net.CreateDB([], f"dbreader_{db}", db=db, db_type=db_type)
+    return model.net.TensorProtosDBInput(reader, blobs_out, batch_size=batch_size)
+
+
 # ----------------------------------------------------------------------------- control flow
 
 def cond(model, cond_blob, external_blobs, then_model, else_model=None):
@@ -213,4 +222,4 @@ def loop(model, cond_blob, external_blobs, loop_model, cond_model=None):
 HELPERS = {f.__name__: f for f in (fc, mat_mul, batch_mat_mul, transpose, sum, sub, reduce_sum, arg_min,
                                    relu, tanh, sigmoid, softmax, prelu, dropout, concat, depth_concat, iter,
                                    accuracy, add_weight_decay, conv, max_pool, average_pool, spatial_bn, lrn,
-                                   cond, loop)}
+                                   db_input, cond, loop)}

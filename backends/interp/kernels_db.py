@@ -90,3 +90,22 @@ def _load(op, cfg):
             return None if not values else values[0] if len(values) == 1 else tuple(values)
         return load
     return make
+
+
+# --- reading training records (CreateDB, TensorProtosDBInput)
+@kernel("CreateDB")
+def _create_db(op, cfg):
+    from dslc.backends.runtime.dbreader import KeyValueReader
+    a = op.attrs
+    return lambda: KeyValueReader(_path(a["db"], os.path.isabs(a["db"])), a["db_type"])
+
+
+@kernel("TensorProtosDBInput")
+def _tensor_protos_input(op, cfg):
+    from dslc.backends.runtime.dbreader import read_tensor_protos
+    size, n = int(op.attrs["batch_size"]), len(op.results)
+
+    def read(reader):
+        out = read_tensor_protos(reader, size, n)
+        return tuple(out) if n > 1 else out[0]
+    return read
