@@ -24,6 +24,7 @@ from dslc.net_record import CreateOperator, CreatePythonOperator, GetattrShortcu
 from dslc.oprecord import (ALIASES, FILL_ALIASES, SPECIAL_ARGS, DataType, IsOperator, IsOperatorWithEngine,
                            OpRecord, is_operator)
 from dslc.steps import ExecutionStep, Plan, execution_step, iter_nets, scoped_execution_step, to_execution_step
+from dslc.ir.opdef import OPS
 from dslc.proto import caffe2_pb2
 from dslc.workspace import C  # Caffe2's core.C is its workspace.C
 
@@ -37,6 +38,18 @@ def InferOpBlobDevicesAsDict(op) -> tuple[dict, dict]:
 def InferOpBlobDevices(op) -> tuple[list, list]:
     ins, outs = InferOpBlobDevicesAsDict(op)
     return list(ins.values()), list(outs.values())
+
+
+def _registered_operators() -> set:
+    return {n for n in ({d.name for d in OPS} | ALIASES | set(OPS.aliases)) if is_operator(n)}
+
+
+def RefreshRegisteredOperators() -> None:
+    global _REGISTERED_OPERATORS
+    _REGISTERED_OPERATORS = _registered_operators()
+
+
+_REGISTERED_OPERATORS = _registered_operators()
 
 
 def GlobalInit(args=None) -> bool:

@@ -18,6 +18,7 @@ from dslc.gradients import GradientSlice
 from dslc.proto import caffe2_pb2
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad
+from dslc.ir.opdef import OPS
 from dslc.tracing import user_location
 
 
@@ -43,8 +44,9 @@ class GradientRegistry:
         (None for an output without one); ``g_input[i]``: the gradient of ``op.input[i]``
         (``<input>_grad``), or None."""
         loc = user_location()
-        maker = GRADIENTS.get(op.type)
-        if op.type in NO_GRADIENT:
+        kind = OPS.canonical(op.type)
+        maker = GRADIENTS.get(kind)
+        if kind in NO_GRADIENT:
             return [], [None] * len(op.input)
         if maker is None:
             raise DSLError(f"{op.type} has no gradient", loc,

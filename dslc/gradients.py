@@ -31,11 +31,18 @@ class GradientError(DSLError, ValueError):
 
 
 def add_gradient_ops(net, ys, loc=None) -> dict:
-    """Record the backward ops of ``net`` for the losses ``ys``; return {blob: its gradient blob}."""
+    """Record the backward ops of ``net`` for the losses ``ys``; return {blob: its gradient}, a
+    BlobReference (a GradientSlice of two for a sparse gradient), as Caffe2's map holds them."""
     loc = loc or user_location(2)
     seeds = _seeds(ys)
     with core.NameScope("", reset=True):
-        return _Reverse(net, loc).run(seeds)
+        grads = _Reverse(net, loc).run(seeds)
+
+    def ref(g):
+        if isinstance(g, GradientSlice):
+            return GradientSlice(core.BlobReference(g.indices, net), core.BlobReference(g.values, net))
+        return core.BlobReference(g, net)
+    return {k: ref(v) for k, v in grads.items()}
 
 
 def _seeds(ys) -> dict:
@@ -99,10 +106,11 @@ class _Reverse:
     def backward(self, i):
         op = self.ops[i]
         go = [self.finish(key) for key in self.outs[i]]
-        if all(g is None for g in go) or op.type in NO_GRADIENT:
+        kind = OPS.canonical(op.type)
+        if all(g is None for g in go) or kind in NO_GRADIENT:
             return
-        opdef = OPS.get(op.type)
-        maker = GRADIENTS.get(op.type)
+        opdef = OPS.get(kind)
+        maker = GRADIENTS.get(kind)
         if maker is None or (opdef is not None and opdef.regions):
             raise GradientError(f"{op.type} has no gradient, and the loss depends on its output "
                                 f"{op.outputs[go.index(next(g for g in go if g))]!r}", op.loc,

@@ -109,6 +109,12 @@ class ModelHelper:
             initializer = ExternalInitializer()
         info = initializer.create_param(param_name=core.BlobReference(name), init_net=self.param_init_net,
                                         shape=shape)
+        from dslc.optimizer_context import DEFAULT_OPTIM, OptimizerContext
+        context = OptimizerContext.current()
+        for tag in list(_tag_set(tags)) + [DEFAULT_OPTIM]:
+            if context.has_optimizer(tag):
+                info.optimizer = context.get_optimizer(tag)
+                break
         self._parameters_info[name] = info
         self.AddParameter(info.blob, tags)
         return info.blob

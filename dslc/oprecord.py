@@ -64,7 +64,7 @@ _IR_ONLY = frozenset(d.name for d in OPS if d.name[0].islower() or d.name == "Co
 
 def is_operator(op_type: str) -> bool:
     """Whether ``net.<op_type>(...)`` records an op (IR-only op names do not count)."""
-    return (op_type in OPS or op_type in ALIASES) and op_type not in _IR_ONLY
+    return (op_type in OPS or op_type in ALIASES or op_type in OPS.aliases) and op_type not in _IR_ONLY
 
 
 IsOperator = is_operator

@@ -8,6 +8,8 @@ net minimizes, learning rates are negative where the update adds them.
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 from dslc import core, names
 from dslc.gradients import GradientSlice
 from dslc.ir.diagnostics import DSLError
@@ -32,12 +34,29 @@ def _ensure(init_net, name, **fill):
     return core.BlobReference(name, init_net)
 
 
+AuxOptimizerParams = namedtuple("AuxOptimizerParams", ["local", "shared"])
+
+
 class Optimizer:
     kind = "Optimizer"
 
     def __init__(self, policy="fixed", **lr_args):
         self.policy, self.lr_args = policy, lr_args
         self.index = names.next_instance(self.kind)
+        # the blobs the optimizer keeps: per parameter (moments) and shared (the constant one)
+        self._aux_params = AuxOptimizerParams(local=[], shared=[])
+
+    def get_auxiliary_parameters(self) -> AuxOptimizerParams:
+        return self._aux_params
+
+    def _one(self, model):
+        one = _ensure(model.param_init_net, ONE, shape=[1], value=1.0)
+        if all(str(b) != ONE for b in self._aux_params.shared):
+            self._aux_params.shared.append(one)
+        return one
+
+    def _local(self, *blobs):
+        self._aux_params.local.extend(blobs)
 
     def build_lr(self, model, base_lr):
         """The iteration counter (counted once per run) and this optimizer's learning rate."""
@@ -70,20 +89,21 @@ class SgdOptimizer(Optimizer):
         init, net = model.param_init_net, model.net
         # WeightedSum adds lr * grad, so lr is negative; MomentumSGDUpdate subtracts, so positive
         lr, _ = self.build_lr(model, -self.base_lr if self.momentum else self.base_lr)
+        one = self._one(model)  # (Caffe2's SGD makes it whatever the update)
         if isinstance(grad, GradientSlice):  # only the rows the gradient has
             if self.momentum > 0:
                 m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
+                self._local(m)
                 net.SparseMomentumSGDUpdate([grad.values, m, lr, param, grad.indices], [grad.values, m, param],
                                             momentum=self.momentum, nesterov=self.nesterov)
             else:
-                one = _ensure(init, ONE, shape=[1], value=1.0)
                 net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
         elif self.momentum > 0:
             m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
+            self._local(m)
             net.MomentumSGDUpdate([grad, m, lr, param], [grad, m, param], momentum=self.momentum,
                                   nesterov=self.nesterov)
         else:
-            one = _ensure(init, ONE, shape=[1], value=1.0)
             net.WeightedSum([param, one, grad, lr], param)
 
 
@@ -107,9 +127,11 @@ class AdagradOptimizer(Optimizer):
             else:
                 s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
                 op = "SparseAdagrad"
+            self._local(s)
             getattr(model.net, op)([param, s, grad.indices, grad.values, lr], [param, s], epsilon=self.epsilon)
             return
         s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
+        self._local(s)
         model.net.Adagrad([param, s, grad, lr], [param, s], epsilon=self.epsilon, decay=self.decay)
 
 
@@ -125,6 +147,7 @@ class AdamOptimizer(Optimizer):
         init = model.param_init_net
         m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
         m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
+        self._local(m1, m2)
         if isinstance(grad, GradientSlice):
             model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
                                  beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
@@ -147,11 +170,12 @@ class RmsPropOptimizer(Optimizer):
             raise OptimizerError(f"RMSProp of the sparse gradient of {param} is not supported (nor in Caffe2)",
                                  user_location(3), "use SGD, Adagrad or Adam for embedding tables")
         init, net = model.param_init_net, model.net
-        one = _ensure(init, ONE, shape=[1], value=1.0)
+        one = self._one(model)
         lr, _ = self.build_lr(model, -self.alpha)  # (positive: MomentumSGDUpdate subtracts)
         grad_o = init.ConstantFill([param], f"{param}_grad_o", value=0.0)
         ms = init.ConstantFill([param], f"{param}_mean_squares", value=0.0)
         mom = init.ConstantFill([param], f"{param}_momentum", value=0.0)
+        self._local(ms, mom)
         net.RmsProp([grad, ms, mom, one], [grad_o, ms, mom], decay=self.decay, momentum=self.momentum,
                     epsilon=self.epsilon)
         net.MomentumSGDUpdate([grad_o, mom, lr, param], [grad_o, mom, param])
@@ -173,6 +197,7 @@ class FtrlOptimizer(Optimizer):
             raise OptimizerError(f"FTRL of the sparse gradient of {param} is not supported yet", user_location(3),
                                  "use SGD, Adagrad or Adam for embedding tables")
         nz = model.param_init_net.ConstantFill([param], f"{param}_ftrl_nz", extra_shape=[2], value=0.0)
+        self._local(nz)
         model.net.Ftrl([param, nz, grad], [param, nz], alpha=self.alpha, beta=self.beta, lambda1=self.lambda1,
                        lambda2=self.lambda2)
 
@@ -194,6 +219,7 @@ class AdadeltaOptimizer(Optimizer):
         init = model.param_init_net
         moment = init.ConstantFill([param], f"{param}_squared_moment", value=0.0)
         update = init.ConstantFill([param], f"{param}_squared_moment_update", value=0.0)
+        self._local(moment, update)
         model.net.Adadelta([param, moment, update, grad, lr], [param, moment, update], epsilon=self.epsilon,
                            decay=self.decay)
 
@@ -227,6 +253,23 @@ def build_adam(model, base_learning_rate, **kwargs):
     return AdamOptimizer(alpha=base_learning_rate, **kwargs)(model)
 
 
+def build_multi_precision_sgd(model, base_learning_rate, **kwargs):
+    """SGD for float16 parameters kept as float32 masters (PseudoFP16Initializer): the
+    master takes the update, the float16 parameter is its copy; a float32 parameter without
+    a master is plain SGD (as in Caffe2)."""
+    opt = SgdOptimizer(base_learning_rate, **kwargs)
+    for param, grad in _params_with_grads(model):
+        info = model.get_param_info(param) if hasattr(model, "get_param_info") else None
+        master = (info.blob_copy or {}).get(core.DataType.FLOAT) if info is not None else None
+        if master is None:
+            opt.update(model, param, grad)
+            continue
+        grad32 = model.net.HalfToFloat(grad, f"{grad}_fp32")
+        opt.update(model, master, grad32)
+        model.net.FloatToHalf(master, param)
+    return opt
+
+
 def build_rms_prop(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False, **kwargs):
     _unsupported(max_gradient_norm, allow_lr_injection)
     return RmsPropOptimizer(alpha=base_learning_rate, **kwargs)(model)
@@ -240,6 +283,22 @@ def build_adadelta(model, base_learning_rate, parameters=None, max_gradient_norm
                    **kwargs):
     _unsupported(max_gradient_norm, allow_lr_injection)
     return AdadeltaOptimizer(alpha=base_learning_rate, **kwargs)(model)
+
+
+def _missing_op(name, op):
+    def build(model, *args, **kwargs):
+        raise OptimizerError(f"{name} needs the {op} operator, which dslc does not have yet", user_location(2),
+                             "use build_sgd, build_adagrad, build_adam, build_rms_prop, build_ftrl or "
+                             "build_adadelta")
+    build.__name__ = name
+    return build
+
+
+build_gftrl = _missing_op("build_gftrl", "GFtrl")
+build_wngrad = _missing_op("build_wngrad", "Wngrad")
+build_yellowfin = _missing_op("build_yellowfin", "YellowFin")
+build_storm = _missing_op("build_storm", "Storm")
+build_decay_adagrad = _missing_op("build_decay_adagrad", "DecayAdagrad")
 
 
 def _unsupported(max_gradient_norm, allow_lr_injection):

@@ -251,6 +251,14 @@ def NumGpuDevices() -> int:
     return 0  # (dslc runs every operator on the CPU)
 
 
+def GetCuDNNVersion() -> int:
+    return 0  # (no cuDNN: the value Caffe2's CPU build reports)
+
+
+def GetCUDAVersion() -> int:
+    return 0
+
+
 NumCudaDevices = NumGpuDevices
 
 

@@ -258,6 +258,17 @@ class OpTable:
     def __init__(self):
         self._defs: dict[str, OpDef] = {}
         self.get = self._defs.get  # the dict's own: make_op looks up every new op by name
+        self.aliases: dict[str, str] = {}  # another Caffe2 name of a declared op -> its name
+
+    def alias(self, name: str, target: str) -> None:
+        """``name`` is the op ``target`` under another of Caffe2's names (MaxPool2D: MaxPool);
+        a net records it as written, lowering and gradients read it as ``target``."""
+        if target not in self._defs or name in self._defs or name in self.aliases:
+            raise ValueError(f"alias {name} of {target}: the target must exist and the name be free")
+        self.aliases[name] = target
+
+    def canonical(self, name: str) -> str:
+        return self.aliases.get(name, name)
 
     def declare(self, opdef: OpDef) -> OpDef:
         if opdef.name in self._defs:

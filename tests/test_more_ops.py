@@ -81,3 +81,42 @@ def test_max_gradient_goes_to_the_larger_input_as_caffe2():
     workspace.FeedBlob("r", A[::-1].copy())
     workspace.RunNetOnce(net)
     assert workspace.FetchBlob(grads["a"]).tolist() == [[[0.0] * 3] * 2, [[1.0] * 3] * 2]  # Caffe2
+
+
+REDUCE_X = (np.arange(24, dtype=np.float32).reshape(2, 3, 4) % 7) / 7
+CAFFE2_REDUCTIONS = [  # (op, num_reduce_dim, expected): read off the real Caffe2
+    ("ReduceFrontSum", 2, [2.571429, 2.428571, 2.285714, 2.142857]),
+    ("ReduceFrontMean", 2, [0.428571, 0.404762, 0.380952, 0.357143]),
+    ("ReduceFrontMax", 2, [0.857143, 0.857143, 0.857143, 0.714286]),
+    ("ReduceBackSum", 1, [[0.857143, 2.142857, 1.428571], [1.714286, 2.0, 1.285714]]),
+    ("ReduceBackMean", 1, [[0.214286, 0.535714, 0.357143], [0.428571, 0.5, 0.321429]]),
+    ("ReduceBackMax", 1, [[0.428571, 0.857143, 0.571429], [0.857143, 0.714286, 0.857143]]),
+]
+
+
+@DEVICES
+@pytest.mark.parametrize("op_type, k, want", CAFFE2_REDUCTIONS, ids=[c[0] for c in CAFFE2_REDUCTIONS])
+def test_front_and_back_reductions_match_caffe2(do, op_type, k, want):
+    np.testing.assert_allclose(_one(do, op_type, {"x": REDUCE_X}, num_reduce_dim=k), want, rtol=1e-5)
+
+
+class TestReductionGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        x = np.random.default_rng(4).permutation(24).reshape(2, 3, 4).astype(np.float32) / 10  # (no ties)
+        for op_type, k in [(c[0], c[1]) for c in CAFFE2_REDUCTIONS]:
+            op = core.CreateOperator(op_type, ["X"], ["Y"], num_reduce_dim=k)
+            self.assertGradientChecks(gc, op, [x.copy()], 0, [0], stepsize=1e-3, threshold=1e-2)
+
+
+def test_pool_aliases_are_the_pools():
+    """MaxPool2D is MaxPool under another of Caffe2's names (op and gradient)."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    for alias, name in (("MaxPool2D", "MaxPool"), ("AveragePool1D", "AveragePool")):
+        args = dict(kernel=2, stride=2) if alias.endswith("2D") else dict(kernel=2, stride=2)
+        xx = x if alias.endswith("2D") else x.reshape(1, 1, 16)
+        got = _one(hu.cpu_do, alias, {"x": xx}, **args)
+        np.testing.assert_array_equal(got, _one(hu.cpu_do, name, {"x": xx}, **args))
+        ops, _ = core.GradientRegistry.GetGradientForOp(core.CreateOperator(alias, ["x"], ["y"], **args), ["y_grad"])
+        assert [o.type for o in ops] == [name + "Gradient"]

@@ -94,3 +94,16 @@ def test_builders_recover_a_linear_model(build, kwargs):
             workspace.FeedBlob("label", label[k:k + 1])
             s.run(model.net)
     np.testing.assert_allclose(workspace.FetchBlob("fc_w"), PERFECT[None, :], atol=1e-2)
+
+
+def test_optimizers_name_their_kept_blobs():
+    """SGD shares the constant one; momentum SGD and Adagrad keep a moment per parameter."""
+    for build, kwargs, shared, local in [(optimizer.build_sgd, {}, ["ONE_0_0"], []),
+                                         (optimizer.build_sgd, {"momentum": 0.9}, ["ONE_0_0"], ["fc_w_momentum"]),
+                                         (optimizer.build_adagrad, {}, [], ["fc_w_squared_sum"])]:
+        workspace.ResetWorkspace()
+        model, _, _ = _linear_model()
+        opt = build(model, base_learning_rate=0.1, **kwargs)
+        aux = opt.get_auxiliary_parameters()
+        assert [str(b) for b in aux.shared] == shared
+        assert [str(b) for b in aux.local][:len(local)] == local

@@ -75,7 +75,7 @@ def test_two_readers_add_up_densely(backend):
     net.SumElements(["b"], "sb")
     net.Add(["sa", "sb"], "loss")
     grads = net.AddGradientOperators(["loss"])
-    assert isinstance(grads["w"], str)
+    assert isinstance(grads["w"], core.BlobReference)
     workspace.FeedBlob("w", W)
     workspace.FeedBlob("i1", np.array([0, 2, 0], np.int64))
     with LocalSession(backend=backend) as s:

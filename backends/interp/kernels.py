@@ -43,7 +43,7 @@ _HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "
           "shape": "kernels_records", "collect": "kernels_collect", "nn": "kernels_nn",
           "losses": "kernels_nn", "optim": "kernels_nn", "nn_grads": "kernels_nn", "activations": "kernels_nn",
           "segments": "kernels_nn", "products": "kernels_nn",
-          "conv": "kernels_nn", "normalization": "kernels_nn"}
+          "conv": "kernels_nn", "normalization": "kernels_nn", "reductions": "kernels_nn"}
 
 
 def kernel_entry(name: str):
@@ -212,7 +212,9 @@ def _unary(name, fn):
 
 for _n, _f in [("Negative", operator.neg), ("Abs", np.abs),
                ("Sqr", num.sqr), ("Sqrt", np.sqrt), ("Exp", np.exp), ("Log", np.log),
-               ("Relu", num.relu), ("ZerosLike", np.zeros_like), ("Copy", num.copy), ("IsEmpty", num.is_empty)]:
+               ("Relu", num.relu), ("ZerosLike", np.zeros_like), ("Copy", num.copy), ("IsEmpty", num.is_empty),
+               ("FloatToHalf", lambda x: np.asarray(x, np.float16)),
+               ("HalfToFloat", lambda x: np.asarray(x, np.float32))]:
     _unary(_n, _f)
 
 

@@ -16,6 +16,8 @@ from .kept import kept_values
 
 def lower_op(blk: Block, rec: OpRecord) -> None:
     """Append the IR for ``rec`` to ``blk``: reads, the op, then its outputs as writes."""
+    if rec.type in OPS.aliases:  # (another of Caffe2's names for a declared op)
+        rec = OpRecord(OPS.aliases[rec.type], rec.inputs, rec.outputs, rec.args, rec.loc, rec.extra)
     try:
         plain = _PLAIN.get(rec.type)
         if plain is None:

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import PURE, declare, type_error
+from ..opdef import OPS, PURE, declare, type_error
 from ..types import TensorType
 from .nn import floats
 
@@ -178,6 +178,11 @@ for _name, _what in (("MaxPool", "maximum"), ("AveragePool", "mean")):
     no_gradient(_name + "Gradient")
     gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.I[0], g.O[0], g.GO[0]], [g.GI[0]],
                                                 {k: v for k, v in g.args.items() if k in POOL})])
+
+
+for _name in ("MaxPool", "AveragePool"):
+    for _d in ("1D", "2D", "3D"):  # (the rank comes from X; Caffe2 checks it, dslc reads it)
+        OPS.alias(_name + _d, _name)
 
 
 # ----------------------------------------------------------------------------- numpy semantics

@@ -158,6 +158,7 @@ declare("Adam", 6, _adam, results=3, attrs={"beta1": 0.9, "beta2": 0.999, "epsil
 # updates touch only those rows (dslc/gradients.py, GradientSlice).
 
 def _rows(name, data, idx, values):
+    data, idx, values = tensors(name, [data, idx, values])  # (any: checked when run)
     indices(name, idx, "indices")
     if data.shape is not None and values.shape is not None and idx.shape is not None \
             and None not in data.shape + values.shape + idx.shape \

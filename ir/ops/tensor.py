@@ -206,6 +206,23 @@ declare("Cast", 1, _cast, attrs={"to": REQUIRED, "from_type": None}, traits=PURE
             "float to int truncates; `from_type` (x's dtype) is what the gradient casts back to")
 
 
+def _half(name, to, frm):
+    def infer(types, attrs, n):
+        (t,) = tensors(name, types)
+        if t.dtype is not None and t.dtype != frm:
+            type_error(f"{name} converts {frm}, got {t.dtype}", f"give it a {frm} tensor (or use Cast)")
+        return [TensorType(to, t.shape)]
+    return infer
+
+
+declare("FloatToHalf", 1, _half("FloatToHalf", "f16", "f32"), traits={PURE},
+        fold=lambda x: x.astype(np.float16), doc="y = x as float16 (from float32)")
+declare("HalfToFloat", 1, _half("HalfToFloat", "f32", "f16"), traits={PURE},
+        fold=lambda x: x.astype(np.float32), doc="y = x as float32 (from float16)")
+gradient("FloatToHalf")(lambda g: [GradOp("HalfToFloat", [g.GO[0]], [g.GI[0]])])
+gradient("HalfToFloat")(lambda g: [GradOp("FloatToHalf", [g.GO[0]], [g.GI[0]])])
+
+
 @gradient("Cast")
 def _(g):  # dX = dY cast back to X's dtype, which the op names in from_type (as Caffe2 asks)
     if g.args.get("from_type") is None:

@@ -1,0 +1,83 @@
+"""Reductions over the leading or trailing dims (Caffe2's ReduceFront/Back Sum/Mean/Max) and
+their gradients; ``FUNCTIONS`` holds the numpy semantics the interpreter runs.
+
+    ReduceFrontSum(X [a, b, c]) {num_reduce_dim = 1} -> [b, c];  ReduceBackMean: -> [a, b]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gradients import GradOp, gradient, no_gradient
+from ..opdef import PURE, declare, type_error
+from ..types import TensorType
+from .nn import floats
+
+_ARGS = {"num_reduce_dim": 1}
+
+
+def _infer(name, front):
+    def infer(types, attrs, n):
+        if len(types) != 1:
+            type_error(f"{name} with a LENGTHS input is not supported", "reduce without lengths")
+        (x,) = floats(name, types)
+        k = int(attrs["num_reduce_dim"])
+        if x.shape is None:
+            return [TensorType(x.dtype, None)]
+        if not 0 <= k <= len(x.shape):
+            type_error(f"{name}: num_reduce_dim {k} for a tensor of rank {len(x.shape)}", "reduce at most every dim")
+        return [TensorType(x.dtype, tuple(x.shape[k:]) if front else tuple(x.shape[:len(x.shape) - k]))]
+    return infer
+
+
+for _side, _front in (("Front", True), ("Back", False)):
+    for _what in ("Sum", "Mean", "Max"):
+        _name = f"Reduce{_side}{_what}"
+        declare(_name, 1, _infer(_name, _front), attrs=dict(_ARGS), traits={PURE},
+                doc=f"Y = the {_what.lower()} over the {'first' if _front else 'last'} num_reduce_dim dims of X")
+        _grad_inputs = ["dY", "X", "Y"] if _what == "Max" else ["dY", "X"]
+        declare(_name + "Gradient", len(_grad_inputs),
+                lambda t, a, n, _g=_name + "Gradient": [floats(_g, t)[1]], attrs=dict(_ARGS), traits={PURE},
+                doc=f"dX from ({', '.join(_grad_inputs)}) of {_name}"
+                    + (": dY to every element equal to its max" if _what == "Max" else ""))
+        no_gradient(_name + "Gradient")
+        gradient(_name)(lambda g, _n=_name, _max=_what == "Max": [GradOp(
+            _n + "Gradient", [g.GO[0], g.I[0]] + ([g.O[0]] if _max else []), [g.GI[0]], g.pick("num_reduce_dim"))])
+
+
+def _axes(x, k, front):
+    return tuple(range(k)) if front else tuple(range(x.ndim - k, x.ndim))
+
+
+def _expand(y, x, k, front):
+    """``y`` (reduced, or of its size) with the reduced dims put back as 1s, to broadcast against ``x``."""
+    kept = x.shape[k:] if front else x.shape[:x.ndim - k]
+    return y.reshape((1,) * k + kept) if front else y.reshape(kept + (1,) * k)
+
+
+def _reduce(what, front):
+    def run(x, num_reduce_dim=1):
+        k = int(num_reduce_dim)
+        if what == "Max":
+            return np.max(x, axis=_axes(x, k, front)).astype(x.dtype)
+        fn = np.sum if what == "Sum" else np.mean
+        return fn(x, axis=_axes(x, k, front)).astype(x.dtype)
+    return run
+
+
+def _reduce_grad(what, front):
+    def run(dy, x, *y, num_reduce_dim=1):
+        k = int(num_reduce_dim)
+        g = np.broadcast_to(_expand(dy, x, k, front), x.shape)
+        if what == "Mean":
+            g = g / np.prod([x.shape[a] for a in _axes(x, k, front)], dtype=np.float64)
+        elif what == "Max":
+            g = np.where(x == _expand(y[0], x, k, front), g, 0)
+        return np.ascontiguousarray(g).astype(x.dtype)
+    return run
+
+
+FUNCTIONS = {}
+for _side, _front in (("Front", True), ("Back", False)):
+    for _what in ("Sum", "Mean", "Max"):
+        FUNCTIONS[f"Reduce{_side}{_what}"] = _reduce(_what, _front)
+        FUNCTIONS[f"Reduce{_side}{_what}Gradient"] = _reduce_grad(_what, _front)
