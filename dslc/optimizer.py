@@ -45,6 +45,10 @@ class Optimizer:
         self.index = names.next_instance(self.kind)
         # the blobs the optimizer keeps: per parameter (moments) and shared (the constant one)
         self._aux_params = AuxOptimizerParams(local=[], shared=[])
+        self._lr_multiplier = None  # a blob scaling every learning rate (gradient clipping, injection)
+
+    def add_lr_multiplier(self, lr_multiplier):
+        self._lr_multiplier = lr_multiplier
 
     def get_auxiliary_parameters(self) -> AuxOptimizerParams:
         return self._aux_params
@@ -66,7 +70,13 @@ class Optimizer:
         lr = f"{self.kind}_{self.index}_lr_cpu"
         if not _blob_defined(model.net, lr):
             model.net.LearningRate([ITERATION], lr, base_lr=-base_lr, policy=self.policy, **self.lr_args)
-        return core.BlobReference(lr, model.net), core.BlobReference(ITERATION, model.net)
+        lr = core.BlobReference(lr, model.net)
+        if self._lr_multiplier is not None:
+            scaled = f"{self.kind}_{self.index}_scaled_lr"
+            if not _blob_defined(model.net, scaled):
+                model.net.Mul([lr, self._lr_multiplier], scaled)  # (numpy broadcasting: lr is a scalar)
+            lr = core.BlobReference(scaled, model.net)
+        return lr, core.BlobReference(ITERATION, model.net)
 
     def __call__(self, model):
         params = _params_with_grads(model)
@@ -240,17 +250,63 @@ def _params_with_grads(model):
     return [(p, model.param_to_grad[p]) for p in model.params if p in model.param_to_grad]
 
 
-def build_sgd(model, base_learning_rate, **kwargs):
+LR_INJECTION = "lr_injection"
+
+
+def _build(model, opt, max_gradient_norm=None, allow_lr_injection=False):
+    """Run ``opt`` over the model's parameters, every learning rate scaled by the ratio that
+    clips the gradients' global norm to ``max_gradient_norm`` and by the ``lr_injection``
+    blob (``set_lr_injection``), when asked for."""
+    params = _params_with_grads(model)
+    multiplier = None
+    if max_gradient_norm is not None:
+        multiplier = _norm_ratio(model, params, float(max_gradient_norm))
+    if allow_lr_injection:
+        injection = _ensure(model.param_init_net, LR_INJECTION, shape=[1], value=1.0)
+        multiplier = injection if multiplier is None else \
+            model.net.Mul([multiplier, injection], "lr_multiplier")
+    opt.add_lr_multiplier(multiplier)
+    for param, grad in params:
+        opt.update(model, param, grad)
+    return opt
+
+
+def _norm_ratio(model, params, max_norm):
+    """clip / max(clip, the global norm of every gradient), as a blob (Caffe2's names)."""
+    with core.NameScope("norm_clipped_grad_update"):
+        sums = [model.net.SumSqrElements(grad.values if isinstance(grad, GradientSlice) else grad,
+                                         f"grad_{k}_squared_sum") for k, (_, grad) in enumerate(params)]
+        total = model.net.Sum(sums, "grad_squared_full_sum")
+        norm = model.net.Pow(total, "global_norm", exponent=0.5)
+        clip = model.param_init_net.ConstantFill([], "clip_norm", shape=[], value=max_norm)
+        return model.net.Div([clip, model.net.Max([norm, clip], "max_norm")], "norm_ratio")
+
+
+def set_lr_injection(lr_injection_value):
+    """Scale every learning rate of optimizers built with allow_lr_injection=True."""
+    from dslc import workspace
+    import numpy as np
+    workspace.FeedBlob(LR_INJECTION, np.array([float(lr_injection_value)], dtype=np.float32))
+
+
+def get_lr_injection():
+    from dslc import workspace
+    return workspace.FetchBlob(LR_INJECTION)
+
+
+def build_sgd(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False, **kwargs):
     """param += lr * grad (lr = -base_learning_rate by policy), or MomentumSGDUpdate with ``momentum``."""
-    return SgdOptimizer(base_learning_rate, **kwargs)(model)
+    return _build(model, SgdOptimizer(base_learning_rate, **kwargs), max_gradient_norm, allow_lr_injection)
 
 
-def build_adagrad(model, base_learning_rate, parameters=None, **kwargs):
-    return AdagradOptimizer(alpha=base_learning_rate, **kwargs)(model)
+def build_adagrad(model, base_learning_rate, parameters=None, max_gradient_norm=None, allow_lr_injection=False,
+                  **kwargs):
+    return _build(model, AdagradOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm,
+                  allow_lr_injection)
 
 
-def build_adam(model, base_learning_rate, **kwargs):
-    return AdamOptimizer(alpha=base_learning_rate, **kwargs)(model)
+def build_adam(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False, **kwargs):
+    return _build(model, AdamOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm, allow_lr_injection)
 
 
 def build_multi_precision_sgd(model, base_learning_rate, **kwargs):
@@ -271,8 +327,8 @@ def build_multi_precision_sgd(model, base_learning_rate, **kwargs):
 
 
 def build_rms_prop(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False, **kwargs):
-    _unsupported(max_gradient_norm, allow_lr_injection)
-    return RmsPropOptimizer(alpha=base_learning_rate, **kwargs)(model)
+    return _build(model, RmsPropOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm,
+                  allow_lr_injection)
 
 
 def build_ftrl(model, engine="SIMD", **kwargs):
@@ -281,8 +337,8 @@ def build_ftrl(model, engine="SIMD", **kwargs):
 
 def build_adadelta(model, base_learning_rate, parameters=None, max_gradient_norm=None, allow_lr_injection=False,
                    **kwargs):
-    _unsupported(max_gradient_norm, allow_lr_injection)
-    return AdadeltaOptimizer(alpha=base_learning_rate, **kwargs)(model)
+    return _build(model, AdadeltaOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm,
+                  allow_lr_injection)
 
 
 def _missing_op(name, op):
@@ -299,12 +355,6 @@ build_wngrad = _missing_op("build_wngrad", "Wngrad")
 build_yellowfin = _missing_op("build_yellowfin", "YellowFin")
 build_storm = _missing_op("build_storm", "Storm")
 build_decay_adagrad = _missing_op("build_decay_adagrad", "DecayAdagrad")
-
-
-def _unsupported(max_gradient_norm, allow_lr_injection):
-    if max_gradient_norm is not None or allow_lr_injection:
-        raise OptimizerError("max_gradient_norm and allow_lr_injection are not supported yet", user_location(3),
-                             "build the optimizer without them")
 
 
 def add_weight_decay(model, weight_decay, one=ONE, wd="wd_0_0"):

@@ -44,6 +44,11 @@ for _side, _front in (("Front", True), ("Back", False)):
             _n + "Gradient", [g.GO[0], g.I[0]] + ([g.O[0]] if _max else []), [g.GI[0]], g.pick("num_reduce_dim"))])
 
 
+declare("SumSqrElements", 1, lambda t, a, n: [TensorType(floats("SumSqrElements", t)[0].dtype, ())],
+        attrs={"average": 0}, traits={PURE}, doc="y = the sum (average: the mean) of the squares of X's elements")
+no_gradient("SumSqrElements")
+
+
 def _axes(x, k, front):
     return tuple(range(k)) if front else tuple(range(x.ndim - k, x.ndim))
 
@@ -76,7 +81,12 @@ def _reduce_grad(what, front):
     return run
 
 
-FUNCTIONS = {}
+def sum_sqr_elements(x, average=0):
+    s = np.sum(np.square(x, dtype=np.float64))
+    return x.dtype.type(s / x.size if average else s)
+
+
+FUNCTIONS = {"SumSqrElements": sum_sqr_elements}
 for _side, _front in (("Front", True), ("Back", False)):
     for _what in ("Sum", "Mean", "Max"):
         FUNCTIONS[f"Reduce{_side}{_what}"] = _reduce(_what, _front)
