@@ -88,7 +88,9 @@ class Workspace(_rt.Workspace):
         """Check and compile ``net`` so that ``run_net(name)`` runs it; every blob it reads
         before writing must exist already (Caffe2 makes each op at this point, and an op
         whose input is missing fails). Type errors wait for the run, as in Caffe2."""
-        name = _net_name(net)
+        if isinstance(net, (bytes, bytearray)):
+            net = caffe2_pb2.NetDef.FromString(bytes(net))
+        name = _net_name(net)  # (a NetDef's own name, even if its Net is named apart)
         net = _as_net(net)
         if not hasattr(net, "_ops"):
             raise DSLError(f"create_net needs a core.Net, got {type(net).__name__}", user_location(),
@@ -110,7 +112,7 @@ class Workspace(_rt.Workspace):
             # so the same located error comes at the run, before any op of the net runs.
             pass
         self._nets[name] = net
-        return net
+        return _CreatedNet(self, name)
 
     def run_net(self, name, num_iter: int = 1) -> bool:
         """Run a net made with ``create_net`` ``num_iter`` times."""
@@ -122,8 +124,23 @@ class Workspace(_rt.Workspace):
             self.session().run(_bare_group(net))
         return True
 
-    def nets(self) -> list[str]:
-        return sorted(self._nets or ())
+    @property
+    def nets(self) -> dict:
+        """{name: handle} of the nets created here (``ws.nets[name].run()``), as Caffe2's."""
+        return {name: _CreatedNet(self, name) for name in sorted(self._nets or ())}
+
+
+class _CreatedNet:
+    """A created net, by name (what Caffe2's ``ws.create_net`` and ``ws.nets[name]`` give)."""
+
+    def __init__(self, ws, name):
+        self.ws, self.name = ws, name
+
+    def run(self, num_iter: int = 1) -> bool:
+        return self.ws.run_net(self.name, num_iter)
+
+    def __repr__(self):
+        return f"<created net {self.name!r}>"
 
 
 def _new_session(ws, backend, **options):
@@ -143,7 +160,10 @@ _message_nets: dict = {}  # NetDef bytes -> the Net made from it (its compiled p
 
 
 def _as_net(net):
-    """``net``, or the Net a NetDef message describes (the same Net for the same message)."""
+    """``net``, or the Net a NetDef message (or its serialized bytes) describes (the same Net
+    for the same message)."""
+    if isinstance(net, (bytes, bytearray)):
+        net = caffe2_pb2.NetDef.FromString(bytes(net))
     if not isinstance(net, caffe2_pb2.NetDef):
         return net
     from dslc import core
@@ -272,8 +292,11 @@ _OP_NETS_KEPT = 512
 
 
 def RunOperatorOnce(operator) -> bool:
-    """Run one OperatorDef (``core.CreateOperator(...)``) in the current workspace, on the
-    backend its device option names (devices.BackendOption; default DSLC_BACKEND, else interp)."""
+    """Run one OperatorDef (``core.CreateOperator(...)``, or its serialized bytes) in the current
+    workspace, on the backend its device option names (devices.BackendOption; default
+    DSLC_BACKEND, else interp)."""
+    if isinstance(operator, (bytes, bytearray)):
+        operator = caffe2_pb2.OperatorDef.FromString(bytes(operator))
     return RunOperatorsOnce([operator])
 
 
