@@ -99,7 +99,7 @@ class PassError(Exception):
         self.loc = loc
 
 
-class ExecutionError(DSLError):
+class ExecutionError(DSLError, RuntimeError):
     """A failure while running a job: names the task and the op's line."""
 
     kind = "runtime error"
