@@ -120,3 +120,18 @@ def test_pool_aliases_are_the_pools():
         np.testing.assert_array_equal(got, _one(hu.cpu_do, name, {"x": xx}, **args))
         ops, _ = core.GradientRegistry.GetGradientForOp(core.CreateOperator(alias, ["x"], ["y"], **args), ["y_grad"])
         assert [o.type for o in ops] == [name + "Gradient"]
+
+
+@DEVICES
+def test_utilities_match_caffe2(do):
+    assert _one(do, "OneHot", {"i": np.array([2, 0, 3], np.int64), "n": np.array([4], np.int64)}).tolist() == \
+        [[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]  # Caffe2
+    got = _one(do, "BatchOneHot", {"x": np.array([[5, 7], [6, 7], [5, 8]], np.int64),
+                                   "lens": np.array([2, 1], np.int32), "vals": np.array([5, 6, 7], np.int64)})
+    assert got.tolist() == [[1, 0, 1], [0, 1, 1], [1, 0, 0]] and got.dtype == np.int64  # Caffe2
+    got = _one(do, "Size", {"d": np.zeros((2, 3), np.float32)})
+    assert got.dtype == np.int64 and got.shape == () and int(got) == 6  # Caffe2
+    got = _one(do, "Range", {"a": np.array(2, np.int32), "b": np.array(9, np.int32), "c": np.array(3, np.int32)})
+    assert got.tolist() == [2, 5, 8] and got.dtype == np.int32  # Caffe2
+    assert _one(do, "Range", {"b": np.array(9, np.int32)}).tolist() == list(range(9))  # Caffe2
+    np.testing.assert_array_equal(_one(do, "Alias", {"x": A}), A)

@@ -43,7 +43,8 @@ _HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "
           "shape": "kernels_records", "collect": "kernels_collect", "nn": "kernels_nn",
           "losses": "kernels_nn", "optim": "kernels_nn", "nn_grads": "kernels_nn", "activations": "kernels_nn",
           "segments": "kernels_nn", "products": "kernels_nn",
-          "conv": "kernels_nn", "normalization": "kernels_nn", "reductions": "kernels_nn"}
+          "conv": "kernels_nn", "normalization": "kernels_nn", "reductions": "kernels_nn",
+          "utility": "kernels_nn"}
 
 
 def kernel_entry(name: str):

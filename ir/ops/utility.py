@@ -1,0 +1,89 @@
+"""Small utility operators of Caffe2 (one-hot encodings, sizes, ranges); ``FUNCTIONS`` holds
+the numpy semantics the interpreter runs.
+
+    OneHot([2, 0], 4) -> [[0, 0, 1, 0], [1, 0, 0, 0]]   (float32)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gradients import no_gradient
+from ..opdef import OPS, PURE, declare, type_error
+from ..types import TensorType
+from .infer import tensors
+from .nn import indices
+
+
+def _one_hot(types, attrs, n):
+    idx, size = tensors("OneHot", types)
+    indices("OneHot", idx, "indices")
+    if idx.shape is not None and len(idx.shape) != 1:
+        type_error(f"OneHot's indices must be 1-D, got {list(idx.shape)}", "one index per row")
+    return [TensorType("f32", (None if idx.shape is None else idx.shape[0], None))]
+
+
+declare("OneHot", 2, _one_hot, traits={PURE},
+        doc="Y[i, INDICES[i]] = 1 in a float32 [len(INDICES), INDEX_SIZE] of zeros")
+
+
+def _batch_one_hot(types, attrs, n):
+    x, lens, vals = tensors("BatchOneHot", types)
+    if x.shape is not None and len(x.shape) != 2:
+        type_error(f"BatchOneHot's X must be [N, D], got {list(x.shape)}", "one row per example")
+    return [TensorType(x.dtype, (None if x.shape is None else x.shape[0], None))]
+
+
+declare("BatchOneHot", 3, _batch_one_hot, traits={PURE},
+        doc="(X [N, D], LENS [D], VALS) -> Y [N, sum LENS]: column j of feature d is X[:, d] == its VALS "
+            "value (VALS holds LENS[d] values per feature)")
+
+declare("Size", 1, lambda t, a, n: [TensorType("i64", ())], traits={PURE},
+        doc="the number of elements of X (int64 scalar)")
+
+
+def _range(types, attrs, n):
+    ts = tensors("Range", types)
+    dt = ts[0].dtype
+    if any(t.shape not in (None, ()) and t.shape != (1,) for t in ts):
+        type_error("Range takes scalars (stop; or start, stop; or start, stop, step)", "pass 0-d tensors")
+    return [TensorType(dt, (None,))]
+
+
+declare("Range", (1, 3), _range, traits={PURE},
+        doc="[start, start + step, ...) below stop, from (stop), (start, stop) or (start, stop, step)")
+no_gradient("OneHot", "BatchOneHot", "Size", "Range")
+OPS.alias("Alias", "Copy")  # (Caffe2's Alias shares the buffer; a value is a value here)
+
+
+def one_hot(idx, size):
+    idx = idx.astype(np.int64).reshape(-1)
+    n = int(np.asarray(size).reshape(-1)[0])
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"OneHot: an index is outside 0..{n - 1}")
+    out = np.zeros((idx.size, n), np.float32)
+    out[np.arange(idx.size), idx] = 1
+    return out
+
+
+def batch_one_hot(x, lens, vals):
+    lens = lens.astype(np.int64)
+    if x.shape[1] != lens.size or int(lens.sum()) != vals.size:
+        raise ValueError(f"BatchOneHot: X has {x.shape[1]} features, LENS {lens.size}, and LENS add up to "
+                         f"{int(lens.sum())} for {vals.size} values")
+    feature = np.repeat(np.arange(lens.size), lens)
+    return (x[:, feature] == vals[None, :]).astype(x.dtype)
+
+
+def size(x):
+    return np.int64(np.asarray(x).size)
+
+
+def range_(*args):
+    values = [np.asarray(a).reshape(-1)[0] for a in args]
+    start, stop, step = (0, values[0], 1) if len(values) == 1 else (values + [1])[:3]
+    if step == 0:
+        raise ValueError("Range: step must not be 0")
+    return np.arange(start, stop, step, dtype=np.asarray(args[0]).dtype)
+
+
+FUNCTIONS = {"OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Range": range_}
