@@ -135,3 +135,33 @@ def test_utilities_match_caffe2(do):
     assert got.tolist() == [2, 5, 8] and got.dtype == np.int32  # Caffe2
     assert _one(do, "Range", {"b": np.array(9, np.int32)}).tolist() == list(range(9))  # Caffe2
     np.testing.assert_array_equal(_one(do, "Alias", {"x": A}), A)
+
+
+@DEVICES
+def test_prelu_and_cross_entropy_match_caffe2(do):
+    x = np.array([[[[-1.0, 2.0]], [[-3.0, 0.5]]]], np.float32)
+    s = np.array([0.1, 0.5], np.float32)
+    np.testing.assert_allclose(_one(do, "PRelu", {"x": x, "s": s}), [[[[-0.1, 2.0]], [[-1.5, 0.5]]]], rtol=1e-6)
+    dy = np.ones_like(x) * np.array([1.0, 2.0], np.float32)
+    dx, ds = hu.runOpOnInput(do, core.CreateOperator("PReluGradient", ["y", "dy", "x", "s"], ["dx", "ds"]),
+                             [x, dy, x, s])
+    np.testing.assert_allclose(dx, [[[[0.1, 2.0]], [[0.5, 2.0]]]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(ds, [-1.0, -3.0])  # Caffe2
+    p = np.array([[0.2, 0.8], [0.5, 0.5]], np.float32)
+    t = np.array([[0.0, 1.0], [0.3, 0.7]], np.float32)
+    np.testing.assert_allclose(_one(do, "CrossEntropy", {"p": p, "t": t}), [0.2231435328722, 0.6931471824645996],
+                               rtol=1e-6)  # Caffe2
+
+
+class TestPReluCrossEntropyGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        x = np.array([[[[-1.0, 2.0, 0.3]], [[-3.0, 0.5, -0.2]]]], np.float32)
+        op = core.CreateOperator("PRelu", ["X", "S"], ["Y"])
+        for i in range(2):
+            self.assertGradientChecks(gc, op, [x.copy(), np.array([0.1, 0.5], np.float32)], i, [0])
+        p = np.array([[0.2, 0.8], [0.4, 0.6]], np.float32)
+        t = np.array([[0.0, 1.0], [0.3, 0.7]], np.float32)
+        self.assertGradientChecks(gc, core.CreateOperator("CrossEntropy", ["P", "T"], ["Y"]), [p, t], 0, [0],
+                                  stepsize=1e-3, threshold=1e-2)

@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..gradients import GradOp, gradient
-from ..opdef import ELEMENTWISE, PURE, declare
+from ..gradients import GradOp, gradient, no_gradient
+from ..opdef import ELEMENTWISE, PURE, declare, type_error
 from .nn import floats
 
 
@@ -120,3 +120,50 @@ for _a in ACTIVATIONS:
     _declare(_a)
 
 BY_NAME = {a.name: a for a in ACTIVATIONS}
+
+
+# PRelu: a leaky Relu whose slope is a parameter, one per channel (or one for all)
+def _prelu(types, attrs, n):
+    x, w = floats("PRelu", types)
+    if w.shape is not None and len(w.shape) != 1:
+        type_error(f"PRelu's slope must be 1-D, got {list(w.shape)}", "one slope per channel, or one for all")
+    return [x]
+
+
+declare("PRelu", 2, _prelu, attrs={"order": "NCHW"}, traits={PURE},
+        doc="y = x if x > 0 else slope[c] x, c the channel (axis 1 in NCHW, last in NHWC; one slope: all)")
+declare("PReluGradient", 4, lambda t, a, n: [floats("PReluGradient", t)[2], floats("PReluGradient", t)[3]],
+        results=2, attrs={"order": "NCHW"}, traits={PURE},
+        doc="(dX, dSlope) from (Y, dY, X, slope) of PRelu")
+no_gradient("PReluGradient")
+
+
+@gradient("PRelu")
+def _(g):
+    return [GradOp("PReluGradient", [g.O[0], g.GO[0], g.I[0], g.I[1]], [g.GI[0], g.GI[1]], g.pick("order"))]
+
+
+def _slope(x, w, order):
+    if w.size == 1:
+        return w.reshape(())
+    shape = [1] * x.ndim
+    shape[1 if order == "NCHW" and x.ndim > 1 else x.ndim - 1] = w.size
+    return w.reshape(shape)
+
+
+def prelu(x, w, order="NCHW"):
+    return np.where(x > 0, x, x * _slope(x, w, order)).astype(x.dtype)
+
+
+def prelu_grad(y, dy, x, w, order="NCHW"):
+    dx = np.where(x > 0, dy, dy * _slope(x, w, order)).astype(x.dtype)
+    contrib = np.where(x > 0, 0, dy * x)
+    if w.size == 1:
+        dw = np.array([contrib.sum()], dtype=w.dtype)
+    else:
+        c_axis = 1 if order == "NCHW" and x.ndim > 1 else x.ndim - 1
+        dw = contrib.sum(axis=tuple(k for k in range(x.ndim) if k != c_axis)).astype(w.dtype)
+    return dx, dw
+
+
+FUNCTIONS.update({"PRelu": prelu, "PReluGradient": prelu_grad})

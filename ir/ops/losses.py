@@ -144,6 +144,25 @@ def _(g):
 no_gradient("SigmoidCrossEntropyWithLogitsGradient", "MakeTwoClassGradient")
 
 
+def _cross_entropy(types, attrs, n):
+    x, t = floats("CrossEntropy", types)
+    mismatch("CrossEntropy", "probabilities and labels differ in shape", x.shape, t.shape,
+             lambda: "give a label distribution per row")
+    return [TensorType(x.dtype, None if x.shape is None else tuple(x.shape[:1]))]
+
+
+declare("CrossEntropy", 2, _cross_entropy, traits={PURE},
+        doc="Y[i] = -sum_j T[i, j] log(X[i, j]): the cross entropy of probabilities X with soft labels T")
+declare("CrossEntropyGradient", 3, lambda t, a, n: [floats("CrossEntropyGradient", t)[0]], traits={PURE},
+        doc="dX = -dY[i] T / X, inputs (X, T, dY)")
+no_gradient("CrossEntropyGradient")
+
+
+@gradient("CrossEntropy")
+def _(g):
+    return [GradOp("CrossEntropyGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]])]
+
+
 def _accuracy(types, attrs, n):
     x, label = tensors("Accuracy", types)
     if x.shape is not None and len(x.shape) != 2:

@@ -535,3 +535,13 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
 
 def abs_grad(x, dy):
     return (np.sign(x) * dy).astype(dy.dtype, copy=False)
+
+
+def cross_entropy(x, t):
+    eps = 1e-20  # (Caffe2 clamps the probabilities at 1e-20 before the log)
+    return (-(t * np.log(np.maximum(x, eps))).reshape(x.shape[0], -1).sum(axis=1)).astype(x.dtype)
+
+
+def cross_entropy_grad(x, t, dy):
+    eps = 1e-20
+    return (-dy.reshape((-1,) + (1,) * (x.ndim - 1)) * t / np.maximum(x, eps)).astype(x.dtype)
