@@ -227,3 +227,31 @@ def test_brew_spatial_bn_trains_and_tests():
     yv = workspace.FetchBlob(str(y))
     np.testing.assert_allclose(yv.mean(axis=(0, 2, 3)), 0, atol=1e-6)
     np.testing.assert_allclose(workspace.FetchBlob("bn_rm"), 0.1 * BN_X.mean(axis=(0, 2, 3)), rtol=1e-5)
+
+
+LRN_X = ((np.arange(2 * 5 * 2 * 2, dtype=np.float32).reshape(2, 5, 2, 2) % 7) / 7 - 0.3)
+
+
+@DEVICES
+def test_lrn_matches_caffe2(do):
+    y, s = _run(do, "LRN", {"x": LRN_X}, ("y", "s"), size=3, alpha=0.5, beta=0.75, bias=2.0)
+    np.testing.assert_allclose(y.reshape(-1)[:4], [-0.17657782137393951, -0.09230735898017883,
+                                                  -0.008333081379532814, 0.07594393193721771], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(y.sum(), 2.5851454734802246, rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(s.reshape(-1)[:3], [2.0272789001464844, 2.0327210426330566, 2.0517687797546387],
+                               rtol=1e-6)  # Caffe2
+    (y1,) = _run(do, "LRN", {"x": LRN_X}, ("y",), size=3, alpha=0.5, beta=0.75, bias=2.0)
+    np.testing.assert_array_equal(y1, y)
+    dy = (np.arange(40, dtype=np.float32).reshape(2, 5, 2, 2) % 3) - 1.0
+    (dx,) = _run(do, "LRNGradient", {"x": LRN_X, "y": y, "dy": dy}, ("dx",), size=3, alpha=0.5, beta=0.75, bias=2.0)
+    np.testing.assert_allclose(dx.reshape(-1)[:3], [-0.5820601582527161, 0.004703117068856955, 0.5827368497848511],
+                               rtol=1e-5)  # Caffe2
+    np.testing.assert_allclose(dx.sum(), -0.5537382960319519, rtol=1e-5)  # Caffe2
+
+
+class TestLRNGradient(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradient(self, gc, dc):
+        op = core.CreateOperator("LRN", ["X"], ["Y"], size=3, alpha=0.5, beta=0.75, bias=2.0)
+        self.assertGradientChecks(gc, op, [LRN_X.copy()], 0, [0], stepsize=1e-3, threshold=1e-2)

@@ -131,6 +131,12 @@ for _name, _fn in FUNCTIONS.items():
     kernel(_name)(_plain(_fn))
 
 
+@kernel("LRN")
+def _lrn(op, cfg):
+    f = bound(normalization.lrn, op.attrs)
+    return f if len(op.results) == 2 else (lambda x: f(x)[0])  # (the scale only when named)
+
+
 @kernel("Reshape")
 def _reshape(op, cfg):
     shape = tuple(int(d) for d in op.attrs["shape"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import PURE, declare, type_error
+from ..opdef import PURE, REQUIRED, declare, type_error
 from ..types import TensorType
 from .nn import floats
 
@@ -99,3 +99,61 @@ def spatial_bn_grad(x, scale, dy, saved_mean, saved_inv_std, order="NCHW", **_):
 
 
 FUNCTIONS = {"SpatialBN": spatial_bn, "SpatialBNGradient": spatial_bn_grad}
+
+
+# ----------------------------------------------------------------------------- LRN
+_LRN = {"size": REQUIRED, "alpha": 0.0, "beta": 0.0, "bias": 1.0, "order": "NCHW", "engine": ""}
+
+
+def _lrn(types, attrs, n):
+    (x,) = floats("LRN", types)
+    if int(attrs["size"]) < 1:
+        type_error("LRN needs size >= 1", "pass size=<channels in the window>")
+    return [x] * n
+
+
+declare("LRN", 1, _lrn, results=(1, 2), attrs=dict(_LRN), traits={PURE},
+        doc="Y = X scale^-beta, scale = bias + alpha / size * (the sum of X^2 over the size channels "
+            "around each); the scale is the second output, if named")
+declare("LRNGradient", (3, 4), lambda t, a, n: [floats("LRNGradient", t)[0]], attrs=dict(_LRN), traits={PURE},
+        doc="dX from (X, Y, dY) of LRN")
+no_gradient("LRNGradient")
+
+
+@gradient("LRN")
+def _(g):
+    return [GradOp("LRNGradient", [g.I[0], g.O[0], g.GO[0]], [g.GI[0]],
+                   {k: v for k, v in g.args.items() if k in _LRN})]
+
+
+def _window_sums(v, size, axis):
+    """Each channel's sum of ``v`` over the ``size`` channels centred on it (zeros past the ends)."""
+    before = (size - 1) // 2
+    pad = [(0, 0)] * v.ndim
+    pad[axis] = (before, size - 1 - before)
+    c = np.cumsum(np.pad(v, pad), axis=axis, dtype=np.float64)
+    c = np.concatenate([np.zeros_like(np.take(c, [0], axis=axis)), c], axis=axis)
+    n = v.shape[axis]
+    return np.take(c, np.arange(size, size + n), axis=axis) - np.take(c, np.arange(0, n), axis=axis)
+
+
+def lrn(x, size, alpha=0.0, beta=0.0, bias=1.0, order="NCHW", **_):
+    axis = 1 if order == "NCHW" else x.ndim - 1
+    scale = bias + alpha / size * _window_sums(x.astype(np.float64) ** 2, int(size), axis)
+    y = (x * scale ** -beta).astype(x.dtype)
+    return y, scale.astype(x.dtype)
+
+
+def lrn_grad(x, y, dy, *scale, size, alpha=0.0, beta=0.0, bias=1.0, order="NCHW", **_):
+    axis = 1 if order == "NCHW" else x.ndim - 1
+    x64 = x.astype(np.float64)
+    s = bias + alpha / size * _window_sums(x64 ** 2, int(size), axis)
+    ratio = dy * y / s  # each output's part, spread to the channels its window covers
+    # the window centred on c' covers c iff c' is within the mirrored window of c
+    spread = _window_sums(ratio[tuple(slice(None, None, -1) if k == axis else slice(None) for k in range(x.ndim))],
+                          int(size), axis)[tuple(slice(None, None, -1) if k == axis else slice(None)
+                                                 for k in range(x.ndim))]
+    return (dy * s ** -beta - 2.0 * alpha * beta / size * x64 * spread).astype(x.dtype)
+
+
+FUNCTIONS.update({"LRN": lrn, "LRNGradient": lrn_grad})
