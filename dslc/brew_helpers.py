@@ -164,6 +164,16 @@ def conv(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bi
     return model.net.Conv(inputs, blob_out, order=order, **kwargs)
 
 
+def conv_transpose(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bias_init=None,
+                   use_cudnn=False, order="NCHW", cudnn_exhaustive_search=False, ws_nbytes_limit=None, **kwargs):
+    """ConvTranspose with weights ``<blob_out>_w`` [dim_in, dim_out, k, k] and bias ``_b``."""
+    w = model.create_param(f"{blob_out}_w", [dim_in, dim_out, kernel, kernel],
+                           _initializer(None, weight_init, ("XavierFill", {}), model), ParameterTags.WEIGHT)
+    b = model.create_param(f"{blob_out}_b", [dim_out], _initializer(None, bias_init, ("ConstantFill", {}), model),
+                           ParameterTags.BIAS)
+    return model.net.ConvTranspose([blob_in, w, b], blob_out, kernel=kernel, order=order, **kwargs)
+
+
 def max_pool(model, blob_in, blob_out, use_cudnn=False, order="NCHW", **kwargs):
     return model.net.MaxPool(blob_in, blob_out, order=order, **kwargs)
 
@@ -221,5 +231,5 @@ def loop(model, cond_blob, external_blobs, loop_model, cond_model=None):
 # the helpers brew registers, by name (Caffe2's registry lists the same names)
 HELPERS = {f.__name__: f for f in (fc, mat_mul, batch_mat_mul, transpose, sum, sub, reduce_sum, arg_min,
                                    relu, tanh, sigmoid, softmax, prelu, dropout, concat, depth_concat, iter,
-                                   accuracy, add_weight_decay, conv, max_pool, average_pool, spatial_bn, lrn,
+                                   accuracy, add_weight_decay, conv, conv_transpose, max_pool, average_pool, spatial_bn, lrn,
                                    db_input, cond, loop)}

@@ -255,3 +255,34 @@ class TestLRNGradient(hu.HypothesisTestCase):
     def test_gradient(self, gc, dc):
         op = core.CreateOperator("LRN", ["X"], ["Y"], size=3, alpha=0.5, beta=0.75, bias=2.0)
         self.assertGradientChecks(gc, op, [LRN_X.copy()], 0, [0], stepsize=1e-3, threshold=1e-2)
+
+
+@DEVICES
+def test_conv_transpose_matches_caffe2(do):
+    x = (np.arange(27, dtype=np.float32).reshape(1, 3, 3, 3) % 5) / 5 - 0.3
+    w = (np.arange(54, dtype=np.float32).reshape(3, 2, 3, 3) % 7) / 7 - 0.4
+    b = np.array([0.1, -0.2], np.float32)
+    (y,) = _run(do, "ConvTranspose", {"x": x, "w": w, "b": b}, kernel=3, stride=2, pad=1)
+    assert y.shape == (1, 2, 5, 5)  # Caffe2
+    np.testing.assert_allclose(y.sum(), -1.9085713624954224, rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(y[0, 1, 1], [0.022857114672660828, -0.4057142734527588, -0.40000003576278687,
+                                            0.2914285659790039, -0.4228571653366089], rtol=1e-5, atol=1e-7)
+    dy = (np.arange(50, dtype=np.float32).reshape(1, 2, 5, 5) % 4) / 4 - 0.3
+    dw, db, dx = _run(do, "ConvTransposeGradient", {"x": x, "w": w, "dy": dy}, ("dw", "db", "dx"), kernel=3,
+                      stride=2, pad=1)
+    np.testing.assert_allclose(dw.sum(), 2.164999485015869, rtol=1e-5)  # Caffe2
+    np.testing.assert_allclose(db, [1.4999995231628418, 1.750000238418579], rtol=1e-5)  # Caffe2
+    np.testing.assert_allclose(dx.reshape(-1)[:4], [-0.21142858266830444, 0.46857142448425293,
+                                                   -0.28285714983940125, 0.5042857527732849], rtol=1e-5)  # Caffe2
+
+
+class TestConvTransposeGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        rng = np.random.default_rng(6)
+        ins = [rng.standard_normal((1, 2, 3, 3)).astype(np.float32),
+               rng.standard_normal((2, 3, 2, 2)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+        op = core.CreateOperator("ConvTranspose", ["X", "W", "b"], ["Y"], kernel=2, stride=2, pad=0)
+        for i in range(3):
+            self.assertGradientChecks(gc, op, [a.copy() for a in ins], i, [0], stepsize=1e-2, threshold=1e-2)

@@ -152,6 +152,48 @@ def _(g):
     return [GradOp("ConvGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[0]], dict(args, no_bias=1))]
 
 
+# ConvTranspose: the gradient of a convolution as an op (every input pixel scatters its
+# kernel-weighted channels into the output), output H' = (H - 1) stride - pads + kernel + adj
+def _conv_transpose(types, attrs, n):
+    ts = floats("ConvTranspose", types)
+    x, w = ts[0], ts[1]
+    if not _layout(attrs["order"], "ConvTranspose"):
+        type_error("ConvTranspose supports NCHW only", "transpose to NCHW first")
+    if x.shape is None or w.shape is None:
+        return [TensorType(x.dtype, None)]
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        type_error(f"ConvTranspose of X {list(x.shape)} with W {list(w.shape)}: 2-D images only",
+                   "X is [N, C, H, W], W [C, M, kh, kw]")
+    if None not in (x.shape[1], w.shape[0]) and x.shape[1] != w.shape[0]:
+        type_error(f"ConvTranspose: X has {x.shape[1]} channels, W takes {w.shape[0]}", "W is [C, M, kh, kw]")
+    g = _transposed_geometry(attrs, list(w.shape[2:]), x.shape[2:])
+    return [TensorType(x.dtype, (x.shape[0], w.shape[1], *g.out_t))]
+
+
+def _transposed_geometry(attrs, kernel, spatial):
+    g = Geometry("ConvTranspose", dict(attrs, legacy_pad=0, dilation=None, dilations=None), [None] * len(kernel),
+                 kernel=kernel)
+    adj = [int(attrs.get("adj") or 0)] * len(kernel)
+    g.out_t = [None if s is None else (s - 1) * st - p0 - p1 + k + a
+               for s, st, (p0, p1), k, a in zip(spatial, g.stride, g.pads, g.kernel, adj)]
+    return g
+
+
+declare("ConvTranspose", (2, 3), _conv_transpose, attrs=dict(GEOMETRY, adj=0), traits={PURE},
+        doc="Y = the transposed convolution of X with W [C, M, kh, kw] (+ bias b [M]); stride, pads, adj")
+declare("ConvTransposeGradient", 3, _conv_grad, results=(2, 3), attrs=dict(GEOMETRY, adj=0, no_bias=0),
+        traits={PURE}, doc="(dW, db, dX) from (X, W, dY) of ConvTranspose; (dW, dX) with no_bias")
+no_gradient("ConvTransposeGradient")
+
+
+@gradient("ConvTranspose")
+def _(g):
+    args = {k: v for k, v in g.args.items() if k in GEOMETRY or k == "adj"}
+    if len(g.I) == 3:
+        return [GradOp("ConvTransposeGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[2], g.GI[0]], args)]
+    return [GradOp("ConvTransposeGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[0]], dict(args, no_bias=1))]
+
+
 def _pool(name):
     def infer(types, attrs, n):
         (x,) = floats(name, types)
@@ -306,5 +348,32 @@ def average_pool_grad(x, y, dy, **attrs):
     return _back(_scatter_windows(np.ascontiguousarray(dwin), g, x.shape).astype(x.dtype), attrs)
 
 
-FUNCTIONS = {"Conv": conv, "ConvGradient": conv_grad, "MaxPool": max_pool, "AveragePool": average_pool,
+def _output_geometry(x, w, attrs):
+    """The geometry of the convolution whose input gradient ConvTranspose computes: its
+    input is ConvTranspose's output."""
+    g = _transposed_geometry(attrs, list(w.shape[2:]), x.shape[2:])
+    g.out = list(x.shape[2:])  # (the windows of the output line up with X's pixels)
+    return g
+
+
+def conv_transpose(x, w, *b, **attrs):
+    g = _output_geometry(x, w, attrs)
+    dwin = np.einsum("ncxy,cmij->nmxyij", x, w, optimize=True)
+    y = _scatter_windows(dwin, g, (x.shape[0], w.shape[1]) + tuple(g.out_t))
+    if b:
+        y = y + b[0].reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
+
+
+def conv_transpose_grad(x, w, dy, no_bias=0, **attrs):
+    g = _output_geometry(x, w, attrs)
+    _, win = _windows(dy, g)  # [N, M, H, W, kh, kw]: the output pixels each input pixel wrote
+    dx = np.einsum("nmxyij,cmij->ncxy", win, w, optimize=True).astype(x.dtype)
+    dw = np.einsum("ncxy,nmxyij->cmij", x, win, optimize=True).astype(w.dtype)
+    if no_bias:
+        return dw, dx
+    return dw, dy.sum(axis=(0, 2, 3)).astype(dy.dtype), dx
+
+
+FUNCTIONS = {"ConvTranspose": conv_transpose, "ConvTransposeGradient": conv_transpose_grad, "Conv": conv, "ConvGradient": conv_grad, "MaxPool": max_pool, "AveragePool": average_pool,
              "MaxPoolGradient": max_pool_grad, "AveragePoolGradient": average_pool_grad}
