@@ -84,7 +84,7 @@ class GradientRegistry:
         msg.op.extend(operators)
         net = core.Net(msg)
         count = len(net.ops())
-        grad_map = add_gradient_ops(net, ys, user_location())
+        grad_map = add_gradient_ops(net, ys, user_location(), strict=False)
         ops = [netdef.op_message(rec) for rec in net.ops()[count:]]
 
         def ref(g):

@@ -30,13 +30,16 @@ class GradientError(DSLError, ValueError):
     """A gradient that cannot be derived: no loss to start from, an op without one, an overwritten value."""
 
 
-def add_gradient_ops(net, ys, loc=None) -> dict:
+def add_gradient_ops(net, ys, loc=None, strict=True) -> dict:
     """Record the backward ops of ``net`` for the losses ``ys``; return {blob: its gradient}, a
-    BlobReference (a GradientSlice of two for a sparse gradient), as Caffe2's map holds them."""
+    BlobReference (a GradientSlice of two for a sparse gradient), as Caffe2's map holds them.
+
+    ``strict``: a backward pass that reaches none of the net's inputs is an error (a loss cut
+    off from every parameter is a user's mistake); the low-level ``GetBackwardPass`` lifts it."""
     loc = loc or user_location(2)
     seeds = _seeds(ys)
     with core.NameScope("", reset=True):
-        grads = _Reverse(net, loc).run(seeds)
+        grads = _Reverse(net, loc, strict).run(seeds)
 
     def ref(g):
         if isinstance(g, GradientSlice):
@@ -55,11 +58,12 @@ def _seeds(ys) -> dict:
 
 
 class _Reverse:
-    def __init__(self, net, loc):
-        self.net, self.loc = net, loc
+    def __init__(self, net, loc, strict=True):
+        self.net, self.loc, self.strict = net, loc, strict
         self.ops = net.ops()
         self.versions()
-        self.records: list[tuple[GradOp, object, bool]] = []  # (op, location, made by a gradient maker)
+        # (op, location, made by a gradient maker, the forward op's device option or None)
+        self.records: list[tuple[GradOp, object, bool, object]] = []
         self.parts: dict = defaultdict(list)            # (blob, version) -> provisional names
         self.done: dict = {}                            # (blob, version) -> gradient name or None
         self.rename: dict = {}
@@ -85,7 +89,7 @@ class _Reverse:
             self.backward(i)
         for key in list(self.parts):
             self.finish(key)
-        if not any(g for (b, v), g in self.done.items() if v == 0):  # no net input gets one
+        if self.strict and not any(g for (b, v), g in self.done.items() if v == 0):  # no input gets one
             raise GradientError(f"no input of net {self.net.Name()!r} gets a gradient from "
                                 f"{', '.join(seeds)}", self.loc,
                                 "the loss depends only on constants, integers or StopGradient outputs")
@@ -99,7 +103,7 @@ class _Reverse:
                                 "pass the loss blob the net computes (e.g. the AveragedLoss output)")
         name = given or f"{y}_autogen_grad"  # (Caffe2's name for the seed it fills with 1)
         if given is None:
-            self.records.append((GradOp("ConstantFill", [y], [name], {"value": 1.0}), self.loc, False))
+            self.records.append((GradOp("ConstantFill", [y], [name], {"value": 1.0}), self.loc, False, None))
         self.done[(y, self.final[y])] = name
         self.grad_map[y] = name
 
@@ -115,7 +119,8 @@ class _Reverse:
             raise GradientError(f"{op.type} has no gradient, and the loss depends on its output "
                                 f"{op.outputs[go.index(next(g for g in go if g))]!r}", op.loc,
                                 "wrap its output in StopGradient if no gradient should flow through it")
-        go = [self.dense(g, key, op.loc) for g, key in zip(go, self.outs[i])]
+        device = op.extra.get("device_option")
+        go = [self.dense(g, key, op.loc, device) for g, key in zip(go, self.outs[i])]
         gi = [self.part_name(key) for key in self.ins[i]]
         ctx = GradContext(list(op.inputs), list(op.outputs), go, gi, dict(op.args))
         try:
@@ -133,14 +138,16 @@ class _Reverse:
         for g in sparse:
             self.parts[self.ins[i][g.input]].append(GradientSlice(g.indices, g.values))
         declared = not getattr(maker, "python_maker", False)  # (a Python maker's ops stay as it made them)
-        self.records.extend((g, op.loc, declared) for g in made)
+        # (as in Caffe2, a gradient op runs where its forward op runs)
+        self.records.extend((g, op.loc, declared, device) for g in made)
 
-    def dense(self, grad, key, loc):
+    def dense(self, grad, key, loc, device=None):
         """``grad`` as a dense gradient blob: a GradientSlice becomes SparseToDense's output."""
         if not isinstance(grad, GradientSlice):
             return grad
         name = f"{key[0]}_grad_dense"
-        self.records.append((GradOp("SparseToDense", [grad.indices, grad.values, key[0]], [name]), loc, True))
+        self.records.append((GradOp("SparseToDense", [grad.indices, grad.values, key[0]], [name]), loc, True,
+                             device))
         return name
 
     def part_name(self, key) -> str:
@@ -174,6 +181,7 @@ class _Reverse:
         name = None
         writer = self.writer.get(key)
         where = self.ops[writer].loc if writer is not None else self.loc
+        device = self.ops[writer].extra.get("device_option") if writer is not None else None
         if len(parts) == 1 and isinstance(parts[0], GradientSlice):
             name = parts[0]  # (kept sparse: an optimizer updates only its rows)
         elif len(parts) == 1:
@@ -181,8 +189,8 @@ class _Reverse:
         elif parts:
             # several readers: their parts add up (a sparse part made dense first)
             name = f"{blob}_grad"
-            parts = [self.dense(p, key, where) if isinstance(p, GradientSlice) else p for p in parts]
-            self.records.append((GradOp("Sum", parts, [name]), where, False))
+            parts = [self.dense(p, key, where, device) if isinstance(p, GradientSlice) else p for p in parts]
+            self.records.append((GradOp("Sum", parts, [name]), where, False, device))
         self.done[key] = name
         if name is not None:
             self.grad_map[blob] = name
@@ -190,8 +198,10 @@ class _Reverse:
 
     def record(self):
         r = self.rename
-        for g, loc, made in self.records:
+        for g, loc, made, device in self.records:
             # (as in Caffe2, the ops a gradient maker made are marked is_gradient_op)
             args = dict(g.args, is_gradient_op=True) if made else dict(g.args)
+            if device is not None:
+                args["device_option"] = device
             self.net._record(g.type, [r.get(b, b) for b in g.inputs], [r.get(b, b) for b in g.outputs],
                              args, loc)

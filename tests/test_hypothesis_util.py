@@ -133,6 +133,26 @@ def test_get_backward_pass_fills_the_seed_with_one():
     np.testing.assert_array_equal(workspace.FetchBlob(str(grads["B"])), a)
 
 
+def test_gradient_ops_run_where_their_forward_ops_run():
+    """Caffe2 gives each gradient op its forward op's device option (read off the real
+    Caffe2: both SigmoidGradient and ReluGradient carry device_type 1, device_id 1)."""
+    option = core.DeviceOption(1, 1)
+    ops = [core.CreateOperator("Sigmoid", ["X"], ["H"]), core.CreateOperator("Relu", ["H"], ["Y"])]
+    for op in ops:
+        op.device_option.CopyFrom(option)
+    grads, _ = core.GradientRegistry.GetBackwardPass(ops, {"Y": "Y_grad"})
+    assert [g.type for g in grads] == ["ReluGradient", "SigmoidGradient"]
+    assert all(g.device_option == option for g in grads)
+
+
+def test_get_backward_pass_without_losses_is_empty():
+    """The low-level pass has nothing to do for no losses (Caffe2 returns no ops); only
+    AddGradientOperators treats a loss that reaches no input as the user's mistake."""
+    ops = [core.CreateOperator("Sigmoid", ["X"], ["Y"])]
+    grads, grad_map = core.GradientRegistry.GetBackwardPass(ops, {})
+    assert list(grads) == [] and grad_map == {}
+
+
 @pytest.fixture
 def lengths_max_gradient():
     """A Python gradient for LengthsMax (dslc declares none), removed afterwards: with every
