@@ -131,8 +131,7 @@ class AdagradOptimizer(Optimizer):
                 raise OptimizerError("Adagrad's decay needs a dense gradient", user_location(3),
                                      "leave decay at 1 for sparse parameters")
             if self.row_wise:  # one moment per row
-                s = model.param_init_net.ConstantFill([], f"{param}_squared_sum", value=0.0,
-                                                      shape=[_rows_of(model, param)])
+                s = _row_moment(model, param)
                 op = "RowWiseSparseAdagrad"
             else:
                 s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
@@ -158,6 +157,8 @@ class AdamOptimizer(Optimizer):
         m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
         m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
         self._local(m1, m2)
+        if all(str(b) != str(it) for b in self._aux_params.shared):
+            self._aux_params.shared.append(it)  # (the step count its bias correction reads)
         if isinstance(grad, GradientSlice):
             model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
                                  beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
@@ -180,7 +181,7 @@ class RmsPropOptimizer(Optimizer):
             raise OptimizerError(f"RMSProp of the sparse gradient of {param} is not supported (nor in Caffe2)",
                                  user_location(3), "use SGD, Adagrad or Adam for embedding tables")
         init, net = model.param_init_net, model.net
-        one = self._one(model)
+        one = _ensure(init, ONE, shape=[1], value=1.0)  # (Caffe2's RMSProp keeps no shared blob)
         lr, _ = self.build_lr(model, -self.alpha)  # (positive: MomentumSGDUpdate subtracts)
         grad_o = init.ConstantFill([param], f"{param}_grad_o", value=0.0)
         ms = init.ConstantFill([param], f"{param}_mean_squares", value=0.0)
@@ -234,12 +235,16 @@ class AdadeltaOptimizer(Optimizer):
                            decay=self.decay)
 
 
-def _rows_of(model, param) -> int:
+def _row_moment(model, param):
+    """A zero per row of ``param``, made in param_init_net: of the recorded shape when the
+    parameter has one, else of the rows the parameter has when the init net runs."""
+    init = model.param_init_net
+    name = f"{param}_avg_squared_sum"  # (Caffe2's name for the row-wise moment)
     info = model.get_param_info(param) if hasattr(model, "get_param_info") else None
-    if info is None or not info.shape:
-        raise OptimizerError(f"row-wise Adagrad needs the shape of {param}", user_location(4),
-                             "make the parameter with model.create_param (or brew), which records it")
-    return int(info.shape[0])
+    if info is not None and info.shape:
+        return init.ConstantFill([], name, value=0.0, shape=[int(info.shape[0])])
+    rows = init.Slice([init.Shape([param], f"{param}_shape")], f"{param}_shape_numrows", starts=[0], ends=[1])
+    return init.ConstantFill([rows], name, value=0.0, input_as_shape=1)
 
 
 def _params_with_grads(model):

@@ -131,6 +131,8 @@ def test_utilities_match_caffe2(do):
     assert got.tolist() == [[1, 0, 1], [0, 1, 1], [1, 0, 0]] and got.dtype == np.int64  # Caffe2
     got = _one(do, "Size", {"d": np.zeros((2, 3), np.float32)})
     assert got.dtype == np.int64 and got.shape == () and int(got) == 6  # Caffe2
+    got = _one(do, "Shape", {"d": np.zeros((4, 3, 2), np.float32)})
+    assert got.tolist() == [4, 3, 2] and got.dtype == np.int64  # Caffe2
     got = _one(do, "Range", {"a": np.array(2, np.int32), "b": np.array(9, np.int32), "c": np.array(3, np.int32)})
     assert got.tolist() == [2, 5, 8] and got.dtype == np.int32  # Caffe2
     assert _one(do, "Range", {"b": np.array(9, np.int32)}).tolist() == list(range(9))  # Caffe2

@@ -100,13 +100,46 @@ def test_optimizers_name_their_kept_blobs():
     """SGD shares the constant one; momentum SGD and Adagrad keep a moment per parameter."""
     for build, kwargs, shared, local in [(optimizer.build_sgd, {}, ["ONE_0_0"], []),
                                          (optimizer.build_sgd, {"momentum": 0.9}, ["ONE_0_0"], ["fc_w_momentum"]),
-                                         (optimizer.build_adagrad, {}, [], ["fc_w_squared_sum"])]:
+                                         (optimizer.build_adagrad, {}, [], ["fc_w_squared_sum"]),
+                                         # (Adam shares its step count; RMSProp reads ONE but keeps no
+                                         # shared blob: both as the real Caffe2's aux params list them)
+                                         (optimizer.build_adam, {}, ["optimizer_iteration"],
+                                          ["fc_w_first_moment", "fc_w_second_moment"]),
+                                         (optimizer.build_rms_prop, {}, [],
+                                          ["fc_w_mean_squares", "fc_w_momentum"])]:
         workspace.ResetWorkspace()
         model, _, _ = _linear_model()
         opt = build(model, base_learning_rate=0.1, **kwargs)
         aux = opt.get_auxiliary_parameters()
         assert [str(b) for b in aux.shared] == shared
         assert [str(b) for b in aux.local][:len(local)] == local
+
+
+def test_row_wise_adagrad_of_a_parameter_without_a_recorded_shape():
+    """A table filled by hand (no param info): the per-row moment takes its rows from the
+    table when the init net runs. One step on rows [1, 1, 3] of a 4x2 table, by hand: each
+    gathered row's gradient is ones, and a repeated row is updated once per occurrence, in
+    order, its moment adding mean(g**2) each time. (The real Caffe2 gives the same table:
+    row 1 at 0.14644662, row 3 at 0.5, run with the same calls.)"""
+    model = ModelHelper(name="rowwise")
+    w = model.param_init_net.ConstantFill([], "w", shape=[4, 2], value=1.0)
+    model.params.append(w)
+    picked = model.net.Gather([w, "idx"], "picked")
+    loss = model.net.AveragedLoss(model.net.SumElements([picked], "s"), "loss")
+    model.AddGradientOperators([loss])
+    assert isinstance(model.param_to_grad["w"], core.GradientSlice)
+    optimizer.build_adagrad(model, base_learning_rate=0.5, rowWise=True, epsilon=0.0)
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("idx", np.array([1, 1, 3], np.int32))
+    workspace.RunNetOnce(model.param_init_net)
+    assert workspace.FetchBlob("w_avg_squared_sum").shape == (4,)
+    workspace.RunNetOnce(model.net)
+    want, h = np.ones((4, 2)), np.zeros(4)
+    for r in (1, 1, 3):
+        h[r] += 1.0  # mean of ones squared
+        want[r] -= 0.5 * 1.0 / np.sqrt(h[r])
+    np.testing.assert_allclose(workspace.FetchBlob("w"), want, rtol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob("w_avg_squared_sum"), h, rtol=1e-6)
 
 
 def test_gradient_clipping_and_lr_injection():

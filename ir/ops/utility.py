@@ -41,6 +41,14 @@ declare("Size", 1, lambda t, a, n: [TensorType("i64", ())], traits={PURE},
         doc="the number of elements of X (int64 scalar)")
 
 
+def _shape(types, attrs, n):
+    x = tensors("Shape", types)[0]
+    return [TensorType("i64", (None if x.shape is None else len(x.shape),))]
+
+
+declare("Shape", 1, _shape, traits={PURE}, doc="the dims of X (1-D int64)")
+
+
 def _range(types, attrs, n):
     ts = tensors("Range", types)
     dt = ts[0].dtype
@@ -51,7 +59,7 @@ def _range(types, attrs, n):
 
 declare("Range", (1, 3), _range, traits={PURE},
         doc="[start, start + step, ...) below stop, from (stop), (start, stop) or (start, stop, step)")
-no_gradient("OneHot", "BatchOneHot", "Size", "Range")
+no_gradient("OneHot", "BatchOneHot", "Size", "Shape", "Range")
 OPS.alias("Alias", "Copy")  # (Caffe2's Alias shares the buffer; a value is a value here)
 
 
@@ -78,6 +86,10 @@ def size(x):
     return np.int64(np.asarray(x).size)
 
 
+def shape(x):
+    return np.asarray(np.shape(x), np.int64)
+
+
 def range_(*args):
     values = [np.asarray(a).reshape(-1)[0] for a in args]
     start, stop, step = (0, values[0], 1) if len(values) == 1 else (values + [1])[:3]
@@ -86,4 +98,4 @@ def range_(*args):
     return np.arange(start, stop, step, dtype=np.asarray(args[0]).dtype)
 
 
-FUNCTIONS = {"OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Range": range_}
+FUNCTIONS = {"OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_}
