@@ -69,6 +69,12 @@ def next_instance(kind: str) -> int:
     return k
 
 
+def instance_count(kind: str) -> int:
+    """How many instances of ``kind`` were numbered so far (the next one's number)."""
+    with _lock:
+        return _instances.get(kind, 0)
+
+
 def reset() -> None:
     """Forget every name handed out (a new process, as far as naming goes)."""
     with _lock:

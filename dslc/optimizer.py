@@ -78,11 +78,32 @@ class Optimizer:
             lr = core.BlobReference(scaled, model.net)
         return lr, core.BlobReference(ITERATION, model.net)
 
-    def __call__(self, model):
-        params = _params_with_grads(model)
-        for param, grad in params:
-            self.update(model, param, grad)
+    def __call__(self, net, param_init_net=None, param=None, grad=None):
+        """``opt(model)``: update every parameter that has a gradient. Caffe2's per-parameter
+        form, ``opt(net, param_init_net, param, grad)`` or ``opt(net, param_init_net,
+        param_info)``: record one parameter's update into those two nets."""
+        if param_init_net is None:
+            for p, g in _params_with_grads(net):
+                self.update(net, p, g)
+            return self
+        if grad is None and hasattr(param, "grad"):  # a ParameterInfo
+            param, grad = param.blob, param.grad
+        if param is None or grad is None:
+            raise OptimizerError(f"{type(self).__name__} needs a parameter and its gradient", user_location(),
+                                 "call opt(net, param_init_net, param, grad) or opt(model)")
+        self.update(_Nets(net, param_init_net), core.BlobReference(str(param), param_init_net),
+                    grad if isinstance(grad, GradientSlice) else core.BlobReference(str(grad), net))
         return self
+
+
+class _Nets:
+    """The two nets an update is recorded into, where no model is at hand (no param info)."""
+
+    def __init__(self, net, param_init_net):
+        self.net, self.param_init_net = net, param_init_net
+
+    def get_param_info(self, param):
+        return None
 
 
 class SgdOptimizer(Optimizer):
@@ -272,7 +293,10 @@ def _build(model, opt, max_gradient_norm=None, allow_lr_injection=False):
             model.net.Mul([multiplier, injection], "lr_multiplier")
     opt.add_lr_multiplier(multiplier)
     for param, grad in params:
-        opt.update(model, param, grad)
+        info = model.get_param_info(param) if hasattr(model, "get_param_info") else None
+        # (a parameter made under UseOptimizer(...) keeps the optimizer chosen there)
+        chosen = getattr(info, "optimizer", None) or opt
+        chosen.update(model, param, grad)
     return opt
 
 
@@ -285,6 +309,34 @@ def _norm_ratio(model, params, max_norm):
         norm = model.net.Pow(total, "global_norm", exponent=0.5)
         clip = model.param_init_net.ConstantFill([], "clip_norm", shape=[], value=max_norm)
         return model.net.Div([clip, model.net.Max([norm, clip], "max_norm")], "norm_ratio")
+
+
+class _InstanceCounts:
+    """Caffe2's ``optimizer._optimizer_instance_count``: how many optimizers of each kind
+    exist (the ``k`` the next one's ``<kind>_<k>_lr_cpu`` gets), read from dslc/names.py."""
+
+    def __getitem__(self, kind: str) -> int:
+        return names.instance_count(kind)
+
+
+_optimizer_instance_count = _InstanceCounts()
+
+
+def _get_param_to_device(model) -> dict:
+    """{parameter: the device option of the op that fills it in param_init_net}."""
+    found = {}
+    for op in model.param_init_net.ops():
+        option = op.extra.get("device_option")
+        for b in op.outputs:
+            if option is not None:
+                found[b] = option
+    return found
+
+
+def get_param_device(param_name, param, param_to_device=None, default_device=None):
+    """The device option to record ``param_name``'s update under: where its fill op runs, else
+    ``default_device`` (None: the current device scope)."""
+    return (param_to_device or {}).get(str(param_name), default_device)
 
 
 def set_lr_injection(lr_injection_value):

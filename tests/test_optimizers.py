@@ -161,3 +161,49 @@ def test_gradient_clipping_and_lr_injection():
     np.testing.assert_allclose(workspace.FetchBlob("norm_clipped_grad_update/norm_ratio"), ratio, rtol=1e-5)
     np.testing.assert_allclose(workspace.FetchBlob("fc_w"), w0 + 0.1 * ratio * 0.5 * t * x[None, :], rtol=1e-5)
     assert float(optimizer.get_lr_injection()[0]) == 0.5
+
+
+def _one_sgd_step(model, x, label):
+    workspace.ResetWorkspace()
+    workspace.RunNetOnce(model.param_init_net)
+    w0, b0 = workspace.FetchBlob("fc_w").copy(), workspace.FetchBlob("fc_b").copy()
+    workspace.FeedBlob("data", x)
+    workspace.FeedBlob("label", label)
+    workspace.RunNetOnce(model.net)
+    # loss = mean over the batch of (x.w + b - label)^2 / 2, by hand
+    r = x @ w0.T + b0 - label
+    return w0, b0, (r.T @ x) / len(x), r.mean(axis=0)
+
+
+def test_parameters_made_under_use_optimizer_get_that_optimizer():
+    """fc_w under a SGD of lr 0.2, fc_b under one of lr 0.05; the build_sgd(0.11) default
+    updates neither."""
+    from dslc.optimizer_context import UseOptimizer
+    model = ModelHelper(name="ctx")
+    with UseOptimizer({"WEIGHT": optimizer.SgdOptimizer(0.2), "BIAS": optimizer.SgdOptimizer(0.05)}):
+        out = brew.fc(model, "data", "fc", 3, 1, weight_init=("ConstantFill", {"value": 0.5}),
+                      bias_init=("ConstantFill", {"value": 0.1}))
+    loss = model.net.AveragedLoss(model.net.SquaredL2Distance([out, "label"], "sq"), "loss")
+    model.AddGradientOperators([loss])
+    optimizer.build_sgd(model, 0.11)
+    x, label = np.array([[1.0, 2.0, 3.0], [0.0, 1.0, -1.0]], np.float32), np.array([[2.0], [1.0]], np.float32)
+    w0, b0, gw, gb = _one_sgd_step(model, x, label)
+    np.testing.assert_allclose(workspace.FetchBlob("fc_w"), w0 - 0.2 * gw, rtol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob("fc_b"), b0 - 0.05 * gb, rtol=1e-6)
+
+
+def test_an_optimizer_called_per_parameter():
+    """Caffe2's opt(net, param_init_net, param, grad): only that parameter is updated."""
+    model = ModelHelper(name="per_param")
+    out = brew.fc(model, "data", "fc", 3, 1, weight_init=("ConstantFill", {"value": 0.5}),
+                  bias_init=("ConstantFill", {"value": 0.1}))
+    loss = model.net.AveragedLoss(model.net.SquaredL2Distance([out, "label"], "sq"), "loss")
+    model.AddGradientOperators([loss])
+    sgd = optimizer.SgdOptimizer(base_learning_rate=0.3)
+    sgd(model.net, model.param_init_net, "fc_w", "fc_w_grad")
+    x, label = np.array([[1.0, -2.0, 0.5]], np.float32), np.array([[1.0]], np.float32)
+    w0, b0, gw, _ = _one_sgd_step(model, x, label)
+    np.testing.assert_allclose(workspace.FetchBlob("fc_w"), w0 - 0.3 * gw, rtol=1e-6)
+    np.testing.assert_array_equal(workspace.FetchBlob("fc_b"), b0)
+    with pytest.raises(optimizer.OptimizerError, match="needs a parameter and its gradient"):
+        sgd(model.net, model.param_init_net, "fc_b")
