@@ -225,11 +225,12 @@ class FtrlOptimizer(Optimizer):
     def update(self, model, param, grad):
         if self.alpha <= 0:
             return
-        if isinstance(grad, GradientSlice):
-            raise OptimizerError(f"FTRL of the sparse gradient of {param} is not supported yet", user_location(3),
-                                 "use SGD, Adagrad or Adam for embedding tables")
         nz = model.param_init_net.ConstantFill([param], f"{param}_ftrl_nz", extra_shape=[2], value=0.0)
         self._local(nz)
+        if isinstance(grad, GradientSlice):
+            model.net.SparseFtrl([param, nz, grad.indices, grad.values], [param, nz], alpha=self.alpha,
+                                 beta=self.beta, lambda1=self.lambda1, lambda2=self.lambda2)
+            return
         model.net.Ftrl([param, nz, grad], [param, nz], alpha=self.alpha, beta=self.beta, lambda1=self.lambda1,
                        lambda2=self.lambda2)
 
@@ -244,14 +245,15 @@ class AdadeltaOptimizer(Optimizer):
     def update(self, model, param, grad):
         if self.alpha <= 0:
             return
-        if isinstance(grad, GradientSlice):
-            raise OptimizerError(f"Adadelta of the sparse gradient of {param} is not supported yet",
-                                 user_location(3), "use SGD, Adagrad or Adam for embedding tables")
         lr, _ = self.build_lr(model, self.alpha)
         init = model.param_init_net
         moment = init.ConstantFill([param], f"{param}_squared_moment", value=0.0)
         update = init.ConstantFill([param], f"{param}_squared_moment_update", value=0.0)
         self._local(moment, update)
+        if isinstance(grad, GradientSlice):
+            model.net.SparseAdadelta([param, moment, update, grad.indices, grad.values, lr], [param, moment, update],
+                                     epsilon=self.epsilon, decay=self.decay)
+            return
         model.net.Adadelta([param, moment, update, grad, lr], [param, moment, update], epsilon=self.epsilon,
                            decay=self.decay)
 

@@ -53,6 +53,30 @@ def test_sparse_updates_match_caffe2(do):
     np.testing.assert_allclose(h1, [0.5, 33.5, 0.5, 13.0])  # Caffe2
 
 
+@pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+def test_sparse_adadelta_and_ftrl_match_caffe2(do):
+    """Row 1 appears twice: updated once per occurrence, in order, as Caffe2 does."""
+    ms, d, lr = np.full((4, 2), 0.5, np.float32), np.full((4, 2), 0.25, np.float32), np.array([-0.1], np.float32)
+    w, ms, d = _run_op(do, "SparseAdadelta", {"w": W, "ms": ms, "d": d, "idx": IDX, "g": G, "lr": lr},
+                       ["w", "ms", "d"], epsilon=1e-5, decay=0.9)
+    np.testing.assert_allclose(w, [[0.0, 1.0], [1.782325029373169, 2.723424196243286], [4.0, 5.0],
+                                   [5.870898246765137, 6.860311508178711]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(ms, [[0.5, 0.5], [2.9950003623962402, 4.3650007247924805], [0.5, 0.5],
+                                    [1.3500001430511475, 2.0500004291534424]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(d, [[0.25, 0.25], [0.46917349100112915, 0.5909912586212158], [0.25, 0.25],
+                                   [0.39167213439941406, 0.42012882232666016]], rtol=1e-6)  # Caffe2
+    nz = np.zeros((4, 2, 2), np.float32)
+    nz[..., 0], nz[..., 1] = 0.5, -0.2
+    w, nz = _run_op(do, "SparseFtrl", {"w": W, "nz": nz, "idx": IDX, "g": G}, ["w", "nz"], alpha=0.5, beta=0.1,
+                    lambda1=0.2, lambda2=0.05)
+    np.testing.assert_allclose(w, [[0.0, 1.0], [-0.039623819291591644, 0.9812107682228088], [4.0, 5.0],
+                                   [3.9756088256835938, 5.131188869476318]], rtol=1e-5)  # Caffe2
+    np.testing.assert_allclose(np.array(nz)[[1, 3]], [[[26.5, 0.6178581118583679], [40.5, -12.934076309204102]],
+                                                      [[9.5, -25.701202392578125], [16.5, -43.16877365112305]]],
+                               rtol=1e-5)  # Caffe2
+    np.testing.assert_array_equal(np.array(nz, np.float32)[[0, 2]], np.broadcast_to(np.float32([0.5, -0.2]), (2, 2, 2)))
+
+
 def test_gathers_gradient_is_a_slice_and_no_op():
     net = core.Net("g")
     net.Gather(["w", "idx"], "rows")

@@ -65,7 +65,9 @@ IN_PLACE = {"ScatterWeightedSum": (nm.scatter_weighted_sum, (0,)),
             "SparseAdagrad": (nm.sparse_adagrad, (0, 1)),
             "RowWiseSparseAdagrad": (nm.row_wise_sparse_adagrad, (0, 1)),
             "SparseMomentumSGDUpdate": (nm.sparse_momentum_sgd_update, (1, 3)),
-            "SparseAdam": (nm.sparse_adam, (0, 1, 2))}
+            "SparseAdam": (nm.sparse_adam, (0, 1, 2)),
+            "SparseAdadelta": (nm.sparse_adadelta, (0, 1, 2)),
+            "SparseFtrl": (nm.sparse_ftrl, (0, 1))}
 
 
 def _last_use(op, k: int) -> bool:

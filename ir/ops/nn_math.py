@@ -533,6 +533,30 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
     return p, m1, m2
 
 
+def sparse_adadelta(p, ms, delta, indices, g, lr, epsilon=1e-5, decay=0.95, inplace=False, **_):
+    """Adadelta's update of each indexed row, a repeated row once per occurrence, in order."""
+    idx = indices.astype(np.int64).reshape(-1)
+    rows = g.reshape((idx.size,) + p.shape[1:])
+    if not inplace:
+        p, ms, delta = p.copy(), ms.copy(), delta.copy()
+    for at in _occurrences(idx):
+        r = idx[at]
+        p[r], ms[r], delta[r] = adadelta(p[r], ms[r], delta[r], rows[at], lr, epsilon, decay)
+    return p, ms, delta
+
+
+def sparse_ftrl(w, nz, indices, g, alpha=0.01, beta=1e-4, lambda1=0.0, lambda2=0.0, inplace=False, **_):
+    """FTRL's update of each indexed row, a repeated row once per occurrence, in order."""
+    idx = indices.astype(np.int64).reshape(-1)
+    rows = g.reshape((idx.size,) + w.shape[1:])
+    if not inplace:
+        w, nz = w.copy(), nz.copy()
+    for at in _occurrences(idx):
+        r = idx[at]
+        w[r], nz[r] = ftrl(w[r], nz[r], rows[at], alpha, beta, lambda1, lambda2)
+    return w, nz
+
+
 def abs_grad(x, dy):
     return (np.sign(x) * dy).astype(dy.dtype, copy=False)
 

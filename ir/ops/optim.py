@@ -266,3 +266,28 @@ declare("SparseAdam", 7, _sparse_adam, results=3, attrs={"beta1": 0.9, "beta2": 
                                                           "enableRAdam": 0, "engine": ""},
         traits={PURE}, doc="(param, m1, m2, INDICES, grad rows, lr, iter) -> (param, m1, m2), per index in "
                            "order: Adam's update of that row (t = iter + 1)")
+
+
+def _sparse_adadelta(types, attrs, n):
+    p, ms, delta, idx, g, lr = types
+    ts = floats("SparseAdadelta", [p, ms, delta, g, lr])
+    _rows("SparseAdadelta", p, idx, g)
+    return ts[:3]
+
+
+declare("SparseAdadelta", 6, _sparse_adadelta, results=3, attrs={"epsilon": 1e-5, "decay": 0.95, "engine": ""},
+        traits={PURE}, doc="(param, ms, delta, INDICES, grad rows, lr) -> (param, ms, delta), per index in "
+                           "order: Adadelta's update of that row")
+
+
+def _sparse_ftrl(types, attrs, n):
+    w, nz, idx, g = types
+    ts = floats("SparseFtrl", [w, nz, g])
+    _rows("SparseFtrl", w, idx, g)
+    return ts[:2]
+
+
+declare("SparseFtrl", 4, _sparse_ftrl, results=2, attrs={"alpha": 0.01, "beta": 1e-4, "lambda1": 0.0,
+                                                          "lambda2": 0.0, "engine": ""},
+        traits={PURE}, doc="(param, n_z, INDICES, grad rows) -> (param, n_z), per index in order: FTRL's "
+                           "update of that row")
