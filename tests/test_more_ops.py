@@ -100,6 +100,41 @@ def test_front_and_back_reductions_match_caffe2(do, op_type, k, want):
     np.testing.assert_allclose(_one(do, op_type, {"x": REDUCE_X}, num_reduce_dim=k), want, rtol=1e-5)
 
 
+AXES_X = np.array([[1., -2., 3.], [0., 0., 0.], [4., 4., -1.]], np.float32)
+AXES_DY = np.array([[1.], [2.], [3.]], np.float32)
+CAFFE2_AXES_REDUCTIONS = [  # (op, Y over axes=[1], dX for AXES_DY): read off the real Caffe2
+    ("ReduceMax", [[3.0], [0.0], [4.0]], [[0.0, 0.0, 1.0], [2.0, 2.0, 2.0], [3.0, 3.0, 0.0]]),
+    ("ReduceMin", [[-2.0], [0.0], [-1.0]], [[0.0, 1.0, 0.0], [2.0, 2.0, 2.0], [0.0, 0.0, 3.0]]),
+    ("ReduceL1", [[6.0], [0.0], [9.0]], [[1.0, -1.0, 1.0], [0.0, 0.0, 0.0], [3.0, 3.0, -3.0]]),
+    ("ReduceL2", [[3.7416574954986572], [0.0], [5.74456262588501]],
+     [[0.26726123690605164, -0.5345224738121033, 0.8017836809158325], [2.0, 2.0, 2.0],  # (Y = 0: dY)
+      [2.0889317989349365, 2.0889317989349365, -0.5222329497337341]]),
+]
+
+
+@DEVICES
+@pytest.mark.parametrize("op_type, y, dx", CAFFE2_AXES_REDUCTIONS, ids=[c[0] for c in CAFFE2_AXES_REDUCTIONS])
+def test_reductions_over_axes_match_caffe2(do, op_type, y, dx):
+    got = _one(do, op_type, {"x": AXES_X}, axes=[1], keepdims=1)
+    np.testing.assert_allclose(got, y, rtol=1e-6)
+    got_dx = _one(do, op_type + "Gradient", {"dy": AXES_DY, "x": AXES_X, "yy": np.asarray(y, np.float32)},
+                  axes=[1], keepdims=1)
+    np.testing.assert_allclose(got_dx, dx, rtol=1e-6)
+    flat = _one(do, op_type, {"x": AXES_X}, keepdims=0)  # (every axis: a scalar)
+    assert flat.shape == () and flat == pytest.approx(
+        {"ReduceMax": 4.0, "ReduceMin": -2.0, "ReduceL1": 15.0, "ReduceL2": np.sqrt(47.0)}[op_type])
+
+
+class TestAxesReductionGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        x = np.random.default_rng(5).permutation(24).reshape(2, 3, 4).astype(np.float32) / 10 + 0.05  # (no ties, no 0)
+        for op_type in ("ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2"):
+            op = core.CreateOperator(op_type, ["X"], ["Y"], axes=[0, 2], keepdims=0)
+            self.assertGradientChecks(gc, op, [x.copy()], 0, [0], stepsize=1e-3, threshold=1e-2)
+
+
 class TestReductionGradients(hu.HypothesisTestCase):
     @settings(max_examples=2, deadline=None, derandomize=True)
     @given(**hu.gcs)

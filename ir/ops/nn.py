@@ -349,7 +349,7 @@ def _(g):
     return [GradOp("SumElementsGradient", [g.I[0], g.GO[0]], [g.GI[0]], g.pick("average"))]
 
 
-def _reduce(name):
+def reduce_type(name):
     def infer(types, attrs, n):
         (x,) = tensors(name, types)
         require(name, x.dtype, NUMERIC_DTYPES, "numeric")
@@ -364,7 +364,7 @@ def _reduce(name):
 
 
 for _name, _what in (("ReduceSum", "sum"), ("ReduceMean", "mean")):
-    declare(_name, 1, _reduce(_name), attrs={"axes": None, "keepdims": 1}, traits={PURE},
+    declare(_name, 1, reduce_type(_name), attrs={"axes": None, "keepdims": 1}, traits={PURE},
             doc=f"Y = the {_what} of X over `axes` (default all); reduced dims kept as 1 if `keepdims`")
     declare(_name + "Gradient", 2, lambda t, a, n: [tensors("ReduceGradient", t)[1]],
             attrs={"axes": None, "keepdims": 1}, traits={PURE},

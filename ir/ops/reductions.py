@@ -1,7 +1,9 @@
-"""Reductions over the leading or trailing dims (Caffe2's ReduceFront/Back Sum/Mean/Max) and
-their gradients; ``FUNCTIONS`` holds the numpy semantics the interpreter runs.
+"""Reductions over the leading or trailing dims (Caffe2's ReduceFront/Back Sum/Mean/Max),
+over chosen axes (ReduceMax/Min/L1/L2; ReduceSum and ReduceMean live in nn.py) and their
+gradients; ``FUNCTIONS`` holds the numpy semantics the interpreter runs.
 
     ReduceFrontSum(X [a, b, c]) {num_reduce_dim = 1} -> [b, c];  ReduceBackMean: -> [a, b]
+    ReduceL2(X [a, b]) {axes = [1], keepdims = 0} -> [a]
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import numpy as np
 from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, declare, type_error
 from ..types import TensorType
-from .nn import floats
+from . import nn_math as nm
+from .nn import floats, reduce_type
 
 _ARGS = {"num_reduce_dim": 1}
 
@@ -42,6 +45,21 @@ for _side, _front in (("Front", True), ("Back", False)):
         no_gradient(_name + "Gradient")
         gradient(_name)(lambda g, _n=_name, _max=_what == "Max": [GradOp(
             _n + "Gradient", [g.GO[0], g.I[0]] + ([g.O[0]] if _max else []), [g.GI[0]], g.pick("num_reduce_dim"))])
+
+
+_AXES = {"axes": None, "keepdims": 1}
+_AXES_DOC = {"Max": "the max", "Min": "the min", "L1": "the sum of |x|", "L2": "sqrt(the sum of x^2)"}
+_AXES_GRAD_DOC = {"Max": "dY to every element equal to its max", "Min": "dY to every element equal to its min",
+                  "L1": "dY sign(X)", "L2": "dY X / Y (dY where Y is 0)"}
+for _what, _doc in _AXES_DOC.items():
+    _name = f"Reduce{_what}"
+    declare(_name, 1, reduce_type(_name), attrs=dict(_AXES), traits={PURE},
+            doc=f"Y = {_doc} of X over `axes` (default all); reduced dims kept as 1 if `keepdims`")
+    declare(_name + "Gradient", 3, lambda t, a, n, _g=_name + "Gradient": [floats(_g, t)[1]], attrs=dict(_AXES),
+            traits={PURE}, doc=f"dX from (dY, X, Y) of {_name}: {_AXES_GRAD_DOC[_what]}")
+    no_gradient(_name + "Gradient")
+    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.GO[0], g.I[0], g.O[0]], [g.GI[0]],
+                                                g.pick("axes", "keepdims"))])
 
 
 declare("SumSqrElements", 1, lambda t, a, n: [TensorType(floats("SumSqrElements", t)[0].dtype, ())],
@@ -86,7 +104,35 @@ def sum_sqr_elements(x, average=0):
     return x.dtype.type(s / x.size if average else s)
 
 
+def _over_axes(what):
+    def run(x, axes=None, keepdims=1):
+        ax = nm._axes(x, axes)
+        if what == "L1":
+            y = np.abs(x).sum(axis=ax, keepdims=bool(keepdims))
+        elif what == "L2":
+            y = np.sqrt(np.square(x, dtype=np.float64).sum(axis=ax, keepdims=bool(keepdims)))
+        else:
+            y = (np.max if what == "Max" else np.min)(x, axis=ax, keepdims=bool(keepdims))
+        return np.asarray(y).astype(x.dtype)[()]
+    return run
+
+
+def _over_axes_grad(what):
+    def run(dy, x, y, axes=None, keepdims=1):
+        dy, y = (nm.reduce_sum_grad(v, x, axes) for v in (dy, y))  # (both spread back over X's shape)
+        if what in ("Max", "Min"):
+            return np.where(x == y, dy, 0).astype(x.dtype)
+        if what == "L1":
+            return (dy * np.sign(x)).astype(x.dtype)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(y == 0, dy, dy * x / y).astype(x.dtype)
+    return run
+
+
 FUNCTIONS = {"SumSqrElements": sum_sqr_elements}
+for _what in _AXES_DOC:
+    FUNCTIONS[f"Reduce{_what}"] = _over_axes(_what)
+    FUNCTIONS[f"Reduce{_what}Gradient"] = _over_axes_grad(_what)
 for _side, _front in (("Front", True), ("Back", False)):
     for _what in ("Sum", "Mean", "Max"):
         FUNCTIONS[f"Reduce{_side}{_what}"] = _reduce(_what, _front)
