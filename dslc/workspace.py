@@ -411,6 +411,11 @@ def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
     return current().run_net(name, num_iter)
 
 
+def GetNetName(net) -> str:
+    """The name a net is created and run under: a Net's, a NetDef's, or the string itself."""
+    return _net_name(net)
+
+
 def RunNetOnce(net) -> bool:
     """Run a Net (or a NetDef message) once in the current workspace."""
     return current().run(_as_net(net))

@@ -135,6 +135,54 @@ class TestAxesReductionGradients(hu.HypothesisTestCase):
             self.assertGradientChecks(gc, op, [x.copy()], 0, [0], stepsize=1e-3, threshold=1e-2)
 
 
+RL_X = (np.arange(24, dtype=np.float32).reshape(3, 2, 4) % 5) / 4
+RL_LENGTHS = {"Front": np.array([1, 3, 2, 0, 3, 1, 2, 2], np.int32),  # one per column of X as [3, 8]
+              "Back": np.array([4, 1, 0, 3, 2, 4], np.int32)}         # one per row of X as [6, 4]
+# (side, what, Y, dX for dY = 1, 2, ...): read off the real Caffe2 (the same inputs through
+# workspace.RunOperatorOnce), except at the length-0 slices (Front: column 3; Back: row 2),
+# where Caffe2 returns the slice's first element 0.75 (the mean: inf) and dslc 0
+# (docs/differences.md).
+CAFFE2_LENGTH_REDUCTIONS = [
+    ("Front", "Sum",
+     [[0.0, 1.75, 0.5, 0.75], [1.5, 0.0, 1.25, 0.5]],
+     [[[1.0, 2.0, 3.0, 0.0], [5.0, 6.0, 7.0, 8.0]], [[0.0, 2.0, 3.0, 0.0], [5.0, 0.0, 7.0, 8.0]], [[0.0, 2.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]]]),
+    ("Front", "Mean",
+     [[0.0, 0.5833330154418945, 0.25, np.inf], [0.5, 0.0, 0.625, 0.25]],
+     [[[1.0, 0.6666669845581055, 1.5, 0.0], [1.6666669845581055, 6.0, 3.5, 4.0]], [[0.0, 0.6666669845581055, 1.5, 0.0], [1.6666669845581055, 0.0, 3.5, 4.0]], [[0.0, 0.6666669845581055, 0.0, 0.0], [1.6666669845581055, 0.0, 0.0, 0.0]]]),
+    ("Front", "Max",
+     [[0.0, 1.0, 0.5, 0.75], [1.0, 0.0, 1.0, 0.5]],
+     [[[1.0, 0.0, 3.0, 0.0], [5.0, 6.0, 0.0, 8.0]], [[0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 7.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]),
+    ("Back", "Sum",
+     [[1.5, 1.0], [0.75, 2.25], [0.75, 1.5]],
+     [[[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [4.0, 4.0, 4.0, 0.0]], [[5.0, 5.0, 0.0, 0.0], [6.0, 6.0, 6.0, 6.0]]]),
+    ("Back", "Mean",
+     [[0.375, 1.0], [np.inf, 0.75], [0.375, 0.375]],
+     [[[0.25, 0.25, 0.25, 0.25], [2.0, 0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [1.3333330154418945, 1.3333330154418945, 1.3333330154418945, 0.0]], [[2.5, 2.5, 0.0, 0.0], [1.5, 1.5, 1.5, 1.5]]]),
+    ("Back", "Max",
+     [[0.75, 1.0], [0.75, 1.0], [0.5, 0.75]],
+     [[[0.0, 0.0, 0.0, 1.0], [2.0, 0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 4.0, 0.0]], [[0.0, 5.0, 0.0, 0.0], [0.0, 0.0, 0.0, 6.0]]]),
+]
+
+
+@DEVICES
+@pytest.mark.parametrize("side, what, y, dx", CAFFE2_LENGTH_REDUCTIONS,
+                         ids=[c[0] + c[1] for c in CAFFE2_LENGTH_REDUCTIONS])
+def test_front_and_back_reductions_with_lengths_match_caffe2(do, side, what, y, dx):
+    lengths = RL_LENGTHS[side]
+    y = np.array(y, np.float32)
+    if side == "Front":
+        y[0, 3] = 0.0  # (the empty column)
+    else:
+        y[1, 0] = 0.0  # (the empty row)
+    got = _one(do, f"Reduce{side}{what}", {"x": RL_X, "l": lengths}, num_reduce_dim=1)
+    np.testing.assert_allclose(got, y, rtol=1e-5)
+    dy = np.arange(1, y.size + 1, dtype=np.float32).reshape(y.shape)
+    # the gradient takes X, or (Sum, Mean) X's shape
+    second = {"x": RL_X, "yy": y} if what == "Max" else {"shape": np.array(RL_X.shape, np.int64)}
+    got = _one(do, f"Reduce{side}{what}Gradient", {"dy": dy, **second, "l": lengths}, num_reduce_dim=1)
+    np.testing.assert_allclose(got, dx, rtol=1e-5)
+
+
 class TestReductionGradients(hu.HypothesisTestCase):
     @settings(max_examples=2, deadline=None, derandomize=True)
     @given(**hu.gcs)

@@ -11,18 +11,19 @@ import numpy as np
 
 from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, declare, type_error
-from ..types import TensorType
+from ..types import INT_DTYPES, TensorType
 from . import nn_math as nm
-from .nn import floats, reduce_type
+from .nn import floats, indices, reduce_type, tensors
 
 _ARGS = {"num_reduce_dim": 1}
 
 
 def _infer(name, front):
     def infer(types, attrs, n):
-        if len(types) != 1:
-            type_error(f"{name} with a LENGTHS input is not supported", "reduce without lengths")
-        (x,) = floats(name, types)
+        x, *lengths = tensors(name, types)
+        floats(name, [x])
+        if lengths:
+            indices(name, lengths[0], "lengths")
         k = int(attrs["num_reduce_dim"])
         if x.shape is None:
             return [TensorType(x.dtype, None)]
@@ -32,19 +33,33 @@ def _infer(name, front):
     return infer
 
 
+def _infer_grad(name):
+    """dX has X's type; given X's shape (an integer vector) instead of X, dY's dtype."""
+    def infer(types, attrs, n):
+        dy, x = tensors(name, types)[:2]
+        floats(name, [dy])
+        if x.dtype in INT_DTYPES:
+            return [TensorType(dy.dtype, None)]
+        return [floats(name, [dy, x])[1]]
+    return infer
+
+
 for _side, _front in (("Front", True), ("Back", False)):
     for _what in ("Sum", "Mean", "Max"):
         _name = f"Reduce{_side}{_what}"
-        declare(_name, 1, _infer(_name, _front), attrs=dict(_ARGS), traits={PURE},
-                doc=f"Y = the {_what.lower()} over the {'first' if _front else 'last'} num_reduce_dim dims of X")
-        _grad_inputs = ["dY", "X", "Y"] if _what == "Max" else ["dY", "X"]
-        declare(_name + "Gradient", len(_grad_inputs),
-                lambda t, a, n, _g=_name + "Gradient": [floats(_g, t)[1]], attrs=dict(_ARGS), traits={PURE},
-                doc=f"dX from ({', '.join(_grad_inputs)}) of {_name}"
+        _which = "first" if _front else "last"
+        declare(_name, (1, 2), _infer(_name, _front), attrs=dict(_ARGS), traits={PURE},
+                doc=f"Y = the {_what.lower()} over the {_which} num_reduce_dim dims of X; with LENGTHS, "
+                    f"of only the {_which.replace('last', 'first')} LENGTHS[j] of each of the reduced slices")
+        _grad_inputs = ["dY", "X", "Y"] if _what == "Max" else ["dY", "X or its shape"]
+        declare(_name + "Gradient", (len(_grad_inputs), len(_grad_inputs) + 1), _infer_grad(_name + "Gradient"),
+                attrs=dict(_ARGS), traits={PURE},
+                doc=f"dX from ({', '.join(_grad_inputs)}[, LENGTHS]) of {_name}"
                     + (": dY to every element equal to its max" if _what == "Max" else ""))
         no_gradient(_name + "Gradient")
         gradient(_name)(lambda g, _n=_name, _max=_what == "Max": [GradOp(
-            _n + "Gradient", [g.GO[0], g.I[0]] + ([g.O[0]] if _max else []), [g.GI[0]], g.pick("num_reduce_dim"))])
+            _n + "Gradient", [g.GO[0], g.I[0]] + ([g.O[0]] if _max else []) + list(g.I[1:]), [g.GI[0]],
+            g.pick("num_reduce_dim"))])
 
 
 _AXES = {"axes": None, "keepdims": 1}
@@ -67,35 +82,61 @@ declare("SumSqrElements", 1, lambda t, a, n: [TensorType(floats("SumSqrElements"
 no_gradient("SumSqrElements")
 
 
-def _axes(x, k, front):
-    return tuple(range(k)) if front else tuple(range(x.ndim - k, x.ndim))
+def _matrix_shape(shape, k, front):
+    """X seen as [reduced, kept] (front) or [kept, reduced] (back)."""
+    split = k if front else len(shape) - k
+    return int(np.prod(shape[:split], dtype=np.int64)), int(np.prod(shape[split:], dtype=np.int64))
 
 
-def _expand(y, x, k, front):
-    """``y`` (reduced, or of its size) with the reduced dims put back as 1s, to broadcast against ``x``."""
-    kept = x.shape[k:] if front else x.shape[:x.ndim - k]
-    return y.reshape((1,) * k + kept) if front else y.reshape(kept + (1,) * k)
+def _kept_mask(shape, k, front, lengths):
+    """Which elements of X's [rows, cols] view a LENGTHS input keeps: (all, when there is none)."""
+    rows, cols = _matrix_shape(shape, k, front)
+    if lengths is None:
+        return np.ones((rows, cols), bool)
+    lengths = np.asarray(lengths).astype(np.int64).reshape(-1)
+    slices, depth = (cols, rows) if front else (rows, cols)
+    if lengths.size != slices or (lengths.size and (lengths.min() < 0 or lengths.max() > depth)):
+        raise ValueError(f"LENGTHS holds {lengths.size} lengths for {slices} slices of {depth} elements, "
+                         f"each length at most {depth}")
+    mask = np.arange(depth)[:, None] < lengths[None, :]
+    return mask if front else mask.T
 
 
 def _reduce(what, front):
-    def run(x, num_reduce_dim=1):
+    def run(x, lengths=None, num_reduce_dim=1):
         k = int(num_reduce_dim)
+        rows, cols = _matrix_shape(x.shape, k, front)
+        m = x.reshape(rows, cols)
+        mask = _kept_mask(x.shape, k, front, lengths)
+        axis = 0 if front else 1
+        out_shape = x.shape[k:] if front else x.shape[:x.ndim - k]
+        count = mask.sum(axis=axis)
         if what == "Max":
-            return np.max(x, axis=_axes(x, k, front)).astype(x.dtype)
-        fn = np.sum if what == "Sum" else np.mean
-        return fn(x, axis=_axes(x, k, front)).astype(x.dtype)
+            y = np.where(mask, m, -np.inf).max(axis=axis, initial=-np.inf)
+        else:
+            y = np.where(mask, m, 0).sum(axis=axis, dtype=np.float64)
+            if what == "Mean":
+                y = y / np.maximum(count, 1)
+        y = np.where(count > 0, y, 0)  # (an empty slice reduces to 0, as in the Lengths* ops)
+        return y.astype(x.dtype).reshape(out_shape)
     return run
 
 
 def _reduce_grad(what, front):
-    def run(dy, x, *y, num_reduce_dim=1):
+    def run(dy, x, *rest, num_reduce_dim=1):
         k = int(num_reduce_dim)
-        g = np.broadcast_to(_expand(dy, x, k, front), x.shape)
+        y, rest = (rest[0], rest[1:]) if what == "Max" else (None, rest)
+        lengths = rest[0] if rest else None
+        shape = tuple(int(d) for d in x) if x.dtype.kind in "iu" else x.shape
+        rows, cols = _matrix_shape(shape, k, front)
+        mask = _kept_mask(shape, k, front, lengths)
+        axis = 0 if front else 1
+        g = np.broadcast_to(np.asarray(dy, np.float64).reshape((1, cols) if front else (rows, 1)), (rows, cols))
         if what == "Mean":
-            g = g / np.prod([x.shape[a] for a in _axes(x, k, front)], dtype=np.float64)
+            g = g / np.maximum(mask.sum(axis=axis, keepdims=True), 1)
         elif what == "Max":
-            g = np.where(x == _expand(y[0], x, k, front), g, 0)
-        return np.ascontiguousarray(g).astype(x.dtype)
+            g = np.where(x.reshape(rows, cols) == np.asarray(y).reshape((1, cols) if front else (rows, 1)), g, 0)
+        return np.where(mask, g, 0).astype(dy.dtype).reshape(shape)
     return run
 
 
