@@ -77,6 +77,25 @@ def test_sparse_adadelta_and_ftrl_match_caffe2(do):
     np.testing.assert_array_equal(np.array(nz, np.float32)[[0, 2]], np.broadcast_to(np.float32([0.5, -0.2]), (2, 2, 2)))
 
 
+@pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+@pytest.mark.parametrize("op_type", ["SparseAdagrad", "RowWiseSparseAdagrad", "ScatterWeightedSum", "SparseAdam",
+                                     "SparseFtrl", "SparseAdadelta"])
+def test_a_sparse_update_of_an_empty_batch_changes_nothing(do, op_type):
+    """No indices (a batch whose bags are all empty): the table and its moments stay as they were."""
+    idx, g, lr = np.zeros(0, np.int64), np.zeros((0, 2), np.float32), np.array([-0.1], np.float32)
+    m = np.full((4,) if op_type == "RowWiseSparseAdagrad" else (4, 2), 0.5, np.float32)
+    inputs = {"SparseAdagrad": {"w": W, "m": m, "idx": idx, "g": g, "lr": lr},
+              "RowWiseSparseAdagrad": {"w": W, "m": m, "idx": idx, "g": g, "lr": lr},
+              "ScatterWeightedSum": {"w": W, "one": np.array([1.0], np.float32), "idx": idx, "g": g, "lr": lr},
+              "SparseAdam": {"w": W, "m": m, "m2": m, "idx": idx, "g": g, "lr": lr, "it": np.array([0], np.int64)},
+              "SparseFtrl": {"w": W, "nz": np.full((4, 2, 2), 0.5, np.float32), "idx": idx, "g": g},
+              "SparseAdadelta": {"w": W, "m": m, "m2": m, "idx": idx, "g": g, "lr": lr}}[op_type]
+    outputs = [k for k in inputs if k in ("w", "m", "m2", "nz")]
+    got = _run_op(do, op_type, inputs, outputs)
+    for name, value in zip(outputs, got):
+        np.testing.assert_array_equal(value, inputs[name])
+
+
 def test_gathers_gradient_is_a_slice_and_no_op():
     net = core.Net("g")
     net.Gather(["w", "idx"], "rows")

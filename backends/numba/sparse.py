@@ -54,8 +54,10 @@ def _checked(name, indices, rows):
     return idx
 
 
-def _flat(x):
-    return x.reshape(x.shape[0], -1)
+def _flat(x, rows=None):
+    """``x`` as a matrix of ``rows`` (default its first dim) rows of its other dims' size (an
+    empty batch or table too: no -1 to infer there)."""
+    return x.reshape(x.shape[0] if rows is None else rows, int(np.prod(x.shape[1:], dtype=np.int64)))
 
 
 def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
@@ -63,7 +65,7 @@ def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
         return ik.nm.scatter_weighted_sum(data, w0, indices, *pairs, inplace=inplace)
     idx = _checked("ScatterWeightedSum", indices, data.shape[0])
     out = data if inplace else data.copy()
-    rows = np.ascontiguousarray(pairs[0]).reshape(idx.size, -1)
+    rows = _flat(np.ascontiguousarray(pairs[0]).reshape((idx.size,) + data.shape[1:]), idx.size)
     _add_rows(_flat(out), idx, rows, data.dtype.type(pairs[1].reshape(())))
     return out
 
@@ -73,7 +75,7 @@ def _adagrad(loop, name):
         idx = _checked(name, indices, p.shape[0])
         if not inplace:
             p, m = p.copy(), m.copy()
-        rows = np.ascontiguousarray(g).reshape(idx.size, -1)
+        rows = _flat(np.ascontiguousarray(g).reshape((idx.size,) + p.shape[1:]), idx.size)
         dt = p.dtype.type
         loop(_flat(p), _flat(m) if m.ndim > 1 else m, idx, rows, dt(lr.reshape(())), dt(epsilon))
         return p, m
@@ -107,7 +109,7 @@ def _sparse_lengths(name, weighted=False, mean=False):
             return ik.segments.FUNCTIONS[name](data, *rest)  # (the interpreter's error)
         w = np.ascontiguousarray(weights, dtype=data.dtype).reshape(-1) if weighted else np.empty(0, data.dtype)
         out = np.zeros((lens.size,) + data.shape[1:], dtype=data.dtype)
-        _bag_sums(np.ascontiguousarray(data).reshape(data.shape[0], -1), idx, lens, w, mean, _flat(out))
+        _bag_sums(_flat(np.ascontiguousarray(data)), idx, lens, w, mean, _flat(out))
         return out
     return lambda op, cfg: run
 

@@ -428,7 +428,7 @@ def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
 
 def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
-    g = g.reshape((idx.size, -1))
+    g = g.reshape((idx.size, int(np.prod(p.shape[1:], dtype=np.int64))))  # (an empty batch has no -1 to infer)
     if not inplace:
         p, m = p.copy(), m.copy()
     lr, eps = lr.reshape(()), p.dtype.type(epsilon)
