@@ -250,3 +250,37 @@ class TestPReluCrossEntropyGradients(hu.HypothesisTestCase):
         t = np.array([[0.0, 1.0], [0.3, 0.7]], np.float32)
         self.assertGradientChecks(gc, core.CreateOperator("CrossEntropy", ["P", "T"], ["Y"]), [p, t], 0, [0],
                                   stepsize=1e-3, threshold=1e-2)
+
+
+@DEVICES
+def test_reshape_to_a_shape_given_as_an_input(do):
+    """Caffe2 (the same inputs through RunOperatorOnce): [4, 0, -1] makes (2, 3, 4) into (4, 3, 2);
+    (0, 0, 0) makes an empty (0, 0) into (0, 0, 0)."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    y, old = hu.runOpOnInput(do, core.CreateOperator("Reshape", ["x", "s"], ["y", "old"]),
+                             [x, np.array([4, 0, -1], np.int32)])
+    np.testing.assert_array_equal(y, x.reshape(4, 3, 2))
+    assert old.tolist() == [2, 3, 4] and old.dtype == np.int64
+    y = _one(do, "Reshape", {"e": np.zeros((0, 0), np.float32), "s": np.array([0, 0, 0], np.int64)})
+    assert y.shape == (0, 0, 0)
+    with pytest.raises(Exception, match=r"cannot make shape \[5, -1\] from \[2, 3, 4\]"):
+        _one(do, "Reshape", {"x": x, "s": np.array([5, -1], np.int64)})
+
+
+def test_reshape_takes_its_shape_once():
+    from dslc.ir.diagnostics import DSLError
+    net = core.Net("twice")
+    net.Reshape(["x", "s"], ["y", "old"], shape=[4, -1])
+    workspace.FeedBlob("x", np.zeros(4, np.float32))
+    workspace.FeedBlob("s", np.array([4], np.int64))
+    with pytest.raises(DSLError, match="both a shape input and the `shape` argument"):
+        workspace.RunNetOnce(net)
+
+
+class TestReshapeByInputGradient(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradient(self, gc, dc):
+        op = core.CreateOperator("Reshape", ["X", "S"], ["Y", "old"])
+        x = np.random.default_rng(6).standard_normal((2, 3, 4)).astype(np.float32)
+        self.assertGradientChecks(gc, op, [x, np.array([3, -1], np.int64)], 0, [0])

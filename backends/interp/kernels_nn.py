@@ -141,10 +141,10 @@ def _lrn(op, cfg):
 
 @kernel("Reshape")
 def _reshape(op, cfg):
-    shape = tuple(int(d) for d in op.attrs["shape"])
+    shape = tuple(int(d) for d in op.attrs["shape"] or ())  # (none: the shape is the second input)
     if len(op.results) == 2:
-        return lambda x: nm.reshape(x, shape)
-    return lambda x: nm.reshape(x, shape)[0]
+        return lambda x, new_shape=None: nm.reshape(x, new_shape, shape)
+    return lambda x, new_shape=None: nm.reshape(x, new_shape, shape)[0]
 
 
 def _seed(cfg) -> int:

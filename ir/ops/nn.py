@@ -166,14 +166,20 @@ def _(g):
 
 
 def _reshape(types, attrs, n):
-    (x,) = tensors("Reshape", types)
+    x, *given = tensors("Reshape", types)
     shape = attrs["shape"]
+    old = TensorType("i64", (None if x.shape is None else len(x.shape),))
+    if given:  # the new shape as a tensor: known when the op runs
+        if shape is not None:
+            type_error("Reshape got both a shape input and the `shape` argument", "give the new shape once")
+        indices("Reshape", given[0], "shape input values")
+        rank = given[0].shape[0] if given[0].shape is not None and len(given[0].shape) == 1 else None
+        return [TensorType(x.dtype, None if rank is None else (None,) * rank), old][:n]
     if shape is None:
         type_error("Reshape needs the `shape` argument", "pass shape=[...] (0 keeps a dim, -1 infers one)")
     if sum(1 for d in shape if d == -1) > 1:
         type_error(f"Reshape shape {list(shape)} has more than one -1", "infer at most one dim")
     out = _reshaped(x, [int(d) for d in shape])
-    old = TensorType("i64", (None if x.shape is None else len(x.shape),))
     return [TensorType(x.dtype, out), old][:n]
 
 
@@ -191,9 +197,9 @@ def _reshaped(x: TensorType, shape: list):
     return tuple(out)
 
 
-declare("Reshape", 1, _reshape, results=(1, 2), attrs={"shape": None}, traits={PURE},
-        doc="(Y, old_shape): X with the dims `shape` (0 keeps X's dim, -1 takes the rest), "
-            "and X's shape as int64")
+declare("Reshape", (1, 2), _reshape, results=(1, 2), attrs={"shape": None}, traits={PURE},
+        doc="(Y, old_shape): X with the dims `shape` or the second input's values (0 keeps X's dim, "
+            "-1 takes the rest), and X's shape as int64")
 declare("ResizeLike", 2, lambda t, a, n: [TensorType(tensors("ResizeLike", t)[0].dtype,
                                                      tensors("ResizeLike", t)[1].shape)],
         traits={PURE}, doc="Y = X reshaped to the shape of the second input (same element count)")

@@ -59,17 +59,25 @@ def transpose(x, axes=()):
 
 
 def reshape_dims(in_shape, shape) -> tuple:
-    """Caffe2's Reshape rule: 0 copies the input's dim, one -1 takes what is left."""
-    out = [int(in_shape[i]) if d == 0 else int(d) for i, d in enumerate(shape)]
+    """Caffe2's Reshape rule: 0 copies the input's dim (past its rank, stays 0), one -1 takes what
+    is left."""
+    out = [int(in_shape[i]) if d == 0 and i < len(in_shape) else int(d) for i, d in enumerate(shape)]
     if -1 in out:
         known = _prod(d for d in out if d != -1)
         out[out.index(-1)] = _prod(in_shape) // known if known else 0
     return tuple(out)
 
 
-def reshape(x, shape=()):
-    """(reshaped, old shape as int64)."""
-    return x.reshape(reshape_dims(x.shape, shape)).copy(), np.array(x.shape, dtype=np.int64)
+def reshape(x, new_shape=None, shape=()):
+    """(reshaped, old shape as int64); the new shape from the attribute, or the input ``new_shape``."""
+    if new_shape is not None:
+        shape = [int(d) for d in np.asarray(new_shape).reshape(-1)]
+        if sum(1 for d in shape if d == -1) > 1 or any(d < -1 for d in shape):
+            raise ValueError(f"Reshape's shape input {shape} holds a dim below -1 or more than one -1")
+    dims = reshape_dims(x.shape, shape)
+    if _prod(dims) != x.size:
+        raise ValueError(f"Reshape cannot make shape {list(shape)} from {list(x.shape)} ({x.size} elements)")
+    return x.reshape(dims).copy(), np.array(x.shape, dtype=np.int64)
 
 
 def resize_like(x, like):
