@@ -49,6 +49,24 @@ def test_dense_updates_match_caffe2(do):
 
 
 @DEVICES
+def test_adagrads_optional_outputs_match_caffe2(do):
+    """Adagrad may also name the effective learning rate lr / (sqrt(m') + eps) and the update."""
+    ins = {"p": np.array([1., 2., 3.], np.float32), "m": np.array([0.5, 0.1, 0.], np.float32),
+           "g": np.array([0.5, -1., 2.], np.float32), "lr": np.array([-0.1], np.float32)}
+    got = _run(do, "Adagrad", ins, ["p1", "m1", "e1", "u1"], epsilon=1e-5, decay=0.9)
+    np.testing.assert_allclose(got, [[0.9402393102645874, 2.0957818031311035, 2.90000057220459],
+                                     [0.699999988079071, 1.090000033378601, 4.0],
+                                     [-0.11952143162488937, -0.09578170627355576, -0.04999975115060806],
+                                     [-0.05976071581244469, 0.09578170627355576, -0.09999950230121613]],
+                               rtol=1e-6)  # Caffe2
+    got = _run(do, "Adagrad", ins, ["p1", "m1", "e1"], epsilon=1e-5)
+    np.testing.assert_allclose(got, [[0.9422656297683716, 2.0953452587127686, 2.90000057220459],
+                                     [0.75, 1.100000023841858, 4.0],
+                                     [-0.11546872556209564, -0.09534535557031631, -0.04999975115060806]],
+                               rtol=1e-6)  # Caffe2
+
+
+@DEVICES
 def test_sparse_updates_match_caffe2(do):
     w = np.arange(8, dtype=np.float32).reshape(4, 2)
     g = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)

@@ -39,7 +39,7 @@ FUNCTIONS = {
     "Accuracy": nm.accuracy, "StopGradient": num.copy,
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
-    "Adagrad": nm.adagrad, "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
+    "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
 
     "SigmoidCrossEntropyWithLogits": nm.sigmoid_cross_entropy_with_logits,
     "SigmoidCrossEntropyWithLogitsGradient": nm.sigmoid_cross_entropy_with_logits_grad,
@@ -137,6 +137,11 @@ for _name, _fn in FUNCTIONS.items():
 def _lrn(op, cfg):
     f = bound(normalization.lrn, op.attrs)
     return f if len(op.results) == 2 else (lambda x: f(x)[0])  # (the scale only when named)
+
+
+@kernel("Adagrad")
+def _adagrad(op, cfg):
+    return functools.partial(bound(nm.adagrad, op.attrs), n_results=len(op.results))
 
 
 @kernel("Reshape")

@@ -336,10 +336,14 @@ def momentum_sgd_update(g, m, lr, p, momentum=0.0, nesterov=0):
     return adjusted, new_m, p - adjusted
 
 
-def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0):
-    """(param out, moment out)."""
+def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0, n_results=2):
+    """(param out, moment out[, effective learning rate[, update]])."""
     new_m = m * g.dtype.type(decay) + g * g
-    return p + lr.reshape(()) * g / (np.sqrt(new_m) + g.dtype.type(epsilon)), new_m
+    if n_results == 2:
+        return p + lr.reshape(()) * g / (np.sqrt(new_m) + g.dtype.type(epsilon)), new_m
+    effective = lr.reshape(()) / (np.sqrt(new_m) + g.dtype.type(epsilon))
+    update = effective * g
+    return (p + update, new_m, effective, update)[:n_results]
 
 
 def adam(p, m1, m2, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5):

@@ -131,12 +131,13 @@ declare("MomentumSGDUpdate", 4, _momentum_sgd, results=3, attrs={"momentum": 0.0
 def _adagrad(types, attrs, n):
     ts = floats("Adagrad", types)
     _same("Adagrad", ts, [(0, 1), (0, 2)])
-    return [ts[0], ts[1]]
+    return [ts[0], ts[1], ts[0], ts[0]][:n]
 
 
-declare("Adagrad", 4, _adagrad, results=2, attrs={"epsilon": 1e-5, "decay": 1.0, "engine": ""},
+declare("Adagrad", 4, _adagrad, results=(2, 4), attrs={"epsilon": 1e-5, "decay": 1.0, "engine": ""},
         traits={PURE},
-        doc="(param, moment, grad, lr) -> (param + lr g / (sqrt(m') + epsilon), m' = decay m + g^2)")
+        doc="(param, moment, grad, lr) -> (param + u, m' = decay m + g^2[, e = lr / (sqrt(m') + epsilon)[, "
+            "u = e g]])")
 
 
 def _adam(types, attrs, n):
