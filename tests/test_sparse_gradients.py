@@ -54,6 +54,17 @@ def test_sparse_updates_match_caffe2(do):
 
 
 @pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+@pytest.mark.parametrize("op_type", ["SparseAdagrad", "RowWiseSparseAdagrad"])
+def test_sparse_adagrad_of_a_vector_matches_caffe2(do, op_type):
+    """A 1-D table (a row is one number): both give Caffe2's values (read off the real Caffe2)."""
+    p, m = np.array([0.5, -1.0, 2.0, 3.0], np.float32), np.full(4, 0.5, np.float32)
+    got = _run_op(do, op_type, {"p": p, "m": m, "i": IDX, "g": np.array([1., 2., 3.], np.float32),
+                                "lr": np.array([-0.1], np.float32)}, ["p", "m"], epsilon=1e-5)
+    np.testing.assert_allclose(got[0], [0.5, -1.174230694770813, 2.0, 2.905719518661499], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[1], [0.5, 10.5, 0.5, 4.5], rtol=1e-6)  # Caffe2
+
+
+@pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
 def test_sparse_adadelta_and_ftrl_match_caffe2(do):
     """Row 1 appears twice: updated once per occurrence, in order, as Caffe2 does."""
     ms, d, lr = np.full((4, 2), 0.5, np.float32), np.full((4, 2), 0.25, np.float32), np.array([-0.1], np.float32)

@@ -77,7 +77,9 @@ def _adagrad(loop, name):
             p, m = p.copy(), m.copy()
         rows = _flat(np.ascontiguousarray(g).reshape((idx.size,) + p.shape[1:]), idx.size)
         dt = p.dtype.type
-        loop(_flat(p), _flat(m) if m.ndim > 1 else m, idx, rows, dt(lr.reshape(())), dt(epsilon))
+        # (the moment: one per element, shaped as the parameter; row-wise, one per row)
+        moment = m.reshape(-1) if name == "RowWiseSparseAdagrad" else _flat(m)
+        loop(_flat(p), moment, idx, rows, dt(lr.reshape(())), dt(epsilon))
         return p, m
     return run
 
