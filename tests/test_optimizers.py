@@ -67,6 +67,33 @@ def test_adagrads_optional_outputs_match_caffe2(do):
 
 
 @DEVICES
+def test_adagrads_weight_decay_matches_caffe2(do):
+    """weight_decay adds weight_decay * param to the gradient (dense, sparse and row-wise;
+    figures read off the real Caffe2, the same inputs through RunOperatorOnce)."""
+    p = np.array([[0.5, -1.0], [2.0, 3.0], [1.0, 1.0]], np.float32)
+    g = np.array([[1., 2.], [3., -4.], [0.5, 0.5]], np.float32)
+    m, lr, idx = np.full((3, 2), 0.5, np.float32), np.array([-0.1], np.float32), np.array([1, 0, 1], np.int64)
+    got = _run(do, "Adagrad", {"p": p, "m": m, "g": g, "lr": lr}, ["p", "m"], epsilon=1e-5, weight_decay=0.1)
+    np.testing.assert_allclose(got[0], [[0.4170556366443634, -1.0937196016311646],
+                                        [1.9023557901382446, 3.098222017288208],
+                                        [0.9353010058403015, 0.9353010058403015]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[1], [[1.6024998426437378, 4.109999656677246],
+                                        [10.74000072479248, 14.190000534057617],
+                                        [0.8600000143051147, 0.8600000143051147]], rtol=1e-6)  # Caffe2
+    got = _run(do, "SparseAdagrad", {"p": p, "m": m, "i": idx, "g": g, "lr": lr}, ["p", "m"], epsilon=1e-5,
+               weight_decay=0.1)
+    np.testing.assert_allclose(got[0], [[0.402584046125412, -0.9014550447463989],
+                                        [1.8693838119506836, 2.873206853866577], [1.0, 1.0]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[1], [[9.802499771118164, 17.309999465942383],
+                                        [2.4180126190185547, 6.414797782897949], [0.5, 0.5]], rtol=1e-6)  # Caffe2
+    got = _run(do, "RowWiseSparseAdagrad", {"p": p, "m": np.full(3, 0.5, np.float32), "i": idx, "g": g, "lr": lr},
+               ["p", "m"], epsilon=1e-5, weight_decay=0.1)
+    np.testing.assert_allclose(got[0], [[0.41716212034225464, -0.8886442184448242],
+                                        [1.9059430360794067, 2.845499038696289], [1.0, 1.0]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[1], [13.556249618530273, 4.416455268859863, 0.5], rtol=1e-6)  # Caffe2
+
+
+@DEVICES
 def test_sparse_updates_match_caffe2(do):
     w = np.arange(8, dtype=np.float32).reshape(4, 2)
     g = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)

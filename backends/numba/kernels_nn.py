@@ -311,7 +311,7 @@ def _optimizer(op, n_arrays):
 @kernel("Adagrad")
 def _adagrad(op, a):
     dt, ok = _optimizer(op, 3)
-    if not ok or len(op.results) != 2:  # (the optional outputs: the interpreter's)
+    if not ok or len(op.results) != 2 or op.attrs["weight_decay"]:  # (the interpreter's)
         return None
     return (f"_adagrad_{NP[dt][3:]}({a[0]}, {a[1]}, {a[2]}, {_one(op.operands[3], a[3])}, "
             f"{literal(op.attrs['epsilon'], dt)}, {literal(op.attrs['decay'], dt)})")

@@ -71,7 +71,9 @@ def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
 
 
 def _adagrad(loop, name):
-    def run(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
+    def run(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):
+        if weight_decay:  # (the compiled loop has no decay term: the interpreter's)
+            return ik.IN_PLACE[name][0](p, m, indices, g, lr, epsilon, weight_decay, inplace=inplace)
         idx = _checked(name, indices, p.shape[0])
         if not inplace:
             p, m = p.copy(), m.copy()

@@ -336,8 +336,11 @@ def momentum_sgd_update(g, m, lr, p, momentum=0.0, nesterov=0):
     return adjusted, new_m, p - adjusted
 
 
-def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0, n_results=2):
-    """(param out, moment out[, effective learning rate[, update]])."""
+def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0, weight_decay=0.0, n_results=2):
+    """(param out, moment out[, effective learning rate[, update]]); ``weight_decay`` adds
+    weight_decay * param to the gradient first."""
+    if weight_decay:
+        g = (g + g.dtype.type(weight_decay) * p).astype(g.dtype)
     new_m = m * g.dtype.type(decay) + g * g
     if n_results == 2:
         return p + lr.reshape(()) * g / (np.sqrt(new_m) + g.dtype.type(epsilon)), new_m
@@ -425,28 +428,32 @@ def add_rows(out, idx, rows):
     out[sorted_idx[starts]] += np.add.reduceat(rows[order], starts, axis=0)
 
 
-def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
+def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
     g = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
         p, m = p.copy(), m.copy()
-    lr, eps = lr.reshape(()), p.dtype.type(epsilon)
+    lr, eps, wd = lr.reshape(()), p.dtype.type(epsilon), p.dtype.type(weight_decay)
     for at in _occurrences(idx):
         rows, gi = idx[at], g[at]
+        if weight_decay:
+            gi = gi + wd * p[rows]  # (the row as this occurrence finds it)
         m[rows] += gi * gi
         p[rows] += lr * gi / (np.sqrt(m[rows]) + eps)
     return p, m
 
 
-def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, inplace=False):
+def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
     g = g.reshape((idx.size, int(np.prod(p.shape[1:], dtype=np.int64))))  # (an empty batch has no -1 to infer)
     if not inplace:
         p, m = p.copy(), m.copy()
-    lr, eps = lr.reshape(()), p.dtype.type(epsilon)
-    flat = p.reshape(p.shape[0], -1)
+    lr, eps, wd = lr.reshape(()), p.dtype.type(epsilon), p.dtype.type(weight_decay)
+    flat = p.reshape(p.shape[0], int(np.prod(p.shape[1:], dtype=np.int64)))
     for at in _occurrences(idx):
         rows, gi = idx[at], g[at]
+        if weight_decay:
+            gi = gi + wd * flat[rows]
         m[rows] += np.mean(gi * gi, axis=1, dtype=p.dtype)
         flat[rows] += lr * gi / (np.sqrt(m[rows])[:, None] + eps)
     return p, m

@@ -134,10 +134,11 @@ def _adagrad(types, attrs, n):
     return [ts[0], ts[1], ts[0], ts[0]][:n]
 
 
-declare("Adagrad", 4, _adagrad, results=(2, 4), attrs={"epsilon": 1e-5, "decay": 1.0, "engine": ""},
+declare("Adagrad", 4, _adagrad, results=(2, 4), attrs={"epsilon": 1e-5, "decay": 1.0, "weight_decay": 0.0,
+                                                      "engine": ""},
         traits={PURE},
         doc="(param, moment, grad, lr) -> (param + u, m' = decay m + g^2[, e = lr / (sqrt(m') + epsilon)[, "
-            "u = e g]])")
+            "u = e g]]); g is grad + weight_decay param")
 
 
 def _adam(types, attrs, n):
@@ -194,12 +195,12 @@ def _sparse_adagrad(name):
     return infer
 
 
-declare("SparseAdagrad", 5, _sparse_adagrad("SparseAdagrad"), results=2, attrs={"epsilon": 1e-5, "engine": ""},
-        traits={PURE},
+declare("SparseAdagrad", 5, _sparse_adagrad("SparseAdagrad"), results=2,
+        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "engine": ""}, traits={PURE},
         doc="(param, moment, INDICES, grad rows, lr) -> (param, moment), per index in order: "
-            "m[r] += g^2, p[r] += lr g / (sqrt(m[r]) + epsilon)")
+            "g += weight_decay p[r], m[r] += g^2, p[r] += lr g / (sqrt(m[r]) + epsilon)")
 declare("RowWiseSparseAdagrad", 5, _sparse_adagrad("RowWiseSparseAdagrad"), results=2,
-        attrs={"epsilon": 1e-5, "engine": ""}, traits={PURE},
+        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "engine": ""}, traits={PURE},
         doc="SparseAdagrad with one moment per row (a vector): m[r] += mean(g^2)")
 
 
