@@ -284,3 +284,32 @@ class TestReshapeByInputGradient(hu.HypothesisTestCase):
         op = core.CreateOperator("Reshape", ["X", "S"], ["Y", "old"])
         x = np.random.default_rng(6).standard_normal((2, 3, 4)).astype(np.float32)
         self.assertGradientChecks(gc, op, [x, np.array([3, -1], np.int64)], 0, [0])
+
+
+@DEVICES
+def test_lengths_and_diagonal_fills_match_caffe2(do):
+    """Figures read off the real Caffe2 (the same inputs through RunOperatorOnce)."""
+    got = _one(do, "LengthsRangeFill", {"l": np.array([2, 0, 3], np.int64)})
+    assert got.tolist() == [0, 1, 0, 1, 2] and got.dtype == np.int32  # Caffe2
+    got = _one(do, "LengthsToShape", {"l": np.array([2, 2, 2], np.int32)})
+    assert got.tolist() == [3, 2] and got.dtype == np.int32  # Caffe2
+    with pytest.raises(Exception, match="the lengths differ"):
+        _one(do, "LengthsToShape", {"l": np.array([2, 3], np.int32)})
+    got = _one(do, "DiagonalFill", {}, shape=[3, 4], value=2.5)
+    assert got.tolist() == [[2.5, 0, 0, 0], [0, 2.5, 0, 0], [0, 0, 2.5, 0]] and got.dtype == np.float32  # Caffe2
+    got = _one(do, "DiagonalFill", {}, shape=[2, 2, 2], value=1.0)
+    assert got.tolist() == [[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 1.0]]]  # Caffe2
+    got = _one(do, "DiagonalFill", {}, shape=[2, 3], value=7, dtype=core.DataType.INT64)
+    assert got.tolist() == [[7, 0, 0], [0, 7, 0]] and got.dtype == np.int64  # Caffe2
+
+
+@pytest.mark.parametrize("op_type, inputs", [
+    ("LengthsRangeFill", {"l": np.array([10 ** 14], np.int64)}),
+    ("OneHot", {"i": np.array([0], np.int64), "n": np.array([10 ** 14], np.int64)}),
+    ("Range", {"n": np.array(10 ** 14, np.int64)}),
+])
+def test_a_size_read_from_an_input_is_bounded(op_type, inputs):
+    """A length or size in the data that asks for more memory than the machine has is refused
+    before anything is allocated."""
+    with pytest.raises(Exception, match="more than this machine"):
+        _one(hu.cpu_do, op_type, inputs)

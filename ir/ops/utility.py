@@ -1,7 +1,9 @@
-"""Small utility operators of Caffe2 (one-hot encodings, sizes, ranges); ``FUNCTIONS`` holds
-the numpy semantics the interpreter runs.
+"""Small utility operators of Caffe2 (one-hot encodings, sizes, shapes, ranges, diagonal
+fills); ``FUNCTIONS`` holds the numpy semantics the interpreter runs. A size read from an
+input is checked against the memory bound before anything is allocated.
 
     OneHot([2, 0], 4) -> [[0, 0, 1, 0], [1, 0, 0, 0]]   (float32)
+    LengthsRangeFill([2, 3]) -> [0, 1, 0, 1, 2];  LengthsToShape([2, 2, 2]) -> [3, 2]
 """
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ import numpy as np
 
 from ..gradients import no_gradient
 from ..opdef import OPS, PURE, declare, type_error
-from ..types import TensorType
-from .infer import tensors
+from ..types import NUMPY_DTYPES, TensorType
+from .infer import dtype_from_code, tensors
 from .nn import indices
+from .numeric import check_size
 
 
 def _one_hot(types, attrs, n):
@@ -59,7 +62,42 @@ def _range(types, attrs, n):
 
 declare("Range", (1, 3), _range, traits={PURE},
         doc="[start, start + step, ...) below stop, from (stop), (start, stop) or (start, stop, step)")
-no_gradient("OneHot", "BatchOneHot", "Size", "Shape", "Range")
+
+
+def _lengths_op(name, out):
+    def infer(types, attrs, n):
+        (lengths,) = tensors(name, types)
+        indices(name, lengths, "lengths")
+        if lengths.shape is not None and len(lengths.shape) != 1:
+            type_error(f"{name} takes 1-D lengths, got shape {list(lengths.shape)}", "pass one length per segment")
+        return [TensorType("i32", out(lengths))]  # (int32 whatever the lengths' type, as Caffe2's)
+    return infer
+
+
+declare("LengthsRangeFill", 1, _lengths_op("LengthsRangeFill", lambda t: (None,)), traits={PURE},
+        doc="0, 1, ..., LENGTHS[i] - 1 for each segment i, one after another")
+declare("LengthsToShape", 1, _lengths_op("LengthsToShape", lambda t: (2,)), traits={PURE},
+        doc="[len(LENGTHS), the length] for LENGTHS all equal (a ragged batch that is not ragged)")
+
+
+def _diagonal_fill(types, attrs, n):
+    dt = dtype_from_code("DiagonalFill", attrs["dtype"])
+    if types:
+        (x,) = tensors("DiagonalFill", types)
+        shape = x.shape
+    elif attrs["shape"] is None:
+        type_error("DiagonalFill needs a shape", "pass shape=[...] or an input of that shape")
+    else:
+        shape = tuple(int(d) for d in attrs["shape"])
+    if shape is not None and len(shape) < 2:
+        type_error(f"DiagonalFill needs a rank >= 2 shape, got {list(shape)}", "give at least two dims")
+    return [TensorType(dt, shape)]
+
+
+declare("DiagonalFill", (0, 1), _diagonal_fill, attrs={"shape": None, "value": 0.0, "dtype": 1}, traits={PURE},
+        doc="zeros of `shape` (or the input's) with `value` where every index is the same")
+no_gradient("OneHot", "BatchOneHot", "Size", "Shape", "Range", "LengthsRangeFill", "LengthsToShape",
+            "DiagonalFill")
 OPS.alias("Alias", "Copy")  # (Caffe2's Alias shares the buffer; a value is a value here)
 
 
@@ -68,6 +106,7 @@ def one_hot(idx, size):
     n = int(np.asarray(size).reshape(-1)[0])
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"OneHot: an index is outside 0..{n - 1}")
+    check_size("OneHot", (idx.size, n), np.float32)
     out = np.zeros((idx.size, n), np.float32)
     out[np.arange(idx.size), idx] = 1
     return out
@@ -95,7 +134,36 @@ def range_(*args):
     start, stop, step = (0, values[0], 1) if len(values) == 1 else (values + [1])[:3]
     if step == 0:
         raise ValueError("Range: step must not be 0")
+    check_size("Range", (max(0, int(np.ceil((float(stop) - float(start)) / float(step)))),), np.asarray(args[0]).dtype)
     return np.arange(start, stop, step, dtype=np.asarray(args[0]).dtype)
 
 
-FUNCTIONS = {"OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_}
+def lengths_range_fill(lengths):
+    lengths = np.asarray(lengths).astype(np.int64).reshape(-1)
+    if lengths.size and lengths.min() < 0:
+        raise ValueError(f"LengthsRangeFill: a length is negative ({int(lengths.min())})")
+    total = int(lengths.sum())
+    check_size("LengthsRangeFill", (total,), np.int32)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return (np.arange(total) - starts).astype(np.int32)
+
+
+def lengths_to_shape(lengths):
+    lengths = np.asarray(lengths).reshape(-1)
+    if lengths.size and (lengths != lengths[0]).any():
+        raise ValueError(f"LengthsToShape: the lengths differ ({lengths.tolist()[:8]}...); they make no shape")
+    return np.array([lengths.size, lengths[0] if lengths.size else 0], np.int32)
+
+
+def diagonal_fill(*x, shape=None, value=0.0, dtype=1):
+    dims = np.shape(x[0]) if x else tuple(int(d) for d in shape)
+    dt = NUMPY_DTYPES[dtype_from_code("DiagonalFill", dtype)]
+    check_size("DiagonalFill", dims, dt)
+    out = np.zeros(dims, dt)
+    k = np.arange(min(dims))
+    out[(k,) * len(dims)] = value
+    return out
+
+
+FUNCTIONS = {"OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
+             "LengthsRangeFill": lengths_range_fill, "LengthsToShape": lengths_to_shape, "DiagonalFill": diagonal_fill}
