@@ -313,3 +313,16 @@ def test_a_size_read_from_an_input_is_bounded(op_type, inputs):
     before anything is allocated."""
     with pytest.raises(Exception, match="more than this machine"):
         _one(hu.cpu_do, op_type, inputs)
+
+
+@DEVICES
+def test_uniform_int_fill_draws_int32_in_both_ends(do):
+    """Caffe2's UniformIntFill: int32 draws in [min, max], max included (checked on the real
+    Caffe2: 1000 draws in [-2, 3] hit both -2 and 3)."""
+    y = _one(do, "UniformIntFill", {}, shape=[3000], min=-2, max=3)
+    assert y.dtype == np.int32 and y.shape == (3000,)
+    counts = np.bincount(y + 2, minlength=6)
+    assert y.min() == -2 and y.max() == 3 and len(counts) == 6
+    assert (np.abs(counts - 500) < 5 * np.sqrt(500)).all()  # (uniform: each value about 1/6 of the draws)
+    with pytest.raises(Exception, match="int32"):
+        _one(do, "UniformIntFill", {}, shape=[3], dtype=core.DataType.FLOAT)

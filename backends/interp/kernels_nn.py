@@ -170,6 +170,10 @@ def _draw(name, attrs, gen, shape):
         out = gen.normal(attrs["mean"], attrs["std"], shape)
     elif name == "UniformFill":
         out = gen.uniform(attrs["min"], attrs["max"], shape)
+    elif name == "UniformIntFill":
+        if int(attrs["min"]) > int(attrs["max"]):
+            raise ValueError(f"UniformIntFill: min {attrs['min']} is above max {attrs['max']}")
+        out = gen.integers(int(attrs["min"]), int(attrs["max"]), shape, endpoint=True)
     elif name == "XavierFill":
         size = int(np.prod(shape))
         s = np.sqrt(3.0 / (size / shape[0])) if size else 0.0
@@ -200,7 +204,7 @@ def _random_fill(name):
     return factory
 
 
-for _name in ("GaussianFill", "UniformFill", "XavierFill", "MSRAFill"):
+for _name in ("GaussianFill", "UniformFill", "UniformIntFill", "XavierFill", "MSRAFill"):
     _random_fill(_name)
 
 

@@ -17,10 +17,13 @@ _FILL = {"shape": None, "extra_shape": None, "input_as_shape": 0, "dtype": 1, "r
          "output_names": []}
 
 
-def _fill(name, **params):
+def _fill(name, _ints=False, **params):
     def infer(types, attrs, n):
         dt = dtype_from_code(name, attrs["dtype"])
-        require(name, dt, FLOAT_DTYPES, "float")
+        if _ints:
+            require(name, dt, {"i32"}, "int32")
+        else:
+            require(name, dt, FLOAT_DTYPES, "float")
         if types:
             (t,) = tensors(name, types)
             if attrs["input_as_shape"]:
@@ -36,12 +39,14 @@ def _fill(name, **params):
                 and name == "MSRAFill":
             type_error(f"MSRAFill needs a shape of rank >= 2, got {list(shape)}", "fan out is size / dim 1")
         return [TensorType(dt, shape)]
-    declare(name, (0, 1), infer, attrs=dict(_FILL, **params), effects=RANDOM, doc=params.pop("_doc"))
+    attrs = dict(_FILL, **params, **({"dtype": 2} if _ints else {}))  # (2: Caffe2's INT32)
+    declare(name, (0, 1), infer, attrs=attrs, effects=RANDOM, doc=attrs.pop("_doc"))
     no_gradient(name)  # (its input, if any, gives only the shape)
 
 
 _fill("GaussianFill", mean=0.0, std=1.0, _doc="a tensor of normal draws (mean, std); shape as ConstantFill's")
 _fill("UniformFill", min=0.0, max=1.0, _doc="a tensor of uniform draws in [min, max)")
+_fill("UniformIntFill", _ints=True, min=0, max=1, _doc="a tensor of int32 uniform draws in [min, max] (both ends)")
 _fill("XavierFill", _doc="uniform draws in [-s, s), s = sqrt(3 / fan_in), fan_in = size / dims[0]")
 _fill("MSRAFill", _doc="normal draws with std sqrt(2 / fan_out), fan_out = size / dims[1]")
 
