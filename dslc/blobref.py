@@ -6,10 +6,14 @@ records into that net). String names given to an op get the current NameScope.
 from __future__ import annotations
 
 import threading
+from collections import namedtuple
 
 from dslc.ir.diagnostics import TraceError
 from dslc.oprecord import is_operator
 from dslc.tracing import user_location
+
+# A sparse gradient's two blobs: the rows' indices and their values (Caffe2's GradientSlice).
+GradientSlice = namedtuple("GradientSlice", ["indices", "values"])
 
 
 class _ScopeState(threading.local):

@@ -14,7 +14,7 @@ Operators come and go as ``caffe2_pb2.OperatorDef`` messages.
 from __future__ import annotations
 
 from dslc import netdef
-from dslc.gradients import GradientSlice
+from dslc.blobref import GradientSlice
 from dslc.proto import caffe2_pb2
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad

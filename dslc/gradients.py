@@ -14,16 +14,16 @@ that overwrote the value.
 """
 from __future__ import annotations
 
-from collections import defaultdict, namedtuple
+from collections import defaultdict
 
 from dslc import core
+from dslc.blobref import GradientSlice
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad
 from dslc.ir.opdef import OPS
 from dslc.tracing import user_location
 
 
-GradientSlice = namedtuple("GradientSlice", ["indices", "values"])  # a sparse gradient's two blobs
 
 
 class GradientError(DSLError, ValueError):

@@ -424,11 +424,17 @@ def RawTuple(num_fields, name_prefix="field"):
     return NamedTuple(name_prefix, *([np.void] * int(num_fields)))
 
 
-# The functions on whole records live in dslc.records, which needs the classes above.
-from dslc.records import (ConstRecord, FeedRecord, FetchRecord, InitEmptyRecord, NewRecord,  # noqa: E402
-                          as_record, data_type_for_dtype, dtype_for_core_type, from_blob_list,
-                          from_column_list)
+# The functions on whole records live in dslc.records, which needs the classes above; they are
+# looked up on first use, so either module can be imported first.
+_FROM_RECORDS = frozenset({"ConstRecord", "FeedRecord", "FetchRecord", "InitEmptyRecord", "NewRecord", "as_record",
+                           "data_type_for_dtype", "dtype_for_core_type", "from_blob_list", "from_column_list"})
+
+
+def __getattr__(name):
+    if name in _FROM_RECORDS:
+        from dslc import records
+        return getattr(records, name)
+    raise AttributeError(f"module 'dslc.schema' has no attribute {name!r}")
 
 __all__ = ["FIELD_SEPARATOR", "Field", "Scalar", "List", "Struct", "Map", "NamedTuple", "Tuple",
-           "RawTuple", "Metadata", "ListWithEvicted", "dtype_for_core_type", "from_column_list", "from_blob_list", "as_record", "NewRecord",
-           "ConstRecord", "InitEmptyRecord", "FeedRecord", "FetchRecord", "data_type_for_dtype"]
+           "RawTuple", "Metadata", "ListWithEvicted"] + sorted(_FROM_RECORDS)
