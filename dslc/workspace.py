@@ -7,6 +7,7 @@ that call ``FetchBlob`` read the workspace of the session running them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 
 import numpy as np
@@ -232,6 +233,34 @@ class WorkspaceError(DSLError, RuntimeError):
     """A workspace that does not exist (SwitchWorkspace without create_if_missing)."""
 
 
+_runtime_kinds: dict = {}
+
+
+def _raises_runtime_error(fn):
+    """Caffe2's workspace calls raise RuntimeError for whatever goes wrong in an op or net.
+    A DSLError that is not one (an op's type error found while compiling, an unknown
+    operator...) leaves these calls as its own class and RuntimeError both, so either
+    ``except`` catches it."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DSLError as e:
+            if not isinstance(e, RuntimeError):
+                kind = type(e)
+                both = _runtime_kinds.get(kind)
+                try:
+                    if both is None:
+                        both = _runtime_kinds[kind] = type(kind.__name__, (kind, RuntimeError),
+                                                           {"__module__": kind.__module__,
+                                                            "__qualname__": kind.__qualname__})
+                    e.__class__ = both
+                except TypeError:  # (a class whose layout cannot take the second base: left as it is)
+                    pass
+            raise
+    return call
+
+
 def current() -> _rt.Workspace:
     return _current[0]
 
@@ -291,6 +320,7 @@ _op_nets: dict = {}  # (ops' bytes) -> the Net running them, so a repeated op re
 _OP_NETS_KEPT = 512
 
 
+@_raises_runtime_error
 def RunOperatorOnce(operator) -> bool:
     """Run one OperatorDef (``core.CreateOperator(...)``, or its serialized bytes) in the current
     workspace, on the backend its device option names (devices.BackendOption; default
@@ -300,6 +330,7 @@ def RunOperatorOnce(operator) -> bool:
     return RunOperatorsOnce([operator])
 
 
+@_raises_runtime_error
 def RunOperatorsOnce(operators) -> bool:
     from dslc import devices
     operators = list(operators)
@@ -397,6 +428,7 @@ def Blobs() -> list[str]:
     return current().names()
 
 
+@_raises_runtime_error
 def CreateNet(net, overwrite: bool = False, input_blobs=None) -> bool:
     """Compile ``net`` in the current workspace to run it by name (``RunNet``)."""
     ws = current()
@@ -406,6 +438,7 @@ def CreateNet(net, overwrite: bool = False, input_blobs=None) -> bool:
     return True
 
 
+@_raises_runtime_error
 def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
     """Run the created net ``name`` (or Net) ``num_iter`` times."""
     return current().run_net(name, num_iter)
@@ -416,11 +449,13 @@ def GetNetName(net) -> str:
     return _net_name(net)
 
 
+@_raises_runtime_error
 def RunNetOnce(net) -> bool:
     """Run a Net (or a NetDef message) once in the current workspace."""
     return current().run(_as_net(net))
 
 
+@_raises_runtime_error
 def RunPlan(plan_or_step) -> bool:
     return current().run(plan_or_step)
 

@@ -235,3 +235,25 @@ def test_net_gradient_checker():
     triple.Scale(["x"], "y3", scale=3.0)
     with pytest.raises(AssertionError):
         NetGradientChecker.CompareNets([double, triple], [["y"], ["y3"]], [0], ["x"], {"x": x})
+
+
+def test_workspace_calls_raise_runtime_errors_as_caffe2s_do():
+    """Caffe2 raises RuntimeError from RunOperatorOnce/RunNetOnce whatever went wrong; dslc's
+    error keeps its own class (and location) and is a RuntimeError too."""
+    from dslc.ir.diagnostics import DSLTypeError, UnknownOperatorError
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("a", np.zeros(3, np.float32))
+    workspace.FeedBlob("b", np.zeros(3, np.int64))
+    with pytest.raises(RuntimeError) as e:
+        workspace.RunOperatorOnce(core.CreateOperator("Add", ["a", "b"], ["c"]))
+    assert isinstance(e.value, DSLTypeError) and e.value.loc.file.endswith("test_hypothesis_util.py")
+    with pytest.raises(RuntimeError) as e:
+        workspace.RunOperatorOnce(core.CreateOperator("NoSuchOp", ["a"], ["c"]))
+    assert isinstance(e.value, UnknownOperatorError)
+    net = core.Net("bad_types")
+    net.Add(["a", "b"], "c")
+    with pytest.raises(DSLTypeError):  # (the dslc class still catches it)
+        workspace.RunNetOnce(net)
+    workspace.CreateNet(net, overwrite=True)
+    with pytest.raises(RuntimeError):
+        workspace.RunNet(net.Name())
