@@ -70,8 +70,8 @@ class Geometry:
         elif attrs.get("pad") is not None:
             self.pads = [(int(attrs["pad"]),) * 2] * nd
         elif nd == 2 and any(attrs.get(k) is not None for k in ("pad_t", "pad_l", "pad_b", "pad_r")):
-            t, l, b, r = (int(attrs.get(k) or 0) for k in ("pad_t", "pad_l", "pad_b", "pad_r"))
-            self.pads = [(t, b), (l, r)]
+            top, left, bottom, right = (int(attrs.get(k) or 0) for k in ("pad_t", "pad_l", "pad_b", "pad_r"))
+            self.pads = [(top, bottom), (left, right)]
         else:
             self.pads = [(0, 0)] * nd
         if attrs.get("global_pooling"):
@@ -273,7 +273,6 @@ def conv(x, w, *b, **attrs):
 def _scatter_windows(dwin, g, x_shape):
     """The gradient of the padded input from the gradient of its windows, cropped to x."""
     n, c = x_shape[:2]
-    nd = len(g.kernel)
     padded = [s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads)]
     dxp = np.zeros((n, c) + tuple(padded), dtype=dwin.dtype)
     for offs in np.ndindex(*g.kernel):
