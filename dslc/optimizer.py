@@ -54,10 +54,13 @@ class Optimizer:
         return self._aux_params
 
     def _one(self, model):
-        one = _ensure(model.param_init_net, ONE, shape=[1], value=1.0)
-        if all(str(b) != ONE for b in self._aux_params.shared):
-            self._aux_params.shared.append(one)
-        return one
+        return self._share(_ensure(model.param_init_net, ONE, shape=[1], value=1.0))
+
+    def _share(self, blob):
+        """List ``blob`` once among the shared aux params (every parameter's update reads it)."""
+        if all(str(b) != str(blob) for b in self._aux_params.shared):
+            self._aux_params.shared.append(blob)
+        return blob
 
     def _local(self, *blobs):
         self._aux_params.local.extend(blobs)
@@ -102,9 +105,6 @@ class _Nets:
     def __init__(self, net, param_init_net):
         self.net, self.param_init_net = net, param_init_net
 
-    def get_param_info(self, param):
-        return None
-
 
 class SgdOptimizer(Optimizer):
     kind = "SgdOptimizer"
@@ -121,17 +121,16 @@ class SgdOptimizer(Optimizer):
         # WeightedSum adds lr * grad, so lr is negative; MomentumSGDUpdate subtracts, so positive
         lr, _ = self.build_lr(model, -self.base_lr if self.momentum else self.base_lr)
         one = self._one(model)  # (Caffe2's SGD makes it whatever the update)
+        if self.momentum > 0:
+            m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
+            self._local(m)
         if isinstance(grad, GradientSlice):  # only the rows the gradient has
             if self.momentum > 0:
-                m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
-                self._local(m)
                 net.SparseMomentumSGDUpdate([grad.values, m, lr, param, grad.indices], [grad.values, m, param],
                                             momentum=self.momentum, nesterov=self.nesterov)
             else:
                 net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
         elif self.momentum > 0:
-            m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
-            self._local(m)
             net.MomentumSGDUpdate([grad, m, lr, param], [grad, m, param], momentum=self.momentum,
                                   nesterov=self.nesterov)
         else:
@@ -178,8 +177,7 @@ class AdamOptimizer(Optimizer):
         m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
         m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
         self._local(m1, m2)
-        if all(str(b) != str(it) for b in self._aux_params.shared):
-            self._aux_params.shared.append(it)  # (the step count its bias correction reads)
+        self._share(it)  # (the step count its bias correction reads)
         if isinstance(grad, GradientSlice):
             model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
                                  beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
@@ -263,11 +261,16 @@ def _row_moment(model, param):
     parameter has one, else of the rows the parameter has when the init net runs."""
     init = model.param_init_net
     name = f"{param}_avg_squared_sum"  # (Caffe2's name for the row-wise moment)
-    info = model.get_param_info(param) if hasattr(model, "get_param_info") else None
+    info = _param_info(model, param)
     if info is not None and info.shape:
         return init.ConstantFill([], name, value=0.0, shape=[int(info.shape[0])])
     rows = init.Slice([init.Shape([param], f"{param}_shape")], f"{param}_shape_numrows", starts=[0], ends=[1])
     return init.ConstantFill([rows], name, value=0.0, input_as_shape=1)
+
+
+def _param_info(model, param):
+    """The ParameterInfo the model recorded for ``param``, or None (none recorded, or no model)."""
+    return model.get_param_info(param) if hasattr(model, "get_param_info") else None
 
 
 def _params_with_grads(model):
@@ -295,9 +298,8 @@ def _build(model, opt, max_gradient_norm=None, allow_lr_injection=False):
             model.net.Mul([multiplier, injection], "lr_multiplier")
     opt.add_lr_multiplier(multiplier)
     for param, grad in params:
-        info = model.get_param_info(param) if hasattr(model, "get_param_info") else None
         # (a parameter made under UseOptimizer(...) keeps the optimizer chosen there)
-        chosen = getattr(info, "optimizer", None) or opt
+        chosen = getattr(_param_info(model, param), "optimizer", None) or opt
         chosen.update(model, param, grad)
     return opt
 
@@ -326,13 +328,8 @@ _optimizer_instance_count = _InstanceCounts()
 
 def _get_param_to_device(model) -> dict:
     """{parameter: the device option of the op that fills it in param_init_net}."""
-    found = {}
-    for op in model.param_init_net.ops():
-        option = op.extra.get("device_option")
-        for b in op.outputs:
-            if option is not None:
-                found[b] = option
-    return found
+    return {b: op.extra["device_option"] for op in model.param_init_net.ops()
+            if op.extra.get("device_option") is not None for b in op.outputs}
 
 
 def get_param_device(param_name, param, param_to_device=None, default_device=None):
@@ -374,7 +371,7 @@ def build_multi_precision_sgd(model, base_learning_rate, **kwargs):
     a master is plain SGD (as in Caffe2)."""
     opt = SgdOptimizer(base_learning_rate, **kwargs)
     for param, grad in _params_with_grads(model):
-        info = model.get_param_info(param) if hasattr(model, "get_param_info") else None
+        info = _param_info(model, param)
         master = (info.blob_copy or {}).get(core.DataType.FLOAT) if info is not None else None
         if master is None:
             opt.update(model, param, grad)
@@ -391,7 +388,7 @@ def build_rms_prop(model, base_learning_rate, max_gradient_norm=None, allow_lr_i
 
 
 def build_ftrl(model, engine="SIMD", **kwargs):
-    return FtrlOptimizer(**kwargs)(model)
+    return _build(model, FtrlOptimizer(**kwargs))
 
 
 def build_adadelta(model, base_learning_rate, parameters=None, max_gradient_norm=None, allow_lr_injection=False,
