@@ -552,28 +552,28 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
     return p, m1, m2
 
 
-def sparse_adadelta(p, ms, delta, indices, g, lr, epsilon=1e-5, decay=0.95, inplace=False, **_):
-    """Adadelta's update of each indexed row, a repeated row once per occurrence, in order."""
+def _row_by_row(dense, arrays, indices, g, inplace, *args):
+    """``dense``'s update (the arrays' rows, then the gradient rows, then ``args``) applied to
+    each indexed row of ``arrays``, a repeated row once per occurrence, in order."""
     idx = indices.astype(np.int64).reshape(-1)
-    rows = g.reshape((idx.size,) + p.shape[1:])
+    rows = g.reshape((idx.size,) + arrays[0].shape[1:])
     if not inplace:
-        p, ms, delta = p.copy(), ms.copy(), delta.copy()
+        arrays = [a.copy() for a in arrays]
     for at in _occurrences(idx):
         r = idx[at]
-        p[r], ms[r], delta[r] = adadelta(p[r], ms[r], delta[r], rows[at], lr, epsilon, decay)
-    return p, ms, delta
+        for a, new in zip(arrays, dense(*(a[r] for a in arrays), rows[at], *args)):
+            a[r] = new
+    return tuple(arrays)
+
+
+def sparse_adadelta(p, ms, delta, indices, g, lr, epsilon=1e-5, decay=0.95, inplace=False, **_):
+    """Adadelta's update of each indexed row, a repeated row once per occurrence, in order."""
+    return _row_by_row(adadelta, [p, ms, delta], indices, g, inplace, lr, epsilon, decay)
 
 
 def sparse_ftrl(w, nz, indices, g, alpha=0.01, beta=1e-4, lambda1=0.0, lambda2=0.0, inplace=False, **_):
     """FTRL's update of each indexed row, a repeated row once per occurrence, in order."""
-    idx = indices.astype(np.int64).reshape(-1)
-    rows = g.reshape((idx.size,) + w.shape[1:])
-    if not inplace:
-        w, nz = w.copy(), nz.copy()
-    for at in _occurrences(idx):
-        r = idx[at]
-        w[r], nz[r] = ftrl(w[r], nz[r], rows[at], alpha, beta, lambda1, lambda2)
-    return w, nz
+    return _row_by_row(ftrl, [w, nz], indices, g, inplace, alpha, beta, lambda1, lambda2)
 
 
 def abs_grad(x, dy):

@@ -89,10 +89,10 @@ def _matrix_shape(shape, k, front):
 
 
 def _kept_mask(shape, k, front, lengths):
-    """Which elements of X's [rows, cols] view a LENGTHS input keeps: (all, when there is none)."""
-    rows, cols = _matrix_shape(shape, k, front)
+    """Which elements of X's [rows, cols] view a LENGTHS input keeps (None: no LENGTHS, all)."""
     if lengths is None:
-        return np.ones((rows, cols), bool)
+        return None
+    rows, cols = _matrix_shape(shape, k, front)
     lengths = np.asarray(lengths).astype(np.int64).reshape(-1)
     slices, depth = (cols, rows) if front else (rows, cols)
     if lengths.size != slices or (lengths.size and (lengths.min() < 0 or lengths.max() > depth)):
@@ -110,11 +110,11 @@ def _reduce(what, front):
         mask = _kept_mask(x.shape, k, front, lengths)
         axis = 0 if front else 1
         out_shape = x.shape[k:] if front else x.shape[:x.ndim - k]
-        count = mask.sum(axis=axis)
+        count = m.shape[axis] if mask is None else mask.sum(axis=axis)
         if what == "Max":
-            y = np.where(mask, m, -np.inf).max(axis=axis, initial=-np.inf)
+            y = (m if mask is None else np.where(mask, m, -np.inf)).max(axis=axis, initial=-np.inf)
         else:
-            y = np.where(mask, m, 0).sum(axis=axis, dtype=np.float64)
+            y = (m if mask is None else np.where(mask, m, 0)).sum(axis=axis, dtype=np.float64)
             if what == "Mean":
                 y = y / np.maximum(count, 1)
         y = np.where(count > 0, y, 0)  # (an empty slice reduces to 0, as in the Lengths* ops)
@@ -126,17 +126,20 @@ def _reduce_grad(what, front):
     def run(dy, x, *rest, num_reduce_dim=1):
         k = int(num_reduce_dim)
         y, rest = (rest[0], rest[1:]) if what == "Max" else (None, rest)
-        lengths = rest[0] if rest else None
         shape = tuple(int(d) for d in x) if x.dtype.kind in "iu" else x.shape
         rows, cols = _matrix_shape(shape, k, front)
-        mask = _kept_mask(shape, k, front, lengths)
+        mask = _kept_mask(shape, k, front, rest[0] if rest else None)
         axis = 0 if front else 1
-        g = np.broadcast_to(np.asarray(dy, np.float64).reshape((1, cols) if front else (rows, 1)), (rows, cols))
+        kept = (1, cols) if front else (rows, 1)
+        g = np.broadcast_to(np.asarray(dy, np.float64).reshape(kept), (rows, cols))
         if what == "Mean":
-            g = g / np.maximum(mask.sum(axis=axis, keepdims=True), 1)
+            count = (rows, cols)[axis] if mask is None else mask.sum(axis=axis, keepdims=True)
+            g = g / np.maximum(count, 1)
         elif what == "Max":
-            g = np.where(x.reshape(rows, cols) == np.asarray(y).reshape((1, cols) if front else (rows, 1)), g, 0)
-        return np.where(mask, g, 0).astype(dy.dtype).reshape(shape)
+            g = np.where(x.reshape(rows, cols) == np.asarray(y).reshape(kept), g, 0)
+        if mask is not None:
+            g = np.where(mask, g, 0)
+        return g.astype(dy.dtype).reshape(shape)
     return run
 
 
