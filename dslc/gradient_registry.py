@@ -62,13 +62,14 @@ class GradientRegistry:
         sparse = {g.input: GradientSlice(g.indices, g.values) for g in made if isinstance(g, SparseGrad)}
         made = [g for g in made if not isinstance(g, SparseGrad)]
         written = {b for g in made for b in g.outputs}
+        # (as in Caffe2, a gradient op runs where its forward op runs)
+        extra = dict(is_gradient_op=True, **({"device_option": op.device_option}
+                                             if op.HasField("device_option") else {}))
         ops = []
         for g in made:
             msg = netdef.op_message(netdef.OpRecord(g.type, tuple(g.inputs), tuple(g.outputs), dict(g.args),
-                                                    loc, {"is_gradient_op": True}))
+                                                    loc, extra))
             msg.name = ""  # (Caffe2's gradient ops carry an empty name)
-            if op.HasField("device_option"):
-                msg.device_option.CopyFrom(op.device_option)
             ops.append(msg)
         return ops, [sparse.get(k, n if n in written else None) for k, n in enumerate(names)]
 
