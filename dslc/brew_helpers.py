@@ -20,6 +20,21 @@ def _plain(kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k not in _IGNORED}
 
 
+def _cudnn(kwargs: dict, use_cudnn, exhaustive_search=None) -> dict:
+    """Name the cuDNN engine as Caffe2's helpers do when ``use_cudnn`` (the model's arg scope
+    says so by default). No dslc backend has that engine, so the op runs as any other, as on
+    Caffe2's CPU build; the name is kept so the op's proto says what Caffe2's says."""
+    requested = kwargs.get("engine")
+    if requested is not None and bool(use_cudnn) != (requested == "CUDNN"):
+        raise ValueError(f"use_cudnn={bool(use_cudnn)} does not go with engine={requested!r}: "
+                         "with use_cudnn=True the engine can only be 'CUDNN', without it anything but")
+    if use_cudnn:
+        kwargs["engine"] = "CUDNN"
+        if exhaustive_search is not None:
+            kwargs["exhaustive_search"] = int(bool(exhaustive_search))
+    return kwargs
+
+
 def _initializer(cls, init, default, model):
     if not model.init_params:
         return initializers.ExternalInitializer()
@@ -74,11 +89,11 @@ def arg_min(model, blob_in, blob_out, **kwargs):
 # ----------------------------------------------------------------------------- nonlinearities
 
 def relu(model, blob_in, blob_out, use_cudnn=False, order="NCHW", **kwargs):
-    return model.net.Relu(blob_in, blob_out, **_plain(kwargs))
+    return model.net.Relu(blob_in, blob_out, **_cudnn(_plain(kwargs), use_cudnn))
 
 
 def tanh(model, blob_in, blob_out, use_cudnn=False, order="NCHW", **kwargs):
-    return model.net.Tanh(blob_in, blob_out, **_plain(kwargs))
+    return model.net.Tanh(blob_in, blob_out, **_cudnn(_plain(kwargs), use_cudnn))
 
 
 def sigmoid(model, blob_in, blob_out, **kwargs):
@@ -86,7 +101,7 @@ def sigmoid(model, blob_in, blob_out, **kwargs):
 
 
 def softmax(model, blob_in, blob_out=None, use_cudnn=False, **kwargs):
-    return model.net.Softmax(blob_in, blob_out, **_plain(kwargs))
+    return model.net.Softmax(blob_in, blob_out, **_cudnn(_plain(kwargs), use_cudnn))
 
 
 def prelu(model, blob_in, blob_out, num_channels=1, slope_init=None, **kwargs):
@@ -161,7 +176,7 @@ def conv(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bi
         kwargs["kernel"] = kernel
     if group != 1:
         kwargs["group"] = group
-    return model.net.Conv(inputs, blob_out, order=order, **kwargs)
+    return model.net.Conv(inputs, blob_out, order=order, **_cudnn(kwargs, use_cudnn, cudnn_exhaustive_search))
 
 
 def conv_transpose(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bias_init=None,
@@ -171,15 +186,16 @@ def conv_transpose(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_ini
                            _initializer(None, weight_init, ("XavierFill", {}), model), ParameterTags.WEIGHT)
     b = model.create_param(f"{blob_out}_b", [dim_out], _initializer(None, bias_init, ("ConstantFill", {}), model),
                            ParameterTags.BIAS)
-    return model.net.ConvTranspose([blob_in, w, b], blob_out, kernel=kernel, order=order, **kwargs)
+    return model.net.ConvTranspose([blob_in, w, b], blob_out, kernel=kernel, order=order,
+                                   **_cudnn(kwargs, use_cudnn, cudnn_exhaustive_search))
 
 
 def max_pool(model, blob_in, blob_out, use_cudnn=False, order="NCHW", **kwargs):
-    return model.net.MaxPool(blob_in, blob_out, order=order, **kwargs)
+    return model.net.MaxPool(blob_in, blob_out, order=order, **_cudnn(_plain(kwargs), use_cudnn))
 
 
 def average_pool(model, blob_in, blob_out, use_cudnn=False, order="NCHW", **kwargs):
-    return model.net.AveragePool(blob_in, blob_out, order=order, **kwargs)
+    return model.net.AveragePool(blob_in, blob_out, order=order, **_cudnn(_plain(kwargs), use_cudnn))
 
 
 def spatial_bn(model, blob_in, blob_out, dim_in, init_scale=1.0, init_bias=0.0, ScaleInitializer=None,
@@ -218,14 +234,17 @@ def db_input(model, blobs_out, batch_size, db, db_type):
 # ----------------------------------------------------------------------------- control flow
 
 def cond(model, cond_blob, external_blobs, then_model, else_model=None):
-    """An If op over the two models' nets (needs control ops as ops; see the operator issue)."""
-    return model.net.If([cond_blob] + list(external_blobs), list(external_blobs),
-                        then_net=then_model.net, **({"else_net": else_model.net} if else_model else {}))
+    """An If op: ``then_model``'s net when ``cond_blob`` holds, else ``else_model``'s; the
+    branches share with the model only ``external_blobs``."""
+    from dslc.control_ops_util import add_if_op
+    add_if_op(model.net, cond_blob, external_blobs, then_model.net, else_model.net if else_model else None)
 
 
 def loop(model, cond_blob, external_blobs, loop_model, cond_model=None):
-    return model.net.While([cond_blob] + list(external_blobs), list(external_blobs), loop_net=loop_model.net,
-                           **({"cond_net": cond_model.net} if cond_model else {}))
+    """A While op: ``loop_model``'s net while ``cond_blob`` holds (``cond_model``'s net
+    computes it before each iteration)."""
+    from dslc.control_ops_util import add_while_op
+    add_while_op(model.net, cond_blob, external_blobs, loop_model.net, cond_model.net if cond_model else None)
 
 
 # the helpers brew registers, by name (Caffe2's registry lists the same names)

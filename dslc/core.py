@@ -10,6 +10,7 @@ This module gathers the names Caffe2 code reaches as ``core.<name>``; they live 
   dslc/blobref.py     NameScope, BlobReference
   dslc/net_record.py  recording ops into a Net, CreateOperator
   dslc/net.py         Net: names, external inputs/outputs, composition, Clone
+  dslc/net_ssa.py     get_ssa, get_undefined_blobs (a net's blobs by version)
   dslc/steps.py       ExecutionStep, execution_step, Plan
   dslc/gradient_registry.py  GradientRegistry, GradientSlice
 """
@@ -20,6 +21,7 @@ from dslc.blobref import (BlobArithmeticError, BlobReference, CurrentNameScope, 
 from dslc.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal
 from dslc.gradient_registry import IR, GradientRegistry, GradientSlice
 from dslc.net import Net
+from dslc.net_ssa import get_output_producers, get_ssa, get_undefined_blobs
 from dslc.net_record import CreateOperator, CreatePythonOperator, GetattrShortcut, _OpRecorder
 from dslc.oprecord import (ALIASES, FILL_ALIASES, SPECIAL_ARGS, DataType, IsOperator, IsOperatorWithEngine,
                            OpRecord, is_operator)

@@ -65,7 +65,8 @@ class ModelHelper:
         self.biases = []
         self.gradient_ops_added = False
         self.grad_map = {}
-        self._arg_scope = {"order": "NCHW"}
+        # Caffe2's defaults: its CPU build ignores the cuDNN engine the helpers then name
+        self._arg_scope = {"order": "NCHW", "use_cudnn": True, "cudnn_exhaustive_search": False}
         if arg_scope:
             self._arg_scope.update(arg_scope)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from dslc import names, net_clone, netdef
-from dslc.blobref import BlobReference, CurrentNameScope, ScopedName
+from dslc.blobref import BlobReference, CurrentNameScope, ScopedBlobReference, ScopedName
 from dslc.net_record import NetRecording, _OpRecorder
 from dslc.oprecord import OpRecord
 from dslc.proto import caffe2_pb2
@@ -129,6 +129,11 @@ class Net(NetRecording):
             self._pull()
         return self._proto
 
+    @property
+    def _net(self):
+        """Caffe2's attribute for the NetDef (code reaches in for ``net._net.op[-1]``)."""
+        return self.Proto()
+
     def __str__(self):
         return self._name  # Caffe2 code runs nets by name: workspace.RunNet(str(net))
 
@@ -247,6 +252,13 @@ class Net(NetRecording):
             self._push()
 
     AddExternalOutputs = AddExternalOutput
+
+    def AddScopedExternalInputs(self, *inputs):
+        """``AddExternalInput`` of the names under the current NameScope."""
+        return self.AddExternalInput(*[ScopedBlobReference(str(b)) for b in inputs])
+
+    def AddScopedExternalOutputs(self, *outputs):
+        return self.AddExternalOutput(*[ScopedBlobReference(str(b)) for b in outputs])
 
     @property
     def external_inputs(self) -> list:

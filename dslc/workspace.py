@@ -413,7 +413,9 @@ def _value_of(cell, name):
         raise BlobError(f"blob {str(name)!r} exists but holds no value yet", user_location(),
                        "run the task that writes it first")
     v = cell.v
-    return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+    # a copy, as Caffe2's: the caller may write to it, and the workspace's value (perhaps a
+    # read-only constant, perhaps updated in place by a later run) stays its own
+    return np.array(v) if isinstance(v, (np.ndarray, np.generic)) else v
 
 
 def FetchBlob(name):

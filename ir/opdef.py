@@ -40,6 +40,9 @@ TRAIT_DOCS = {  # what each trait promises, for passes and for docs/ir.md
 }
 
 
+MODEL_SCOPE_SWITCHES = frozenset({"use_cudnn", "cudnn_exhaustive_search", "order"})
+
+
 @dataclass(frozen=True)
 class Effect:
     """A side effect on a named kind of resource (``counter``, ``queue``, ``io``...)."""
@@ -175,8 +178,11 @@ class OpDef:
         return attrs if len(attrs) <= len(self.attrs) else {k: v for k, v in attrs.items() if k in self.attrs}
 
     def unused_attrs(self, attrs: dict) -> list:
-        """The names in ``attrs`` the op does not declare (kept, never read)."""
-        return [] if len(attrs) <= len(self.attrs) else [k for k in attrs if k not in self.attrs]
+        """The names in ``attrs`` the op does not declare (kept, never read), but for the
+        model-wide arguments a Caffe2 model's arg scope hands every brew helper (``order``
+        and the cuDNN switches reach any op a helper forwards its arguments to, in Caffe2 as
+        here)."""
+        return [k for k in attrs if k not in self.attrs and k not in MODEL_SCOPE_SWITCHES]
 
 
 

@@ -103,3 +103,30 @@ def test_a_helper_whose_op_dslc_lacks_stops_at_the_users_line():
     with pytest.raises(UnknownOperatorError) as e:
         brew.arg_min(model, "x", "y")
     assert "ArgMin" in str(e.value) and e.value.loc.file.endswith("test_brew.py")
+
+
+def test_the_model_scope_names_the_cudnn_engine_as_caffe2s_does():
+    """Caffe2's ModelHelper defaults to use_cudnn=True, so brew.conv's op says engine CUDNN
+    (its CPU build runs the default engine); an engine contradicting use_cudnn is a ValueError."""
+    model = ModelHelper(name="eng")
+    assert model.arg_scope["use_cudnn"] is True
+    brew.conv(model, "x", "c", 3, 4, 3)
+    brew.max_pool(model, "c", "p", kernel=2)
+    brew.fc(model, "p", "f", 4, 2)
+    ops = model.net.Proto().op
+    assert [op.engine for op in ops] == ["CUDNN", "CUDNN", ""]
+    assert brew.conv(model, "x", "c2", 3, 4, 3, use_cudnn=False, engine="") == "c2"
+    with pytest.raises(ValueError):
+        brew.conv(model, "x", "c3", 3, 4, 3, use_cudnn=False, engine="CUDNN")
+    with pytest.raises(ValueError):
+        brew.conv(model, "x", "c4", 3, 4, 3, engine="")  # (use_cudnn from the model scope)
+
+
+def test_the_model_scope_switches_are_not_reported_as_unused(recwarn):
+    model = ModelHelper(name="quiet")
+    brew.sum(model, ["a", "b"], "s")  # (Sum gets order, use_cudnn... from the scope, as in Caffe2)
+    from dslc.ir.diagnostics import UnusedArgumentWarning
+    from dslc.ir.opdef import OPS
+    assert OPS["Sum"].unused_attrs({"order": "NCHW", "use_cudnn": True, "cudnn_exhaustive_search": False}) == []
+    assert OPS["Sum"].unused_attrs({"ordre": "NCHW"}) == ["ordre"]  # a misspelling still is
+    assert not [w for w in recwarn if issubclass(w.category, UnusedArgumentWarning)]

@@ -208,3 +208,24 @@ def test_unknown_dslc_backend_is_an_error_naming_the_choices(monkeypatch):
     with pytest.raises(DSLError) as e:
         LocalSession()
     assert "fortran" in str(e.value) and "numba" in str(e.value)
+
+
+def test_fetch_blob_gives_a_copy_the_caller_may_write():
+    """As Caffe2's: writing to a fetched array changes neither the workspace nor a constant."""
+    net = core.Net("consts")
+    net.ConstantFill([], "c", shape=[2, 3], value=1.0)
+    workspace.RunNetOnce(net)
+    got = workspace.FetchBlob("c")
+    got[:] = 2.0
+    np.testing.assert_array_equal(workspace.FetchBlob("c"), np.ones((2, 3), np.float32))
+    workspace.FeedBlob("c", got)
+    np.testing.assert_array_equal(workspace.FetchBlob("c"), np.full((2, 3), 2.0, np.float32))
+
+
+def test_net_attributes_caffe2_code_reaches_for():
+    net = core.Net("scoped")
+    with core.NameScope("s"):
+        a, b = net.AddScopedExternalInputs("a", "b")
+    net.Add([a, b], "c")
+    assert [str(a), str(b)] == ["s/a", "s/b"] and list(net.Proto().external_input) == ["s/a", "s/b"]
+    assert net._net.op[-1].type == "Add"  # (Caffe2's attribute for the NetDef)

@@ -286,3 +286,15 @@ class TestConvTransposeGradients(hu.HypothesisTestCase):
         op = core.CreateOperator("ConvTranspose", ["X", "W", "b"], ["Y"], kernel=2, stride=2, pad=0)
         for i in range(3):
             self.assertGradientChecks(gc, op, [a.copy() for a in ins], i, [0], stepsize=1e-2, threshold=1e-2)
+
+
+@DEVICES
+def test_the_rank_named_conv_spellings_are_conv(do):
+    """Conv1D/2D/3D and ConvND are Caffe2's other names of Conv (the rank comes from X)."""
+    (want,) = _run(do, "Conv", {"x": X, "w": W, "b": B}, kernel=3, pad=1, group=2)
+    for name in ("Conv2D", "ConvND"):
+        (got,) = _run(do, name, {"x": X, "w": W, "b": B}, kernel=3, pad=1, group=2)
+        np.testing.assert_array_equal(got, want)
+    x1 = X[:, :, 0, :].copy()
+    (y1,) = _run(do, "Conv1D", {"x1": x1, "w1": W[:, :, 0, :].copy()}, kernel=3, group=2)
+    assert y1.shape == (2, 6, 3)

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import activations, conv, normalization, products, reductions, segments, utility
+from dslc.ir.ops import activations, conv, normalization, products, recurrent, reductions, segments, utility
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -48,7 +48,7 @@ FUNCTIONS = {
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
-    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS,
+    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS,
 }
 
 

@@ -11,6 +11,7 @@ from dslc.ir.ops.tensor import fill_value
 from dslc.ir.types import ANY, NUMPY_DTYPES
 
 from .blocks import Block, is_sync
+from .control import CONTROL_OPS, lower_control
 from .kept import kept_values
 
 
@@ -38,7 +39,8 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
 
 
 # Op types with their own lowering below (constants, blobs named in attributes...)
-_SPECIAL = frozenset(FILL_ALIASES) | {"ConstantFill", "Load", "Print", "TimerBegin", "Python"}
+_SPECIAL = frozenset(FILL_ALIASES) | {"ConstantFill", "Load", "Print", "TimerBegin", "Python",
+                                      "RecurrentNetwork", "RecurrentNetworkGradient"} | CONTROL_OPS
 _PLAIN: dict = {}  # op type -> whether lower_op's plain path applies (declarations do not change)
 
 
@@ -56,6 +58,11 @@ def _lower_special(blk: Block, rec: OpRecord) -> None:
         return _write(blk, rec, [blk.const(_given_fill(rec), rec.loc)])
     if rec.type == "ConstantFill" and not rec.inputs:
         return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
+    if rec.type in ("RecurrentNetwork", "RecurrentNetworkGradient"):  # (nets in arguments: a loop)
+        from .recurrent import lower_recurrent
+        return lower_recurrent(blk, rec)
+    if rec.type in CONTROL_OPS:
+        return lower_control(blk, rec, lower_op)
     opdef = OPS.get(rec.type)
     if opdef is None:  # (a net records only known ops; an OperatorDef message may name any)
         raise UnknownOperatorError(f"unknown operator {rec.type!r}: dslc has no {rec.type} op", rec.loc,

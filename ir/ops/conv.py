@@ -222,9 +222,10 @@ for _name, _what in (("MaxPool", "maximum"), ("AveragePool", "mean")):
                                                 {k: v for k, v in g.args.items() if k in POOL})])
 
 
-for _name in ("MaxPool", "AveragePool"):
+for _name in ("Conv", "MaxPool", "AveragePool"):
     for _d in ("1D", "2D", "3D"):  # (the rank comes from X; Caffe2 checks it, dslc reads it)
         OPS.alias(_name + _d, _name)
+OPS.alias("ConvND", "Conv")
 
 
 # ----------------------------------------------------------------------------- numpy semantics

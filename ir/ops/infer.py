@@ -157,3 +157,13 @@ def type_of_array(value) -> TensorType:
 
 _ARRAY_TYPES: dict = {}  # (numpy dtype, shape) -> TensorType
 
+
+
+def lowered_away(name: str, where: str):
+    """The type rule of an op the lowering expands into other IR (its nets are in its
+    arguments: If, While, RecurrentNetwork...): reaching the builder is dslc's bug."""
+    from ..diagnostics import PassError
+
+    def infer(types, attrs, n):
+        raise PassError("lower", RuntimeError(f"{name} reached the IR builder: the lowering expands it ({where})"))
+    return infer

@@ -1,0 +1,88 @@
+"""Caffe2's ``control_ops_util``: add an If or While op whose branches are nets.
+
+A branch reads and writes the outer blobs named in ``lexical_scope``; its other blobs
+are local to it (each branch runs in a Do op, Caffe2's child workspace; the lowering
+renames them apart: dslc/lower/control.py).
+"""
+from __future__ import annotations
+
+from dslc.blobref import BlobReference
+from dslc.ir.diagnostics import DSLError
+from dslc.net import Net
+from dslc.net_ssa import get_ssa, get_undefined_blobs
+from dslc.tracing import user_location
+
+
+class ControlOpError(DSLError, ValueError):
+    """A branch net that reads a blob outside the If/While's lexical scope."""
+
+
+def get_external_blob_names(net, lexical_scope):
+    """(the outer blobs ``net`` reads before writing, the outer blobs it writes)."""
+    scope = {str(b) for b in lexical_scope}
+    ssa, _ = get_ssa(net)
+    inputs = get_undefined_blobs(ssa)
+    for name in inputs:
+        if name not in scope:
+            raise ControlOpError(f"blob {name!r} is read in net {net.Name()!r} but is not in the lexical scope "
+                                 f"of its If/While", user_location(), "add it to the external blobs")
+    outputs = {b for op in net.Proto().op for b in op.output if b in scope}
+    return inputs, outputs
+
+
+def _do_net(name, parent, body, inputs, outputs, **extra):
+    """A net of one Do op running ``body`` with the outer blobs bound by name, and the
+    workspace pointer blob it takes (made by a CreateScope in ``parent``)."""
+    ins = [BlobReference(b) for b in sorted(inputs)]
+    outs = [BlobReference(b) for b in sorted(outputs)]
+    ordered = [str(b) for b in ins + outs]
+    outer = sorted(set(inputs) | set(outputs))
+    pointer = parent.NextScopedBlob(parent.Name() + "/" + name.replace("do_", "workspace_"))
+    do = Net(name)
+    do.Do(ins + [pointer], outs + [pointer], net=body.Proto(), inner_blobs=outer,
+          outer_blobs_idx=[ordered.index(b) for b in outer], **extra)
+    do.AddExternalOutput(*(outs + [pointer]))
+    return do, pointer
+
+
+def add_if_op(if_net, cond_blob, lexical_scope, then_net, else_net=None):
+    """``if_net.If``: ``then_net`` when ``cond_blob`` holds, else ``else_net``."""
+    branches = [("do_then_net", then_net)] + ([("do_else_net", else_net)] if else_net else [])
+    ins, outs, args, pointers = set(), set(), {}, []
+    for name, net in branches:
+        i, o = get_external_blob_names(net, lexical_scope)
+        do, pointer = _do_net(name, if_net, net, i, o)
+        ins |= i
+        outs |= o
+        pointers.append(pointer)
+        args["then_net" if name == "do_then_net" else "else_net"] = do.Proto()
+    for pointer in pointers:
+        if_net.CreateScope([], [pointer])
+    outputs = [BlobReference(b) for b in sorted(outs)] + pointers
+    if_net.If([cond_blob] + [BlobReference(b) for b in sorted(ins)] + pointers, outputs, **args)
+    if_net.AddExternalOutput(*outputs)
+
+
+def add_while_op(while_net, cond_blob, lexical_scope, loop_body_net, condition_body_net=None):
+    """``while_net.While``: ``loop_body_net`` while ``cond_blob`` holds; ``condition_body_net``
+    (if given) computes ``cond_blob`` before the first iteration and after each."""
+    ins, outs = get_external_blob_names(loop_body_net, lexical_scope)
+    ins |= outs  # (the loop may not run at all: what it writes must exist before)
+    body, pointer = _do_net("do_loop_body_net", while_net, loop_body_net, ins, outs, copy_external_blobs=1)
+    args, pointers = {"loop_net": body.Proto()}, [pointer]
+    if condition_body_net is not None:
+        c_in, c_out = get_external_blob_names(condition_body_net, lexical_scope)
+        if not any(str(cond_blob) in op.output for op in condition_body_net.Proto().op):
+            raise ControlOpError(f"the condition net does not write the condition blob {str(cond_blob)!r}",
+                                 user_location(), "end the condition net with an op writing it")
+        cond, c_pointer = _do_net("do_loop_condition_net", while_net, condition_body_net, c_in,
+                                  c_out | {str(cond_blob)}, copy_external_blobs=1)
+        args["cond_net"] = cond.Proto()
+        pointers.append(c_pointer)
+        ins |= c_in
+        outs |= c_out
+    for p in pointers:
+        while_net.CreateScope([], [p])
+    outputs = [BlobReference(b) for b in sorted(outs)] + pointers
+    while_net.While([cond_blob] + [BlobReference(b) for b in sorted(ins)] + pointers, outputs, **args)
+    while_net.AddExternalOutput(*outputs)

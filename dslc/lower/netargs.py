@@ -1,0 +1,39 @@
+"""Nets given as operator arguments (RecurrentNetwork's step net, If's branches...)."""
+from __future__ import annotations
+
+from google.protobuf import text_format
+
+from dslc import netdef
+from dslc.ir.diagnostics import VerifyError
+from dslc.oprecord import OpRecord
+from dslc.proto import caffe2_pb2
+
+
+def net_message(value, rec: OpRecord, arg: str = "step_net") -> caffe2_pb2.NetDef:
+    """The net in argument ``arg`` of ``rec``: a NetDef, a Net, or a NetDef in text or binary form."""
+    from dslc.net import Net
+    if isinstance(value, caffe2_pb2.NetDef):
+        return value
+    if isinstance(value, Net):
+        return value.Proto()
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return caffe2_pb2.NetDef.FromString(bytes(value))
+        except Exception:
+            raise VerifyError(f"{rec.type}: {arg} is not a serialized NetDef", rec.loc,
+                              f"pass {arg}=<net>.Proto()") from None
+    if isinstance(value, str):
+        msg = caffe2_pb2.NetDef()
+        try:
+            text_format.Parse(value, msg)
+        except text_format.ParseError as e:
+            raise VerifyError(f"{rec.type}: {arg} is not a NetDef in text form: {e}", rec.loc,
+                              f"pass {arg}=<net>.Proto()") from None
+        return msg
+    raise VerifyError(f"{rec.type} needs {arg} (a NetDef), got {type(value).__name__}", rec.loc,
+                      f"pass {arg}=<net>.Proto()")
+
+
+def net_records(value, rec: OpRecord, arg: str) -> list:
+    """The op records of the net in argument ``arg`` (located at ``rec`` when made from a message)."""
+    return [netdef.op_record(op, rec.loc) for op in net_message(value, rec, arg).op]

@@ -1,0 +1,106 @@
+"""Caffe2's control ops inside a net (If, While, Do; brew.cond and brew.loop): the
+values worked out by hand, on both backends, and the structured IR they lower to."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dslc import brew, core, workspace
+from dslc.control_ops_util import ControlOpError, add_if_op
+from dslc.model_helper import ModelHelper
+from dslc.session import LocalSession
+
+BACKENDS = ["interp", "numba"]
+
+
+def _run(net, backend):
+    with LocalSession(backend=backend) as s:
+        s.run(net)
+
+
+def _cond_model():
+    then_model = ModelHelper(name="then")
+    then_model.net.Scale("x", "y", scale=2.0)
+    else_model = ModelHelper(name="else")
+    tmp = else_model.net.Add(["x", "x"], "tmp")  # a blob local to the branch
+    else_model.net.Add([tmp, "x"], "y")
+    model = ModelHelper(name="cond")
+    brew.cond(model, "c", ["x", "y"], then_model, else_model)
+    return model
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cond_runs_the_branch_its_condition_picks(backend):
+    model = _cond_model()
+    x = np.array([1.0, -2.0, 3.5], np.float32)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("y", np.zeros(3, np.float32))
+    for c, want in ((True, 2 * x), (False, 3 * x)):
+        workspace.FeedBlob("c", np.array(c))
+        _run(model.net, backend)
+        np.testing.assert_array_equal(workspace.FetchBlob("y"), want)
+    assert not workspace.HasBlob("tmp")  # the else branch's own blob stays inside it
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loop_with_a_condition_net(backend):
+    """counter counts 1..10 in the condition net; the body adds 2 while counter < 10: 9 times."""
+    for name, v in dict(cond=True, ONE=1, TWO=2, TEN=10, counter=0, out=0).items():
+        workspace.FeedBlob(name, np.array(v))
+    body = ModelHelper(name="body")
+    body.net.Add(["out", "TWO"], "out")
+    check = ModelHelper(name="check")
+    check.net.Add(["counter", "ONE"], "counter")
+    check.net.Copy(check.net.LT(["counter", "TEN"]), "cond")
+    model = ModelHelper(name="loop")
+    brew.loop(model, "cond", ["cond", "ONE", "TWO", "TEN", "counter", "out"], body, check)
+    _run(model.net, backend)
+    assert int(workspace.FetchBlob("out")) == 18
+    assert int(workspace.FetchBlob("counter")) == 10
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_while_without_condition_net_stops_when_its_body_clears_the_flag(backend):
+    """n halves until it is 1 (16 -> 8 -> 4 -> 2 -> 1): 4 iterations."""
+    for name, v in dict(go=True, n=16, steps=0, ONE=1, TWO=2).items():
+        workspace.FeedBlob(name, np.array(v))
+    body = ModelHelper(name="halve")
+    body.net.Div(["n", "TWO"], "n")
+    body.net.Add(["steps", "ONE"], "steps")
+    body.net.GT(["n", "ONE"], "go")
+    model = ModelHelper(name="halving")
+    brew.loop(model, "go", ["go", "n", "steps", "ONE", "TWO"], body)
+    _run(model.net, backend)
+    assert (int(workspace.FetchBlob("n")), int(workspace.FetchBlob("steps"))) == (1, 4)
+
+
+def test_if_lowers_to_an_if_region():
+    from dslc.ir import print_module
+    from dslc.ir.types import TensorType
+    from dslc.lower import lower_group
+    model = _cond_model()
+    existing = {"x": TensorType("f32", (3,)), "y": TensorType("f32", (3,)), "c": TensorType("bool", ())}
+    text = print_module(lower_group(LocalSession.as_group(model.net), "", existing))
+    ifs = [line.strip() for line in text.splitlines() if "if(" in line]
+    assert len(ifs) == 1 and ifs[0].startswith("if(%c)"), text
+    assert '%tmp_do' in text and 'store @"tmp' not in text  # the branch-local blob: an SSA value only
+    assert "Scale(%x" in text and 'store @"y"' in text
+
+
+def test_a_branch_reading_outside_its_scope_is_a_located_error():
+    then_net = core.Net("then")
+    then_net.Copy("secret", "y")
+    with pytest.raises(ControlOpError) as err:
+        add_if_op(core.Net("outer"), "c", ["y"], then_net)
+    assert "secret" in str(err.value) and "test_control_ops.py" in str(err.value)
+
+
+def test_get_ssa_counts_versions():
+    net = core.Net("ssa")
+    net.Add(["a", "b"], "c")
+    net.Add(["c", "a"], "c")
+    net.Copy("c", "a")
+    ssa, versions = core.get_ssa(net)
+    assert ssa[1] == ([("c", 1), ("a", 0)], [("c", 2)])
+    assert versions == {"a": 1, "b": 0, "c": 2}
+    assert core.get_undefined_blobs(ssa) == {"a", "b"}

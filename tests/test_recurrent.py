@@ -1,0 +1,307 @@
+"""RecurrentNetwork (recurrent.recurrent_net) and rnn_cell's LSTM and BasicRNN: forward
+values against step-by-step numpy references written here, gradients against finite
+differences of those references, on both backends."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from dslc import core, recurrent, rnn_cell, workspace
+from dslc.ir.diagnostics import DSLError
+from dslc.model_helper import ModelHelper
+from dslc.session import LocalSession
+
+BACKENDS = ["interp", "numba"]
+RNG = np.random.RandomState(7)
+
+
+def _run(net, backend):
+    with LocalSession(backend=backend) as s:
+        s.run(net)
+
+
+def _sum_mul_rnn(scope="rnn"):
+    """h_t = x_t * (x_t + h_{t-1}): a cell net of two ops."""
+    model = ModelHelper(name="outer")
+    x, h0 = model.net.AddExternalInputs("x", "h0")
+    step = ModelHelper(name="step", param_model=model)
+    x_t, h_prev = step.net.AddExternalInput("x_t", "h_prev")
+    h_t = step.net.Mul([x_t, step.net.Sum([x_t, h_prev])])
+    step.net.AddExternalOutput(h_t)
+    outs = recurrent.recurrent_net(net=model.net, cell_net=step.net, inputs=[(x_t, x)],
+                                   initial_cell_inputs=[(h_prev, h0)], links={h_prev: h_t}, scope=scope)
+    return model, outs
+
+
+def _sum_mul_ref(x, h0):
+    h, hs = h0[0], []
+    for t in range(x.shape[0]):
+        h = x[t] * (x[t] + h)
+        hs.append(h)
+    return np.stack(hs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_two_op_cell_steps_over_the_sequence(backend):
+    model, (h_all, h_last) = _sum_mul_rnn()
+    x = RNG.randn(5, 3, 4).astype(np.float32)
+    h0 = RNG.randn(1, 3, 4).astype(np.float32)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("h0", h0)
+    _run(model.net, backend)
+    want = _sum_mul_ref(x.astype(np.float64), h0.astype(np.float64))
+    np.testing.assert_allclose(workspace.FetchBlob(h_all), want, rtol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob(h_last), want[-1:], rtol=1e-5)
+    # the states, under Caffe2's name: the initial state, then every step's
+    states = workspace.FetchBlob("rnn/h_prev_states")
+    assert states.shape == (6, 3, 4)
+    np.testing.assert_allclose(states[0], h0[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradients_of_inputs_and_initial_state_match_finite_differences(backend):
+    model, (h_all, h_last) = _sum_mul_rnn()
+    loss = model.net.SumElements(model.net.Sqr(h_all), "loss")
+    grads = model.net.AddGradientOperators([loss])
+    x = (RNG.rand(4, 2, 3) * 0.8 + 0.1).astype(np.float32)
+    h0 = (RNG.rand(1, 2, 3) * 0.8 + 0.1).astype(np.float32)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("h0", h0)
+    _run(model.net, backend)
+
+    def f(xv, hv):
+        return float((_sum_mul_ref(xv, hv) ** 2).sum())
+
+    for name, value in (("x", x), ("h0", h0)):
+        num = np.zeros(value.shape)
+        for idx in np.ndindex(value.shape):
+            vals = {"x": x.astype(np.float64), "h0": h0.astype(np.float64)}
+            vals[name][idx] += 1e-4
+            up = f(vals["x"], vals["h0"])
+            vals[name][idx] -= 2e-4
+            num[idx] = (up - f(vals["x"], vals["h0"])) / 2e-4
+        np.testing.assert_allclose(workspace.FetchBlob(grads[name]), num, rtol=2e-3, atol=1e-4, err_msg=name)
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _lstm_ref(p, x, h0, c0, lengths, forget_bias=0.0, drop_states=False):
+    """Caffe2's LSTM: gates = x W_i2h^T + b_i2h + h W_rec^T + b_rec, blocks (i, f, o, g)."""
+    h, c, hs, cs = h0[0], c0[0], [], []
+    n = h.shape[-1]
+    for t in range(x.shape[0]):
+        g = x[t] @ p["i2h_w"].T + p["i2h_b"] + h @ p["gates_t_w"].T + p["gates_t_b"]
+        i, f = _sigmoid(g[:, :n]), _sigmoid(g[:, n:2 * n] + forget_bias)
+        o, gg = _sigmoid(g[:, 2 * n:3 * n]), np.tanh(g[:, 3 * n:])
+        c_new = f * c + i * gg
+        h_new = o * np.tanh(c_new)
+        live = (lengths > t)[:, None]
+        h = np.where(live, h_new, 0 if drop_states else h)
+        c = np.where(live, c_new, 0 if drop_states else c)
+        hs.append(h)
+        cs.append(c)
+    return np.stack(hs), np.stack(cs)
+
+
+def _lstm_model(T, N, D, H, **kwargs):
+    model = ModelHelper(name="lstm_model")
+    outs = rnn_cell.LSTM(model, "x", "lengths", ["h0", "c0"], D, H, scope="lstm", **kwargs)
+    workspace.FeedBlob("x", RNG.randn(T, N, D).astype(np.float32))
+    workspace.FeedBlob("h0", RNG.randn(1, N, H).astype(np.float32) * 0.5)
+    workspace.FeedBlob("c0", RNG.randn(1, N, H).astype(np.float32) * 0.5)
+    return model, outs
+
+
+def _params():
+    return {k: workspace.FetchBlob(f"lstm/{k}").astype(np.float64)
+            for k in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("drop_states", [False, True])
+def test_lstm_matches_a_numpy_lstm_with_sequence_lengths(backend, drop_states):
+    T, N, D, H = 5, 3, 4, 6
+    model, (h_all, h_last, c_all, c_last) = _lstm_model(T, N, D, H, forget_bias=0.5, drop_states=drop_states)
+    lengths = np.array([5, 2, 4], np.int32)
+    workspace.FeedBlob("lengths", lengths)
+    _run(model.param_init_net, backend)
+    _run(model.net, backend)
+    hs, cs = _lstm_ref(_params(), *(workspace.FetchBlob(b).astype(np.float64) for b in ("x", "h0", "c0")),
+                       lengths, forget_bias=0.5, drop_states=drop_states)
+    np.testing.assert_allclose(workspace.FetchBlob(h_all), hs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob(c_all), cs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob(h_last)[0], hs[-1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob(c_last)[0], cs[-1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lstm_gradients_match_finite_differences(backend):
+    T, N, D, H = 4, 2, 3, 3
+    model, (h_all, *_) = _lstm_model(T, N, D, H, forget_bias=0.25)
+    lengths = np.array([4, 3], np.int32)
+    workspace.FeedBlob("lengths", lengths)
+    loss = model.net.SumElements(model.net.Sqr(h_all), "loss")
+    model.AddGradientOperators([loss])
+    _run(model.param_init_net, backend)
+    _run(model.net, backend)
+    x, h0, c0 = (workspace.FetchBlob(b).astype(np.float64) for b in ("x", "h0", "c0"))
+    p = _params()
+
+    def f(p, x, h0, c0):
+        return float((_lstm_ref(p, x, h0, c0, lengths, forget_bias=0.25)[0] ** 2).sum())
+
+    eps = 1e-5
+    for name in ("gates_t_w", "gates_t_b", "i2h_w"):
+        num = np.zeros(p[name].shape)
+        for idx in np.ndindex(p[name].shape):
+            q = {k: v.copy() for k, v in p.items()}
+            q[name][idx] += eps
+            up = f(q, x, h0, c0)
+            q[name][idx] -= 2 * eps
+            num[idx] = (up - f(q, x, h0, c0)) / (2 * eps)
+        got = workspace.FetchBlob(model.param_to_grad[core.BlobReference(f"lstm/{name}")])
+        np.testing.assert_allclose(got, num, rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_lstm_layers_are_two_lstms_in_a_row(backend):
+    T, N, D = 3, 2, 4
+    model = ModelHelper(name="stacked")
+    h_all, _, _, _ = rnn_cell.LSTM(model, "x", "lengths", ["h0", "c0", "h1", "c1"], D, [5, 3], scope="deep")
+    x = RNG.randn(T, N, D).astype(np.float32)
+    states = {n: (RNG.randn(1, N, d) * 0.3).astype(np.float32) for n, d in (("h0", 5), ("c0", 5), ("h1", 3),
+                                                                            ("c1", 3))}
+    lengths = np.array([3, 3], np.int32)
+    for k, v in dict(states, x=x, lengths=lengths).items():
+        workspace.FeedBlob(k, v)
+    _run(model.param_init_net, backend)
+    _run(model.net, backend)
+
+    def layer(i):
+        return {k: workspace.FetchBlob(f"deep/layer_{i}/{k}").astype(np.float64)
+                for k in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
+    low, _ = _lstm_ref(layer(0), x.astype(np.float64), states["h0"], states["c0"], lengths)
+    top, _ = _lstm_ref(layer(1), low, states["h1"], states["c1"], lengths)
+    np.testing.assert_allclose(workspace.FetchBlob(h_all), top, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_basic_rnn_with_tanh(backend):
+    T, N, D, H = 4, 3, 2, 5
+    model = ModelHelper(name="basic")
+    h_all, h_last = rnn_cell.BasicRNN(model, "x", None, ["h0"], D, H, scope="rnn", activation="tanh")
+    x = RNG.randn(T, N, D).astype(np.float32)
+    h0 = RNG.randn(1, N, H).astype(np.float32)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("h0", h0)
+    _run(model.param_init_net, backend)
+    _run(model.net, backend)
+    w = {k: workspace.FetchBlob(f"rnn/{k}").astype(np.float64) for k in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
+    h, want = h0[0].astype(np.float64), []
+    for t in range(T):
+        h = np.tanh(x[t] @ w["i2h_w"].T + w["i2h_b"] + h @ w["gates_t_w"].T + w["gates_t_b"])
+        want.append(h)
+    np.testing.assert_allclose(workspace.FetchBlob(h_all), np.stack(want), rtol=1e-5, atol=1e-6)
+
+
+LOOP_IR = """\
+      %h_prev_states = Concat(%h0, %7) {axis = 0} : f32[?,2,3]
+      store @"rnn/h_prev_states"(%h_prev_states)
+      %8 = for(%2, %2) : i64 {
+      ^(%t: i64, %n: i64):
+        %h_prev_states_1 = load @"rnn/h_prev_states" : f32[?,2,3]
+        %9 = ExpandDims(%t) {dims = [0]} : i64[1]
+        %h_prev_rnn1 = Gather(%h_prev_states_1, %9) : f32[1,2,3]
+        %x_1 = load @"x" : f32[?,2,3]
+        %10 = ExpandDims(%t) {dims = [0]} : i64[1]
+        %x_t_rnn1 = Gather(%x_1, %10) : f32[1,2,3]
+        %Sum_rnn1 = Sum(%x_t_rnn1, %h_prev_rnn1) : f32[1,2,3]
+        %Mul_rnn1 = Mul(%x_t_rnn1, %Sum_rnn1) : f32[1,2,3]
+        %11 = Const {value = dense<i64: 1>} : i64
+        %12 = Add(%t, %11) : i64
+        %13 = ExpandDims(%12) {dims = [0]} : i64[1]
+        %h_prev_states_2 = ScatterAssign(%h_prev_states_1, %13, %Mul_rnn1) : f32[?,2,3]
+        store @"rnn/h_prev_states"(%h_prev_states_2)
+        yield(%n)
+      }
+      %h_prev_states_3 = load @"rnn/h_prev_states" : f32[?,2,3]
+      %Mul_all = Slice(%h_prev_states_3) {starts = [1], ends = [-1]} : f32[?,2,3]
+      %Mul_last = Slice(%h_prev_states_3) {starts = [-2], ends = [-1]} : f32[?,2,3]
+"""
+
+
+def test_the_recurrent_op_lowers_to_a_for_loop_over_time():
+    """The lowered IR (before any pass): the states made once, one loop of the cell's ops
+    reading row t and writing row t + 1, the outputs sliced from the states."""
+    from dslc.ir import parse, print_module
+    from dslc.ir.types import TensorType
+    from dslc.lower import lower_group
+
+    model, _ = _sum_mul_rnn()
+    existing = {"x": TensorType("f32", (None, 2, 3)), "h0": TensorType("f32", (1, 2, 3))}
+    text = print_module(lower_group(LocalSession.as_group(model.net), "", existing))
+    assert print_module(parse(text)) == text
+    plain = re.sub(r"  loc\([^)]*\)", "", text)
+    assert LOOP_IR in plain, plain
+
+
+def test_a_step_net_reading_an_unlinked_blob_is_a_located_error():
+    model = ModelHelper(name="bad")
+    step = ModelHelper(name="step", param_model=model)
+    x_t, h_prev = step.net.AddExternalInput("x_t", "h_prev")
+    h_t = step.net.Add([x_t, h_prev])
+    step.net.Mul([h_t, "nowhere"], "out")  # a blob neither linked nor an input of the op
+    step.net.AddExternalOutput("out")
+    recurrent.recurrent_net(net=model.net, cell_net=step.net, inputs=[(x_t, "x")],
+                            initial_cell_inputs=[(h_prev, "h0")], links={h_prev: "out"})
+    workspace.FeedBlob("x", np.ones((2, 1, 1), np.float32))
+    workspace.FeedBlob("h0", np.ones((1, 1, 1), np.float32))
+    with pytest.raises(DSLError) as err:
+        workspace.RunNetOnce(model.net)
+    assert "nowhere" in str(err.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lstm_values_and_gradients_match_caffe2(backend):
+    """Figures read off the real Caffe2 (torch 1.10.2's caffe2): this program run there with
+    its imports renamed back, the blobs printed with .tolist()."""
+    T, N, D, H = 4, 3, 2, 3
+    model = ModelHelper(name="m")
+    h_all, _, _, c_last = rnn_cell.LSTM(model, "x", "lengths", ["h0", "c0"], D, H, scope="lstm", forget_bias=0.5)
+    loss = model.net.SumElements(model.net.Sqr(h_all), "loss")
+    model.AddGradientOperators([loss])
+    x = ((np.arange(T * N * D) % 7) / 7.0 - 0.4).astype(np.float32).reshape(T, N, D)
+    h0 = ((np.arange(N * H) % 5) / 5.0 - 0.3).astype(np.float32).reshape(1, N, H)
+    c0 = ((np.arange(N * H) % 3) / 3.0 - 0.2).astype(np.float32).reshape(1, N, H)
+    for k, v in dict(x=x, h0=h0, c0=c0, lengths=np.array([4, 2, 3], np.int32)).items():
+        workspace.FeedBlob(k, v)
+    _run(model.param_init_net, backend)
+    for i, p in enumerate(["lstm/i2h_w", "lstm/i2h_b", "lstm/gates_t_w", "lstm/gates_t_b"]):
+        shape = workspace.FetchBlob(p).shape
+        values = (np.arange(int(np.prod(shape))) % (5 + i)) / (5.0 + i) - 0.45
+        workspace.FeedBlob(p, values.astype(np.float32).reshape(shape))
+    _run(model.net, backend)
+    caffe2 = {  # blob: (sum, sum of |.|, first three values)
+        str(h_all): (1.0077562229707837, 3.7857425855472684,
+                     [-0.13791239261627197, 0.10748828202486038, 0.1572669893503189]),
+        str(c_last): (0.7380664572119713, 2.2182012870907784,
+                      [-0.20195159316062927, -0.0371377095580101, 0.36440181732177734]),
+        "lstm/gates_t_w_grad": (0.23503587674349546, 0.7526807561516762,
+                                [-0.0146018136292696, 0.011393554508686066, 0.01650126837193966]),
+        "lstm/i2h_w_grad": (-0.1360234902240336, 0.22106651635840535,
+                            [-0.00899002980440855, -0.0073107280768454075, -0.009234928525984287]),
+        "h0_grad": (0.05823145620524883, 0.25220980681478977,
+                    [-0.03645124286413193, 0.06134107708930969, 0.0011391490697860718]),
+        "c0_grad": (0.4999385252594948, 1.5042154267430305,
+                    [-0.1642688363790512, 0.1281566470861435, 0.1808987259864807]),
+        "x_grad": (-0.7773161865770817, 0.7773161865770817,
+                   [-0.0697563886642456, -0.042752377688884735, -0.06721270084381104]),
+    }
+    for blob, (total, size, head) in caffe2.items():
+        got = workspace.FetchBlob(blob).ravel().astype(np.float64)
+        np.testing.assert_allclose([got.sum(), np.abs(got).sum()], [total, size], rtol=1e-5, atol=1e-7, err_msg=blob)
+        np.testing.assert_allclose(got[:3], head, rtol=1e-5, atol=1e-7, err_msg=blob)
