@@ -167,20 +167,30 @@ class AdagradOptimizer(Optimizer):
 class AdamOptimizer(Optimizer):
     kind = "AdamOptimizer"
 
-    def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, policy="fixed", **kwargs):
+    def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, policy="fixed", rowWise=False,
+                 **kwargs):
         super().__init__(policy, **kwargs)
         self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
+        self.row_wise = bool(rowWise)
 
     def update(self, model, param, grad):
+        if self.row_wise and not isinstance(grad, GradientSlice):
+            raise OptimizerError(f"row-wise Adam of {param} needs a sparse gradient (as in Caffe2)",
+                                 user_location(3), "use rowWise only for parameters read by Gather / SparseLengthsSum")
         lr, it = self.build_lr(model, self.alpha)
         init = model.param_init_net
         m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
-        m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
+        if self.row_wise:  # (one second moment per row: [rows], from the parameter's shape)
+            rows = init.Slice([init.Shape([param], f"{param}_shape")], f"{param}_rows", starts=[0], ends=[1])
+            m2 = init.ConstantFill([rows], f"{param}_avg_second_moment", value=0.0, input_as_shape=1)
+        else:
+            m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
         self._local(m1, m2)
         self._share(it)  # (the step count its bias correction reads)
         if isinstance(grad, GradientSlice):
-            model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
-                                 beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
+            op = "RowWiseSparseAdam" if self.row_wise else "SparseAdam"
+            getattr(model.net, op)([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
+                                   beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
             return
         model.net.Adam([param, m1, m2, grad, lr, it], [param, m1, m2], beta1=self.beta1,
                        beta2=self.beta2, epsilon=self.epsilon)

@@ -150,6 +150,8 @@ class OpDef:
             if k in attrs:
                 value = attrs[k]
                 want = _kind_of(default)
+                if want == "a list" and isinstance(value, np.ndarray) and value.ndim == 1:
+                    value = value.tolist()  # (Caffe2 takes a vector as a list argument)
                 if want is not None and not isinstance(value, _ACCEPTS[want]):
                     raise VerifyError(f"{self.name} argument {k!r} must be {want}, got {value!r}",
                                       hint=f"pass {k}=<{want}> (its default is {default!r})")

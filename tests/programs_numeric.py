@@ -31,6 +31,7 @@ NP = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "f32": n
 CAFFE2 = {"i8": core.DataType.INT8, "i16": core.DataType.INT16, "i32": core.DataType.INT32,
           "i64": core.DataType.INT64, "f32": core.DataType.FLOAT, "f64": core.DataType.DOUBLE}
 BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
+BITWISE = ("BitwiseAnd", "BitwiseOr", "BitwiseXor")  # (integers only)
 UNARY = ("Relu", "Negative", "Abs")
 FLOATS = (0.0, -0.0, 1.5, -2.25, 3.0e38, -3.0e38, 1e-45, float("inf"), float("-inf"), float("nan"), 7.0)
 DIV_ZERO = "integer division by zero"
@@ -147,7 +148,7 @@ def _simple(draw, dtypes, shadows: list, top: bool):
         lit_dt = draw(st.sampled_from(DTYPES))
         shadows.append(top)  # (only those at the top level are surely written: outputs)
         return Shadow(len(shadows) - 1, draw(st.booleans()), _literal(draw, lit_dt), lit_dt, dst)
-    op = draw(st.sampled_from(BINARY))
+    op = draw(st.sampled_from(BINARY + (BITWISE if is_int(dt) else ())))
     a, b = _operand(draw, dtypes, dt), _operand(draw, dtypes, dt)
     if op == "Div" and is_int(dt) and isinstance(b, L) and b.value == 0 and draw(st.integers(0, 2)):
         b = L(1)  # (a literal 0 divisor mostly makes a program that only fails)
@@ -297,7 +298,8 @@ def _binary(op, a, b, dt):
             return _int_div(a, b, dt)
         if op in ("Max", "Min"):
             return NP[dt]((max if op == "Max" else min)(int(a), int(b)))
-        x = {"Add": int(a) + int(b), "Sub": int(a) - int(b), "Mul": int(a) * int(b)}[op]
+        x = {"Add": int(a) + int(b), "Sub": int(a) - int(b), "Mul": int(a) * int(b),
+             "BitwiseAnd": int(a) & int(b), "BitwiseOr": int(a) | int(b), "BitwiseXor": int(a) ^ int(b)}[op]
         return _wrap(x, dt)
     f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.true_divide,
          "Max": np.maximum, "Min": np.minimum}[op]

@@ -22,12 +22,12 @@ from dslc.task import Task, final_output
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "Negative", "Abs", "Scale", "Clip", "Sqr", "Exp", "Sqrt", "Log",
                "LeakyRelu", "Elu", "ReluN", "Softsign", "Softplus", "Swish", "HardSigmoid", "Cube",
-               "Reciprocal", "Rsqrt", "Cbrt", "Sin", "Cos", "Gelu")
+               "Reciprocal", "Rsqrt", "Cbrt", "Sin", "Cos", "Gelu", "Log1p")
 BINARY = ("Add", "Sub", "Mul")
 # where the op has no derivative (Clip: its bounds; Reciprocal and Cbrt: 0, where it is not finite)
 KINKS = {"Relu": (0.0,), "Abs": (0.0,), "LeakyRelu": (0.0,), "Elu": (0.0,), "ReluN": (0.0, 1.0),
          "HardSigmoid": (-2.5, 2.5), "Reciprocal": (0.0,), "Cbrt": (0.0,)}
-POSITIVE = ("Sqrt", "Log", "Rsqrt")
+POSITIVE = ("Sqrt", "Log", "Rsqrt", "Log1p")
 ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")  # drawn 3 times as often as the other elementwise ops  # defined (with a derivative) only for positive inputs
 MAX_SIZE = 48  # elements of one tensor
 # the statements a program draws from, by kind; "Accumulate" is a loop adding a tensor
@@ -336,6 +336,7 @@ def _apply(s: Stmt, args, dt):
         "HardSigmoid": lambda: np.clip(x * one(0.2) + one(0.5), one(0), one(1)),
         "Cube": lambda: x ** 3, "Reciprocal": lambda: one(1) / x, "Rsqrt": lambda: one(1) / np.sqrt(x),
         "Cbrt": lambda: np.cbrt(x), "Sin": lambda: np.sin(x), "Cos": lambda: np.cos(x),
+        "Log1p": lambda: np.log1p(x),
         "Gelu": lambda: x * (one(1) + _erf(x / np.sqrt(2))) / 2,
         "Add": lambda: x + args[1], "Sub": lambda: x - args[1], "Mul": lambda: x * args[1],
         "Transpose": lambda: np.transpose(x, a["axes"]),

@@ -154,25 +154,25 @@ def test_get_backward_pass_without_losses_is_empty():
 
 
 @pytest.fixture
-def lengths_max_gradient():
-    """A Python gradient for LengthsMax (dslc declares none), removed afterwards: with every
-    length 1 the op is the identity, so dY passes straight through."""
-    assert "LengthsMax" not in GRADIENTS
+def resize_like_gradient():
+    """A Python gradient for ResizeLike (dslc declares none), removed afterwards: resized
+    like a tensor of its own shape the op is the identity, so dY passes straight through."""
+    assert "ResizeLike" not in GRADIENTS
 
-    @core.GradientRegistry.RegisterGradient("LengthsMax")
-    def lengths_max_grad(op, g_output):
+    @core.GradientRegistry.RegisterGradient("ResizeLike")
+    def resize_like_grad(op, g_output):
         name = op.input[0] + "_grad"
         return [core.CreateOperator("Scale", [g_output[0]], [name], scale=1.0)], [name, None]
 
-    yield lengths_max_grad
-    GRADIENTS.pop("LengthsMax", None)
-    core.GradientRegistry.gradient_registry_.pop("LengthsMax", None)
+    yield resize_like_grad
+    GRADIENTS.pop("ResizeLike", None)
+    core.GradientRegistry.gradient_registry_.pop("ResizeLike", None)
 
 
-def test_a_registered_python_gradient_is_the_one_add_gradient_operators_uses(lengths_max_gradient):
-    """loss = sum(LengthsMax(x, ones) * w) = sum(x * w): d loss / dx = w."""
+def test_a_registered_python_gradient_is_the_one_add_gradient_operators_uses(resize_like_gradient):
+    """loss = sum(ResizeLike(x, like) * w) = sum(x * w): d loss / dx = w."""
     net = core.Net("py_grad")
-    net.LengthsMax(["x", "ones"], ["c"])
+    net.ResizeLike(["x", "like"], ["c"])
     net.Mul(["c", "w"], ["m"])
     net.SumElements(["m"], ["loss"])
     grads = net.AddGradientOperators(["loss"])
@@ -180,10 +180,10 @@ def test_a_registered_python_gradient_is_the_one_add_gradient_operators_uses(len
     workspace.ResetWorkspace()
     workspace.FeedBlob("x", x)
     workspace.FeedBlob("w", w)
-    workspace.FeedBlob("ones", np.ones(3, np.int32))
+    workspace.FeedBlob("like", np.zeros((3, 1), np.float32))
     workspace.RunNetOnce(net)
     np.testing.assert_allclose(workspace.FetchBlob(grads["x"]), w)
-    op = core.CreateOperator("LengthsMax", ["x", "ones"], ["c"])
+    op = core.CreateOperator("ResizeLike", ["x", "like"], ["c"])
     ops, g_input = core.GradientRegistry.GetGradientForOp(op, ["c_grad"])
     assert [o.type for o in ops] == ["Scale"] and [str(g) for g in g_input] == ["x_grad", "None"]
 

@@ -192,6 +192,8 @@ for _n, _f in [("GE", operator.ge), ("GT", operator.gt), ("LE", operator.le), ("
 _binary("And", pick=_logic(np.logical_and, lambda a, b: _TRUE if a and b else _FALSE))
 _binary("Or", pick=_logic(np.logical_or, lambda a, b: _TRUE if a or b else _FALSE))
 _binary("Xor", pick=_logic(np.logical_xor, lambda a, b: _TRUE if bool(a) != bool(b) else _FALSE))
+for _n, _f in [("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or), ("BitwiseXor", np.bitwise_xor)]:
+    _binary(_n, _f)
 _not = _logic(np.logical_not, lambda x: _FALSE if x else _TRUE)
 kernel("Not")(lambda op, cfg: _not(op))
 

@@ -13,7 +13,8 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import activations, conv, normalization, products, recurrent, reductions, segments, utility
+from dslc.ir.ops import (activations, conv, nn_grads, normalization, products, recurrent, reductions, segments,
+                        utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -25,8 +26,9 @@ FUNCTIONS = {
     "FC": nm.fc, "FCGradient": nm.fc_grad, "MatMul": nm.matmul, "Transpose": nm.transpose,
     "ResizeLike": nm.resize_like, "Flatten": nm.flatten,
     "ExpandDims": nm.expand_dims, "Squeeze": nm.squeeze, "Slice": nm.slice_, "SliceGradient": nm.slice_grad,
-    "Gather": nm.gather, "SparseToDense": nm.sparse_to_dense,
-    "SumElements": nm.sum_elements, "SumElementsGradient": nm.sum_elements_grad,
+    "Gather": nm.gather, "BatchGather": nm.gather, "BatchGatherGradient": nm.batch_gather_grad,
+    "SparseToDense": nm.sparse_to_dense,
+    "SumElements": nm.sum_elements, "SumElementsInt": nm.sum_elements, "SumElementsGradient": nm.sum_elements_grad,
     "ReduceSum": nm.reduce_sum, "ReduceMean": nm.reduce_mean,
     "ReduceSumGradient": nm.reduce_sum_grad, "ReduceMeanGradient": nm.reduce_mean_grad,
     "RowWiseArgMax": nm.row_wise_arg_max, "Sigmoid": nm.sigmoid, "SigmoidGradient": nm.sigmoid_grad,
@@ -39,16 +41,18 @@ FUNCTIONS = {
     "Accuracy": nm.accuracy, "StopGradient": num.copy,
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
-    "Adam": nm.adam, "SumReduceLike": nm.sum_reduce_like,
+    "SumReduceLike": nm.sum_reduce_like,
 
     "SigmoidCrossEntropyWithLogits": nm.sigmoid_cross_entropy_with_logits,
     "SigmoidCrossEntropyWithLogitsGradient": nm.sigmoid_cross_entropy_with_logits_grad,
+    "WeightedSigmoidCrossEntropyWithLogits": nm.weighted_sigmoid_cross_entropy_with_logits,
+    "WeightedSigmoidCrossEntropyWithLogitsGradient": nm.weighted_sigmoid_cross_entropy_with_logits_grad,
     "AbsGradient": nm.abs_grad, "MaxGradient": nm.pick_grad, "MinGradient": nm.pick_grad,
     "MomentumSGD": nm.momentum_sgd, "RmsProp": nm.rms_prop, "Adadelta": nm.adadelta, "Ftrl": nm.ftrl,
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
-    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS,
+    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS,
 }
 
 
@@ -66,6 +70,7 @@ IN_PLACE = {"ScatterWeightedSum": (nm.scatter_weighted_sum, (0,)),
             "RowWiseSparseAdagrad": (nm.row_wise_sparse_adagrad, (0, 1)),
             "SparseMomentumSGDUpdate": (nm.sparse_momentum_sgd_update, (1, 3)),
             "SparseAdam": (nm.sparse_adam, (0, 1, 2)),
+            "RowWiseSparseAdam": (nm.row_wise_sparse_adam, (0, 1, 2)),
             "SparseAdadelta": (nm.sparse_adadelta, (0, 1, 2)),
             "SparseFtrl": (nm.sparse_ftrl, (0, 1))}
 
@@ -113,10 +118,12 @@ def _in_place(fn, operands):
     def make(op, cfg):
         f = bound(fn, op.attrs)
         if not all(_last_use(op, k) for k in operands):
-            return f
+            return lambda *xs: _results(f(*xs), len(op.results))
+
+        n = len(op.results)  # (an update may have optional outputs: SparseAdam's steps)
 
         def update(*xs):
-            return f(*xs, inplace=all(_owned(xs[k]) for k in operands))
+            return _results(f(*xs, inplace=all(_owned(xs[k]) for k in operands)), n)
         return update
     return make
 
@@ -131,6 +138,16 @@ def _plain(fn):
 
 for _name, _fn in FUNCTIONS.items():
     kernel(_name)(_plain(_fn))
+
+
+def _results(out, n: int):
+    """The first ``n`` of a kernel's results (a tuple; a single array is one result)."""
+    return out[:n] if isinstance(out, tuple) else out
+
+
+@kernel("Adam")
+def _adam(op, cfg):  # (the step before the learning rate is a 4th output when named)
+    return bound(functools.partial(nm.adam, n_out=len(op.results)), op.attrs)
 
 
 @kernel("LRN")

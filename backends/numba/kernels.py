@@ -217,6 +217,19 @@ def _logic(op, a, site):
     return f"np.logical_{op.name.lower()}({a[0]}, {a[1]})"
 
 
+@kernel("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _bitwise(op, a, site):
+    if _legacy(op):
+        return None
+    dt = _dtype(op)
+    if dt is None:
+        return None
+    sym = {"BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^"}[op.name]
+    expr = f"({a[0]} {sym} {a[1]})"
+    # (scalars: numba computes narrow ints as int64, which & | ^ never take out of range)
+    return exact(expr, dt) if all(scalar(v) for v in op.operands) else expr
+
+
 @kernel("Not")
 def _not(op, a, site):
     return f"(not {a[0]})" if scalar(op.operands[0]) else f"np.logical_not({a[0]})"

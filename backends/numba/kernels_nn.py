@@ -258,6 +258,8 @@ def _learning_rate(it, policy, base, gamma, stepsize, power):
 
 @kernel("LearningRate")
 def _learning_rate(op, a):
+    if op.attrs["policy"] not in POLICIES:  # (the other policies: the interpreter's)
+        return None
     f32 = [literal(op.attrs[k], "f32") for k in ("base_lr", "gamma", "power")]
     return (f"_learning_rate({_one(op.operands[0], a[0])}, {POLICIES[op.attrs['policy']]}, {f32[0]}, "
             f"{f32[1]}, {max(1, int(op.attrs['stepsize']))}, {f32[2]})")
@@ -320,7 +322,7 @@ def _adagrad(op, a):
 @kernel("Adam")
 def _adam(op, a):
     dt, ok = _optimizer(op, 4)
-    if not ok:
+    if not ok or len(op.results) != 3:  # (with its step as a 4th output: the interpreter's)
         return None
     lit = [literal(op.attrs[k], dt) for k in ("beta1", "beta2", "epsilon")]
     return (f"_adam_{NP[dt][3:]}({a[0]}, {a[1]}, {a[2]}, {a[3]}, {_one(op.operands[4], a[4])}, "
@@ -609,6 +611,8 @@ ACTIVATION_FORMS = {
     "Pow": ("np.power({0}, {exponent})",) * 2,
     "PowGradient": ("({1} * {exponent} * np.power({0}, {exponent} - {one}))",) * 2,
     "AbsGradient": ("({1} * np.sign({0}))",) * 2,
+    "Log1p": ("np.log1p({0})",) * 2,
+    "Log1pGradient": ("({1} / ({one} + {0}))",) * 2,
     "Sin": ("np.sin({0})",) * 2,
     "SinGradient": ("({1} * np.cos({0}))",) * 2,
     "Cos": ("np.cos({0})",) * 2,

@@ -74,6 +74,8 @@ ACTIVATIONS = [
                ("dY", "Y"), "dX = -dY y^3 / 2", lambda dy, y: dy * y * y * y * -0.5),
     Activation("Cbrt", "y = cube root of x", lambda x: np.cbrt(x),
                ("dY", "Y"), "dX = dY / (3 y^2)", lambda dy, y: dy / (y * y * 3)),
+    Activation("Log1p", "y = log(1 + x)", np.log1p, ("X", "dY"), "dX = dY / (1 + x)",
+               lambda x, dy: dy / (1 + x)),
     Activation("Sin", "y = sin(x)", np.sin, ("X", "dY"), "dX = dY cos(x)", lambda x, dy: dy * np.cos(x)),
     Activation("Cos", "y = cos(x)", np.cos, ("X", "dY"), "dX = -dY sin(x)", lambda x, dy: -(dy * np.sin(x))),
     Activation("Pow", "y = x^exponent", lambda x, exponent: np.power(x, exponent),

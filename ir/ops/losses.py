@@ -104,24 +104,51 @@ def _(g):
     return [GradOp("AveragedLossGradient", [g.I[0], g.GO[0]], [g.GI[0]])]
 
 
-def _sigmoid_xent(types, attrs, n):
-    x, t = floats("SigmoidCrossEntropyWithLogits", types)
-    mismatch("SigmoidCrossEntropyWithLogits", "logits and targets differ in shape", x.shape, t.shape,
-             lambda: "give one target per logit")
+XENT = {"log_D_trick": 0, "unjoined_lr_loss": 0}
+
+
+def _sigmoid_xent(types, attrs, n, name="SigmoidCrossEntropyWithLogits"):
+    ts = floats(name, types)
+    x, t = ts[0], ts[1]
+    for other, what in ((t, "targets"),) + (((ts[2], "weights"),) if len(ts) == 3 else ()):
+        mismatch(name, f"logits and {what} differ in shape", x.shape, other.shape,
+                 lambda what=what: f"give one {what[:-1]} per logit")
+    if attrs.get("log_D_trick") and attrs.get("unjoined_lr_loss"):
+        type_error(f"{name}: log_D_trick and unjoined_lr_loss do not go together", "choose one of them")
     return [TensorType(x.dtype, None if x.shape is None else tuple(x.shape[:-1]))]
 
 
-declare("SigmoidCrossEntropyWithLogits", 2, _sigmoid_xent, traits={PURE},
-        doc="Y[...] = the mean over the last axis of max(x, 0) - x t + log(1 + exp(-|x|)), "
-            "inputs (logits X, targets T)")
+declare("SigmoidCrossEntropyWithLogits", 2, _sigmoid_xent, attrs=dict(XENT), traits={PURE},
+        doc="Y[...] = the mean over the last axis of max(x, 0) - x t + log(1 + exp(-|x|)), inputs "
+            "(logits X, targets T); log_D_trick: -(2t - 1) log sigmoid(x); unjoined_lr_loss: "
+            "-t x + (1 - t) log(1 + exp(x))")
 declare("SigmoidCrossEntropyWithLogitsGradient", 3,
-        lambda t, a, n: [tensors("SigmoidCrossEntropyWithLogitsGradient", t)[1]], traits={PURE},
-        doc="dX = dY (sigmoid(x) - t) / (last axis size), inputs (dY, X, T)")
+        lambda t, a, n: [tensors("SigmoidCrossEntropyWithLogitsGradient", t)[1]], attrs=dict(XENT),
+        traits={PURE}, doc="dX = dY dL/dx / (last axis size), inputs (dY, X, T)")
 
 
 @gradient("SigmoidCrossEntropyWithLogits")
 def _(g):  # (no gradient for the targets, as in Caffe2)
-    return [GradOp("SigmoidCrossEntropyWithLogitsGradient", [g.GO[0], g.I[0], g.I[1]], [g.GI[0]])]
+    return [GradOp("SigmoidCrossEntropyWithLogitsGradient", [g.GO[0], g.I[0], g.I[1]], [g.GI[0]],
+                   g.pick(*XENT))]
+
+
+declare("WeightedSigmoidCrossEntropyWithLogits", 3,
+        lambda t, a, n: _sigmoid_xent(t, a, n, "WeightedSigmoidCrossEntropyWithLogits"), traits={PURE},
+        doc="Y[...] = the mean over the last axis of w (max(x, 0) - x t + log(1 + exp(-|x|))), inputs "
+            "(logits X, targets T, weights W)")
+declare("WeightedSigmoidCrossEntropyWithLogitsGradient", 4,
+        lambda t, a, n: [tensors("WeightedSigmoidCrossEntropyWithLogitsGradient", t)[1]], traits={PURE},
+        doc="dX = dY w (sigmoid(x) - t) / (last axis size), inputs (dY, X, T, W)")
+
+
+@gradient("WeightedSigmoidCrossEntropyWithLogits")
+def _(g):  # (no gradient for the targets or the weights, as in Caffe2)
+    return [GradOp("WeightedSigmoidCrossEntropyWithLogitsGradient", [g.GO[0], g.I[0], g.I[1], g.I[2]],
+                   [g.GI[0]])]
+
+
+no_gradient("WeightedSigmoidCrossEntropyWithLogitsGradient")
 
 
 def _make_two_class(types, attrs, n):

@@ -302,21 +302,47 @@ def _(g):
     return [GradOp("SliceGradient", [g.I[0], g.GO[0]], [g.GI[0]], g.pick("starts", "ends"))]
 
 
-def _gather(types, attrs, n):
-    data, idx = tensors("Gather", types)
-    indices("Gather", idx, "indices")
+def _gather(types, attrs, n, name="Gather"):
+    data, idx = tensors(name, types)
+    indices(name, idx, "indices")
     if data.shape is not None and len(data.shape) == 0:
-        type_error("Gather needs data of rank >= 1", "gather rows of a vector or matrix")
-    shape = None if data.shape is None or idx.shape is None else tuple(idx.shape) + tuple(data.shape[1:])
-    return [TensorType(data.dtype, shape)]
+        type_error(f"{name} needs data of rank >= 1", "gather rows of a vector or matrix")
+    if data.shape is None or idx.shape is None:
+        return [TensorType(data.dtype, None)]
+    rank, axis = len(data.shape), int(attrs["axis"])
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a < rank:
+        type_error(f"{name} axis={axis} is out of range for data of rank {rank}", f"use an axis in [{-rank}, {rank})")
+    if attrs["match_outer"]:
+        if tuple(idx.shape[:a]) != tuple(data.shape[:a]) and None not in idx.shape[:a] + data.shape[:a]:
+            type_error(f"{name} match_outer: the indices' outer dims {list(idx.shape[:a])} are not the data's "
+                       f"{list(data.shape[:a])}", "give one list of indices per outer position")
+        return [TensorType(data.dtype, tuple(data.shape[:a]) + tuple(idx.shape[a:]) + tuple(data.shape[a + 1:]))]
+    return [TensorType(data.dtype, tuple(data.shape[:a]) + tuple(idx.shape) + tuple(data.shape[a + 1:]))]
 
 
-declare("Gather", 2, _gather, traits={PURE}, doc="Y = DATA[INDICES] along the first axis")
+declare("Gather", 2, _gather, attrs={"axis": 0, "match_outer": 0}, traits={PURE},
+        doc="Y = DATA[INDICES] along `axis` (numpy's take); match_outer: the indices' outer dims pair "
+            "with the data's, Y[i, ...] = DATA[i, INDICES[i, ...]]")
+declare("BatchGather", 2, lambda t, a, n: _gather(t, a, n, "BatchGather"), attrs={"axis": 1, "match_outer": 0},
+        traits={PURE}, doc="Gather along axis 1 (the rows of every batch item)")
+declare("BatchGatherGradient", 3, lambda t, a, n: [tensors("BatchGatherGradient", t)[0]],
+        attrs={"axis": 1, "match_outer": 0}, traits={PURE},
+        doc="dDATA of a Gather along `axis` from (DATA, INDICES, dY): zeros, dY added at the gathered places")
+no_gradient("BatchGatherGradient")
 
 
 @gradient("Gather")
-def _(g):  # dDATA is sparse: the rows of dY, at INDICES
-    return [SparseGrad(0, g.I[1], g.GO[0])]
+def _(g):  # along the first axis, dDATA is sparse: the rows of dY, at INDICES
+    if int(g.args.get("axis", 0)) == 0 and not g.args.get("match_outer", 0):
+        return [SparseGrad(0, g.I[1], g.GO[0])]
+    return [GradOp("BatchGatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]],
+                   {"axis": g.args.get("axis", 0), "match_outer": g.args.get("match_outer", 0)})]
+
+
+@gradient("BatchGather")
+def _(g):
+    return [GradOp("BatchGatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]], g.pick("axis", "match_outer"))]
 
 
 def _sparse_to_dense(types, attrs, n):
@@ -348,6 +374,16 @@ declare("SumElements", 1, _sum_elements, attrs={"average": 0}, traits={PURE},
         doc="y = sum of all elements of X (their mean if `average`), a scalar")
 declare("SumElementsGradient", 2, lambda t, a, n: [tensors("SumElementsGradient", t)[0]],
         attrs={"average": 0}, traits={PURE}, doc="dX from (X, dY) of SumElements")
+
+
+def _sum_elements_int(types, attrs, n):
+    (x,) = tensors("SumElementsInt", types)
+    require("SumElementsInt", x.dtype, ("i32",), "int32")
+    return [TensorType("i32", ())]
+
+
+declare("SumElementsInt", 1, _sum_elements_int, traits={PURE}, doc="y = the sum of an int32 tensor's elements")
+no_gradient("SumElementsInt")
 
 
 @gradient("SumElements")

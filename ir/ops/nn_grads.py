@@ -107,3 +107,64 @@ for _name in ("Max", "Min"):
 declare("AbsGradient", 2, lambda t, a, n: [tensors("AbsGradient", t)[1]], traits={PURE, ELEMENTWISE},
         doc="dX = dY sign(x) (0 at 0), inputs (X, dY)")
 gradient("Abs")(lambda g: [GradOp("AbsGradient", [g.I[0], g.GO[0]], [g.GI[0]])])
+
+
+# Caffe2's gradient ops of the binary elementwise ops, for programs that call them by name
+# (dslc's own makers above build the same gradients from plain ops): (dA, dB), each summed
+# back to its operand's shape where numpy broadcasting stretched it.
+#   AddGradient(dC, A, B)  SubGradient(dC, A, B)  MulGradient(dC, A, B)
+#   DivGradient(dC, A, B, C), or Caffe2's older DivGradient(B, C, dC)
+BINARY_GRAD_ATTRS = {"broadcast": 0, "axis": -1, "allow_broadcast_fastpath": 0}
+
+
+def _binary_grad(name):
+    def infer(types, attrs, n):
+        ts = tensors(name, types)
+        if name == "DivGradient" and len(ts) == 3:  # (B, C, dC): dA is shaped as C
+            return [ts[1], ts[0]]
+        return [ts[1], ts[2]]
+    return infer
+
+
+for _name in ("AddGradient", "SubGradient", "MulGradient", "DivGradient"):
+    declare(_name, (3, 4) if _name == "DivGradient" else 3, _binary_grad(_name), results=2,
+            attrs=dict(BINARY_GRAD_ATTRS), traits={PURE},
+            doc=f"(dA, dB) of {_name[:-8]} from " + ("(dC, A, B, C) or (B, C, dC)" if _name == "DivGradient"
+                                                      else "(dC, A, B)") + ", summed back to A's and B's shapes")
+    no_gradient(_name)
+
+
+def _unbroadcast(g, shape):
+    """``g`` summed over the dims numpy broadcasting added or stretched to reach it from ``shape``."""
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and g.shape[lead + i] != 1)
+    return g.sum(axis=axes).reshape(shape) if axes else g
+
+
+def _grads(da, db, a, b):
+    return (_unbroadcast(da, a.shape).astype(a.dtype, copy=False),
+            _unbroadcast(db, b.shape).astype(b.dtype, copy=False))
+
+
+def add_grad(dc, a, b):
+    return _grads(dc, dc, a, b)
+
+
+def sub_grad(dc, a, b):
+    return _grads(dc, -dc, a, b)
+
+
+def mul_grad(dc, a, b):
+    return _grads(dc * b, dc * a, a, b)
+
+
+def div_grad(*xs):
+    if len(xs) == 3:  # Caffe2's older form: (B, C, dC), A shaped as C
+        b, c, dc = xs
+        a = c
+    else:
+        dc, a, b, c = xs
+    return _grads(dc / b, -dc * c / b, a, b)
+
+
+FUNCTIONS = {"AddGradient": add_grad, "SubGradient": sub_grad, "MulGradient": mul_grad, "DivGradient": div_grad}

@@ -123,8 +123,36 @@ def slice_grad(x, dy, starts=(), ends=()):
     return dx
 
 
-def gather(data, indices):
-    return data[indices.astype(np.int64)]
+def gather(data, indices, axis=0, match_outer=0):
+    idx = indices.astype(np.int64)
+    if axis == 0 and not match_outer:
+        return data[idx]
+    a = axis % data.ndim
+    if not match_outer:
+        return np.take(data, idx, axis=a)
+    outer = data.shape[:a]
+    n = int(np.prod(outer, dtype=np.int64))
+    d2, i2 = data.reshape((n,) + data.shape[a:]), idx.reshape((n,) + idx.shape[a:])
+    out = np.empty((n,) + idx.shape[a:] + data.shape[a + 1:], data.dtype)
+    for k in range(n):
+        out[k] = d2[k][i2[k]]
+    return out.reshape(outer + out.shape[1:])
+
+
+def batch_gather_grad(data, indices, dy, axis=1, match_outer=0):
+    """dDATA of a gather along ``axis``: dY added where each element came from (repeats add up)."""
+    idx = indices.astype(np.int64)
+    a = axis % data.ndim
+    out = np.zeros_like(data)
+    if not match_outer:
+        np.add.at(out, (slice(None),) * a + (idx,), dy)
+        return out
+    n = int(np.prod(data.shape[:a], dtype=np.int64))
+    o2, i2 = out.reshape((n,) + data.shape[a:]), idx.reshape((n,) + idx.shape[a:])
+    d2 = dy.reshape((n,) + dy.shape[a:])
+    for k in range(n):
+        np.add.at(o2[k], i2[k], d2[k])
+    return out
 
 
 def sparse_to_dense(indices, values, data):
@@ -198,6 +226,8 @@ def relu_grad(y, dy):
 
 def softmax(x, axis=1):
     x2 = as_2d(x, axis)
+    if x2.size == 0:  # (no rows, or rows of nothing: nothing to normalize)
+        return x.copy()
     e = np.exp(x2 - x2.max(axis=1, keepdims=True))
     return (e / e.sum(axis=1, keepdims=True)).reshape(x.shape)
 
@@ -301,7 +331,7 @@ def iter_(it):
     return it + np.ones((), it.dtype)
 
 
-def learning_rate(it, base_lr=None, policy=None, gamma=0.0, stepsize=0, power=0.0, **_):
+def learning_rate(it, base_lr=None, policy=None, gamma=0.0, stepsize=0, power=0.0, **a):
     """Caffe2's arithmetic: float32 throughout, iter / stepsize in integers (truncated)."""
     t = int(np.asarray(it).reshape(-1)[0])
     f32 = np.float32
@@ -312,9 +342,39 @@ def learning_rate(it, base_lr=None, policy=None, gamma=0.0, stepsize=0, power=0.
         f = f32(gamma) ** f32(-q if t < 0 else q)
     elif policy == "exp":
         f = f32(gamma) ** f32(t)
-    else:  # "inv" (type inference refused every other policy)
+    elif policy == "inv":
         f = (f32(1) + f32(gamma) * f32(t)) ** -f32(power)
+    else:
+        f = f32(_multiplier(policy, t, gamma, power, a))
     return f32(f32(base_lr) * f)
+
+
+def _warmup(t, start, n):
+    return start + (1.0 - start) * t / n if t < n else 1.0
+
+
+def _multiplier(policy, t, gamma, power, a):
+    """The multiplier of the policies past Caffe2's first four (their arguments in ``a``)."""
+    if policy == "poly":
+        return (1.0 - t / float(a["max_iter"])) ** float(power)
+    if policy == "linearWarmup":
+        return _warmup(t, float(a["start_multiplier"]), int(a["num_iter"]))
+    if policy == "constantWarmup":
+        return float(a["multiplier"]) if t < int(a["num_iter"]) else 1.0
+    if policy == "alter":
+        on, off = int(a["active_period"]), int(a["inactive_period"])
+        r = t % (on + off)
+        return float(r < on) if a["active_first"] else float(r >= off)
+    if policy == "hill":
+        n = int(a["num_iter"])
+        if t < n:
+            return _warmup(t, float(a["start_multiplier"]), n)
+        return max(float(a["end_multiplier"]), (1.0 + float(gamma) * (t - n)) ** -float(power))
+    if policy == "slope":
+        n1, n2 = int(a["num_iter_1"]), int(a["num_iter_2"])
+        m1, m2 = float(a["multiplier_1"]), float(a["multiplier_2"])
+        return m1 if t <= n1 else m2 if t >= n2 else m1 + (m2 - m1) * (t - n1) / (n2 - n1)
+    return float(a["multiplier_1"]) if t < int(a["num_iter"]) else float(a["multiplier_2"])  # gate
 
 
 def weighted_sum(*xs):
@@ -349,15 +409,19 @@ def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0, weight_decay=0.0, n_results=2)
     return (p + update, new_m, effective, update)[:n_results]
 
 
-def adam(p, m1, m2, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5):
-    """(param out, first moment out, second moment out), in Caffe2's order of operations:
-    the bias correction in double from the float betas, t = iter + 1."""
+def adam(p, m1, m2, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5, n_out=3):
+    """(param out, first moment out, second moment out[, the step before the learning rate]),
+    in Caffe2's order of operations: the bias correction in double from the float betas,
+    t = iter + 1."""
     dt = g.dtype.type
     b1, b2 = dt(beta1), dt(beta2)
     t = float(np.asarray(it).reshape(-1)[0]) + 1
     correction = dt(np.sqrt(1.0 - float(b2) ** t) / (1.0 - float(b1) ** t))
     n1 = m1 * b1 + g * (1 - b1)
     n2 = m2 * b2 + g * g * (1 - b2)
+    if n_out == 4:  # (Caffe2 then adds lr times the step it returns)
+        step = correction * n1 / (np.sqrt(n2) + dt(epsilon))
+        return p + lr.reshape(()) * step, n1, n2, step
     return p + lr.reshape(()) * correction * n1 / (np.sqrt(n2) + dt(epsilon)), n1, n2
 
 
@@ -459,14 +523,37 @@ def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0
     return p, m
 
 
-def sigmoid_cross_entropy_with_logits(x, t):
-    per = np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))
-    return per.mean(axis=-1).astype(x.dtype)
+def _softplus(x):
+    """log(1 + exp(x)), without overflow."""
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
 
 
-def sigmoid_cross_entropy_with_logits_grad(dy, x, t):
+def _xent(x, t, log_D_trick=0, unjoined_lr_loss=0):
+    """Per element: the loss and its derivative in x."""
     sig = 1 / (1 + np.exp(-x))
-    return (dy[..., None] * (sig - t) / x.shape[-1]).astype(x.dtype)
+    if log_D_trick:  # -(2t - 1) log sigmoid(x)
+        return (2 * t - 1) * _softplus(-x), -(2 * t - 1) * (1 - sig)
+    if unjoined_lr_loss:
+        return (1 - t) * _softplus(x) - t * x, (1 - t) * sig - t
+    return _softplus(x) - x * t, sig - t
+
+
+def sigmoid_cross_entropy_with_logits(x, t, log_D_trick=0, unjoined_lr_loss=0, w=None):
+    per = _xent(x, t, log_D_trick, unjoined_lr_loss)[0]
+    return (per if w is None else w * per).mean(axis=-1).astype(x.dtype)
+
+
+def sigmoid_cross_entropy_with_logits_grad(dy, x, t, log_D_trick=0, unjoined_lr_loss=0, w=None):
+    slope = _xent(x, t, log_D_trick, unjoined_lr_loss)[1]
+    return (dy[..., None] * (slope if w is None else w * slope) / x.shape[-1]).astype(x.dtype)
+
+
+def weighted_sigmoid_cross_entropy_with_logits(x, t, w):
+    return sigmoid_cross_entropy_with_logits(x, t, w=w)
+
+
+def weighted_sigmoid_cross_entropy_with_logits_grad(dy, x, t, w):
+    return sigmoid_cross_entropy_with_logits_grad(dy, x, t, w=w)
 
 
 def make_two_class(p):
@@ -535,7 +622,10 @@ def sparse_momentum_sgd_update(g, m, lr, p, indices, momentum=0.0, nesterov=0, i
     return out.reshape(g.shape), m, p
 
 
-def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5, inplace=False, **_):
+def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5, inplace=False,
+                row_wise=False, **_):
+    """SparseAdam; ``row_wise`` (RowWiseSparseAdam): one second moment per row, from the mean
+    of the row's squared gradient."""
     idx = indices.astype(np.int64).reshape(-1)
     rows = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
@@ -543,13 +633,28 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
     dt = p.dtype.type
     b1, b2 = dt(beta1), dt(beta2)
     t = float(np.asarray(it).reshape(-1)[0]) + 1
-    step = lr.reshape(()) * dt(np.sqrt(1.0 - float(b2) ** t) / (1.0 - float(b1) ** t))
+    correction = dt(np.sqrt(1.0 - float(b2) ** t) / (1.0 - float(b1) ** t))
+    step = lr.reshape(()) * correction
+    steps = np.empty_like(rows)  # (each grad row's step before the learning rate: a 4th output)
     for at in _occurrences(idx):
         r, gi = idx[at], rows[at]
         m1[r] = b1 * m1[r] + (1 - b1) * gi
-        m2[r] = b2 * m2[r] + (1 - b2) * gi * gi
-        p[r] += step * m1[r] / (np.sqrt(m2[r]) + dt(epsilon))
-    return p, m1, m2
+        m2[r] = b2 * m2[r] + (1 - b2) * (_row_means(gi * gi) if row_wise else gi * gi)
+        denom = np.sqrt(m2[r]) + dt(epsilon)
+        if row_wise:  # (one per row: along the rows' other axes)
+            denom = denom.reshape(denom.shape + (1,) * (p.ndim - 1))
+        steps[at] = correction * m1[r] / denom
+        p[r] += step * m1[r] / denom
+    return p, m1, m2, steps.reshape(g.shape)
+
+
+def _row_means(x):
+    """The mean of each row of ``x`` (rows along the first axis)."""
+    return x.reshape(x.shape[0], -1).mean(axis=1, dtype=x.dtype) if x.ndim > 1 else x
+
+
+def row_wise_sparse_adam(*xs, **kw):
+    return sparse_adam(*xs, row_wise=True, **kw)
 
 
 def _row_by_row(dense, arrays, indices, g, inplace, *args):

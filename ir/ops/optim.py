@@ -62,25 +62,37 @@ def _iter(types, attrs, n):
 declare("Iter", 1, _iter, traits={PURE},
         doc="y = x + 1 on an int64 iteration counter (Caffe2 runs it in place: Iter([it], [it]))")
 
-_POLICIES = ("fixed", "step", "exp", "inv")
+# each policy and the arguments it must have (type inference checks them)
+_POLICIES = {"fixed": (), "step": ("stepsize",), "exp": (), "inv": (), "poly": ("max_iter",),
+             "linearWarmup": ("num_iter",), "constantWarmup": ("num_iter",),
+             "alter": ("active_period", "inactive_period"), "hill": ("num_iter",),
+             "slope": ("num_iter_1", "num_iter_2"), "gate": ("num_iter",)}
+LR_ATTRS = {"base_lr": 0.0, "policy": "fixed", "gamma": 0.0, "stepsize": 0, "power": 0.0, "max_iter": -1,
+            "num_iter": 0, "start_multiplier": 0.0, "multiplier": 0.5, "end_multiplier": 0.0,
+            "active_first": 1, "active_period": -1, "inactive_period": -1, "num_iter_1": 0, "multiplier_1": 1.0,
+            "num_iter_2": 0, "multiplier_2": 1.0}
 
 
 def _learning_rate(types, attrs, n):
     _iter(types, attrs, n)
     policy = attrs["policy"]
     if policy not in _POLICIES:
-        type_error(f"LearningRate policy {policy!r} is not supported",
-                   f"use one of {', '.join(_POLICIES)}")
-    if policy == "step" and int(attrs["stepsize"]) <= 0:
-        type_error("LearningRate policy 'step' needs stepsize > 0", "pass stepsize=<iterations per step>")
+        type_error(f"LearningRate policy {policy!r} is not supported", f"use one of {', '.join(_POLICIES)}")
+    for k in _POLICIES[policy]:
+        if int(attrs[k]) <= 0:
+            type_error(f"LearningRate policy {policy!r} needs {k} > 0", f"pass {k}=<iterations>")
+    if policy == "slope" and int(attrs["num_iter_2"]) <= int(attrs["num_iter_1"]):
+        type_error("LearningRate policy 'slope' needs num_iter_2 > num_iter_1", "the slope runs between them")
     return [TensorType("f32", ())]
 
 
-declare("LearningRate", 1, _learning_rate,
-        attrs={"base_lr": 0.0, "policy": "fixed", "gamma": 0.0, "stepsize": 0, "power": 0.0},
-        traits={PURE},
-        doc="lr = base_lr * f(iter): fixed 1, step gamma^floor(iter/stepsize), exp gamma^iter, "
-            "inv (1 + gamma iter)^-power; a float scalar")
+declare("LearningRate", 1, _learning_rate, attrs=dict(LR_ATTRS), traits={PURE},
+        doc="lr = base_lr * f(iter): fixed 1, step gamma^floor(iter/stepsize), exp gamma^iter, inv "
+            "(1 + gamma iter)^-power, poly (1 - iter/max_iter)^power, linearWarmup and constantWarmup "
+            "(start_multiplier rising to 1, or multiplier, for num_iter), alter (1 for active_period, 0 "
+            "for inactive_period), hill (linear warmup, then inv decay floored at end_multiplier), slope "
+            "(multiplier_1 to multiplier_2 between num_iter_1 and num_iter_2), gate (multiplier_1 before "
+            "num_iter, multiplier_2 after); a float scalar")
 
 
 def _weighted_sum(types, attrs, n):
@@ -151,12 +163,12 @@ def _adam(types, attrs, n):
     floats("Adam", types[:5])
     _same("Adam", ts, [(0, 1), (0, 2), (0, 3)])
     _iter(types[5:], attrs, 1)
-    return [ts[0], ts[1], ts[2]]
+    return [ts[0], ts[1], ts[2], ts[3]][:n]
 
 
-declare("Adam", 6, _adam, results=3, attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5, "engine": ""},
+declare("Adam", 6, _adam, results=(3, 4), attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5, "engine": ""},
         traits={PURE},
-        doc="(param, m1, m2, grad, lr, iter) -> (param + lr c m1' / (sqrt(m2') + eps), m1', m2'); "
+        doc="(param, m1, m2, grad, lr, iter) -> (param + lr s, m1', m2'[, s]); s = c m1' / (sqrt(m2') + eps), "
             "c = sqrt(1 - beta2^t) / (1 - beta1^t), t = iter + 1")
 
 
@@ -266,13 +278,28 @@ def _sparse_adam(types, attrs, n):
     p, m1, m2, idx, g, lr, it = types
     ts = floats("SparseAdam", [p, m1, m2, g, lr])
     _rows("SparseAdam", p, idx, g)
-    return [ts[0], ts[1], ts[2]]
+    return [ts[0], ts[1], ts[2], ts[3]][:n]
 
 
-declare("SparseAdam", 7, _sparse_adam, results=3, attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5,
+declare("SparseAdam", 7, _sparse_adam, results=(3, 4), attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5,
                                                           "enableRAdam": 0, "engine": ""},
-        traits={PURE}, doc="(param, m1, m2, INDICES, grad rows, lr, iter) -> (param, m1, m2), per index in "
-                           "order: Adam's update of that row (t = iter + 1)")
+        traits={PURE}, doc="(param, m1, m2, INDICES, grad rows, lr, iter) -> (param, m1, m2[, the step of "
+                           "each grad row]), per index in order: Adam's update of that row (t = iter + 1)")
+
+
+def _row_wise_sparse_adam(types, attrs, n):
+    p, m1, m2, idx, g, lr, it = types
+    ts = floats("RowWiseSparseAdam", [p, m1, m2, g, lr])
+    _rows("RowWiseSparseAdam", p, idx, g)
+    if ts[2].shape is not None and len(ts[2].shape) != 1:
+        type_error(f"RowWiseSparseAdam's second moment holds one value per row, got shape {list(ts[2].shape)}",
+                   "make it [rows] (ConstantFill(shape=[param rows]))")
+    return [ts[0], ts[1], ts[2], ts[3]][:n]
+
+
+declare("RowWiseSparseAdam", 7, _row_wise_sparse_adam, results=(3, 4),
+        attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5, "engine": ""}, traits={PURE},
+        doc="SparseAdam with one second moment per row [rows], from the mean of the row's squared gradient")
 
 
 def _sparse_adadelta(types, attrs, n):

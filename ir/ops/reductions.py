@@ -181,3 +181,20 @@ for _side, _front in (("Front", True), ("Back", False)):
     for _what in ("Sum", "Mean", "Max"):
         FUNCTIONS[f"Reduce{_side}{_what}"] = _reduce(_what, _front)
         FUNCTIONS[f"Reduce{_side}{_what}Gradient"] = _reduce_grad(_what, _front)
+
+
+# RowwiseMax and ColwiseMax: the max over the last or the middle axis of a batch of
+# matrices [B, M, N] (-> [B, M], [B, N]); their gradients are ReduceMax's over that axis.
+for _name, _axis in (("RowwiseMax", 2), ("ColwiseMax", 1)):
+    def _infer_wise(types, attrs, n, _name=_name, _axis=_axis):
+        (x,) = floats(_name, tensors(_name, types))
+        if x.shape is not None and len(x.shape) != 3:
+            type_error(f"{_name} needs a batch of matrices [B, M, N], got rank {len(x.shape)}",
+                       "reshape to [B, M, N] (B = 1 for one matrix)")
+        return [TensorType(x.dtype, None if x.shape is None else x.shape[:_axis] + x.shape[_axis + 1:])]
+    declare(_name, 1, _infer_wise, traits={PURE},
+            doc=f"Y = the max over axis {_axis} of X [B, M, N]" + (" (each row's)" if _axis == 2 else
+                                                                   " (each column's)"))
+    gradient(_name)(lambda g, _axis=_axis: [GradOp("ReduceMaxGradient", [g.GO[0], g.I[0], g.O[0]], [g.GI[0]],
+                                                   {"axes": [_axis], "keepdims": 0})])
+    FUNCTIONS[_name] = lambda x, _axis=_axis: x.max(axis=_axis)

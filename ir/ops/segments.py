@@ -135,6 +135,12 @@ for _name, _what in [("SortedSegmentSum", "sum"), ("SortedSegmentMean", "mean"),
 
 declare("LengthsMax", 2, _lengths_reduce("LengthsMax"), traits={PURE},
         doc=f"Y[s] = the elementwise max of segment s ({_DOC}; 0 for an empty one)")
+_MAX_GRAD = "LengthsMaxWithMainInputAndForwardOutputGradient"  # (Caffe2's name)
+declare(_MAX_GRAD, 4, lambda t, a, n: [tensors(_MAX_GRAD, t)[0]], traits={PURE},
+        doc="dDATA of LengthsMax from (DATA, LENGTHS, Y, dY): dY[s] at every element of segment s "
+            "equal to its max, 0 elsewhere")
+no_gradient(_MAX_GRAD)
+gradient("LengthsMax")(lambda g: [GradOp(_MAX_GRAD, [g.I[0], g.I[1], g.O[0], g.GO[0]], [g.GI[0]])])
 
 
 
@@ -320,7 +326,14 @@ def lengths_max(data, lengths):
     return out
 
 
+def lengths_max_grad(data, lengths, y, dy):
+    _, lengths = _starts(lengths, data.shape[0], "LengthsMax")
+    seg = np.repeat(np.arange(lengths.size), lengths)
+    return np.where(data == y[seg], dy[seg], 0).astype(data.dtype, copy=False)
+
+
 FUNCTIONS = {
+    _MAX_GRAD: lengths_max_grad,
     "LengthsToSegmentIds": lengths_to_segment_ids, "LengthsToOffsets": lengths_to_offsets,
     "LengthsToRanges": lengths_to_ranges, "SegmentIdsToLengths": segment_ids_to_lengths,
     "SegmentIdsToRanges": segment_ids_to_ranges, "LengthsToWeights": lengths_to_weights,

@@ -162,6 +162,12 @@ for _name, _sym, _fn in [("And", "and", np.logical_and), ("Or", "or", np.logical
             doc=f"c = a {_sym} b elementwise on bool tensors")
 
 
+for _name, _sym, _fn in [("BitwiseAnd", "&", np.bitwise_and), ("BitwiseOr", "|", np.bitwise_or),
+                         ("BitwiseXor", "^", np.bitwise_xor)]:
+    _binary(_name, _fn, allowed=INT_DTYPES | {"bool"}, what="integer or bool", commutative=True,
+            doc=f"c = a {_sym} b bit by bit, on integer (or bool) tensors of one dtype")
+
+
 def _unary(name, fn, allowed=NUMERIC_DTYPES, what="numeric", doc="", attrs=None):
     declare(name, 1, lambda t, a, n: elementwise(name, t, allowed, what), attrs=attrs or {},
             traits=PURE_EW, fold=fn, doc=doc)

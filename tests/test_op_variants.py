@@ -1,0 +1,219 @@
+"""Caffe2 operator variants: the cross-entropy flags and its weighted form, Adam's step
+output, Caffe2's gradient ops of the binary elementwise ops, Gather along an axis,
+BatchGather, RowwiseMax / ColwiseMax, SumElementsInt, LengthsMax's gradient, and the
+learning-rate policies.
+
+Figures marked "Caffe2" were read off the real Caffe2 (torch 1.10.2's caffe2): the same
+inputs through workspace.RunOperatorOnce, printed with .tolist(). Gradients are checked
+against finite differences by the op-test harness on both devices.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from dslc import core
+from dslc import hypothesis_test_util as hu
+from dslc.ir.diagnostics import DSLError
+
+DEVICES = pytest.mark.parametrize("do", hu.device_options, ids=["interp", "numba"])
+X = np.array([[-1.0, 0.5, 2.0], [0.0, -3.0, 1.0]], np.float32)
+T = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.5]], np.float32)
+W = np.array([[0.5, 2.0, 1.0], [1.5, 1.0, 0.25]], np.float32)
+DY = np.array([1.0, -2.0], np.float32)
+
+
+def _run(do, op_type, inputs, outputs=("y",), **args):
+    op = core.CreateOperator(op_type, list(inputs), list(outputs), **args)
+    return hu.runOpOnInput(do, op, list(inputs.values()))
+
+
+@DEVICES
+def test_sigmoid_cross_entropy_variants_match_caffe2(do):
+    cases = [  # (op, inputs, args, Caffe2's output)
+        ("SigmoidCrossEntropyWithLogits", {"x": X, "t": T}, {"log_D_trick": True},
+         [-0.23741888999938965, -0.7851467132568359]),
+        ("SigmoidCrossEntropyWithLogits", {"x": X, "t": T}, {"unjoined_lr_loss": True},
+         [-0.7289127707481384, 0.06840606778860092]),
+        ("WeightedSigmoidCrossEntropyWithLogits", {"x": X, "t": T, "w": W}, {},
+         [0.4105709493160248, 0.43054115772247314]),
+        ("SigmoidCrossEntropyWithLogitsGradient", {"dy": DY, "x": X, "t": T}, {"log_D_trick": True},
+         [[0.24368619918823242, -0.12584689259529114, -0.039734307676553726],
+          [0.3333333432674408, -0.6350494623184204, 0.0]]),
+        ("SigmoidCrossEntropyWithLogitsGradient", {"dy": DY, "x": X, "t": T}, {"unjoined_lr_loss": True},
+         [[0.08964714407920837, -0.3333333432674408, -0.3333333432674408],
+          [0.6666666865348816, -0.03161725029349327, 0.08964714407920837]]),
+        ("WeightedSigmoidCrossEntropyWithLogitsGradient", {"dy": DY, "x": X, "t": T, "w": W}, {},
+         [[0.04482357203960419, -0.2516937851905823, -0.039734307676553726],
+          [0.5, -0.03161725029349327, -0.03850976377725601]]),
+    ]
+    for op_type, inputs, args, want in cases:
+        (y,) = _run(do, op_type, inputs, **args)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-7, err_msg=f"{op_type} {args}")
+
+
+def test_cross_entropy_refuses_both_flags():
+    with pytest.raises(DSLError) as err:
+        _run(hu.cpu_do, "SigmoidCrossEntropyWithLogits", {"x": X, "t": T}, log_D_trick=1, unjoined_lr_loss=1)
+    assert "log_D_trick" in str(err.value)
+
+
+@DEVICES
+def test_adam_and_sparse_adam_give_their_step_as_a_fourth_output(do):
+    p, m1 = np.array([1.0, 2.0, -1.0], np.float32), np.array([0.1, 0.2, 0.3], np.float32)
+    m2, g = np.array([0.01, 0.02, 0.5], np.float32), np.array([0.5, -0.5, 1.0], np.float32)
+    lr, it = np.array([0.1], np.float32), np.array([3], np.int64)
+    got = _run(do, "Adam", {"p": p, "m1": m1, "m2": m2, "g": g, "lr": lr, "it": it}, ("po", "m1o", "m2o", "go"),
+               beta1=0.8, beta2=0.95, epsilon=1e-4)
+    want = [[1.088468074798584, 2.0246472358703613, -0.9557073712348938],  # Caffe2
+            [0.18000000715255737, 0.060000017285346985, 0.4399999976158142],
+            [0.02200000360608101, 0.03150000423192978, 0.5249999761581421],
+            [0.884681224822998, 0.2464732527732849, 0.442926287651062]]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    P = np.arange(8, dtype=np.float32).reshape(4, 2) / 4
+    M1, M2 = np.full((4, 2), 0.1, np.float32), np.full((4, 2), 0.2, np.float32)
+    G = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32)
+    got = _run(do, "SparseAdam", {"P": P, "M1": M1, "M2": M2, "idx": np.array([2, 0], np.int64), "G": G,
+                                  "lr": lr, "it": it}, ("P", "M1", "M2", "go"), beta1=0.8, beta2=0.95, epsilon=1e-4)
+    np.testing.assert_allclose(got[0][2], [1.0291730165481567, 1.2321349382400513], rtol=1e-5)  # Caffe2
+    np.testing.assert_allclose(got[3], [[0.2917305529117584, -0.17865093052387238],
+                                        [0.5606059432029724, 0.2157464623451233]], rtol=1e-5)  # Caffe2
+
+
+@DEVICES
+def test_binary_gradient_ops_match_caffe2(do):
+    a = np.array([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]], np.float32)
+    b = np.array([[0.5, 2.0, -1.0], [2.0, -0.5, 3.0]], np.float32)
+    dc = np.array([[1.0, 2.0, 3.0], [-1.0, 0.5, 2.0]], np.float32)
+    want = {  # Caffe2
+        "AddGradient": (dc, dc),
+        "SubGradient": (dc, -dc),
+        "MulGradient": ([[0.5, 4.0, -3.0], [-2.0, -0.25, 6.0]], [[1.0, -4.0, 9.0], [-4.0, 2.5, -12.0]]),
+    }
+    for op_type, (da, db) in want.items():
+        got = _run(do, op_type, {"dC": dc, "A": a, "B": b}, ("dA", "dB"))
+        np.testing.assert_allclose(got[0], da, rtol=1e-6, err_msg=op_type)
+        np.testing.assert_allclose(got[1], db, rtol=1e-6, err_msg=op_type)
+    # Caffe2's older DivGradient (B, C, dC): dA = dC / B, dB = -dC C / B
+    got = _run(do, "DivGradient", {"B": dc, "C": b, "dC": a / b}, ("dA", "dB"))
+    np.testing.assert_allclose(got[0], [[2.0, -0.5, -1.0], [-2.0, -20.0, -1.0]], rtol=1e-6)  # Caffe2
+    # the 4-input form, with B broadcast along the rows: its gradient sums the rows
+    row = np.array([0.5, 2.0, -1.0], np.float32)
+    got = _run(do, "DivGradient", {"dC": dc, "A": a, "B": row, "C": a / row}, ("dA", "dB"))
+    np.testing.assert_allclose(got[0], dc / row, rtol=1e-6)
+    np.testing.assert_allclose(got[1], (-dc * (a / row) / row).sum(axis=0), rtol=1e-6)
+
+
+@DEVICES
+def test_gather_along_an_axis_and_batch_gather_match_caffe2(do):
+    d = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+    (y,) = _run(do, "BatchGather", {"d": d, "i": np.array([2, 0, 2], np.int32)})
+    assert y.tolist() == [[[4.0, 5.0], [0.0, 1.0], [4.0, 5.0]], [[10.0, 11.0], [6.0, 7.0], [10.0, 11.0]]]  # Caffe2
+    (y,) = _run(do, "Gather", {"d": d, "i": np.array([[2, 0]], np.int32)}, axis=1)
+    assert y.tolist() == [[[[4.0, 5.0], [0.0, 1.0]]], [[[10.0, 11.0], [6.0, 7.0]]]]  # Caffe2
+    (y,) = _run(do, "Gather", {"d": d, "i": np.array([[1], [2]], np.int32)}, axis=1, match_outer=1)
+    np.testing.assert_array_equal(y, np.stack([d[0, [1]], d[1, [2]]]))  # y[i] = d[i, idx[i]]
+
+
+@DEVICES
+def test_rowwise_colwise_max_and_sum_elements_int_match_caffe2(do):
+    m = np.array([[[1.0, 5.0, 2.0], [4.0, -1.0, 0.0]]], np.float32)
+    assert _run(do, "RowwiseMax", {"m": m})[0].tolist() == [[5.0, 4.0]]  # Caffe2
+    assert _run(do, "ColwiseMax", {"m": m})[0].tolist() == [[4.0, 5.0, 2.0]]  # Caffe2
+    (s,) = _run(do, "SumElementsInt", {"i": np.array([1, 2, 3], np.int32)})
+    assert s.dtype == np.int32 and int(s) == 6  # Caffe2
+
+
+class TestVariantGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        x = np.array([[-1.0, 0.5, 2.0], [0.3, -1.5, 1.0]], np.float32)
+        for args in ({"log_D_trick": 1}, {"unjoined_lr_loss": 1}):
+            op = core.CreateOperator("SigmoidCrossEntropyWithLogits", ["x", "t"], ["y"], **args)
+            self.assertGradientChecks(gc, op, [x, T], 0, [0])
+        op = core.CreateOperator("WeightedSigmoidCrossEntropyWithLogits", ["x", "t", "w"], ["y"])
+        self.assertGradientChecks(gc, op, [x, T, W], 0, [0])
+        d = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4)
+        for op_type, args, idx in (("Gather", {"axis": 2}, np.array([3, 0, 3], np.int32)),
+                                   ("BatchGather", {}, np.array([2, 2], np.int32)),
+                                   ("Gather", {"axis": 1, "match_outer": 1}, np.array([[0, 2], [1, 1]], np.int32))):
+            op = core.CreateOperator(op_type, ["d", "i"], ["y"], **args)
+            self.assertDeviceChecks(dc, op, [d, idx], [0])
+            self.assertGradientChecks(gc, op, [d, idx], 0, [0])
+        m = np.array([[[1.0, 5.0, 2.0], [4.0, -1.0, 0.5]], [[0.1, 0.2, 0.3], [3.0, 2.0, 1.0]]], np.float32)
+        for op_type in ("RowwiseMax", "ColwiseMax"):
+            self.assertGradientChecks(gc, core.CreateOperator(op_type, ["m"], ["y"]), [m], 0, [0])
+        data = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.25], [2.5, 4.0]], np.float32)
+        op = core.CreateOperator("LengthsMax", ["data", "lengths"], ["y"])
+        self.assertGradientChecks(gc, op, [data, np.array([1, 3], np.int32)], 0, [0])
+
+
+def _lr(policy, it, **args):
+    (lr,) = _run(hu.cpu_do, "LearningRate", {"it": np.array([it], np.int64)}, base_lr=-0.1, policy=policy, **args)
+    return float(lr)
+
+
+def test_learning_rate_policies_match_caffe2():
+    iters = (0, 1, 5, 9, 10, 12, 20, 30)
+    cases = [  # Caffe2's learning rates at those iterations (base_lr -0.1)
+        ("poly", dict(max_iter=20, power=2.0), [-0.1, -0.09025, -0.05625, -0.03025, -0.025, -0.016, -0.0, -0.025]),
+        ("linearWarmup", dict(start_multiplier=0.2, num_iter=10), [-0.02, -0.028, -0.06, -0.092] + [-0.1] * 4),
+        ("constantWarmup", dict(multiplier=0.3, num_iter=10), [-0.03] * 4 + [-0.1] * 4),
+        ("alter", dict(active_first=True, active_period=3, inactive_period=2), [-0.1, -0.1, -0.1, 0.0] + [-0.1] * 4),
+        ("alter", dict(active_first=False, active_period=3, inactive_period=2),
+         [0.0, 0.0, 0.0, -0.1, 0.0, -0.1, 0.0, 0.0]),
+        ("hill", dict(num_iter=10, start_multiplier=0.1, gamma=0.5, power=0.75, end_multiplier=0.2),
+         [-0.01, -0.019, -0.055, -0.091, -0.1, -0.0594603531062603, -0.026084741577506065, -0.02]),
+        ("slope", dict(num_iter_1=5, multiplier_1=1.0, num_iter_2=15, multiplier_2=0.2),
+         [-0.1, -0.1, -0.1, -0.068, -0.06, -0.044, -0.02, -0.02]),
+        ("gate", dict(num_iter=7, multiplier_1=0.5, multiplier_2=2.0), [-0.05] * 3 + [-0.2] * 5),
+    ]
+    for policy, args, want in cases:
+        got = [_lr(policy, it, **args) for it in iters]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8, err_msg=f"{policy} {args}")
+
+
+def test_a_policy_missing_its_period_is_a_located_error():
+    with pytest.raises(DSLError) as err:
+        _lr("poly", 3)
+    assert "max_iter" in str(err.value) and "test_op_variants.py" in str(err.value)
+
+
+@DEVICES
+def test_row_wise_sparse_adam_matches_caffe2(do):
+    P = np.arange(8, dtype=np.float32).reshape(4, 2) / 4
+    inputs = {"P": P, "M1": np.full((4, 2), 0.1, np.float32), "M2": np.array([0.2, 0.1, 0.3, 0.4], np.float32),
+              "idx": np.array([2, 0], np.int64), "G": np.array([[0.5, -1.0], [2.0, 0.25]], np.float32),
+              "lr": np.array([0.1], np.float32), "it": np.array([3], np.int64)}
+    p, m1, m2, go = _run(do, "RowWiseSparseAdam", inputs, ("P", "M1", "M2", "go"), beta1=0.8, beta2=0.95,
+                         epsilon=1e-4)
+    np.testing.assert_allclose(p, [[0.0648355633020401, 0.26755961775779724], [0.5, 0.75],  # Caffe2
+                                   [1.0233452320098877, 1.2344365119934082], [1.5, 1.75]], rtol=1e-5)
+    np.testing.assert_allclose(m2, [0.2915625274181366, 0.1, 0.3162499964237213, 0.4], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(go, [[0.2334524393081665, -0.15563492476940155],
+                                    [0.6483556032180786, 0.17559631168842316]], rtol=1e-5)  # Caffe2
+
+
+def test_row_wise_adam_keeps_one_second_moment_per_embedding_row():
+    from dslc import brew, optimizer, workspace
+    from dslc.model_helper import ModelHelper
+    model = ModelHelper(name="emb")
+    table = model.param_init_net.GaussianFill([], "table", shape=[6, 3], std=0.1)
+    model.params.append(core.BlobReference("table"))
+    rows = model.net.Gather([table, "ids"], "rows")
+    loss = model.net.SumElements(model.net.Sqr(rows), "loss")
+    model.AddGradientOperators([loss])
+    optimizer.build_adam(model, base_learning_rate=0.1, rowWise=True)
+    assert [op.type for op in model.net.Proto().op][-1] == "RowWiseSparseAdam"
+    workspace.FeedBlob("ids", np.array([1, 4, 1], np.int64))
+    workspace.RunNetOnce(model.param_init_net)
+    before = workspace.FetchBlob("table")
+    workspace.RunNetOnce(model.net)
+    after = workspace.FetchBlob("table")
+    assert workspace.FetchBlob("table_avg_second_moment").shape == (6,)
+    np.testing.assert_array_equal(after[[0, 2, 3, 5]], before[[0, 2, 3, 5]])  # rows not read stay
+    assert not np.allclose(after[[1, 4]], before[[1, 4]])
+    del brew
