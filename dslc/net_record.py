@@ -10,6 +10,7 @@ import numpy as np
 
 from dslc import netdef
 from dslc import blobref
+from dslc import devices as _devices
 from dslc.blobref import BlobReference, CurrentNameScope, _blob_names, _blob_ref
 from dslc.devices import CurrentDeviceScope
 from dslc.ir.diagnostics import TraceError, UnknownOperatorError
@@ -119,6 +120,9 @@ class NetRecording:
         else:
             outs = _blob_names(outputs, op_type, "outputs", loc, scope)
         extra = {} if not args or args.keys().isdisjoint(SPECIAL_ARGS) else _special_args(op_type, args)
+        device = _devices._state.option  # (CurrentDeviceScope(), inlined: an op made in a scope runs there)
+        if device is not None and "device_option" not in extra:
+            extra["device_option"] = device
         rec = OpRecord(op_type, ins, outs, args, loc, extra)
         self._op_list.append(rec)
         produced.update(outs)

@@ -47,6 +47,10 @@ class Optimizer:
         self._aux_params = AuxOptimizerParams(local=[], shared=[])
         self._lr_multiplier = None  # a blob scaling every learning rate (gradient clipping, injection)
 
+    def get_cpu_blob_name(self, base_str, node_name=""):
+        """The name of this optimizer's blob ``base_str`` (Caffe2's: ``SgdOptimizer_0_lr_cpu``)."""
+        return f"{self.kind}_{self.index}_{base_str}{node_name}_cpu"
+
     def add_lr_multiplier(self, lr_multiplier):
         self._lr_multiplier = lr_multiplier
 
@@ -70,7 +74,7 @@ class Optimizer:
         if not _blob_defined(model.param_init_net, ITERATION):
             _ensure(model.param_init_net, ITERATION, shape=[1], value=0, dtype=core.DataType.INT64)
             model.net.Iter([ITERATION], [ITERATION])
-        lr = f"{self.kind}_{self.index}_lr_cpu"
+        lr = self.get_cpu_blob_name("lr")
         if not _blob_defined(model.net, lr):
             model.net.LearningRate([ITERATION], lr, base_lr=-base_lr, policy=self.policy, **self.lr_args)
         lr = core.BlobReference(lr, model.net)

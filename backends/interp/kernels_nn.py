@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import (activations, conv, nn_grads, normalization, products, recurrent, reductions, segments,
+from dslc.ir.ops import (activations, collective, conv, nn_grads, normalization, products, recurrent, reductions, segments,
                         utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
@@ -24,7 +24,8 @@ from .kernels import kernel
 
 FUNCTIONS = {
     "FC": nm.fc, "FCGradient": nm.fc_grad, "MatMul": nm.matmul, "Transpose": nm.transpose,
-    "ResizeLike": nm.resize_like, "Flatten": nm.flatten,
+    "ResizeLike": nm.resize_like, "Flatten": nm.flatten, "FlattenToVec": lambda x: x.reshape(-1).copy(),
+    "NHWC2NCHW": lambda x: nm.transpose(x, (0, 3, 1, 2)), "NCHW2NHWC": lambda x: nm.transpose(x, (0, 2, 3, 1)),
     "ExpandDims": nm.expand_dims, "Squeeze": nm.squeeze, "Slice": nm.slice_, "SliceGradient": nm.slice_grad,
     "Gather": nm.gather, "BatchGather": nm.gather, "BatchGatherGradient": nm.batch_gather_grad,
     "SparseToDense": nm.sparse_to_dense,
@@ -52,7 +53,7 @@ FUNCTIONS = {
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
-    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS,
+    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collective.FUNCTIONS,
 }
 
 

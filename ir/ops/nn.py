@@ -226,6 +226,26 @@ declare("Flatten", 1, _flatten, attrs={"axis": 1}, traits={PURE},
 _like_input("Flatten")
 
 
+def _flatten_to_vec(types, attrs, n):
+    (x,) = tensors("FlattenToVec", types)
+    return [TensorType(x.dtype, None if x.shape is None else (prod(x.shape),))]
+
+
+declare("FlattenToVec", 1, _flatten_to_vec, traits={PURE}, doc="Y = X as a vector of all its elements")
+_like_input("FlattenToVec")
+
+# NHWC2NCHW and NCHW2NHWC: an image batch's channels moved (each the other's gradient)
+for _name, _perm in (("NHWC2NCHW", (0, 3, 1, 2)), ("NCHW2NHWC", (0, 2, 3, 1))):
+    def _layout(types, attrs, n, _name=_name, _perm=_perm):
+        (x,) = tensors(_name, types)
+        if x.shape is not None and len(x.shape) != 4:
+            type_error(f"{_name} needs a 4-D image batch, got rank {len(x.shape)}", "pass X [N, H, W, C] or [N, C, H, W]")
+        return [TensorType(x.dtype, None if x.shape is None else tuple(x.shape[p] for p in _perm))]
+    declare(_name, 1, _layout, traits={PURE}, doc=f"Y = X transposed by axes {list(_perm)}")
+    gradient(_name)(lambda g, _other="NCHW2NHWC" if _name == "NHWC2NCHW" else "NHWC2NCHW":
+                    [GradOp(_other, [g.GO[0]], [g.GI[0]])])
+
+
 def _dims_attr(name, attrs) -> list:
     dims = sorted(int(d) for d in attrs["dims"] or [])
     if len(set(dims)) != len(dims):

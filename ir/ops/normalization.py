@@ -27,9 +27,14 @@ def _channels(x, order):
 
 
 def _spatial_bn(types, attrs, n):
-    x, scale, bias, mean, var = floats("SpatialBN", types)
+    x, scale, bias, mean, var, *sums = floats("SpatialBN", types)
+    if len(sums) not in (0, 2):
+        type_error(f"SpatialBN takes 5 inputs, or 7 with the batches' channel sums and sums of squares, "
+                   f"got {len(types)}", "pass (X, scale, bias, mean, var[, sums, sumsq])")
+    if sums and attrs["is_test"]:
+        type_error("SpatialBN with is_test=1 takes no batch sums", "drop the sums and sumsq inputs")
     c = _channels(x, attrs["order"])
-    for what, t in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var)):
+    for what, t in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var)) + tuple(zip(("sums", "sumsq"), sums)):
         if c is not None and t.shape is not None and tuple(t.shape) != (c,):
             type_error(f"SpatialBN's {what} has shape {list(t.shape)}, not [{c}]", "one value per channel")
     if attrs["is_test"]:
@@ -43,15 +48,36 @@ def _spatial_bn(types, attrs, n):
     return [x, vec, vec, vec, vec]
 
 
-declare("SpatialBN", 5, _spatial_bn, results=(1, 5), attrs=dict(_BN), traits={PURE},
+declare("SpatialBN", (5, 7), _spatial_bn, results=(1, 5), attrs=dict(_BN), traits={PURE},
         doc="(X, scale, bias, running mean, running var) -> Y (is_test), or (Y, running mean, running "
-            "var, saved mean, saved 1 / std) in training: per-channel batch normalization")
-declare("SpatialBNGradient", 5, lambda t, a, n: [floats("SpatialBNGradient", t)[0],
-                                                 floats("SpatialBNGradient", t)[1],
-                                                 floats("SpatialBNGradient", t)[1]],
+            "var, saved mean, saved 1 / std) in training: per-channel batch normalization; with the "
+            "channel sums and sums of squares of num_batches batches as 2 more inputs, their statistics")
+declare("SpatialBNGradient", (5, 7), lambda t, a, n: [floats("SpatialBNGradient", t)[0],
+                                                      floats("SpatialBNGradient", t)[1],
+                                                      floats("SpatialBNGradient", t)[1]],
         results=3, attrs=dict(_BN), traits={PURE},
-        doc="(dX, dscale, dbias) from (X, scale, dY, saved mean, saved 1 / std) of SpatialBN")
+        doc="(dX, dscale, dbias) from (X, scale, dY, saved mean, saved 1 / std[, dscale and dbias summed "
+            "over num_batches batches]) of SpatialBN")
 no_gradient("SpatialBNGradient")
+
+
+# Batch normalization over several batches (data-parallel replicas): each computes its
+# channel statistics, they are summed, and SpatialBN normalizes with the total.
+def _channel_stats(types, attrs, n, name="ChannelStats"):
+    x = floats(name, types)[0]
+    c = _channels(x, attrs["order"])
+    vec = TensorType(x.dtype, None if c is None else (c,))
+    return [vec, vec]
+
+
+declare("ChannelStats", 1, _channel_stats, results=2, attrs={"order": "NCHW"}, traits={PURE},
+        doc="(the sum, the sum of squares) of each channel of X")
+declare("ChannelBackpropStats", 4, lambda t, a, n: _channel_stats(t, a, n, "ChannelBackpropStats"),
+        results=2, attrs={"order": "NCHW"}, traits={PURE},
+        doc="(dscale, dbias) of one batch from (X, saved mean, saved 1 / std, dY): the sums over each "
+            "channel of dY (X - mean) / std and of dY")
+no_gradient("ChannelStats")
+no_gradient("ChannelBackpropStats")
 
 
 @gradient("SpatialBN")
@@ -70,15 +96,24 @@ def _axes(x, order):
     return tuple(k for k in range(x.ndim) if k != c_axis), tuple(shape)
 
 
-def spatial_bn(x, scale, bias, mean, var, is_test=0, epsilon=1e-5, momentum=0.9, order="NCHW", **_):
+def spatial_bn(x, scale, bias, mean, var, *sums, is_test=0, epsilon=1e-5, momentum=0.9, order="NCHW",
+               num_batches=1, **_):
     axes, shape = _axes(x, order)
     dt = x.dtype
     if is_test:
         inv = 1.0 / np.sqrt(var.astype(np.float64) + epsilon)
         return ((x - mean.reshape(shape)) * (inv * scale).reshape(shape).astype(dt) + bias.reshape(shape)).astype(dt)
     count = int(np.prod([x.shape[k] for k in axes]))
-    mu = x.mean(axis=axes, dtype=np.float64)
-    v = x.var(axis=axes, dtype=np.float64)
+    if count == 0:  # (an empty batch, as Caffe2: nothing normalized, the running statistics kept)
+        zero = np.zeros_like(mean)
+        return x.copy(), mean.copy(), var.copy(), zero, zero
+    if sums:  # the statistics of num_batches batches of this one's size, from their sums
+        count *= int(num_batches)
+        mu = sums[0].astype(np.float64) / count
+        v = sums[1].astype(np.float64) / count - mu * mu
+    else:
+        mu = x.mean(axis=axes, dtype=np.float64)
+        v = x.var(axis=axes, dtype=np.float64)
     inv = 1.0 / np.sqrt(v + epsilon)
     y = ((x - mu.reshape(shape)) * (inv * scale).reshape(shape) + bias.reshape(shape)).astype(dt)
     unbiased = v * count / max(count - 1, 1)
@@ -87,18 +122,38 @@ def spatial_bn(x, scale, bias, mean, var, is_test=0, epsilon=1e-5, momentum=0.9,
     return y, running_mean, running_var, mu.astype(dt), inv.astype(dt)
 
 
-def spatial_bn_grad(x, scale, dy, saved_mean, saved_inv_std, order="NCHW", **_):
+def spatial_bn_grad(x, scale, dy, saved_mean, saved_inv_std, *sums, order="NCHW", num_batches=1, **_):
     axes, shape = _axes(x, order)
     count = int(np.prod([x.shape[k] for k in axes]))
     inv = saved_inv_std.astype(np.float64)
     xhat = (x - saved_mean.reshape(shape)) * inv.reshape(shape)
-    dbias = dy.sum(axis=axes, dtype=np.float64)
-    dscale = (dy * xhat).sum(axis=axes, dtype=np.float64)
+    if sums:  # dscale and dbias summed over num_batches batches: their mean per batch
+        if count == 0:
+            zero = np.zeros_like(scale)
+            return x.copy(), zero, zero
+        dscale, dbias = (s.astype(np.float64) / int(num_batches) for s in sums)
+    else:
+        dbias = dy.sum(axis=axes, dtype=np.float64)
+        dscale = (dy * xhat).sum(axis=axes, dtype=np.float64)
     dx = (scale * inv / count).reshape(shape) * (count * dy - dbias.reshape(shape) - xhat * dscale.reshape(shape))
     return dx.astype(x.dtype), dscale.astype(scale.dtype), dbias.astype(scale.dtype)
 
 
-FUNCTIONS = {"SpatialBN": spatial_bn, "SpatialBNGradient": spatial_bn_grad}
+def channel_stats(x, order="NCHW"):
+    axes, _ = _axes(x, order)
+    x64 = x.astype(np.float64)
+    return x64.sum(axis=axes).astype(x.dtype), (x64 * x64).sum(axis=axes).astype(x.dtype)
+
+
+def channel_backprop_stats(x, saved_mean, saved_inv_std, dy, order="NCHW"):
+    axes, shape = _axes(x, order)
+    xhat = (x - saved_mean.reshape(shape)) * saved_inv_std.astype(np.float64).reshape(shape)
+    return ((dy * xhat).sum(axis=axes, dtype=np.float64).astype(x.dtype),
+            dy.sum(axis=axes, dtype=np.float64).astype(x.dtype))
+
+
+FUNCTIONS = {"SpatialBN": spatial_bn, "SpatialBNGradient": spatial_bn_grad, "ChannelStats": channel_stats,
+             "ChannelBackpropStats": channel_backprop_stats}
 
 
 # ----------------------------------------------------------------------------- LRN
