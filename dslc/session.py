@@ -38,6 +38,9 @@ class CompiledRunnable:
         self.group, self.module, self.program, self.deps = group, module, program, deps
         self.tasks = list(tasks)
         self.created = created  # the blobs of deps the root held created but empty
+        # (a plain net has none: a rerun then skips making and binding them)
+        self.has_outputs = any(task.output_names() for task in self.tasks)
+        self.seen = None  # the loads' fingerprint when last found valid (Session.compile)
 
 
 class Session:
@@ -140,12 +143,17 @@ class LocalSession(Session):
         The result is reused while every root blob it loads holds a value of the type
         it was compiled for; a blob fed since with another type recompiles.
         """
-        group = self.as_group(runnable, workspace_type)
-        got = self._compiled.get(id(group))
+        got = self._compiled.get(id(runnable))  # (a group run before: no wrapping to look it up)
+        group = runnable if got is not None and got.group is runnable else self.as_group(runnable, workspace_type)
+        got = got if group is runnable else self._compiled.get(id(group))
         if got is not None and got.group is group:
+            seen = _fingerprint(self._ws, got.deps)
+            if seen == got.seen:  # (the blobs it loads hold what they held when last checked)
+                return got
             # (only the blobs it loads are typed to reuse it: a root may hold thousands)
             known, created = blob_types(self._ws, got.deps)
             if _still_valid(got.deps, known) and got.created == created:
+                got.seen = seen
                 return got
         existing, created = blob_types(self._ws)
         with paused():
@@ -154,6 +162,7 @@ class LocalSession(Session):
             self.optimize(module, lambda: lower_group(group, self.source, existing, created=created))
             program = self.backend.compile(module)
         got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps))
+        got.seen = _fingerprint(self._ws, deps)
         self._compiled[id(group)] = got
         return got
 
@@ -198,14 +207,24 @@ class LocalSession(Session):
 
         compiled = self.compile(group)
         # Outputs live in the root, so writes from private or instance workspaces land there.
-        for task in compiled.tasks:
-            for name in task.output_names():
-                self._ws.create_blob(name)
-        with workspace.current_as(self._ws):  # Python ops that call FetchBlob see this root
+        if compiled.has_outputs:
+            for task in compiled.tasks:
+                for name in task.output_names():
+                    self._ws.create_blob(name)
+        # Python ops that call FetchBlob see this root (workspace.current_as, inlined: a
+        # created net may run once per iteration of a Python loop)
+        current = workspace._current
+        saved = current[0]
+        current[0] = self._ws
+        try:
             compiled.program.run(self._ws)
-        for task in compiled.tasks:
-            refs = [BlobReference(n) for n in task.output_names()]
-            task.output_list().set_values(refs, self._fetch)
+        finally:
+            if saved is not self._ws:
+                current[0] = saved
+        if compiled.has_outputs:
+            for task in compiled.tasks:
+                refs = [BlobReference(n) for n in task.output_names()]
+                task.output_list().set_values(refs, self._fetch)
 
     def _fetch(self, name):
         cell = self._ws.lookup(str(name))
@@ -251,6 +270,20 @@ def _load_types(module) -> dict:
             name, t = str(op.attrs["blob"]), op.results[0].type
             deps[name] = join(deps[name], t) if name in deps else t
     return deps
+
+
+def _fingerprint(ws, names) -> tuple:
+    """What decides the type of each blob of ``names`` in ``ws`` (its value's class, dtype
+    and shape; None when absent, "created" when empty): equal fingerprints, equal types. A rerun of
+    a compiled runnable compares these instead of building its loads' types again."""
+    blobs = ws.blobs
+    out = []
+    for n in names:
+        c = blobs.get(n)
+        v = None if c is None else c.v
+        out.append(None if c is None else "created" if v is None else
+                   (type(v), getattr(v, "dtype", None), getattr(v, "shape", None)))
+    return tuple(out)
 
 
 def _still_valid(deps: dict, existing: dict) -> bool:

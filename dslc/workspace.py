@@ -70,7 +70,7 @@ class Workspace(_rt.Workspace):
     def session(self, backend: str | None = None, **options):
         """The LocalSession that runs nets in this workspace on ``backend`` (one per backend
         and options, so that a net run again reuses its compiled plan)."""
-        key = (backend, tuple(sorted(options.items())))
+        key = (backend, tuple(sorted(options.items())) if options else ())
         if self._sessions is None:
             self._sessions = {}
         got = self._sessions.get(key)
@@ -117,12 +117,15 @@ class Workspace(_rt.Workspace):
 
     def run_net(self, name, num_iter: int = 1) -> bool:
         """Run a net made with ``create_net`` ``num_iter`` times."""
-        net = (self._nets or {}).get(_net_name(name))
+        net = (self._nets or {}).get(name if type(name) is str else _net_name(name))
         if net is None:
             raise DSLError(f"no net named {_net_name(name)!r} was created in this workspace", user_location(),
                            "create it first: workspace.CreateNet(net)")
+        session, group = self.session(), _bare_group(net)
+        if not session._open:
+            session = self._sessions[(None, ())] = _new_session(self, None)
         for _ in range(num_iter):
-            self.session().run(_bare_group(net))
+            session._run(group)  # (session.run's checks hold for a created net: run it directly)
         return True
 
     @property
@@ -191,11 +194,13 @@ _bare_groups: dict[int, tuple] = {}  # id(runnable) -> (runnable, its group); ke
 
 def _bare_group(runnable):
     """The TaskGroup a workspace runs ``runnable`` as: a GLOBAL task without Caffe2's dummy output."""
+    got = _bare_groups.get(id(runnable))
+    if got is not None and got[0] is runnable:  # (a created net run again: before any import)
+        return got[1]
     from dslc.session import Session
     from dslc.task import BareTask, TaskGroup, WorkspaceType
     if isinstance(runnable, TaskGroup):
         return runnable
-    got = _bare_groups.get(id(runnable))
     if got is None or got[0] is not runnable:
         group = Session.wrap(runnable, WorkspaceType.GLOBAL, BareTask)
         got = _bare_groups[id(runnable)] = (runnable, group)

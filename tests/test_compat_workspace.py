@@ -229,3 +229,21 @@ def test_net_attributes_caffe2_code_reaches_for():
     net.Add([a, b], "c")
     assert [str(a), str(b)] == ["s/a", "s/b"] and list(net.Proto().external_input) == ["s/a", "s/b"]
     assert net._net.op[-1].type == "Add"  # (Caffe2's attribute for the NetDef)
+
+
+def test_a_created_net_run_again_sees_a_blob_fed_with_another_shape_or_dtype():
+    """RunNet reruns the compiled net while the blobs it loads keep their dtype and shape,
+    and compiles again when one changes."""
+    workspace.FeedBlob("x", np.array([1.0, -2.0], np.float32))
+    net = core.Net("again")
+    net.Relu(["x"], "y")
+    workspace.CreateNet(net)
+    workspace.RunNet("again")
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), [1.0, 0.0])
+    workspace.FeedBlob("x", np.array([-1.0, 3.0], np.float32))  # same type: the same program
+    workspace.RunNet("again")
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), [0.0, 3.0])
+    workspace.FeedBlob("x", np.array([[2.0, -1.0, 5.0]], np.float64))  # another shape and dtype
+    workspace.RunNet("again", 2)
+    got = workspace.FetchBlob("y")
+    assert got.dtype == np.float64 and got.tolist() == [[2.0, 0.0, 5.0]]

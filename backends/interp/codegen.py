@@ -31,7 +31,7 @@ PLAN_OPS = ("parallel", "scope", "reporting")
 class RegionCode:
     """A compiled region: its function, the blobs it binds, its per-instance op makers."""
 
-    __slots__ = ("fn", "names", "eager", "makers", "filename", "line_ops", "source", "__weakref__")
+    __slots__ = ("fn", "names", "eager", "makers", "filename", "line_ops", "source", "empty", "__weakref__")
 
     def bind(self, ws, inst) -> "Bound":
         """Resolve the region's blobs in ``ws`` (creating missing ones) and build op state."""
@@ -286,6 +286,9 @@ class Emitter:
         code.names = list(self.blobs)
         code.eager = self.eager
         code.makers = self.makers
+        # (nothing to bind or run: the executor skips it, e.g. a plain net's empty task phases)
+        code.empty = not self.blobs and not self.eager and not self.makers and \
+            all(text.strip() == "pass" for text, _ in self.body)
         code.filename = filename
         code.source = source
         code.line_ops = {len(head) + i + 1: op for i, (_, op) in enumerate(self.body) if op is not None}

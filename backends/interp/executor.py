@@ -126,6 +126,7 @@ class _Task:
         self.global_ws = op.attrs["workspace"] == "global"
         self.init, ii, body, ie, self.exit = (compile_fn(r) for r in op.regions)
         self.instance_parts = (ii, body, ie)
+        self.nonempty_parts = tuple(c for c in self.instance_parts if not c.empty)
 
 
 class Executor:
@@ -156,9 +157,13 @@ class Executor:
         # a run started here owns all its threads, so it can tell when they are all stuck
         token = token or CancelToken(Watch())
         for init, tasks, reporters, exit_ in self.groups:
+            if init.empty and exit_.empty and not reporters and len(tasks) == 1:
+                self.run_task(tasks[0], root, token)  # (a plain net's group: its one task)
+                continue
             rt = Run(token, self, None)
             inst = Instance(root, None, self.cfg)
-            self.call(init.bind(root, inst), rt, root)
+            if not init.empty:
+                self.call(init.bind(root, inst), rt, root)
 
             def run_tasks(tok, tasks=tasks):
                 self.concurrently([lambda t, task=task: self.run_task(task, root, t) for task in tasks], tok)
@@ -168,20 +173,24 @@ class Executor:
                                     rt, root)
             else:
                 run_tasks(token)
-            self.call(exit_.bind(root, inst), rt, root)
+            if not exit_.empty:
+                self.call(exit_.bind(root, inst), rt, root)
 
     def run_task(self, task: _Task, root: Workspace, token: CancelToken) -> None:
         ws = root if task.global_ws else Workspace(root)
         inst = Instance(ws, task.name, self.cfg)
         rt = Run(token, self, task.name)
-        init, exit_ = task.init.bind(ws, inst), task.exit.bind(ws, inst)
+        init = None if task.init.empty else task.init.bind(ws, inst)
+        exit_ = None if task.exit.empty else task.exit.bind(ws, inst)
         if task.instances == 1:
-            parts = [c.bind(ws, inst) for c in task.instance_parts]
-            self.call(init, rt, ws)
+            parts = [c.bind(ws, inst) for c in task.nonempty_parts]
+            if init is not None:
+                self.call(init, rt, ws)
             for p in parts:
                 self.call(p, rt, ws)
         else:
-            self.call(init, rt, ws)
+            if init is not None:
+                self.call(init, rt, ws)
 
             def one(tok):
                 iws = Workspace(ws)
@@ -192,7 +201,8 @@ class Executor:
                     self.call(p, irt, iws)
 
             self.concurrently([one] * task.instances, token)
-        self.call(exit_, rt, ws)
+        if exit_ is not None:
+            self.call(exit_, rt, ws)
 
     # --- nested plan ops
     def run_child(self, child: ChildPlan, ws: Workspace, rt: Run) -> None:

@@ -14,7 +14,28 @@ import numpy as np
 
 def ieee():
     """A context in which numpy's overflow, divide and invalid warnings are silent."""
+    if _IEEE is not None:
+        return _Ieee()
     return np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore")
+
+
+try:  # numpy's error state is a context variable: setting it to a state made once is
+    # np.errstate without rebuilding that state at every run (a net run per Python loop
+    # iteration pays this each time)
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+    _IEEE = _make_extobj(over="ignore", divide="ignore", invalid="ignore", under="ignore")
+except (ImportError, TypeError):  # (another numpy: np.errstate)
+    _IEEE = None
+
+
+class _Ieee:
+    __slots__ = ("token",)
+
+    def __enter__(self):
+        self.token = _extobj_contextvar.set(_IEEE)
+
+    def __exit__(self, *exc):
+        _extobj_contextvar.reset(self.token)
 
 
 def user_numpy():
