@@ -217,3 +217,37 @@ def test_row_wise_adam_keeps_one_second_moment_per_embedding_row():
     np.testing.assert_array_equal(after[[0, 2, 3, 5]], before[[0, 2, 3, 5]])  # rows not read stay
     assert not np.allclose(after[[1, 4]], before[[1, 4]])
     del brew
+
+
+@DEVICES
+def test_summarize_and_unique_match_caffe2(do):
+    (y,) = _run(do, "Summarize", {"x": np.array([3.0, -1.0, 2.0, 8.0], np.float32)})
+    np.testing.assert_allclose(y, [-1.0, 8.0, 3.0, 3.7416574954986572], rtol=1e-6)  # Caffe2
+    u, r = _run(do, "Unique", {"i": np.array([5, 3, 5, 1, 3, 9], np.int64)}, ("u", "r"))
+    assert u.tolist() == [1, 3, 5, 9] and r.tolist() == [2, 1, 2, 0, 1, 3] and r.dtype == np.int32  # Caffe2
+    (u2,) = _run(do, "Unique", {"i2": np.array([2, 2, 7], np.int32)})
+    assert u2.tolist() == [2, 7] and u2.dtype == np.int32  # Caffe2
+    with pytest.raises(DSLError) as err:
+        _run(do, "Summarize", {"e": np.zeros(0, np.float32)})
+    assert "empty" in str(err.value)
+
+
+@DEVICES
+def test_pow_of_a_tensor_exponent_matches_caffe2(do):
+    (y,) = _run(do, "Pow", {"a": np.array([1.5, 2.0, 0.5], np.float32), "e": np.array([2.0, 0.5, 3.0], np.float32)})
+    np.testing.assert_allclose(y, [2.25, 1.4142135381698608, 0.125], rtol=1e-6)  # Caffe2
+    (y,) = _run(do, "Pow", {"a": np.array([[1.5, 2.0], [0.5, 3.0]], np.float32), "e": np.array([2.0], np.float32)},
+                broadcast=1)
+    np.testing.assert_allclose(y, [[2.25, 4.0], [0.25, 9.0]], rtol=1e-6)  # Caffe2
+
+
+class TestPowGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_both_inputs(self, gc, dc):
+        x = np.array([[0.5, 1.5, 2.0], [1.2, 0.8, 3.0]], np.float32)
+        for e in (np.array([[2.0, 0.5, 1.5], [3.0, 1.0, 0.25]], np.float32), np.array([1.5, 2.0, 0.5], np.float32)):
+            op = core.CreateOperator("Pow", ["x", "e"], ["y"])
+            self.assertDeviceChecks(dc, op, [x, e], [0])
+            for k in (0, 1):
+                self.assertGradientChecks(gc, op, [x, e], k, [0], stepsize=0.005, threshold=0.01)

@@ -45,8 +45,11 @@ def _save(op, cfg):
 
 @kernel("Load", per_instance=True)
 def _load(op, cfg):
+    from dslc.ir.ops.dbinput import DBREADER
     a = op.attrs
-    paths = [_path(p, bool(a["absolute_path"])) for p in (list(a["dbs"]) or [a["db"]])]
+    # Caffe2's Load([reader], ...): the db a CreateDB reader opened, named at run time
+    from_reader = len(op.operands) == 1 and op.operands[0].type == DBREADER
+    paths = [] if from_reader else [_path(p, bool(a["absolute_path"])) for p in (list(a["dbs"]) or [a["db"]])]
     outs = list(a["output_names"])
     wanted = list(a["source_blob_names"]) or outs  # names as they were stored (before prefixes)
     renames = bool(a["strip_prefix"] or a["add_prefix"])
@@ -55,32 +58,35 @@ def _load(op, cfg):
     def blob_name(key: str) -> str:
         return a["add_prefix"] + stripped(key, a["strip_prefix"])
 
-    def read_all() -> dict:
+    def read_all(reader=None) -> dict:
         """name -> value for every wanted name found, over all the dbs."""
-        db = blobdb.get(a["db_type"])
+        db = blobdb.get(a["db_type"] if reader is None else reader.db_type)
+        paths_now = paths if reader is None else [reader.path]
         found: dict = {}
-        for path in paths:
-            if a["load_all"] or renames or partial or len(paths) > 1:
+        for path in paths_now:
+            if a["load_all"] or renames or partial or len(paths_now) > 1:
                 keys = {blob_name(k): k for k in db.keys(path)}
                 pick = list(keys) if a["load_all"] else [w for w in wanted if w in keys]
             else:
                 keys, pick = {w: w for w in wanted}, wanted
             dup = next((w for w in pick if w in found), None)
             if dup is not None:
-                raise DSLError(f"blob {dup!r} is in more than one of the checkpoints {paths}",
+                raise DSLError(f"blob {dup!r} is in more than one of the checkpoints {paths_now}",
                                hint="load each blob from one checkpoint only")
             got = db.read(path, [keys[w] for w in pick])
             found.update((w, got[keys[w]]) for w in pick)
         if not partial and not a["load_all"]:
             lost = [w for w in wanted if w not in found]
             if lost:
-                raise blobdb.MissingBlobError(f"no checkpoint of {paths} has blob {lost[0]!r}",
+                raise blobdb.MissingBlobError(f"no checkpoint of {paths_now} has blob {lost[0]!r}",
                                               hint="pass allow_incomplete=True to skip blobs it lacks")
         return found
 
     def make(inst):
         def load(*kept):
-            found = read_all()
+            reader = kept[0] if from_reader else None
+            kept = () if from_reader else kept
+            found = read_all(reader)
             if a["load_all"]:
                 for name, value in found.items():
                     inst.ws.cell(name).v = value
@@ -97,7 +103,20 @@ def _load(op, cfg):
 def _create_db(op, cfg):
     from dslc.backends.runtime.dbreader import KeyValueReader
     a = op.attrs
-    return lambda: KeyValueReader(_path(a["db"], os.path.isabs(a["db"])), a["db_type"])
+    path = _path(a["db"], os.path.isabs(a["db"]))
+    if a["db_type"] in ("lmdb", "leveldb"):  # (record by record, for TensorProtosDBInput)
+        return lambda: KeyValueReader(path, a["db_type"])
+    blobdb.get(a["db_type"])  # (an unknown type fails here, naming the known ones)
+    return lambda: DBHandle(path, a["db_type"])
+
+
+class DBHandle:
+    """What CreateDB gives for a db of blobs (minidb): its path and type, for a Load to read."""
+
+    handle_kind = "dbreader"
+
+    def __init__(self, path, db_type):
+        self.path, self.db_type = path, db_type
 
 
 @kernel("TensorProtosDBInput")

@@ -143,7 +143,15 @@ for _name, _fn in FUNCTIONS.items():
 
 def _results(out, n: int):
     """The first ``n`` of a kernel's results (a tuple; a single array is one result)."""
-    return out[:n] if isinstance(out, tuple) else out
+    if not isinstance(out, tuple):
+        return out
+    return out[0] if n == 1 else out[:n]
+
+
+@kernel("Unique")
+def _unique(op, cfg):  # (the remapping only when named)
+    n = len(op.results)
+    return lambda x: _results(utility.unique(x), n)
 
 
 @kernel("Adam")

@@ -620,7 +620,12 @@ ACTIVATION_FORMS = {
 }
 
 
+ACTIVATION_ARITY = {"Pow": (0,)}  # the forms' operand counts where the op takes more (Pow(X, E))
+
+
 def _activation(op, a):
+    if len(op.operands) != len(ACTIVATION_ARITY.get(op.name, op.operands)):  # (Pow of a tensor exponent)
+        return None
     dt = _dt(op)
     if dt not in NP or dt in ("bool",) or not dt.startswith("f"):
         return None

@@ -25,6 +25,8 @@ class DBReaderError(DSLError):
 class KeyValueReader:
     """The records of one database, read in key order, going round after the last."""
 
+    handle_kind = "dbreader"
+
     def __init__(self, path: str, db_type: str):
         self.path, self.db_type = path, db_type
         self._lock = threading.Lock()

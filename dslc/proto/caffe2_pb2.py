@@ -180,6 +180,24 @@ _SCHEMA = [
         ("optional", "float_format", 3, "FloatFormat"),
     ], enums={"FloatFormat": ["FLOAT_DEFAULT", "FLOAT_PROTOBUF", "FLOAT_BFLOAT16"]}),
     Message("SerializationOptions", [("repeated", "options", 1, "BlobSerializationOptions")]),
+    # metanet.proto's messages (a predictor's nets and blob lists: dslc/predictor/), in
+    # package caffe2 as there, so they serialize as Caffe2's
+    Message("ModelInfo", [
+        ("optional", "project", 1, "string"), ("optional", "modelClass", 2, "string"),
+        ("optional", "version", 3, "string"), ("optional", "predictorType", 4, "string", "SINGLE_PREDICTOR"),
+        ("optional", "modelId", 5, "string"),
+    ]),
+    Message("BlobsMap", [("required", "key", 1, "string"), ("repeated", "value", 2, "string")]),
+    Message("NetsMap", [("required", "key", 1, "string"), ("required", "value", 2, "NetDef")]),
+    Message("PlansMap", [("required", "key", 1, "string"), ("required", "value", 2, "PlanDef")]),
+    Message("StringMap", [("required", "key", 1, "string"), ("required", "value", 2, "string")]),
+    Message("MetaNetDef", [
+        ("repeated", "blobs", 1, "BlobsMap"), ("repeated", "nets", 2, "NetsMap"),
+        ("optional", "modelInfo", 3, "ModelInfo"), ("repeated", "plans", 4, "PlansMap"),
+        ("repeated", "applicationSpecificInfo", 5, "StringMap"), ("repeated", "blobsOrder", 6, "string"),
+        ("repeated", "preLoadBlobs", 7, "string"), ("optional", "tensorBoundShapes", 8, "TensorBoundShapes"),
+        ("repeated", "requestOnlyEmbeddings", 9, "string"), ("optional", "aotConfig", 10, "AOTConfig"),
+    ]),
 ]
 
 _built = build("caffe2", "caffe2/proto/caffe2.proto", {"DeviceTypeProto": _DEVICE_TYPES}, _SCHEMA)
@@ -205,6 +223,8 @@ BlobProto = _built["BlobProto"]
 DBReaderProto = _built["DBReaderProto"]
 BlobSerializationOptions = _built["BlobSerializationOptions"]
 SerializationOptions = _built["SerializationOptions"]
+ModelInfo, BlobsMap, NetsMap = _built["ModelInfo"], _built["BlobsMap"], _built["NetsMap"]
+PlansMap, StringMap, MetaNetDef = _built["PlansMap"], _built["StringMap"], _built["MetaNetDef"]
 DESCRIPTOR = TensorProto.DESCRIPTOR.file
 
 DeviceTypeProto = EnumTypeWrapper(_built["DeviceTypeProto"])

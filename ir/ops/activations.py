@@ -16,6 +16,8 @@ import numpy as np
 
 from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import ELEMENTWISE, PURE, declare, type_error
+from ..types import FLOAT_DTYPES
+from .infer import binary_shape, elementwise
 from .nn import floats
 
 
@@ -29,6 +31,15 @@ class Activation:
     backward: Callable    # numpy: g(*grad_inputs, **attrs) -> dX
     attrs: dict = field(default_factory=dict)
     elementwise: bool = True  # False: fusion leaves it alone (no numba scalar form)
+
+
+def _pow(x, e=None, exponent=1.0, broadcast=0, axis=-1):
+    if e is None:
+        return np.power(x, exponent)
+    if broadcast:  # (Caffe2's legacy broadcast: E's dims line up from ``axis``)
+        from .numeric import legacy_align
+        e = legacy_align(x, e, int(axis))
+    return np.power(x, e)
 
 
 def _where(cond, a, b):
@@ -78,9 +89,10 @@ ACTIVATIONS = [
                lambda x, dy: dy / (1 + x)),
     Activation("Sin", "y = sin(x)", np.sin, ("X", "dY"), "dX = dY cos(x)", lambda x, dy: dy * np.cos(x)),
     Activation("Cos", "y = cos(x)", np.cos, ("X", "dY"), "dX = -dY sin(x)", lambda x, dy: -(dy * np.sin(x))),
-    Activation("Pow", "y = x^exponent", lambda x, exponent: np.power(x, exponent),
+    Activation("Pow", "y = x^exponent, or x^E for a second input E (broadcast)", lambda *xs, **a: _pow(*xs, **a),
                ("X", "dY"), "dX = dY exponent x^(exponent - 1)",
-               lambda x, dy, exponent: dy * exponent * np.power(x, exponent - 1), {"exponent": 1.0}),
+               lambda x, dy, exponent, **_: dy * exponent * np.power(x, exponent - 1),
+               {"exponent": 1.0, "broadcast": 0, "axis": -1}),
     Activation("Gelu", "y = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2",
                lambda x: x * (1 + _erf(x / np.sqrt(2))) / 2,
                ("dY", "X"), "dX = dY (Phi(x) + x phi(x))",
@@ -103,8 +115,11 @@ FUNCTIONS: dict = {}  # op name -> its numpy semantics (the interpreter's kernel
 
 def _declare(a: Activation) -> None:
     traits = {PURE, ELEMENTWISE} if a.elementwise else {PURE}
-    declare(a.name, 1, lambda t, at, n, _n=a.name: [floats(_n, t)[0]], attrs=dict(a.attrs), traits=traits,
-            doc=a.doc)
+    if a.name == "Pow":  # (Caffe2's Pow also takes its exponent as a tensor)
+        declare(a.name, (1, 2), _infer_pow, attrs=dict(a.attrs), traits=traits, doc=a.doc)
+    else:
+        declare(a.name, 1, lambda t, at, n, _n=a.name: [floats(_n, t)[0]], attrs=dict(a.attrs), traits=traits,
+                doc=a.doc)
     grad = a.name + "Gradient"
     arity = len(a.grad_inputs)
     declare(grad, arity, lambda t, at, n, _g=grad: [floats(_g, t)[0]],
@@ -114,8 +129,37 @@ def _declare(a: Activation) -> None:
 
     @gradient(a.name)
     def make(g):
+        if len(g.I) == 2:  # Pow(X, E)
+            return _pow_grad(g)
         pick = {"X": g.I[0], "Y": g.O[0], "dY": g.GO[0]}
         return [GradOp(grad, [pick[k] for k in a.grad_inputs], [g.GI[0]], g.pick(*a.attrs))]
+
+
+def _infer_pow(types, attrs, n):
+    if len(types) == 1:
+        return [floats("Pow", types)[0]]
+    floats("Pow", types)
+    return elementwise("Pow", types, FLOAT_DTYPES, "float", shape_rule=binary_shape(attrs))
+
+
+def _pow_grad(g):
+    """Pow(X, E): dX = dY E X^(E - 1), dE = dY Y log(X), each summed back to its operand's shape."""
+    bc = g.pick("broadcast", "axis")
+    x, e, y, dy = g.I[0], g.I[1], g.O[0], g.GO[0]
+
+    def tmp(what):
+        return f"{g.GI[0] or g.GI[1]}_pow_{what}"
+    ops = [GradOp("ConstantFill", [e], [tmp("one")], {"value": 1.0}),
+           GradOp("Sub", [e, tmp("one")], [tmp("em1")]),
+           GradOp("Pow", [x, tmp("em1")], [tmp("xpow")], bc),
+           GradOp("Mul", [tmp("xpow"), e], [tmp("slope")], bc),
+           GradOp("Mul", [dy, tmp("slope")], [tmp("dx")]),
+           GradOp("SumReduceLike", [tmp("dx"), x], [g.GI[0]]),
+           GradOp("Log", [x], [tmp("logx")]),
+           GradOp("Mul", [y, tmp("logx")], [tmp("ylog")]),
+           GradOp("Mul", [dy, tmp("ylog")], [tmp("de")]),
+           GradOp("SumReduceLike", [tmp("de"), e], [g.GI[1]], bc)]
+    return ops
 
 
 for _a in ACTIVATIONS:

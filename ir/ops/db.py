@@ -53,13 +53,15 @@ def _save(types, attrs, n):
 
 def _load(types, attrs, n):
     _names("Load", "output_names", attrs["output_names"], n)
-    if types and (len(types) != n or not attrs["allow_incomplete"]):
+    from .dbinput import DBREADER
+    reader = len(types) == 1 and types[0] == DBREADER  # (Caffe2's Load([reader], ...): the db it reads)
+    if types and not reader and (len(types) != n or not attrs["allow_incomplete"]):
         type_error(f"Load takes no inputs (it has {len(types)})",
                    "list the blobs to load as its outputs: ops.Load([], [names...], db=...)")
     if attrs["source_blob_names"]:
         _names("Load", "source_blob_names", attrs["source_blob_names"], n)
-    if not attrs["db"] and not attrs["dbs"]:
-        type_error("Load needs a db name", "pass db='path/to/checkpoint' (or dbs=[...])")
+    if not attrs["db"] and not attrs["dbs"] and not reader:
+        type_error("Load needs a db name", "pass db='path/to/checkpoint' (or dbs=[...], or a CreateDB reader)")
     if attrs["load_all"] and n:
         type_error("Load with load_all=1 takes no outputs: it loads every blob under its stored name",
                    "drop the outputs, or drop load_all and list the blobs to load")

@@ -165,5 +165,46 @@ def diagonal_fill(*x, shape=None, value=0.0, dtype=1):
     return out
 
 
-FUNCTIONS = {"OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
+# Summarize and Unique (statistics of a tensor; deduplicated indices)
+def _summarize(types, attrs, n):
+    (x,) = tensors("Summarize", types)
+    return [TensorType(x.dtype, (4,))]
+
+
+declare("Summarize", 1, _summarize, attrs={"to_file": 0}, traits={PURE},
+        doc="Y = [min, max, mean, standard deviation (n - 1)] of X's elements (X not empty)")
+no_gradient("Summarize")
+
+
+def _unique(types, attrs, n):
+    (x,) = tensors("Unique", types)
+    indices("Unique", x, "indices")
+    if x.shape is not None and len(x.shape) != 1:
+        type_error(f"Unique takes a vector of indices, got {list(x.shape)}", "flatten it first")
+    return [TensorType(x.dtype, (None,)), TensorType("i32", x.shape)][:n]
+
+
+declare("Unique", 1, _unique, results=(1, 2), traits={PURE},
+        doc="(the distinct values of INDICES, sorted[, each element's position among them, int32])")
+no_gradient("Unique")
+
+
+class SummarizeError(ValueError):
+    """Summarize of an empty tensor (no statistics to give)."""
+
+
+def summarize(x, to_file=0):
+    v = x.astype(np.float64).reshape(-1)
+    if v.size == 0:
+        raise SummarizeError("Summarize of an empty tensor: it has no minimum or mean")
+    std = float(np.std(v, ddof=1)) if v.size > 1 else 0.0
+    return np.array([v.min(), v.max(), v.mean(), std], dtype=x.dtype)
+
+
+def unique(x):
+    values, inverse = np.unique(x, return_inverse=True)
+    return values.astype(x.dtype, copy=False), inverse.astype(np.int32).reshape(x.shape)
+
+
+FUNCTIONS = {"Summarize": summarize, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
              "LengthsRangeFill": lengths_range_fill, "LengthsToShape": lengths_to_shape, "DiagonalFill": diagonal_fill}
