@@ -225,6 +225,93 @@ class RmsPropOptimizer(Optimizer):
         net.MomentumSGDUpdate([grad_o, mom, lr, param], [grad_o, mom, param])
 
 
+def _unsupported(**options):
+    """Options of Caffe2's optimizers that need operators dslc lacks (LARS, EMA): refused at
+    the user's line rather than ignored."""
+    for name, value in options.items():
+        if value:
+            raise OptimizerError(f"{name} is not supported (dslc has no {'Lars' if name == 'lars' else 'EMA'} "
+                                 "operator yet)", user_location(3), f"drop {name}")
+
+
+class WngradOptimizer(Optimizer):
+    """WNGrad: one accumulator per parameter (``<param>_moment``, from ``moment_init``)."""
+
+    kind = "WngradOptimizer"
+
+    def __init__(self, alpha=1.0, epsilon=1e-9, policy="fixed", sparse_dedup_aggregator=None, engine="",
+                 moment_init=100.0, lars=None, output_effective_lr=False, output_effective_lr_and_update=False,
+                 **kwargs):
+        super().__init__(policy, **kwargs)
+        _unsupported(lars=lars)
+        self.alpha, self.epsilon, self.moment_init = alpha, epsilon, moment_init
+        self.outputs = 2 if output_effective_lr_and_update else 1 if output_effective_lr else 0
+
+    def update(self, model, param, grad):
+        lr, _ = self.build_lr(model, self.alpha)
+        b = model.param_init_net.ConstantFill([], f"{param}_moment", shape=[1], value=self.moment_init)
+        self._local(b)
+        if isinstance(grad, GradientSlice):
+            model.net.SparseWngrad([param, b, grad.indices, grad.values, lr], [param, b], epsilon=self.epsilon)
+            return
+        extra = [f"{param}_effective_lr", f"{param}_update"][:self.outputs]
+        model.net.Wngrad([param, b, grad, lr], [param, b] + extra, epsilon=self.epsilon)
+
+
+class StormOptimizer(Optimizer):
+    """STORM: a moment per element and a sum of squared gradients per parameter."""
+
+    kind = "StormOptimizer"
+
+    def __init__(self, lr=0.1, momentum=10.0, beta=0.1, grad_sq_init=0.01, policy="fixed",
+                 sparse_dedup_aggregator=None, lars=None, **kwargs):
+        super().__init__(policy, **kwargs)
+        _unsupported(lars=lars)
+        self.lr, self.momentum, self.beta, self.grad_sq_init = lr, momentum, beta, grad_sq_init
+
+    def update(self, model, param, grad):
+        lr, _ = self.build_lr(model, self.lr)
+        init = model.param_init_net
+        moment = init.ConstantFill([param], f"{param}_moment", value=0.0)
+        sq = init.ConstantFill([], f"{param}_grad_sq_sum", shape=[1], value=self.grad_sq_init)
+        self._local(moment, sq)
+        args = {"momentum": self.momentum, "beta": self.beta}
+        if isinstance(grad, GradientSlice):
+            model.net.SparseStorm([param, moment, sq, grad.values, grad.indices, lr], [param, moment, sq], **args)
+            return
+        model.net.Storm([param, moment, sq, grad, lr], [param, moment, sq], **args)
+
+
+class DecayAdagradOptimizer(Optimizer):
+    """Adagrad with a decaying first moment and weight decay (dense); SparseAdagrad for a
+    sparse gradient, as Caffe2's."""
+
+    kind = "DecayAdagradOptimizer"
+
+    def __init__(self, alpha=0.01, beta1=0.0, beta2=0.999, epsilon=0.1, weight_decay=0.0, ema_options=None,
+                 bias_correction_first=True, policy="fixed", engine="", **kwargs):
+        super().__init__(policy, **kwargs)
+        _unsupported(ema_options=ema_options)
+        self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
+        self.weight_decay, self.bias_correction_first = weight_decay, bias_correction_first
+
+    def update(self, model, param, grad):
+        lr, it = self.build_lr(model, self.alpha)
+        init = model.param_init_net
+        if isinstance(grad, GradientSlice):
+            s = init.ConstantFill([param], f"{param}_squared_sum", value=0.0)
+            self._local(s)
+            model.net.SparseAdagrad([param, s, grad.indices, grad.values, lr], [param, s], epsilon=self.epsilon)
+            return
+        m1 = init.ConstantFill([param], f"{param}_first_mo1ment", value=0.0)  # (Caffe2's spelling)
+        m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
+        self._local(m1, m2)
+        self._share(it)
+        model.net.DecayAdagrad([param, m1, m2, grad, lr, it], [param, m1, m2], beta1=self.beta1, beta2=self.beta2,
+                               epsilon=self.epsilon, weight_decay=self.weight_decay,
+                               bias_correction_first=int(bool(self.bias_correction_first)))
+
+
 class FtrlOptimizer(Optimizer):
     """FTRL-proximal: the step comes from the gradient's history (n, z), no learning rate."""
 
@@ -414,17 +501,31 @@ def build_adadelta(model, base_learning_rate, parameters=None, max_gradient_norm
 def _missing_op(name, op):
     def build(model, *args, **kwargs):
         raise OptimizerError(f"{name} needs the {op} operator, which dslc does not have yet", user_location(2),
-                             "use build_sgd, build_adagrad, build_adam, build_rms_prop, build_ftrl or "
-                             "build_adadelta")
+                             "use build_sgd, build_adagrad, build_adam, build_rms_prop, build_ftrl, "
+                             "build_adadelta, build_wngrad, build_storm or build_decay_adagrad")
     build.__name__ = name
     return build
 
 
 build_gftrl = _missing_op("build_gftrl", "GFtrl")
-build_wngrad = _missing_op("build_wngrad", "Wngrad")
 build_yellowfin = _missing_op("build_yellowfin", "YellowFin")
-build_storm = _missing_op("build_storm", "Storm")
-build_decay_adagrad = _missing_op("build_decay_adagrad", "DecayAdagrad")
+
+
+def build_wngrad(model, base_learning_rate, parameters=None, max_gradient_norm=None, allow_lr_injection=False,
+                 **kwargs):
+    return _build(model, WngradOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm,
+                  allow_lr_injection)
+
+
+def build_storm(model, base_learning_rate, parameters=None, max_gradient_norm=None, allow_lr_injection=False,
+                **kwargs):
+    return _build(model, StormOptimizer(lr=base_learning_rate, **kwargs), max_gradient_norm, allow_lr_injection)
+
+
+def build_decay_adagrad(model, base_learning_rate, parameters=None, max_gradient_norm=None,
+                        allow_lr_injection=False, **kwargs):
+    return _build(model, DecayAdagradOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm,
+                  allow_lr_injection)
 
 
 def add_weight_decay(model, weight_decay, one=ONE, wd="wd_0_0"):

@@ -251,3 +251,65 @@ class TestPowGradients(hu.HypothesisTestCase):
             self.assertDeviceChecks(dc, op, [x, e], [0])
             for k in (0, 1):
                 self.assertGradientChecks(gc, op, [x, e], k, [0], stepsize=0.005, threshold=0.01)
+
+
+P3 = np.array([[1.0, -2.0], [0.5, 3.0], [2.0, 1.0]], np.float32)
+G3 = np.array([[0.5, -1.0], [2.0, 0.25], [1.0, 1.0]], np.float32)
+ROWS = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32)
+IDX = np.array([2, 0], np.int64)
+LR = np.array([-0.1], np.float32)
+
+
+@DEVICES
+def test_wngrad_storm_and_decay_adagrad_match_caffe2(do):
+    b = np.array([0.5], np.float32)
+    p, bo, e, u = _run(do, "Wngrad", {"p": P3, "b": b, "g": G3, "lr": LR}, ("po", "bo", "e", "u"), epsilon=0.01)
+    np.testing.assert_allclose(p[0], [0.9019607901573181, -1.8039215803146362], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose([bo[0], e[0]], [14.838235855102539, -0.19607843458652496], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(u[1], [-0.3921568691730499, -0.04901960864663124], rtol=1e-6)  # Caffe2
+    p, bo = _run(do, "SparseWngrad", {"p": P3, "b": b, "i": IDX, "g": ROWS, "lr": LR}, ("p", "b"), epsilon=0.01)
+    np.testing.assert_allclose(p, [[0.6078431606292725, -2.0490195751190186], [0.5, 3.0],  # Caffe2
+                                   [1.9019607305526733, 1.1960784196853638]], rtol=1e-6)
+    np.testing.assert_allclose(bo, [11.125], rtol=1e-6)  # Caffe2: the sparse form divides by b alone
+    m, s = np.full((3, 2), 0.2, np.float32), np.array([0.5], np.float32)
+    p, mo, so = _run(do, "Storm", {"p": P3, "m": m, "s": s, "g": G3, "lr": LR}, ("po", "mo", "so"), momentum=2.0,
+                     beta=0.3)
+    np.testing.assert_allclose(p[1], [0.4896026849746704, 2.9900341033935547], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(mo[0], [0.20148609578609467, 0.19405564665794373], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(so, [7.8125], rtol=1e-6)  # Caffe2
+    p, mo, so = _run(do, "SparseStorm", {"p": P3, "m": m, "s": s, "g": ROWS, "i": IDX, "lr": LR}, ("p", "m", "s"),
+                     momentum=2.0, beta=0.3)
+    np.testing.assert_allclose(p, [[0.988472580909729, -2.0109548568725586], [0.5, 3.0],  # Caffe2
+                                   [1.9889633655548096, 0.9894541501998901]], rtol=1e-6)
+    np.testing.assert_allclose(so, [5.8125], rtol=1e-6)  # Caffe2
+    m1, m2 = np.full((3, 2), 0.1, np.float32), np.full((3, 2), 0.3, np.float32)
+    p, m1o, m2o = _run(do, "DecayAdagrad", {"p": P3, "m1": m1, "m2": m2, "g": G3, "lr": LR,
+                                            "it": np.array([4], np.int64)}, ("po", "m1o", "m2o"),
+                       beta1=0.8, beta2=0.9, epsilon=0.1, weight_decay=0.05, bias_correction_first=True)
+    np.testing.assert_allclose(p, [[0.9631887674331665, -1.975607991218567], [0.46465441584587097,  # Caffe2
+                                   2.957458972930908], [1.9564186334609985, 0.9614185690879822]], rtol=1e-6)
+    np.testing.assert_allclose(m2o[1], [4.300000190734863, 0.36250001192092896], rtol=1e-6)  # Caffe2
+
+
+@pytest.mark.parametrize("build, rate", [("build_wngrad", 20.0), ("build_storm", 1.0), ("build_decay_adagrad", 0.1)])
+def test_the_adaptive_optimizers_train(build, rate):
+    """A least-squares fit: each builder's updates bring the loss down."""
+    from dslc import brew, optimizer, workspace
+    from dslc.model_helper import ModelHelper
+    rng = np.random.RandomState(0)
+    x = rng.randn(32, 3).astype(np.float32)
+    y = (x @ np.array([[1.0], [-2.0], [0.5]], np.float32)).astype(np.float32)
+    model = ModelHelper(name=build)
+    pred = brew.fc(model, "x", "pred", dim_in=3, dim_out=1)
+    loss = model.net.AveragedLoss(model.net.SquaredL2Distance([pred, "y"], "d"), "loss")
+    model.AddGradientOperators([loss])
+    getattr(optimizer, build)(model, rate)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("y", y)
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.CreateNet(model.net)
+    losses = []
+    for _ in range(30):
+        workspace.RunNet(model.net)
+        losses.append(float(workspace.FetchBlob("loss")))
+    assert losses[-1] < 0.5 * losses[0]

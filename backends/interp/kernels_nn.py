@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import (activations, collective, conv, nn_grads, normalization, products, recurrent, reductions, segments,
+from dslc.ir.ops import (activations, adaptive, collective, conv, nn_grads, normalization, products, recurrent, reductions, segments,
                         utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
@@ -53,7 +53,7 @@ FUNCTIONS = {
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
-    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collective.FUNCTIONS,
+    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collective.FUNCTIONS, **adaptive.FUNCTIONS,
 }
 
 
@@ -146,6 +146,11 @@ def _results(out, n: int):
     if not isinstance(out, tuple):
         return out
     return out[0] if n == 1 else out[:n]
+
+
+@kernel("Wngrad")
+def _wngrad(op, cfg):  # (the effective learning rate and the update as outputs when named)
+    return bound(functools.partial(adaptive.wngrad, n_out=len(op.results)), op.attrs)
 
 
 @kernel("Unique")
