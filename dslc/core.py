@@ -31,6 +31,11 @@ from dslc.proto import caffe2_pb2
 from dslc.workspace import C  # Caffe2's core.C is its workspace.C
 
 
+def IsGPUDeviceType(device_type) -> bool:
+    """Whether a device type code is a GPU's (CUDA, HIP); dslc runs on neither."""
+    return device_type in (caffe2_pb2.CUDA, caffe2_pb2.HIP)
+
+
 def InferOpBlobDevicesAsDict(op) -> tuple[dict, dict]:
     """({input: device option}, {output: device option}): every blob of ``op`` on its device."""
     option = op.device_option if op.HasField("device_option") else caffe2_pb2.DeviceOption()

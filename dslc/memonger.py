@@ -165,6 +165,51 @@ def compute_interference_graph(ops) -> nx.DiGraph:
     return g
 
 
+def topological_sort_traversal(g) -> list:
+    """The ops of an interference graph in an order that respects its edges."""
+    return list(nx.topological_sort(g))
+
+
+def topological_sort_traversal_longest_path(g) -> list:
+    """A topological order starting the longest chains first: sources by the length of
+    their longest path to a sink, then each source's descendants, so values live shorter."""
+    depth: dict = {}
+    for n in reversed(list(nx.topological_sort(g))):
+        depth[n] = 1 + max((depth[s] for s in g.successors(n)), default=0)
+    rank: dict = {}
+    for src in sorted((n for n in g if g.in_degree(n) == 0), key=lambda n: (-depth[n], n)):
+        for n in [src] + sorted(nx.descendants(g, src)):
+            rank.setdefault(n, len(rank))
+    return list(nx.lexicographical_topological_sort(g, key=lambda n: rank[n]))
+
+
+def release_blobs_when_used(netproto, dont_free_blobs, selector_fun=None):
+    """A copy of ``netproto`` with a ``Free`` op after the last read of each blob the net
+    makes and reads, but for its external outputs, ``dont_free_blobs``, blobs an Alias reads,
+    and those ``selector_fun`` refuses. (dslc frees a value once nothing reads it anyway;
+    the Free ops make that visible in the net, as Caffe2's memory managers need it.)"""
+    netproto = copy.deepcopy(netproto)
+    read, made, aliased = set(), set(), set()
+    for op in netproto.op:
+        if op.type == "Alias":
+            aliased.add(op.input[0])
+            continue
+        read.update(op.input)
+        made.update(o for o in op.output if o not in read and (selector_fun is None or selector_fun(o)))
+    free = (made & read) - set(netproto.external_output) - set(dont_free_blobs) - aliased
+    ops = list(netproto.op)
+    out = []
+    for op in reversed(ops):  # (walking back: the first read met is the last one)
+        after = [b for b in op.input if b in free]
+        for b in after:
+            free.discard(b)
+        out.extend(caffe2_pb2.OperatorDef(type="Free", input=[b], output=[b]) for b in reversed(after))
+        out.append(op)
+    del netproto.op[:]
+    netproto.op.extend(reversed(out))
+    return netproto
+
+
 # ----------------------------------------------------------------------------- the optimizers
 
 def _share(netproto, shareable, fixed, namescope: str):

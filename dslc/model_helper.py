@@ -120,6 +120,27 @@ class ModelHelper:
         self.AddParameter(info.blob, tags)
         return info.blob
 
+    def GetCompleteNet(self):
+        """One net: the init net's ops (marked ``/param_init_net`` in their debug_info), then
+        the training net's; ``ConstructInitTrainNetfromNet`` splits it back."""
+        complete = self.param_init_net.Clone(self.name + "_complete_net", keep_schema=True)
+        for op in complete.Proto().op:
+            op.debug_info = op.debug_info + "/param_init_net"
+        complete.AppendNet(self.net)
+        if self.net.Proto().HasField("type"):  # (the training net's execution type)
+            complete.Proto().type = self.net.Proto().type
+        return complete
+
+    def ConstructInitTrainNetfromNet(self, net):
+        """This model's init and training nets, from a net ``GetCompleteNet`` made."""
+        ops = list(net.Proto().op)
+        init = [k for k, op in enumerate(ops) if op.debug_info.endswith("/param_init_net")]
+        train = [k for k, op in enumerate(ops) if not op.debug_info.endswith("/param_init_net")]
+        self.param_init_net = net.Clone(net.Name() + "/generated_param_init_net", keep_schema=True,
+                                        op_id_mask=init, update_external_list=True)
+        self.net = net.Clone(net.Name() + "/generated_net", keep_schema=True, op_id_mask=train,
+                             update_external_list=True)
+
     def get_param_info(self, param):
         return self._parameters_info.get(str(param))
 

@@ -53,6 +53,12 @@ def clone_net(net, name, blob_remap=None, op_id_mask=None, remap_funcs=None, kee
         new._output_record = _remapped_record(net._output_record, remap, new)
     if update_external_list:
         _recompute_external_lists(new)
+    if getattr(net, "_proto", None) is not None:  # the NetDef's other fields (type, arg, num_workers...)
+        rest = net._proto.__class__()
+        rest.CopyFrom(net._proto)
+        for field in ("name", "op", "external_input", "external_output"):
+            rest.ClearField(field)
+        new.Proto().MergeFrom(rest)
     return new
 
 

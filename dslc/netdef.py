@@ -113,6 +113,8 @@ def fill_op(msg, rec: OpRecord, name: str | None = None, in_net: bool = False):
         msg.device_option.CopyFrom(option)
     if extra.get("is_gradient_op"):
         msg.is_gradient_op = True
+    if extra.get("debug_info"):
+        msg.debug_info = extra["debug_info"]
     _remember(msg.SerializeToString(deterministic=True), rec)
     return msg
 
@@ -197,6 +199,8 @@ def op_record(msg, loc: Location | None) -> OpRecord:
         extra["control_input"] = list(msg.control_input)
     if msg.is_gradient_op:
         extra["is_gradient_op"] = True
+    if msg.debug_info:
+        extra["debug_info"] = msg.debug_info
     if msg.HasField("device_option"):
         option = caffe2_pb2.DeviceOption()
         option.CopyFrom(msg.device_option)

@@ -32,6 +32,42 @@ class Blob(_rt.Cell):
         self.v = _rt.to_value(value)
         return True
 
+    def serialize(self, name=None) -> bytes:
+        """This blob's value as Caffe2's BlobProto bytes (under ``name``)."""
+        from dslc import blob_serde
+        return blob_serde.serialize(str(name if name is not None else self.name), self.fetch())
+
+    def deserialize(self, serialized) -> None:
+        """Set this blob to the value of BlobProto bytes (``serialize``'s)."""
+        from dslc import blob_serde
+        self.feed(blob_serde.deserialize(serialized)[1])
+
+    def tensor(self):
+        """The value, to read and write in place (Caffe2's ``blob.tensor().data``)."""
+        return _Tensor(self)
+
+
+class _Tensor:
+    """``blob.tensor()``: ``data`` is the blob's own array (writes change the blob)."""
+
+    def __init__(self, blob):
+        self.blob = blob
+
+    @property
+    def data(self):
+        v = self.blob.v
+        if not isinstance(v, np.ndarray) or not v.flags.writeable:
+            v = self.blob.v = np.array(self.blob.fetch())
+        return v
+
+    def init(self, dims, dtype):
+        from dslc.ir.ops.infer import dtype_from_code
+        dt = dtype_from_code("Tensor.init", dtype)
+        if dt == "str":
+            raise RuntimeError("string tensors cannot be initialized from Python")
+        from dslc.ir.types import NUMPY_DTYPES
+        self.blob.v = np.zeros(tuple(dims), dtype=NUMPY_DTYPES[dt])
+
 
 class _Current:
     """``C.Workspace.current``: the current workspace, read from the class (Caffe2's static property)."""
@@ -425,6 +461,19 @@ def _value_of(cell, name):
 
 def FetchBlob(name):
     return _fetch(current(), name)
+
+
+def SerializeBlob(name) -> bytes:
+    """Blob ``name``'s value as Caffe2's BlobProto bytes."""
+    from dslc import blob_serde
+    return blob_serde.serialize(str(name), _fetch(current(), name))
+
+
+def DeserializeBlob(name, serialized) -> bool:
+    """Set blob ``name`` to the value of BlobProto bytes (``SerializeBlob``'s)."""
+    from dslc import blob_serde
+    current().feed(str(name), blob_serde.deserialize(serialized)[1])
+    return True
 
 
 def HasBlob(name) -> bool:

@@ -145,3 +145,26 @@ def test_greedy_assignment_by_hand():
     assert got == [[ranges[0], ranges[3]], [ranges[1], ranges[2]]]
     assert memonger.get_memory_usage(got) == 11
     assert memonger.get_memory_usage(memonger.compute_assignments_dp(ranges, None)) == 11
+
+
+def test_release_blobs_when_used_frees_each_made_blob_after_its_last_read():
+    from dslc import brew, memonger, model_helper
+    m = model_helper.ModelHelper(name="frees")
+    x = brew.fc(m, "data", "x", dim_in=2, dim_out=2)
+    y = brew.fc(m, x, "y", dim_in=2, dim_out=2)
+    z = brew.fc(m, x, "z", dim_in=2, dim_out=2)
+    u = brew.fc(m, y, "u", dim_in=2, dim_out=2)
+    m.net.Alias(["u"], ["u_alias"])
+    brew.sum(m, [z, u], "out")
+    net = memonger.release_blobs_when_used(m.net.Proto(), {"data"})
+    types = [(op.type, list(op.input)) for op in net.op]
+    # x is last read by z's FC, y by u's, z by the Sum; u is aliased, out never read
+    assert types.index(("Free", ["x"])) == [t for t, _ in types].index("FC") + 3
+    assert sorted(i[0] for t, i in types if t == "Free") == ["x", "y", "z"]
+    for k, (t, ins) in enumerate(types):
+        if t == "Free":
+            assert all(ins[0] not in later for _, later in types[k + 1:])
+    workspace.FeedBlob("data", np.ones((1, 2), np.float32))
+    workspace.RunNetOnce(m.param_init_net)
+    workspace.RunNetOnce(core.Net(net))
+    assert workspace.FetchBlob("x").size == 0 and workspace.FetchBlob("out").shape == (1, 2)

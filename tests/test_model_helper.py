@@ -81,3 +81,18 @@ def test_param_to_grad_before_gradients_is_an_error():
 def test_unknown_attribute():
     with pytest.raises(AttributeError):
         ModelHelper().NoSuchThing
+
+
+def test_a_complete_net_splits_back_into_init_and_training_nets():
+    from dslc import brew, model_helper
+    model = model_helper.ModelHelper(name="whole")
+    brew.fc(model, "x", "y", dim_in=3, dim_out=2)
+    model.net.Proto().type = "dag"
+    complete = model.GetCompleteNet()
+    assert [op.type for op in complete.Proto().op] == ["XavierFill", "ConstantFill", "FC"]
+    again = model_helper.ModelHelper(name="again")
+    again.ConstructInitTrainNetfromNet(complete)
+    assert [op.type for op in again.param_init_net.Proto().op] == ["XavierFill", "ConstantFill"]
+    assert [op.type for op in again.net.Proto().op] == ["FC"]
+    assert again.net.Proto().type == "dag"  # (the training net's execution type travels with it)
+    assert sorted(again.net.Proto().external_input) == ["x", "y_b", "y_w"]

@@ -87,10 +87,16 @@ def _load(op, cfg):
             reader = kept[0] if from_reader else None
             kept = () if from_reader else kept
             found = read_all(reader)
-            if a["load_all"]:
+            if a["load_all"]:  # (every blob by its stored name; the outputs' values returned)
                 for name, value in found.items():
-                    inst.ws.cell(name).v = value
-                return None
+                    if name not in outs:
+                        inst.ws.cell(name).v = value
+                if not outs:
+                    return None
+                lost = [o for o in outs if o not in found]
+                if lost:
+                    raise blobdb.MissingBlobError(f"no checkpoint of {paths or [reader.path]} has blob {lost[0]!r}")
+                return found[outs[0]] if len(outs) == 1 else tuple(found[o] for o in outs)
             # allow_incomplete: a blob the checkpoint lacks keeps its value (the operands)
             values = [found[w] if w in found else old for w, old in zip(wanted, kept or [None] * len(wanted))]
             return None if not values else values[0] if len(values) == 1 else tuple(values)

@@ -17,7 +17,9 @@ from __future__ import annotations
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 F = descriptor_pb2.FieldDescriptorProto
-LABELS = {"optional": F.LABEL_OPTIONAL, "required": F.LABEL_REQUIRED, "repeated": F.LABEL_REPEATED}
+# ("packed": a repeated scalar field written packed on the wire, as ``[packed = true]`` says)
+LABELS = {"optional": F.LABEL_OPTIONAL, "required": F.LABEL_REQUIRED, "repeated": F.LABEL_REPEATED,
+          "packed": F.LABEL_REPEATED}
 SCALARS = {
     "double": F.TYPE_DOUBLE, "float": F.TYPE_FLOAT, "int64": F.TYPE_INT64, "uint64": F.TYPE_UINT64,
     "int32": F.TYPE_INT32, "bool": F.TYPE_BOOL, "string": F.TYPE_STRING, "bytes": F.TYPE_BYTES,
@@ -85,6 +87,8 @@ def _message(md, m: Message, full: str, known: dict) -> None:
     scope = full.split(".", 1)[1]  # e.g. "TensorProto": names inside resolve against it first
     for label, name, number, ftype, *default in m.fields:
         fd = md.field.add(name=name, number=number, label=LABELS[label])
+        if label == "packed":
+            fd.options.packed = True
         if ftype in SCALARS:
             fd.type = SCALARS[ftype]
         else:

@@ -62,9 +62,6 @@ def _load(types, attrs, n):
         _names("Load", "source_blob_names", attrs["source_blob_names"], n)
     if not attrs["db"] and not attrs["dbs"] and not reader:
         type_error("Load needs a db name", "pass db='path/to/checkpoint' (or dbs=[...], or a CreateDB reader)")
-    if attrs["load_all"] and n:
-        type_error("Load with load_all=1 takes no outputs: it loads every blob under its stored name",
-                   "drop the outputs, or drop load_all and list the blobs to load")
     return [ANY] * n
 
 
@@ -84,7 +81,8 @@ declare("Load", (0, None), _load, results=(0, None), effects=R_DB,
                "allow_incomplete": 0, "load_all": 0, "keep_device": 0, "strip_prefix": "",
                "add_prefix": ""},
         doc="read blobs from checkpoint `db` (or each of `dbs`) into the outputs, every checksum "
-            "verified first; a missing blob is an error unless allow_incomplete")
+            "verified first; a missing blob is an error unless allow_incomplete; load_all: every blob "
+            "of the checkpoint, under its stored name (the outputs among them)")
 declare("DBExists", 0, _db_exists, effects=R_DB,
         attrs={"db_name": REQUIRED, **_WHERE},
         doc="bool scalar: is there a complete checkpoint `db_name` of `db_type`")

@@ -101,6 +101,23 @@ no_gradient("OneHot", "BatchOneHot", "Size", "Shape", "Range", "LengthsRangeFill
 OPS.alias("Alias", "Copy")  # (Caffe2's Alias shares the buffer; a value is a value here)
 
 
+def _free(types, attrs, n):
+    ts = tensors("Free", types)
+    if n != len(ts):
+        type_error(f"Free writes each input back emptied: {len(ts)} inputs, {n} outputs", "name the inputs as outputs")
+    return [TensorType(t.dtype, (0,)) for t in ts]
+
+
+declare("Free", (1, None), _free, results=(1, None), traits={PURE},
+        doc="each input emptied (a 0-element tensor of its dtype): memonger's release of a blob after its last read")
+no_gradient("Free")
+
+
+def free(*xs):
+    out = [np.zeros(0, dtype=np.asarray(x).dtype) for x in xs]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def one_hot(idx, size):
     idx = idx.astype(np.int64).reshape(-1)
     n = int(np.asarray(size).reshape(-1)[0])
@@ -206,5 +223,5 @@ def unique(x):
     return values.astype(x.dtype, copy=False), inverse.astype(np.int32).reshape(x.shape)
 
 
-FUNCTIONS = {"Summarize": summarize, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
+FUNCTIONS = {"Free": free, "Summarize": summarize, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
              "LengthsRangeFill": lengths_range_fill, "LengthsToShape": lengths_to_shape, "DiagonalFill": diagonal_fill}
