@@ -152,7 +152,7 @@ def iter_nets(item):
         if isinstance(it, Net):
             yield it
             continue
-        parts = getattr(it, "_items", None) or getattr(it, "_children", None) or ()
+        parts = getattr(it, "_items", None) or getattr(it, "_children", None) or getattr(it, "_steps", None) or ()
         extra_regions = getattr(it, "_extra_regions", None)  # If/While blocks only
         if extra_regions is not None:
             parts = list(parts) + list(extra_regions())

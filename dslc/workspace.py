@@ -100,7 +100,14 @@ class Workspace(_rt.Workspace):
             if backend is None and runnable.HasField("device_option"):
                 backend, options = devices.backend_of(runnable.device_option)
             runnable = _operator_net([runnable])
-        self.session(backend, **options).run(_bare_group(_as_net(runnable)))
+        runnable = _as_net(runnable)
+        self.session(backend, **options).run(_bare_group(runnable))
+        if not isinstance(runnable, str) and not hasattr(runnable, "_ops"):  # (a plan's nets: made here too)
+            from dslc.steps import iter_nets
+            if self._nets is None:
+                self._nets = {}
+            for net in iter_nets(runnable):
+                self._nets.setdefault(net.Name(), net)
         return True
 
     def session(self, backend: str | None = None, **options):
@@ -130,8 +137,8 @@ class Workspace(_rt.Workspace):
         name = _net_name(net)  # (a NetDef's own name, even if its Net is named apart)
         net = _as_net(net)
         if not hasattr(net, "_ops"):
-            raise DSLError(f"create_net needs a core.Net, got {type(net).__name__}", user_location(),
-                           "pass the Net object (run_net/RunNet take its name)")
+            raise NotANetError(f"create_net needs a core.Net, got {type(net).__name__}", user_location(),
+                               "pass the Net object (run_net/RunNet take its name)")
         if self._nets is None:
             self._nets = {}
         if name in self._nets and self._nets[name] is not net and not overwrite:
@@ -274,6 +281,56 @@ class WorkspaceError(DSLError, RuntimeError):
     """A workspace that does not exist (SwitchWorkspace without create_if_missing)."""
 
 
+class NotANetError(DSLError, TypeError):
+    """Something that is not a net where a net is needed (create_net of a string...)."""
+
+
+def GetBlobSizeBytes(name) -> int:
+    """The bytes blob ``name``'s value takes: its elements' size, and each string's length."""
+    v = _fetch(current(), name)
+    if isinstance(v, (bytes, str)):
+        return len(v)
+    arr = np.asarray(v)
+    if arr.dtype.kind in "OSU":  # (a string tensor: a pointer per element, then the text)
+        texts = [x if isinstance(x, (bytes, str)) else str(x) for x in arr.reshape(-1)]
+        return arr.size * 8 + sum(len(t) for t in texts)
+    return int(arr.nbytes)
+
+
+class _BackgroundPlan:
+    """``RunPlanInBackground``'s handle: whether the run is done, and whether it succeeded."""
+
+    def __init__(self, plan):
+        import threading
+        self._ok, self._error = None, None
+        ws = current()
+
+        def run():
+            try:
+                with current_as(ws):
+                    ws.run(plan)
+                self._ok = True
+            except Exception as e:  # (kept: is_succeeded() says False, error() gives it)
+                self._ok, self._error = False, e
+        self._thread = threading.Thread(target=run, daemon=True, name="dslc-background-plan")
+        self._thread.start()
+
+    def is_done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def is_succeeded(self) -> bool:
+        self._thread.join()
+        return bool(self._ok)
+
+    def error(self):
+        return self._error
+
+
+def RunPlanInBackground(plan) -> _BackgroundPlan:
+    """Run ``plan`` on another thread in the current workspace; poll the handle's is_done()."""
+    return _BackgroundPlan(plan)
+
+
 _runtime_kinds: dict = {}
 
 
@@ -320,7 +377,7 @@ def Workspaces() -> list[str]:
     return sorted(_named)
 
 
-def SwitchWorkspace(name, create_if_missing: bool = False) -> bool:
+def SwitchWorkspace(name, create_if_missing: bool = False) -> None:
     """Make workspace ``name`` current; each keeps its blobs and created nets."""
     name = str(name)
     if name not in _named:
@@ -330,7 +387,7 @@ def SwitchWorkspace(name, create_if_missing: bool = False) -> bool:
         _named[name] = Workspace()
     _current[0] = _named[name]
     _current_name[0] = name
-    return True
+    return None  # (Caffe2's returns nothing)
 
 
 def RootFolder() -> str:

@@ -247,3 +247,25 @@ def test_a_created_net_run_again_sees_a_blob_fed_with_another_shape_or_dtype():
     workspace.RunNet("again", 2)
     got = workspace.FetchBlob("y")
     assert got.dtype == np.float64 and got.tolist() == [[2.0, 0.0, 5.0]]
+
+
+def test_workspace_calls_caffe2_programs_make():
+    workspace.FeedBlob("f", np.zeros((2, 3), np.float16))
+    assert workspace.GetBlobSizeBytes("f") == 12
+    workspace.FeedBlob("s", np.array([b"Hello World!", b"abcd"]))
+    workspace.FeedBlob("t", np.array([b"element1", b"element2"]))
+    assert workspace.GetBlobSizeBytes("s") - workspace.GetBlobSizeBytes("t") == 16 - 16 + (12 + 4) - (8 + 8)
+    plan = core.Plan("bg")
+    net = core.Net("bg_net")
+    net.ConstantFill([], "made", shape=[2], value=3.0)
+    plan.AddStep(core.ExecutionStep("bg_step", net))
+    handle = workspace.RunPlanInBackground(plan)
+    assert handle.is_succeeded() and handle.is_done()
+    np.testing.assert_array_equal(workspace.FetchBlob("made"), [3.0, 3.0])
+    assert workspace.SwitchWorkspace("other", True) is None
+    workspace.SwitchWorkspace("default")
+    ws = workspace.C.Workspace()
+    with pytest.raises(TypeError):
+        ws.create_net("not a net")
+    ws.run(plan)
+    assert "bg_net" in ws.nets  # (a plan's nets are made in the workspace that ran it)

@@ -298,3 +298,26 @@ def test_the_rank_named_conv_spellings_are_conv(do):
     x1 = X[:, :, 0, :].copy()
     (y1,) = _run(do, "Conv1D", {"x1": x1, "w1": W[:, :, 0, :].copy()}, kernel=3, group=2)
     assert y1.shape == (2, 6, 3)
+
+
+@DEVICES
+def test_lp_pool_matches_caffe2(do):
+    x = (np.arange(2 * 1 * 4 * 4, dtype=np.float32).reshape(2, 1, 4, 4) % 5) - 2.0
+    (y,) = _run(do, "LpPool", {"x": x}, kernel=2, stride=2, p=3.0)
+    np.testing.assert_allclose(y.ravel(), [2.9240176677703857, 1.2599210739135742, 2.1544346809387207,  # Caffe2
+                                           2.9240176677703857, 2.1544346809387207, 2.1544346809387207,
+                                           2.9240176677703857, 2.1544346809387207], rtol=1e-6)
+    (y,) = _run(do, "LpPool", {"x": x}, kernel=3, stride=1, pad=1)
+    np.testing.assert_allclose(y.ravel()[:6], [3.605551242828369, 3.7416574954986572, 2.6457512378692627,  # Caffe2
+                                               1.4142135381698608, 4.242640495300293, 4.795831680297852], rtol=1e-6)
+
+
+class TestLpPoolGradient(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradient(self, gc, dc):
+        x = np.linspace(-1.5, 2.0, 2 * 2 * 4 * 4, dtype=np.float32).reshape(2, 2, 4, 4)
+        for args in ({"kernel": 2, "stride": 2, "p": 3.0}, {"kernel": 3, "pad": 1}):
+            op = core.CreateOperator("LpPool", ["x"], ["y"], **args)
+            self.assertDeviceChecks(dc, op, [x], [0])
+            self.assertGradientChecks(gc, op, [x], 0, [0], stepsize=1e-3, threshold=0.01)

@@ -313,3 +313,60 @@ def test_the_adaptive_optimizers_train(build, rate):
         workspace.RunNet(model.net)
         losses.append(float(workspace.FetchBlob("loss")))
     assert losses[-1] < 0.5 * losses[0]
+
+
+@DEVICES
+def test_batch_matmul_of_vectors_is_numpys_matmul(do):
+    a, m, b = np.array([1.0, 2.0, 3.0], np.float32), np.arange(6, dtype=np.float32).reshape(3, 2), \
+        np.arange(12, dtype=np.float32).reshape(2, 2, 3)
+    for x, y in ((a, m), (b, a), (a, a)):
+        (got,) = _run(do, "BatchMatMul", {"x": x, "y": y}, broadcast=1)
+        np.testing.assert_allclose(got, np.matmul(x, y), rtol=1e-6)
+
+
+class TestVectorBatchMatMulGradients(hu.HypothesisTestCase):
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        a, m = np.array([0.5, -1.0, 2.0], np.float32), np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
+        op = core.CreateOperator("BatchMatMul", ["a", "m"], ["y"], broadcast=1)
+        for k in (0, 1):
+            self.assertGradientChecks(gc, op, [a, m], k, [0])
+
+
+@DEVICES
+def test_bucket_and_segment_one_hots_match_caffe2(do):
+    x = np.array([[-1.0, 0.0], [0.5, 2.0], [3.0, 0.0]], np.float32)
+    (y,) = _run(do, "BatchBucketOneHot", {"x": x, "lens": np.array([2, 3], np.int32),
+                                          "b": np.array([0.0, 1.0, 0.0, 0.0, 2.0], np.float32)})
+    assert y.tolist() == [[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0],  # Caffe2
+                          [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]]
+    (z,) = _run(do, "SegmentOneHot", {"l": np.array([2, 1], np.int32), "i": np.array([3, 0, 2], np.int64),
+                                      "n": np.array(4, np.int64)})
+    assert z.dtype == np.float32 and z.tolist() == [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]]  # Caffe2
+
+
+@DEVICES
+def test_nan_check_lengths_gather_and_range(do):
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    (y,) = _run(do, "NanCheck", {"x": x, "other": np.array([1.0], np.float32)})
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(DSLError) as err:
+        _run(do, "NanCheck", {"x": np.array([1.0, np.nan], np.float32)})
+    assert "NaN" in str(err.value)
+    items = np.arange(10, dtype=np.float32).reshape(5, 2)
+    (g,) = _run(do, "LengthsGather", {"items": items, "lengths": np.array([2, 1, 2], np.int32),
+                                      "idx": np.array([2, 0, 2], np.int64)})
+    np.testing.assert_array_equal(g, items[[3, 4, 0, 1, 3, 4]])  # segments 2, 0, 2: rows 3-4, 0-1, 3-4
+    with pytest.raises(DSLError) as err:
+        _run(do, "Range", {"a": np.array(0), "b": np.array(10), "c": np.array(0)})
+    assert "Step size cannot be 0" in str(err.value)
+
+
+def test_lengths_to_ranges_infers_one_range_per_length():
+    from dslc import workspace
+    workspace.FeedBlob("lengths", np.array([2, 0, 3], np.int32))
+    net = core.Net("ranges")
+    net.LengthsToRanges(["lengths"], ["ranges"])
+    shapes, types = workspace.InferShapesAndTypes([net])
+    assert shapes["ranges"] == [3, 2] and types["ranges"] == core.DataType.INT32

@@ -222,6 +222,15 @@ for _name, _what in (("MaxPool", "maximum"), ("AveragePool", "mean")):
                                                 {k: v for k, v in g.args.items() if k in POOL})])
 
 
+# LpPool: the p-norm of each window (padding adds nothing)
+declare("LpPool", 1, _pool("LpPool"), attrs=dict(POOL, p=2.0), traits={PURE},
+        doc="Y = (the sum of |x|^p over each window of X)^(1/p)")
+declare("LpPoolGradient", 3, lambda t, a, n: [floats("LpPoolGradient", t)[0]], attrs=dict(POOL, p=2.0),
+        traits={PURE}, doc="dX from (X, Y, dY) of LpPool: dY x |x|^(p - 2) / y^(p - 1) per window element")
+no_gradient("LpPoolGradient")
+gradient("LpPool")(lambda g: [GradOp("LpPoolGradient", [g.I[0], g.O[0], g.GO[0]], [g.GI[0]],
+                                     {k: v for k, v in g.args.items() if k in POOL or k == "p"})])
+
 for _name in ("Conv", "MaxPool", "AveragePool"):
     for _d in ("1D", "2D", "3D"):  # (the rank comes from X; Caffe2 checks it, dslc reads it)
         OPS.alias(_name + _d, _name)
@@ -375,5 +384,25 @@ def conv_transpose_grad(x, w, dy, no_bias=0, **attrs):
     return dw, dy.sum(axis=(0, 2, 3)).astype(dy.dtype), dx
 
 
-FUNCTIONS = {"ConvTranspose": conv_transpose, "ConvTransposeGradient": conv_transpose_grad, "Conv": conv, "ConvGradient": conv_grad, "MaxPool": max_pool, "AveragePool": average_pool,
+def lp_pool(x, p=2.0, **attrs):
+    x = _nchw(x, attrs)
+    g = _geometry("LpPool", x, attrs)
+    _, win = _windows(x, g)
+    total = (np.abs(win.astype(np.float64)) ** p).sum(axis=tuple(range(-len(g.kernel), 0)))
+    return _back((total ** (1.0 / p)).astype(x.dtype), attrs)
+
+
+def lp_pool_grad(x, y, dy, p=2.0, **attrs):
+    x, y, dy = _nchw(x, attrs), _nchw(y, attrs), _nchw(dy, attrs)
+    g = _geometry("LpPool", x, attrs)
+    nd = len(g.kernel)
+    _, win = _windows(x.astype(np.float64), g)
+    ys = y.astype(np.float64)[(Ellipsis,) + (None,) * nd]
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a zero element or window: no gradient there)
+        slope = np.where((win != 0) & (ys != 0), win * np.abs(win) ** (p - 2) / ys ** (p - 1), 0.0)
+    dwin = slope * dy.astype(np.float64)[(Ellipsis,) + (None,) * nd]
+    return _back(_scatter_windows(np.ascontiguousarray(dwin), g, x.shape).astype(x.dtype), attrs)
+
+
+FUNCTIONS = {"LpPool": lp_pool, "LpPoolGradient": lp_pool_grad, "ConvTranspose": conv_transpose, "ConvTransposeGradient": conv_transpose_grad, "Conv": conv, "ConvGradient": conv_grad, "MaxPool": max_pool, "AveragePool": average_pool,
              "MaxPoolGradient": max_pool_grad, "AveragePoolGradient": average_pool_grad}

@@ -38,11 +38,12 @@ no_gradient("DotProductGradient")
 _BMM = {"trans_a": 0, "trans_b": 0, "broadcast": 0}
 
 
-def _mat(t, trans):
-    """(batch dims, rows, cols) of a matrix operand (a 1-D one is a row or column, as numpy's matmul)."""
+def _mat(t, trans, right=False):
+    """(batch dims, rows, cols) of a matrix operand; a 1-D one is, as numpy's matmul takes it,
+    a row on the left and a column on the right."""
     shape = tuple(t.shape)
     if len(shape) == 1:
-        return (), (1, shape[0]) if not trans else (shape[0], 1)
+        return (), (shape[0], 1) if right else (1, shape[0])
     rows, cols = shape[-2:]
     return shape[:-2], (cols, rows) if trans else (rows, cols)
 
@@ -53,7 +54,7 @@ def _batch_mat_mul(types, attrs, n):
         type_error(f"BatchMatMul of {a.dtype} and {b.dtype}", "cast one operand to the other's dtype")
     if a.shape is None or b.shape is None:
         return [TensorType(a.dtype, None)]
-    (ba, (m, ka)), (bb, (kb, nn)) = _mat(a, attrs["trans_a"]), _mat(b, attrs["trans_b"])
+    (ba, (m, ka)), (bb, (kb, nn)) = _mat(a, attrs["trans_a"]), _mat(b, attrs["trans_b"], right=True)
     if None not in (ka, kb) and ka != kb:
         type_error(f"BatchMatMul: A's inner dimension {ka} is not B's {kb}", "use trans_a / trans_b to match them")
     if attrs["broadcast"]:

@@ -82,11 +82,13 @@ no_gradient("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGrad
 
 
 # --- lengths and segment ids
-def _int_vector(name, cols=None):
+def _int_vector(name, cols=None, per_length=False):
+    """An int32 vector (or [rows, cols] matrix); ``per_length``: one row per length given."""
     def infer(types, attrs, n):
         (t,) = tensors(name, types)
         indices(name, t, "lengths or segment ids")
-        return [TensorType("i32", (None,) if cols is None else (None, cols))]
+        rows = t.shape[0] if per_length and t.shape is not None and len(t.shape) == 1 else None
+        return [TensorType("i32", (rows,) if cols is None else (rows, cols))]
     return infer
 
 
@@ -96,8 +98,20 @@ for _name, _cols, _doc in [
         ("LengthsToOffsets", None, "each segment's first row: the sums of the lengths before it (int32)"),
         ("SegmentIdsToLengths", None, "the rows of each segment 0 .. max id (0 for a gap; int32)"),
         ("SegmentIdsToRanges", 2, "[offset, length] of each segment 0 .. max id (sorted ids; int32)")]:
-    declare(_name, 1, _int_vector(_name, _cols), traits={PURE}, doc=_doc)
+    declare(_name, 1, _int_vector(_name, _cols, per_length=_name == "LengthsToRanges"), traits={PURE}, doc=_doc)
     no_gradient(_name)
+
+
+def _lengths_gather(types, attrs, n):
+    items, lengths, idx = tensors("LengthsGather", types)
+    _lengths("LengthsGather", lengths)
+    indices("LengthsGather", idx, "indices")
+    return [TensorType(items.dtype, None if items.shape is None else (None,) + tuple(items.shape[1:]))]
+
+
+declare("LengthsGather", 3, _lengths_gather, traits={PURE},
+        doc="(ITEMS, LENGTHS, INDICES) -> the rows of the segments at INDICES, joined in that order")
+no_gradient("LengthsGather")
 
 
 def _lengths_to_weights(types, attrs, n):
@@ -332,7 +346,18 @@ def lengths_max_grad(data, lengths, y, dy):
     return np.where(data == y[seg], dy[seg], 0).astype(data.dtype, copy=False)
 
 
+def lengths_gather(items, lengths, idx):
+    starts, lengths = _starts(lengths, items.shape[0], "LengthsGather")
+    idx = idx.astype(np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= lengths.size):
+        raise SegmentError(f"LengthsGather: an index is outside the {lengths.size} segments")
+    if not idx.size:
+        return items[:0].copy()
+    return np.concatenate([items[starts[i]:starts[i] + lengths[i]] for i in idx])
+
+
 FUNCTIONS = {
+    "LengthsGather": lengths_gather,
     _MAX_GRAD: lengths_max_grad,
     "LengthsToSegmentIds": lengths_to_segment_ids, "LengthsToOffsets": lengths_to_offsets,
     "LengthsToRanges": lengths_to_ranges, "SegmentIdsToLengths": segment_ids_to_lengths,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gradients import no_gradient
+from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import OPS, PURE, declare, type_error
 from ..types import NUMPY_DTYPES, TensorType
 from .infer import dtype_from_code, tensors
@@ -39,6 +39,29 @@ def _batch_one_hot(types, attrs, n):
 declare("BatchOneHot", 3, _batch_one_hot, traits={PURE},
         doc="(X [N, D], LENS [D], VALS) -> Y [N, sum LENS]: column j of feature d is X[:, d] == its VALS "
             "value (VALS holds LENS[d] values per feature)")
+
+def _batch_bucket_one_hot(types, attrs, n):
+    x, lens, bounds = tensors("BatchBucketOneHot", types)
+    if x.shape is not None and len(x.shape) != 2:
+        type_error(f"BatchBucketOneHot's X must be [N, D], got {list(x.shape)}", "one row per example")
+    width = None if lens.shape is None or bounds.shape is None or None in lens.shape + bounds.shape \
+        else lens.shape[0] + bounds.shape[0]
+    return [TensorType(x.dtype, (None if x.shape is None else x.shape[0], width))]
+
+
+declare("BatchBucketOneHot", 3, _batch_bucket_one_hot, traits={PURE},
+        doc="(X [N, D], LENS [D], BOUNDARIES [sum LENS]) -> Y [N, D + sum LENS]: feature d's LENS[d] "
+            "sorted boundaries cut it into LENS[d] + 1 buckets, and Y is 1 at X's bucket")
+
+
+def _segment_one_hot(types, attrs, n):
+    lengths, idx, size = tensors("SegmentOneHot", types)
+    indices("SegmentOneHot", idx, "indices")
+    return [TensorType("f32", (None if lengths.shape is None else lengths.shape[0], None))]
+
+
+declare("SegmentOneHot", 3, _segment_one_hot, traits={PURE},
+        doc="(LENGTHS, INDICES, SIZE) -> Y [len(LENGTHS), SIZE] float32: row s is 1 at every index of segment s")
 
 declare("Size", 1, lambda t, a, n: [TensorType("i64", ())], traits={PURE},
         doc="the number of elements of X (int64 scalar)")
@@ -96,9 +119,32 @@ def _diagonal_fill(types, attrs, n):
 
 declare("DiagonalFill", (0, 1), _diagonal_fill, attrs={"shape": None, "value": 0.0, "dtype": 1}, traits={PURE},
         doc="zeros of `shape` (or the input's) with `value` where every index is the same")
-no_gradient("OneHot", "BatchOneHot", "Size", "Shape", "Range", "LengthsRangeFill", "LengthsToShape",
+no_gradient("OneHot", "BatchOneHot", "BatchBucketOneHot", "SegmentOneHot", "Size", "Shape", "Range", "LengthsRangeFill", "LengthsToShape",
             "DiagonalFill")
 OPS.alias("Alias", "Copy")  # (Caffe2's Alias shares the buffer; a value is a value here)
+
+
+def _nan_check(types, attrs, n):
+    ts = tensors("NanCheck", types)
+    return [ts[0]]
+
+
+declare("NanCheck", (1, None), _nan_check, traits={PURE},
+        may_fail=lambda op: True,  # (its whole point: it stops a run whose values went bad)
+        doc="Y = X, after checking that no input holds a NaN or an infinity (an error if one does)")
+gradient("NanCheck")(lambda g: [GradOp("NanCheck", [g.GO[0]], [g.GI[0]])])  # (the gradient checked too)
+
+
+class NanCheckError(ValueError):
+    """A NanCheck that found a NaN or an infinity."""
+
+
+def nan_check(x, *others):
+    for k, v in enumerate((x,) + others):
+        arr = np.asarray(v)
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            raise NanCheckError(f"NanCheck: input {k} holds a NaN or an infinity")
+    return np.array(x, copy=True)
 
 
 def _free(types, attrs, n):
@@ -138,6 +184,36 @@ def batch_one_hot(x, lens, vals):
     return (x[:, feature] == vals[None, :]).astype(x.dtype)
 
 
+def batch_bucket_one_hot(x, lens, bounds):
+    lens = lens.astype(np.int64).reshape(-1)
+    if x.shape[1] != lens.size or int(lens.sum()) != bounds.size:
+        raise ValueError(f"BatchBucketOneHot: X has {x.shape[1]} features, LENS {lens.size}, and LENS add up to "
+                         f"{int(lens.sum())} for {bounds.size} boundaries")
+    out = np.zeros((x.shape[0], lens.size + bounds.size), dtype=x.dtype)
+    start = col = 0
+    rows = np.arange(x.shape[0])
+    for d, k in enumerate(lens):
+        b = bounds[start:start + k]
+        # (a value equal to a boundary, or to several equal ones, lands between Caffe2's two counts)
+        bucket = (np.searchsorted(b, x[:, d], side="left") + np.searchsorted(b, x[:, d], side="right")) // 2
+        out[rows, col + bucket] = 1
+        start, col = start + k, col + k + 1
+    return out
+
+
+def segment_one_hot(lengths, idx, size):
+    lengths = lengths.astype(np.int64).reshape(-1)
+    idx = idx.astype(np.int64).reshape(-1)
+    n = int(np.asarray(size).reshape(-1)[0])
+    if int(lengths.sum()) != idx.size or (idx.size and (idx.min() < 0 or idx.max() >= n)):
+        raise ValueError(f"SegmentOneHot: LENGTHS add up to {int(lengths.sum())} for {idx.size} indices, each "
+                         f"must be in [0, {n})")
+    check_size("SegmentOneHot", (lengths.size, n), np.float32)
+    out = np.zeros((lengths.size, n), np.float32)
+    out[np.repeat(np.arange(lengths.size), lengths), idx] = 1
+    return out
+
+
 def size(x):
     return np.int64(np.asarray(x).size)
 
@@ -150,7 +226,7 @@ def range_(*args):
     values = [np.asarray(a).reshape(-1)[0] for a in args]
     start, stop, step = (0, values[0], 1) if len(values) == 1 else (values + [1])[:3]
     if step == 0:
-        raise ValueError("Range: step must not be 0")
+        raise ValueError("Step size cannot be 0 (Range's third input)")
     check_size("Range", (max(0, int(np.ceil((float(stop) - float(start)) / float(step)))),), np.asarray(args[0]).dtype)
     return np.arange(start, stop, step, dtype=np.asarray(args[0]).dtype)
 
@@ -223,5 +299,5 @@ def unique(x):
     return values.astype(x.dtype, copy=False), inverse.astype(np.int32).reshape(x.shape)
 
 
-FUNCTIONS = {"Free": free, "Summarize": summarize, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
+FUNCTIONS = {"NanCheck": nan_check, "BatchBucketOneHot": batch_bucket_one_hot, "SegmentOneHot": segment_one_hot, "Free": free, "Summarize": summarize, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
              "LengthsRangeFill": lengths_range_fill, "LengthsToShape": lengths_to_shape, "DiagonalFill": diagonal_fill}
