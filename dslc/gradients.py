@@ -65,6 +65,7 @@ class _Reverse:
         # (op, location, made by a gradient maker, the forward op's device option or None)
         self.records: list[tuple[GradOp, object, bool, object]] = []
         self.parts: dict = defaultdict(list)            # (blob, version) -> provisional names
+        self.part_device: dict = {}                     # (blob, version) -> the first reader's device option
         self.done: dict = {}                            # (blob, version) -> gradient name or None
         self.rename: dict = {}
         self.splits: dict = defaultdict(int)  # blob -> provisional names handed out
@@ -135,6 +136,7 @@ class _Reverse:
         for key, name in zip(self.ins[i], gi):
             if name in written:
                 self.parts[key].append(name)
+                self.part_device.setdefault(key, device)
         for g in sparse:
             self.parts[self.ins[i][g.input]].append(GradientSlice(g.indices, g.values))
         declared = not getattr(maker, "python_maker", False)  # (a Python maker's ops stay as it made them)
@@ -181,16 +183,25 @@ class _Reverse:
         name = None
         writer = self.writer.get(key)
         where = self.ops[writer].loc if writer is not None else self.loc
-        device = self.ops[writer].extra.get("device_option") if writer is not None else None
+        # (where the sum runs: where the blob's writer ran, else where its gradient came from)
+        device = self.ops[writer].extra.get("device_option") if writer is not None else self.part_device.get(key)
         if len(parts) == 1 and isinstance(parts[0], GradientSlice):
             name = parts[0]  # (kept sparse: an optimizer updates only its rows)
         elif len(parts) == 1:
             name = self.rename[parts[0]] = f"{blob}_grad"
         elif parts:
-            # several readers: their parts add up (a sparse part made dense first)
+            # several readers: their parts add up (a sparse part made dense first). Caffe2's
+            # names: the first part (the last reader's) is the gradient itself, the others
+            # _<blob>_grad_autosplit_<k>, summed into the first in place
             name = f"{blob}_grad"
-            parts = [self.dense(p, key, where, device) if isinstance(p, GradientSlice) else p for p in parts]
-            self.records.append((GradOp("Sum", parts, [name]), where, False, device))
+            dense = []
+            for k, p in enumerate(parts):
+                if isinstance(p, GradientSlice):
+                    dense.append(self.dense(p, key, where, device))
+                    continue
+                self.rename[p] = name if k == 0 else f"_{blob}_grad_autosplit_{k - 1}"
+                dense.append(self.rename[p])
+            self.records.append((GradOp("Sum", dense, [name]), where, False, device))
         self.done[key] = name
         if name is not None:
             self.grad_map[blob] = name

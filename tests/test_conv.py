@@ -321,3 +321,10 @@ class TestLpPoolGradient(hu.HypothesisTestCase):
             op = core.CreateOperator("LpPool", ["x"], ["y"], **args)
             self.assertDeviceChecks(dc, op, [x], [0])
             self.assertGradientChecks(gc, op, [x], 0, [0], stepsize=1e-3, threshold=0.01)
+
+
+@DEVICES
+def test_global_pooling_ignores_a_kernel_given_with_it(do):
+    x = np.linspace(-1, 1, 2 * 3 * 3 * 3 * 3, dtype=np.float32).reshape(2, 3, 3, 3, 3)
+    (y,) = _run(do, "AveragePool", {"x": x}, kernels=[4, 4, 4], global_pooling=True)
+    np.testing.assert_allclose(y.reshape(2, 3), x.mean(axis=(2, 3, 4)), rtol=1e-5, atol=1e-7)

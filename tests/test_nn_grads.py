@@ -363,3 +363,25 @@ def test_cast_gradient_casts_back_to_from_type(session):
     got = workspace.FetchBlob(grads["x"])
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, np.full((2, 3), 3.0))
+
+
+def test_a_gradient_with_several_parts_is_named_as_caffe2_names_it(session):
+    """x read twice: the last reader's part is x_grad itself, the other _x_grad_autosplit_0,
+    summed into x_grad in place. The real Caffe2's GetBackwardPass of this net gives
+    Scale -> x_grad, Scale -> _x_grad_autosplit_0, Sum(x_grad, _x_grad_autosplit_0) -> x_grad
+    (its Scales read y_grad directly: its Sum's gradient is a pass-through, ours Copy ops).
+    The values: d/dx sum(2x + 3x) = 5."""
+    ops = [core.CreateOperator("Scale", ["x"], ["a"], scale=2.0), core.CreateOperator("Scale", ["x"], ["b"], scale=3.0),
+           core.CreateOperator("Sum", ["a", "b"], ["y"])]
+    grads, grad_map = core.GradientRegistry.GetBackwardPass(ops, {"y": "y_grad"})
+    assert [(op.type, list(op.output)) for op in grads][-3:] == [
+        ("Scale", ["x_grad"]), ("Scale", ["_x_grad_autosplit_0"]), ("Sum", ["x_grad"])]
+    assert list(grads[-1].input) == ["x_grad", "_x_grad_autosplit_0"] and str(grad_map["x"]) == "x_grad"
+    net = core.Net("twice")
+    net.Scale(["x"], "a", scale=2.0)
+    net.Scale(["x"], "b", scale=3.0)
+    net.SumElements(net.Sum(["a", "b"], "y"), "loss")
+    g = net.AddGradientOperators(["loss"])
+    workspace.FeedBlob("x", np.array([1.0, -2.0], np.float32))
+    session.run(net)
+    np.testing.assert_array_equal(workspace.FetchBlob(g["x"]), [5.0, 5.0])

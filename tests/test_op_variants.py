@@ -370,3 +370,44 @@ def test_lengths_to_ranges_infers_one_range_per_length():
     net.LengthsToRanges(["lengths"], ["ranges"])
     shapes, types = workspace.InferShapesAndTypes([net])
     assert shapes["ranges"] == [3, 2] and types["ranges"] == core.DataType.INT32
+
+
+@DEVICES
+def test_spatial_softmax_with_loss_matches_caffe2(do):
+    x = (np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2) % 5) / 3.0
+    lab = np.array([[[0, 2], [-1, 1]], [[2, 2], [0, -1]]], np.int32)  # (-1: a pixel without a label)
+    w = np.array([[[1.0, 0.5], [2.0, 1.5]], [[0.25, 1.0], [1.0, 3.0]]], np.float32)
+    p, loss = _run(do, "SpatialSoftmaxWithLoss", {"x": x, "lab": lab, "w": w}, ("p", "loss"))
+    np.testing.assert_allclose(float(loss), 1.2575219869613647, rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(p[0, :, 0, 0], [0.13312123715877533, 0.5050177574157715, 0.3618610203266144],
+                               rtol=1e-6)  # Caffe2
+    op = core.CreateOperator("SpatialSoftmaxWithLoss", ["x", "lab", "w"], ["p", "loss"])
+    grads, _ = core.GradientRegistry.GetGradientForOp(op, ["p_grad", "loss_grad"])
+    dx = hu.runOpOnInput(do, grads[0], [x, lab, w, p, np.array(1.0, np.float32)])[0]
+    np.testing.assert_allclose(dx[0, :, 0, 1], [0.021475110203027725, 0.015387588180601597, -0.03686269745230675],
+                               rtol=1e-5)  # Caffe2
+    np.testing.assert_array_equal(dx[0, :, 1, 0], [0.0, 0.0, 0.0])  # (the unlabelled pixel)
+
+
+@DEVICES
+def test_softmax_with_loss_along_a_later_axis_takes_a_label_per_position(do):
+    x = np.linspace(-1, 1, 2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    lab = np.array([[0, 3, 1], [2, 2, 0]], np.int32)
+    p, loss = _run(do, "SoftmaxWithLoss", {"x": x, "lab": lab}, ("p", "loss"), axis=2)
+    e = np.exp(x - x.max(axis=2, keepdims=True))
+    want = e / e.sum(axis=2, keepdims=True)
+    np.testing.assert_allclose(p, want, rtol=1e-6)
+    picked = np.take_along_axis(want, lab[..., None].astype(np.int64), axis=2)
+    np.testing.assert_allclose(float(loss), float(-np.log(picked).mean()), rtol=1e-6)
+
+
+@DEVICES
+def test_uniform_fills_with_their_bounds_as_inputs(do):
+    shape, lo, hi = np.array([4, 3], np.int64), np.array(2, np.int32), np.array(5, np.int32)
+    (y,) = _run(do, "UniformIntFill", {"shape": shape, "lo": lo, "hi": hi}, input_as_shape=1)
+    assert y.shape == (4, 3) and y.dtype == np.int32 and y.min() >= 2 and y.max() <= 5
+    (z,) = _run(do, "UniformIntFill", {"shape": shape, "lo": hi, "hi": lo}, input_as_shape=1)
+    assert z.shape == (0, 3)  # (max below min: Caffe2 draws nothing)
+    (u,) = _run(do, "UniformFill", {"like": np.zeros((2, 2), np.float32), "lo": np.array(-1.0, np.float32),
+                                    "hi": np.array(-0.5, np.float32)})
+    assert u.shape == (2, 2) and (u >= -1.0).all() and (u < -0.5).all()

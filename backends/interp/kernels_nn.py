@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import (activations, adaptive, collective, conv, nn_grads, normalization, products, recurrent, reductions, segments,
+from dslc.ir.ops import (activations, adaptive, collective, conv, losses, nn_grads, normalization, products, recurrent, reductions, segments,
                         utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
@@ -53,7 +53,7 @@ FUNCTIONS = {
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
-    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collective.FUNCTIONS, **adaptive.FUNCTIONS,
+    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collective.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
 }
 
 
@@ -230,7 +230,16 @@ def _random_fill(name):
 
         def make(inst):
             gen = gen_of(inst)
-            return lambda x=None: _draw(name, attrs, gen, _fill_shape(attrs, x))
+
+            def fill(x=None, lo=None, hi=None):
+                shape, a = _fill_shape(attrs, x), attrs
+                if lo is not None:  # (Uniform*Fill's bounds as inputs; max below min: nothing drawn)
+                    a = dict(attrs, min=np.asarray(lo).reshape(-1)[0].item(), max=np.asarray(hi).reshape(-1)[0].item())
+                    if a["max"] < a["min"]:
+                        shape = (0,) + tuple(shape[1:])
+                        a["max"] = a["min"]
+                return _draw(name, a, gen, shape)
+            return fill
         return make
     return factory
 

@@ -54,9 +54,10 @@ class Geometry:
                            f"give one {single} per spatial dim")
             return got
 
-        if attrs.get("global_pooling"):
-            kernel = list(spatial)
-        self.kernel = per_dim("kernel", "kernels", "kernel_h", "kernel_w", None) or kernel
+        if attrs.get("global_pooling"):  # (the whole image: a kernel given too is ignored, as in Caffe2)
+            self.kernel = list(spatial)
+        else:
+            self.kernel = per_dim("kernel", "kernels", "kernel_h", "kernel_w", None) or kernel
         if self.kernel is None:
             type_error(f"{name} needs a kernel size", "pass kernel=k (or kernels=[...], kernel_h/kernel_w)")
         self.stride = per_dim("stride", "strides", "stride_h", "stride_w", 1)

@@ -1,6 +1,8 @@
 """Losses, metrics, Dropout and StopGradient (Caffe2's names, arguments and defaults)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, declare, type_error
 from ..types import TensorType
@@ -13,6 +15,10 @@ def _labels(name, x: TensorType, label: TensorType, axis: int = 1):
     indices(name, label, "labels")
     _, rows, _ = split2d(name, x, axis)
     n = None if label.shape is None else (label.shape[0] if len(label.shape) else 1)
+    a = axis % len(x.shape) if x.shape else axis
+    if label.shape is not None and x.shape is not None and a > 1 and len(label.shape) == a \
+            and tuple(label.shape) == tuple(x.shape[:a]):
+        return rows  # (a label per position of the dims before ``axis``, as Caffe2 takes them)
     if label.shape is not None and len(label.shape) > 2 or (label.shape is not None and len(label.shape) == 2
                                                             and label.shape[1] not in (1, None)):
         type_error(f"{name} labels must be a vector (one per row), got shape {list(label.shape)}",
@@ -70,6 +76,66 @@ def _(g):
         return []
     return [GradOp("SoftmaxWithLossGradient", list(g.I) + [g.O[0], g.GO[1]], [g.GI[0]],
                    g.pick("label_prob", "axis", "scale"))]
+
+
+# SpatialSoftmaxWithLoss: softmax over the channels of each pixel; the loss the weighted
+# mean of -log p[label] over the pixels whose label is not -1 (0 when there are none)
+def _spatial_softmax_with_loss(types, attrs, n):
+    ts = tensors("SpatialSoftmaxWithLoss", types)
+    x = floats("SpatialSoftmaxWithLoss", types, 1)[0]
+    indices("SpatialSoftmaxWithLoss", ts[1], "labels")
+    if x.shape is not None and len(x.shape) != 4:
+        type_error(f"SpatialSoftmaxWithLoss needs X [N, C, H, W], got {list(x.shape)}", "one score per class and pixel")
+    if x.shape is not None and ts[1].shape is not None and tuple(ts[1].shape) != (x.shape[0],) + tuple(x.shape[2:]):
+        type_error(f"SpatialSoftmaxWithLoss labels must be [N, H, W] = {[x.shape[0]] + list(x.shape[2:])}, got "
+                   f"{list(ts[1].shape)}", "one label per pixel (-1: none)")
+    return [x, TensorType(x.dtype, ())]
+
+
+declare("SpatialSoftmaxWithLoss", (2, 3), _spatial_softmax_with_loss, results=2, attrs={"scale": 1.0},
+        traits={PURE}, doc="(the softmax over X's channels at each pixel, the mean of -log p[label] over the "
+                           "pixels labelled (not -1), weighted by the optional third input)")
+declare("SpatialSoftmaxWithLossGradient", (4, 5), lambda t, a, n: [tensors("SpatialSoftmaxWithLossGradient", t)[0]],
+        attrs={"scale": 1.0}, traits={PURE}, doc="dX from (X, labels, [weights,] softmax, d loss)")
+no_gradient("SpatialSoftmaxWithLossGradient")
+
+
+@gradient("SpatialSoftmaxWithLoss")
+def _(g):
+    if g.GO[1] is None:
+        return []
+    return [GradOp("SpatialSoftmaxWithLossGradient", list(g.I) + [g.O[0], g.GO[1]], [g.GI[0]], g.pick("scale"))]
+
+
+def _pixel_terms(x, label, weights):
+    """(softmax over the channels, labels, weights of the labelled pixels (0 elsewhere), their total)."""
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    p = e / e.sum(axis=1, keepdims=True)
+    lab = np.asarray(label).astype(np.int64)
+    w = (np.ones(lab.shape) if weights is None else np.asarray(weights, np.float64)) * (lab != -1)
+    return p, lab, w, float(w.sum())
+
+
+def spatial_softmax_with_loss(x, label, *weights, scale=1.0):
+    p, lab, w, total = _pixel_terms(x, label, weights[0] if weights else None)
+    picked = np.take_along_axis(p, np.maximum(lab, 0)[:, None], axis=1)[:, 0]
+    loss = float((-np.log(np.maximum(picked, 1e-20)) * w).sum()) / total if total > 0 else 0.0
+    return p.astype(x.dtype), np.array(loss * scale, dtype=x.dtype)
+
+
+def spatial_softmax_with_loss_grad(x, label, *rest, scale=1.0):
+    weights = rest[0] if len(rest) == 3 else None
+    dloss = float(np.asarray(rest[-1]).reshape(-1)[0])
+    p, lab, w, total = _pixel_terms(x, label, weights)
+    onehot = np.zeros_like(p)
+    np.put_along_axis(onehot, np.maximum(lab, 0)[:, None], 1.0, axis=1)
+    if total <= 0:
+        return np.zeros_like(x)
+    return ((p - onehot) * w[:, None] * (dloss * scale / total)).astype(x.dtype)
+
+
+FUNCTIONS = {"SpatialSoftmaxWithLoss": spatial_softmax_with_loss,
+             "SpatialSoftmaxWithLossGradient": spatial_softmax_with_loss_grad}
 
 
 def _squared_l2(types, attrs, n):

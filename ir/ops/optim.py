@@ -25,7 +25,10 @@ def _fill(name, _ints=False, **params):
         else:
             require(name, dt, FLOAT_DTYPES, "float")
         if types:
-            (t,) = tensors(name, types)
+            if len(types) == 2 or (len(types) == 3 and name not in ("UniformFill", "UniformIntFill")):
+                type_error(f"{name} takes 0 or 1 inputs" + (" (or 3: shape, min, max)" if "Uniform" in name else "")
+                           + f", got {len(types)}", "give the shape as shape=[...] or as the first input")
+            t = tensors(name, types)[0]
             if attrs["input_as_shape"]:
                 return [TensorType(dt, None)]
             shape = None if t.shape is None else tuple(t.shape) + tuple(attrs["extra_shape"] or ())
@@ -40,13 +43,16 @@ def _fill(name, _ints=False, **params):
             type_error(f"MSRAFill needs a shape of rank >= 2, got {list(shape)}", "fan out is size / dim 1")
         return [TensorType(dt, shape)]
     attrs = dict(_FILL, **params, **({"dtype": 2} if _ints else {}))  # (2: Caffe2's INT32)
-    declare(name, (0, 1), infer, attrs=attrs, effects=RANDOM, doc=attrs.pop("_doc"))
+    declare(name, (0, 3 if name.startswith("Uniform") else 1), infer, attrs=attrs, effects=RANDOM,
+            doc=attrs.pop("_doc"))
     no_gradient(name)  # (its input, if any, gives only the shape)
 
 
 _fill("GaussianFill", mean=0.0, std=1.0, _doc="a tensor of normal draws (mean, std); shape as ConstantFill's")
-_fill("UniformFill", min=0.0, max=1.0, _doc="a tensor of uniform draws in [min, max)")
-_fill("UniformIntFill", _ints=True, min=0, max=1, _doc="a tensor of int32 uniform draws in [min, max] (both ends)")
+_fill("UniformFill", min=0.0, max=1.0, _doc="a tensor of uniform draws in [min, max) (min and max may be inputs "
+      "2 and 3: then max < min makes dim 0 empty)")
+_fill("UniformIntFill", _ints=True, min=0, max=1, _doc="a tensor of int32 uniform draws in [min, max] (both ends; "
+      "min and max may be inputs 2 and 3)")
 _fill("XavierFill", _doc="uniform draws in [-s, s), s = sqrt(3 / fan_in), fan_in = size / dims[0]")
 _fill("MSRAFill", _doc="normal draws with std sqrt(2 / fan_out), fan_out = size / dims[1]")
 
