@@ -30,14 +30,18 @@ def get_external_blob_names(net, lexical_scope):
     return inputs, outputs
 
 
+_POINTERS = {"do_then_net": "workspace_if_then", "do_else_net": "workspace_if_else",
+             "do_loop_body_net": "workspace_loop_body", "do_loop_condition_net": "workspace_loop_cond"}
+
+
 def _do_net(name, parent, body, inputs, outputs, **extra):
     """A net of one Do op running ``body`` with the outer blobs bound by name, and the
-    workspace pointer blob it takes (made by a CreateScope in ``parent``)."""
+    workspace pointer blob it takes (made by a CreateScope in ``parent``; Caffe2's names)."""
     ins = [BlobReference(b) for b in sorted(inputs)]
     outs = [BlobReference(b) for b in sorted(outputs)]
     ordered = [str(b) for b in ins + outs]
     outer = sorted(set(inputs) | set(outputs))
-    pointer = parent.NextScopedBlob(parent.Name() + "/" + name.replace("do_", "workspace_"))
+    pointer = parent.NextScopedBlob(parent.Name() + "/" + _POINTERS[name])
     do = Net(name)
     do.Do(ins + [pointer], outs + [pointer], net=body.Proto(), inner_blobs=outer,
           outer_blobs_idx=[ordered.index(b) for b in outer], **extra)

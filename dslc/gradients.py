@@ -22,6 +22,7 @@ from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad
 from dslc.ir.opdef import OPS
 from dslc.tracing import user_location
+from dslc.proto import caffe2_pb2
 
 
 
@@ -214,5 +215,28 @@ class _Reverse:
             args = dict(g.args, is_gradient_op=True) if made else dict(g.args)
             if device is not None:
                 args["device_option"] = device
+            if r:
+                args = {k: _renamed_net(v, r) for k, v in args.items()}
             self.net._record(g.type, [r.get(b, b) for b in g.inputs], [r.get(b, b) for b in g.outputs],
                              args, loc)
+
+
+def _renamed_net(value, rename: dict):
+    """``value`` with ``rename`` applied through it when it is a NetDef (an If gradient's
+    branches name the provisional gradient blobs the reverse pass renames at the end)."""
+    if not isinstance(value, caffe2_pb2.NetDef):
+        return value
+    out = caffe2_pb2.NetDef()
+    out.CopyFrom(value)
+    for op in out.op:
+        op.input[:] = [rename.get(b, b) for b in op.input]
+        op.output[:] = [rename.get(b, b) for b in op.output]
+        for arg in op.arg:
+            if arg.HasField("n"):
+                arg.n.CopyFrom(_renamed_net(arg.n, rename))
+            if arg.name == "inner_blobs":
+                arg.strings[:] = [rename.get(b.decode(), b.decode()).encode() for b in arg.strings]
+    return out
+
+
+from dslc import control_ops_grad  # noqa: E402,F401  (the If gradient joins the table)

@@ -104,3 +104,25 @@ def test_get_ssa_counts_versions():
     assert ssa[1] == ([("c", 1), ("a", 0)], [("c", 2)])
     assert versions == {"a": 1, "b": 0, "c": 2}
     assert core.get_undefined_blobs(ssa) == {"a", "b"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_gradient_of_an_if_is_the_gradient_of_the_branch_taken(backend):
+    """then: y = 2x, so dy/dx = 2; else: y = x*x + x, so dy/dx = 2x + 1 (by hand)."""
+    then_model = ModelHelper(name="then")
+    then_model.net.Scale("x", "y", scale=2.0)
+    else_model = ModelHelper(name="else")
+    sq = else_model.net.Mul(["x", "x"], "sq")
+    else_model.net.Add([sq, "x"], "y")
+    model = ModelHelper(name="cond_grad")
+    brew.cond(model, "c", ["x", "y"], then_model, else_model)
+    loss = model.net.SumElements("y", "loss")
+    grads = model.net.AddGradientOperators([loss])
+    assert str(grads["x"]) == "x_grad"
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    for c, want in ((True, np.full(3, 2.0)), (False, 2 * x + 1)):
+        workspace.FeedBlob("x", x)
+        workspace.FeedBlob("y", np.zeros(3, np.float32))
+        workspace.FeedBlob("c", np.array(c))
+        _run(model.net, backend)
+        np.testing.assert_allclose(workspace.FetchBlob("x_grad"), want, rtol=1e-6)
