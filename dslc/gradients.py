@@ -31,6 +31,10 @@ class GradientError(DSLError, ValueError):
     """A gradient that cannot be derived: no loss to start from, an op without one, an overwritten value."""
 
 
+class OverwrittenValueError(GradientError, RuntimeError):
+    """A gradient op needs a forward value a later op overwrites (a RuntimeError, as Caffe2 raises)."""
+
+
 def add_gradient_ops(net, ys, loc=None, strict=True) -> dict:
     """Record the backward ops of ``net`` for the losses ``ys``; return {blob: its gradient}, a
     BlobReference (a GradientSlice of two for a sparse gradient), as Caffe2's map holds them.
@@ -69,6 +73,7 @@ class _Reverse:
         self.part_device: dict = {}                     # (blob, version) -> the first reader's device option
         self.done: dict = {}                            # (blob, version) -> gradient name or None
         self.rename: dict = {}
+        self.seeds: set = set()                          # the names of the losses' gradients
         self.splits: dict = defaultdict(int)  # blob -> provisional names handed out
         self.grad_map: dict = {}
 
@@ -106,8 +111,10 @@ class _Reverse:
         name = given or f"{y}_autogen_grad"  # (Caffe2's name for the seed it fills with 1)
         if given is None:
             self.records.append((GradOp("ConstantFill", [y], [name], {"value": 1.0}), self.loc, False, None))
-        self.done[(y, self.final[y])] = name
-        self.grad_map[y] = name
+        # (a part like any other: a loss another loss reads gets both gradients, summed into
+        # the seed's name, as Caffe2 names it)
+        self.parts[(y, self.final[y])].append(name)
+        self.seeds.add(name)
 
     def backward(self, i):
         op = self.ops[i]
@@ -121,6 +128,11 @@ class _Reverse:
             raise GradientError(f"{op.type} has no gradient, and the loss depends on its output "
                                 f"{op.outputs[go.index(next(g for g in go if g))]!r}", op.loc,
                                 "wrap its output in StopGradient if no gradient should flow through it")
+        if opdef is not None:
+            try:  # (a gradient maker reads inputs and outputs by position: they must fit)
+                opdef.check_arity(len(op.inputs), len(op.outputs))
+            except DSLError as e:
+                raise GradientError(f"{op.type} does not fit its schema: {e.message}", op.loc, e.hint) from None
         device = op.extra.get("device_option")
         go = [self.dense(g, key, op.loc, device) for g, key in zip(go, self.outs[i])]
         gi = [self.part_name(key) for key in self.ins[i]]
@@ -169,7 +181,7 @@ class _Reverse:
                 v = needed.get(b)
                 if v is not None and self.final[b] != v:
                     later = self.ops[self.writer[(b, v + 1)]]
-                    raise GradientError(
+                    raise OverwrittenValueError(
                         f"the gradient of {op.type} needs the value of {b!r} it saw, but {later.type} at "
                         f"{later.loc} overwrites {b!r} afterwards", op.loc,
                         f"give {later.type}'s output a new name instead of writing {b!r} in place")
@@ -189,12 +201,13 @@ class _Reverse:
         if len(parts) == 1 and isinstance(parts[0], GradientSlice):
             name = parts[0]  # (kept sparse: an optimizer updates only its rows)
         elif len(parts) == 1:
-            name = self.rename[parts[0]] = f"{blob}_grad"
+            name = parts[0] if parts[0] in self.seeds else f"{blob}_grad"
+            self.rename[parts[0]] = name
         elif parts:
             # several readers: their parts add up (a sparse part made dense first). Caffe2's
             # names: the first part (the last reader's) is the gradient itself, the others
             # _<blob>_grad_autosplit_<k>, summed into the first in place
-            name = f"{blob}_grad"
+            name = parts[0] if parts[0] in self.seeds else f"{blob}_grad"
             dense = []
             for k, p in enumerate(parts):
                 if isinstance(p, GradientSlice):
@@ -206,6 +219,10 @@ class _Reverse:
         self.done[key] = name
         if name is not None:
             self.grad_map[blob] = name
+        elif key[1] < self.final.get(blob, 0):
+            # (the map gives the gradient of each blob's earliest version reached: an earlier
+            # version without one, as before a StopGradient in place, leaves the blob out)
+            self.grad_map.pop(blob, None)
         return name
 
     def record(self):

@@ -245,6 +245,9 @@ def CreateOperator(operator_type, inputs, outputs, name="", control_input=None, 
     ins = _blob_names(inputs, operator_type, "inputs", loc, scope)
     outs = _blob_names(outputs, operator_type, "outputs", loc, scope)
     control = _blob_names(control_input, operator_type, "control inputs", loc, scope)
+    # (an argument given as an array is its list, as the message will hold it)
+    kwargs = {k: v.tolist() if hasattr(v, "tolist") and getattr(v, "ndim", 0) else v
+              for k, v in kwargs.items()}
     rec = OpRecord(str(operator_type), ins, outs, kwargs, loc,
                    {"name": name, "engine": engine or "", "control_input": control,
                     "device_option": device_option or CurrentDeviceScope()})

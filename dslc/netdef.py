@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
+from google.protobuf.message import Message
 
 from dslc.ir.diagnostics import DSLError, Location
 from dslc.ir.pyrefs import PyRef
@@ -61,6 +62,8 @@ def set_argument(arg, name: str, value) -> None:
         arg.t.CopyFrom(value)
     elif isinstance(value, (list, tuple)):
         _set_list(arg, name, list(value))
+    elif isinstance(value, Message):  # (as Caffe2 does: a message argument is its bytes)
+        arg.s = value.SerializeToString()
     else:
         raise ProtoError(f"argument {name!r} of type {type(value).__name__} has no protobuf form", None,
                          "arguments are numbers, strings, lists of them, nets or tensors")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dslc import core, workspace
+from dslc.gradients import GradientError
 from dslc.session import LocalSession
 
 RNG = np.random.default_rng(7)
@@ -385,3 +386,45 @@ def test_a_gradient_with_several_parts_is_named_as_caffe2_names_it(session):
     workspace.FeedBlob("x", np.array([1.0, -2.0], np.float32))
     session.run(net)
     np.testing.assert_array_equal(workspace.FetchBlob(g["x"]), [5.0, 5.0])
+
+
+def test_a_loss_another_loss_reads_gets_both_gradients(session):
+    """m1 = x*2, m2 = m1*3, losses [m2, m1]: dm1 = 1 (its own seed) + 3 (through m2), so
+    dx = 4 * 2 = 8 (by hand). As the real Caffe2 names them (read off its AddGradientOperators):
+    the seed m1_autogen_grad is the sum, _mul_1_grad_autosplit_0 the part through m2."""
+    net = core.Net("two_losses")
+    m1 = net.Mul(["x", "two"], "mul_1")
+    m2 = net.Mul([m1, "three"], "mul_2")
+    g = net.AddGradientOperators([m2, m1])
+    sums = [op for op in net.Proto().op if op.type == "Sum"]
+    assert [(list(op.input), list(op.output)) for op in sums] == [
+        (["mul_1_autogen_grad", "_mul_1_grad_autosplit_0"], ["mul_1_autogen_grad"])]
+    for name, v in (("x", 1.0), ("two", 2.0), ("three", 3.0)):
+        workspace.FeedBlob(name, np.array([v], np.float32))
+    session.run(net)
+    assert float(workspace.FetchBlob(g["x"])[0]) == 8.0
+
+
+def test_gradient_map_leaves_out_a_blob_cut_by_stop_gradient_in_place():
+    """hidden = x; hidden = StopGradient(hidden); out = hidden: the op list has out -> hidden's
+    gradient, but hidden's earliest version gets none, so the map holds out only (as Caffe2's)."""
+    ops = [core.CreateOperator("Copy", ["x"], ["hidden"]), core.CreateOperator("StopGradient", ["hidden"], ["hidden"]),
+           core.CreateOperator("Copy", ["hidden"], ["out"])]
+    grads, grad_map = core.GradientRegistry.GetBackwardPass(ops, {"out": "out_grad"})
+    assert {str(k): str(v) for k, v in grad_map.items()} == {"out": "out_grad"}
+    assert [list(op.output) for op in grads] == [["hidden_grad"]]
+
+
+def test_an_op_that_does_not_fit_its_schema_is_refused_when_differentiated():
+    net = core.Net("bad")
+    m = net.Mul("a", "b")  # (one input: "b" is its output)
+    net.SumElements(net.Sub([m, "one"]), "loss")
+    with pytest.raises(GradientError, match="schema") as err:
+        net.AddGradientOperators(["loss"])
+    assert "test_nn_grads.py" in str(err.value)
+
+
+def test_a_gradient_needing_an_overwritten_value_is_a_runtime_error():
+    ops = [core.CreateOperator("Mul", ["x", "x"], ["y"]), core.CreateOperator("Copy", ["y"], ["x"])]
+    with pytest.raises(RuntimeError, match="overwrites 'x'"):
+        core.GradientRegistry.GetBackwardPass(ops, {"y": "y_grad"})
