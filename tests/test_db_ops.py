@@ -271,3 +271,27 @@ def test_two_blobs_under_one_key_is_refused(session, tmp_path):
     with pytest.raises(DSLTypeError) as info:
         run(session, build)
     assert_error_at(info.value, "dupkey", "'x'")
+
+
+def test_strip_prefix_with_overrides_is_refused(session, tmp_path):
+    def build():
+        a = ops.Const(np.int64(1), blob_out="p/x")
+        ops.Save([a], [], db=str(tmp_path / "ck"), absolute_path=True, strip_prefix="p/",  # @both
+                 blob_name_overrides=["y"])
+        return []
+
+    with pytest.raises(DSLTypeError) as info:
+        run(session, build)
+    assert_error_at(info.value, "both", "not both")
+
+
+def test_loading_one_name_twice_is_refused(session, tmp_path):
+    path = str(tmp_path / "ck")
+
+    def build():
+        ops.Save([ops.Const(np.int64(1), blob_out="x")], [], db=path, absolute_path=True)
+        return ops.Load([], ["x", "x"], db=path, absolute_path=True)  # @twice
+
+    with pytest.raises(DSLTypeError) as info:
+        run(session, build)
+    assert_error_at(info.value, "twice", "'x' twice")

@@ -41,6 +41,9 @@ def _save(types, attrs, n):
     _names("Save", "input_names", attrs["input_names"], len(types))
     if attrs["blob_name_overrides"]:
         _names("Save", "blob_name_overrides", attrs["blob_name_overrides"], len(types))
+        if attrs["strip_prefix"]:  # (which would name the blob? Caffe2 refuses the pair too)
+            type_error("Save takes strip_prefix or blob_name_overrides, not both",
+                       "drop strip_prefix: the overrides already give every key")
     if not attrs["db"]:
         type_error("Save needs a db name", "pass db='path/to/checkpoint'")
     seen: set = set()
@@ -53,6 +56,10 @@ def _save(types, attrs, n):
 
 def _load(types, attrs, n):
     _names("Load", "output_names", attrs["output_names"], n)
+    seen: set = set()
+    dup = next((o for o in attrs["output_names"] if o in seen or seen.add(o)), None)
+    if dup is not None:
+        type_error(f"Load lists the output {dup!r} twice", "name each blob to load once")
     from .dbinput import DBREADER
     reader = len(types) == 1 and types[0] == DBREADER  # (Caffe2's Load([reader], ...): the db it reads)
     if types and not reader and (len(types) != n or not attrs["allow_incomplete"]):
