@@ -59,6 +59,13 @@ class _OpRecorder(GetattrShortcut):
         return net._recorder(self.name)
 
 
+_immediate: list = [None]  # the function running each op as it is recorded (dslc/immediate.py)
+
+
+def set_immediate_hook(run) -> None:
+    _immediate[0] = run
+
+
 class NetRecording:
     """The recording methods of Net (a mixin: Net adds the state they use)."""
 
@@ -128,6 +135,8 @@ class NetRecording:
         produced.update(outs)
         if proto is not None:
             self._mirror(rec, list(self._external_inputs)[n_external:])
+        if _immediate[0] is not None:  # (workspace.StartImmediate: the op runs now too)
+            _immediate[0](rec)
         if len(outs) == 1:
             return _blob_ref(outs[0], self)
         return tuple([_blob_ref(n, self) for n in outs]) if outs else None

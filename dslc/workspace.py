@@ -141,8 +141,8 @@ class Workspace(_rt.Workspace):
                                "pass the Net object (run_net/RunNet take its name)")
         if self._nets is None:
             self._nets = {}
-        if name in self._nets and self._nets[name] is not net and not overwrite:
-            raise DSLError(f"a net named {name!r} was already created in this workspace", user_location(),
+        if name in self._nets and not overwrite:  # (the same net again too: Caffe2 refuses both)
+            raise WorkspaceError(f"a net named {name!r} was already created in this workspace", user_location(),
                            "pass overwrite=True to replace it, or give the new net another name")
         missing = [b for b in _read_first(net) if not self.has_blob(b)]
         if missing:
@@ -155,6 +155,10 @@ class Workspace(_rt.Workspace):
             # it is made (its inputs may be fed again before then): run_net compiles it again,
             # so the same located error comes at the run, before any op of the net runs.
             pass
+        for op in net._ops:  # (Caffe2 makes each op's outputs as it makes the op: empty blobs)
+            for out in op.outputs:
+                if not self.has_blob(out):
+                    self.create_blob(out)
         self._nets[name] = net
         return _CreatedNet(self, name)
 
@@ -391,7 +395,8 @@ def SwitchWorkspace(name, create_if_missing: bool = False) -> None:
 
 
 def RootFolder() -> str:
-    return ""
+    """Where the current workspace's relative db names are ("." : the working directory)."""
+    return current().root_folder
 
 
 def NumGpuDevices() -> int:
@@ -475,8 +480,12 @@ def current_as(ws: _rt.Workspace):
 
 
 def ResetWorkspace(root_folder=None) -> bool:
-    """Start over with a fresh, empty current workspace (blobs and created nets go)."""
-    _current[0] = _named[_current_name[0]] = Workspace()
+    """Start over with a fresh, empty current workspace (blobs and created nets go);
+    ``root_folder``: where its relative db names are (default ".")."""
+    ws = Workspace()
+    if root_folder:
+        ws.root_folder = str(root_folder)
+    _current[0] = _named[_current_name[0]] = ws
     return True
 
 
@@ -614,3 +623,15 @@ class _CurrentBlobs:
 
 
 blobs = _CurrentBlobs()
+
+
+# Caffe2's immediate mode (dslc/immediate.py holds it)
+from dslc import immediate as _immediate  # noqa: E402
+from dslc.immediate import (FeedImmediate, FetchImmediate, ImmediateBlobs, IsImmediate,  # noqa: E402,F401
+                            RunOperatorImmediate, StartImmediate, StopImmediate)
+
+
+def __getattr__(name):
+    if name == "_immediate_root_folder":  # (Caffe2's module variable, read by its tests)
+        return _immediate.root_folder()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

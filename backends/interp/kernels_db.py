@@ -18,29 +18,39 @@ from dslc.ir.ops.db import save_keys, stripped
 from .kernels import kernel
 
 
-def _path(db: str, absolute: bool) -> str:
-    """Caffe2 reads a relative db name from the workspace's root folder: ours is the working directory."""
-    return db if absolute else os.path.join(os.getcwd(), db)
+def _path(db: str, absolute: bool, ws=None) -> str:
+    """Caffe2 reads a relative db name from the workspace's root folder ("." unless
+    ResetWorkspace named one: the working directory)."""
+    if absolute:
+        return db
+    root = ws.root() if ws is not None else "."
+    return os.path.join(os.getcwd() if root == "." else root, db)
 
 
-@kernel("DBExists")
+@kernel("DBExists", per_instance=True)
 def _db_exists(op, cfg):
     a = op.attrs
-    path = _path(a["db_name"], bool(a["absolute_path"]))
-    return lambda: np.bool_(blobdb.get(a["db_type"]).exists(path))
+
+    def make(inst):
+        path = _path(a["db_name"], bool(a["absolute_path"]), inst.ws)
+        return lambda: np.bool_(blobdb.get(a["db_type"]).exists(path))
+    return make
 
 
-@kernel("Save")
+@kernel("Save", per_instance=True)
 def _save(op, cfg):
     a = op.attrs
-    path = _path(a["db"], bool(a["absolute_path"]))
     keys = save_keys(a)  # (distinct: the declaration checked them)
 
-    def save(*values):
-        db = blobdb.get(a["db_type"])
-        # encoded lazily, so a huge checkpoint is never held twice in memory
-        db.write(path, ((k, blobcodec.encode(n, v)) for k, n, v in zip(keys, a["input_names"], values)))
-    return save
+    def make(inst):
+        path = _path(a["db"], bool(a["absolute_path"]), inst.ws)
+
+        def save(*values):
+            db = blobdb.get(a["db_type"])
+            # encoded lazily, so a huge checkpoint is never held twice in memory
+            db.write(path, ((k, blobcodec.encode(n, v)) for k, n, v in zip(keys, a["input_names"], values)))
+        return save
+    return make
 
 
 @kernel("Load", per_instance=True)
@@ -49,7 +59,6 @@ def _load(op, cfg):
     a = op.attrs
     # Caffe2's Load([reader], ...): the db a CreateDB reader opened, named at run time
     from_reader = len(op.operands) == 1 and op.operands[0].type == DBREADER
-    paths = [] if from_reader else [_path(p, bool(a["absolute_path"])) for p in (list(a["dbs"]) or [a["db"]])]
     outs = list(a["output_names"])
     wanted = list(a["source_blob_names"]) or outs  # names as they were stored (before prefixes)
     renames = bool(a["strip_prefix"] or a["add_prefix"])
@@ -58,7 +67,7 @@ def _load(op, cfg):
     def blob_name(key: str) -> str:
         return a["add_prefix"] + stripped(key, a["strip_prefix"])
 
-    def read_all(reader=None) -> dict:
+    def read_all(paths, reader=None) -> dict:
         """name -> value for every wanted name found, over all the dbs."""
         db = blobdb.get(a["db_type"] if reader is None else reader.db_type)
         paths_now = paths if reader is None else [reader.path]
@@ -83,10 +92,13 @@ def _load(op, cfg):
         return found
 
     def make(inst):
+        paths = [] if from_reader else [_path(p, bool(a["absolute_path"]), inst.ws)
+                                        for p in (list(a["dbs"]) or [a["db"]])]
+
         def load(*kept):
             reader = kept[0] if from_reader else None
             kept = () if from_reader else kept
-            found = read_all(reader)
+            found = read_all(paths, reader)
             if a["load_all"]:  # (every blob by its stored name; the outputs' values returned)
                 for name, value in found.items():
                     if name not in outs:

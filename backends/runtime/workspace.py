@@ -28,6 +28,7 @@ class Workspace:
     """Blobs by name, with an optional parent whose blobs are visible here."""
 
     cell_type = Cell  # the front end's workspace makes cells users can fetch from and feed
+    root_folder = "."  # where a relative db name is (Caffe2's root folder): see root()
 
     def __init__(self, parent: "Workspace | None" = None):
         self.parent = parent
@@ -60,6 +61,14 @@ class Workspace:
             if c is None:
                 c = self.blobs[name] = self.cell_type(name)
         return c
+
+    def root(self) -> str:
+        """The root folder of the outermost workspace of the chain (a task's own workspace
+        reads and writes dbs where the workspace it runs in does)."""
+        ws = self
+        while ws.parent is not None:
+            ws = ws.parent
+        return ws.root_folder
 
     def has_blob(self, name: str) -> bool:
         return self.lookup(name) is not None
