@@ -180,3 +180,62 @@ class TestSegmentIdGradients(hu.HypothesisTestCase):
         op = core.CreateOperator("DotProduct", ["A", "B"], ["Y"])
         for i in range(2):
             self.assertGradientChecks(gc, op, [rows.copy(), rows[::-1].copy()], i, [0])
+
+
+S6 = np.array([0, 0, 1, 1, 1, 2], np.int32)
+G3 = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
+CAFFE2_MORE = [  # (op, inputs, expected): read off the real Caffe2 (torch 1.10.2's) with these inputs
+    ("SortedSegmentRangeSum", {"d": D / 4, "s": S6}, [[0.5, 1.0], [4.5, 5.25], [2.5, 2.75]]),
+    ("SortedSegmentRangeMean", {"d": D / 4, "s": S6}, [[0.25, 0.5], [1.5, 1.75], [2.5, 2.75]]),
+    ("SortedSegmentRangeMax", {"d": D / 4, "s": S6}, [[0.5, 0.75], [2.0, 2.25], [2.5, 2.75]]),
+    ("SortedSegmentRangeLogSumExp", {"d": D / 4, "s": S6},
+     [[0.9740769863128662, 1.2240769863128662], [2.680269718170166, 2.930269718170166], [2.5, 2.75]]),
+    ("SortedSegmentRangeLogMeanExp", {"d": D / 4, "s": S6},  # (Caffe2: 1.5816572904586792, 1 ulp apart)
+     [[0.2809298038482666, 0.5309298038482666], [1.5816572904586792, 1.8316572904586792], [2.5, 2.75]]),
+    ("SparseSortedSegmentSum", {"d": D, "i": I, "s": S6[:5]}, [[10.0, 12.0], [10.0, 13.0]]),
+    ("SparseSortedSegmentMean", {"d": D, "i": I, "s": S6[:5]}, [[5.0, 6.0], [3.3333334922790527, 4.333333492279053]]),
+    ("SparseUnsortedSegmentSum", {"d": D, "i": I, "u": np.array([2, 0, 2, 1, 0], np.int32)},
+     [[6.0, 8.0], [4.0, 5.0], [10.0, 12.0]]),
+    ("SparseUnsortedSegmentMean", {"d": D, "i": I, "u": np.array([2, 0, 2, 1, 0], np.int32)},
+     [[3.0, 4.0], [4.0, 5.0], [5.0, 6.0]]),
+    ("SparseLengthsPositionalWeightedSum", {"d": D, "w": np.array([0.5, 2.0, -1.0], np.float32), "i": I, "l": L},
+     [[5.0, 7.5], [0.0, 0.0], [2.0, 3.5]]),
+    ("SparseLengthsIndicesInGradientSumGradient", {"g": G3, "l": L, "i": I},
+     [[1.0, 2.0], [1.0, 2.0], [5.0, 6.0], [5.0, 6.0], [5.0, 6.0]]),
+    ("SparseLengthsIndicesInGradientMeanGradient", {"g": G3, "l": L, "i": I},
+     [[0.5, 1.0], [0.5, 1.0], [1.6666667461395264, 2.0], [1.6666667461395264, 2.0], [1.6666667461395264, 2.0]]),
+    ("SparseLengthsSumGradient", {"g": G3, "l": L}, [[1.0, 2.0], [1.0, 2.0], [5.0, 6.0], [5.0, 6.0], [5.0, 6.0]]),
+]
+
+
+@DEVICES
+@pytest.mark.parametrize("op_type, inputs, want", CAFFE2_MORE, ids=[c[0] for c in CAFFE2_MORE])
+def test_range_and_sparse_segment_ops_match_caffe2(do, op_type, inputs, want):
+    np.testing.assert_allclose(_one(do, op_type, inputs), want, rtol=2e-7)
+
+
+class TestRangeAndSparseSegmentGradients(hu.HypothesisTestCase):
+    """Each gradient against finite differences, on both backends."""
+
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_gradients(self, gc, dc):
+        rows = np.linspace(-1, 1, 12, dtype=np.float32).reshape(6, 2)
+        rows[3] += 0.3  # (no ties for Max: its gradient is not defined at one)
+        for kind in ("Sum", "Mean", "Max", "LogSumExp", "LogMeanExp"):
+            op = core.CreateOperator("SortedSegmentRange" + kind, ["D", "S"], ["Y"])
+            self.assertGradientChecks(gc, op, [rows.copy(), S6], 0, [0])
+        ids = np.array([4, 0, 1, 4, 2], np.int64)  # (a row read twice: its gradient parts add up)
+        for op_type, seg in (("SparseSortedSegmentSum", S6[:5]), ("SparseSortedSegmentMean", S6[:5]),
+                             ("SparseUnsortedSegmentSum", np.array([1, 0, 1, 2, 0], np.int32)),
+                             ("SparseUnsortedSegmentMean", np.array([1, 0, 1, 2, 0], np.int32))):
+            op = core.CreateOperator(op_type, ["D", "I", "S"], ["Y"])
+            self.assertGradientChecks(gc, op, [rows.copy(), ids, seg], 0, [0])
+
+
+def test_sparse_segment_gradient_is_a_slice_of_the_rows_read():
+    """As Caffe2's: SortedSegmentSumGradient(dY, S) gives the rows' values, at INDICES."""
+    op = core.CreateOperator("SparseSortedSegmentSum", ["D", "I", "S"], ["Y"])
+    grads, gi = core.GradientRegistry.GetGradientForOp(op, ["Y_grad"])
+    assert [(g.type, list(g.input)) for g in grads] == [("SortedSegmentSumGradient", ["Y_grad", "S"])]
+    assert (gi[0].indices, gi[0].values) == ("I", "D_grad_values") and gi[1:] == [None, None]

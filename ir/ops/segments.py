@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gradients import GradOp, SparseGrad, gradient, no_gradient
-from ..opdef import PURE, declare, type_error
+from ..opdef import OPS, PURE, declare, type_error
 from ..types import TensorType
 from .infer import tensors
 from .nn import indices
@@ -79,6 +79,15 @@ declare("LengthsMeanGradient", 2, _tiled("LengthsMeanGradient"), traits={PURE},
 declare("LengthsWeightedSumGradient", 3, _tiled("LengthsWeightedSumGradient"), traits={PURE},
         doc="the rows of dY repeated by LENGTHS, row k times WEIGHTS[k]; inputs (dY, LENGTHS, WEIGHTS)")
 no_gradient("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGradient")
+# Caffe2's older names of the same gradients (its SparseLengths* gradients before they
+# were split): the same ops
+OPS.alias("SparseLengthsSumGradient", "LengthsSumGradient")
+OPS.alias("SparseLengthsMeanGradient", "LengthsMeanGradient")
+for _kind in ("Sum", "Mean"):  # (dY, LENGTHS, INDICES): INDICES only says the rows' count
+    _name = f"SparseLengthsIndicesInGradient{_kind}Gradient"
+    declare(_name, 3, _tiled(_name), traits={PURE},
+            doc=f"Lengths{_kind}Gradient of (dY, LENGTHS), with the INDICES the rows are for as a third input")
+    no_gradient(_name)
 
 
 # --- lengths and segment ids
@@ -135,17 +144,60 @@ def _segment_ids_reduce(name):
     return infer
 
 
+def _sparse_segment_ids_reduce(name):
+    def infer(types, attrs, n):
+        data, idx, ids = tensors(name, types)
+        indices(name, idx, "indices")
+        return _segment_ids_reduce(name)([data, ids], attrs, n)
+    return infer
+
+
+def _segment_rows(name):
+    """dDATA's type from (dY, SEGMENT_IDS): one row per id."""
+    def infer(types, attrs, n):
+        dy, ids = tensors(name, types)
+        indices(name, ids, "segment ids")
+        rows = ids.shape[0] if ids.shape is not None and len(ids.shape) == 1 else None
+        return [TensorType(dy.dtype, None if dy.shape is None else (rows,) + tuple(dy.shape[1:]))]
+    return infer
+
+
 for _name, _what in [("SortedSegmentSum", "sum"), ("SortedSegmentMean", "mean"),
                      ("UnsortedSegmentSum", "sum"), ("UnsortedSegmentMean", "mean")]:
     _sorted = _name.startswith("Sorted")
+    _ids = "ids sorted, without gaps)" if _sorted else "any order; 0 for an id no row has)"
     declare(_name, 2, _segment_ids_reduce(_name), traits={PURE},
-            doc=f"Y[k] = the {_what} of DATA's rows whose SEGMENT_IDS is k (k = 0 .. max id; "
-                + ("ids sorted, without gaps)" if _sorted else "any order; 0 for an id no row has)"))
-    declare(_name + "Gradient", 3, lambda t, a, n, _n=_name: [tensors(_n, t)[1]], traits={PURE},
-            doc=f"dDATA of {_name} from (dY, DATA, SEGMENT_IDS): row i gets dY[ids[i]]"
+            doc=f"Y[k] = the {_what} of DATA's rows whose SEGMENT_IDS is k (k = 0 .. max id; " + _ids)
+    declare(_name + "Gradient", 2, _segment_rows(_name + "Gradient"), traits={PURE},
+            doc=f"dDATA of {_name} from (dY, SEGMENT_IDS): row i gets dY[ids[i]]"
                 + (" / the segment's rows" if _what == "mean" else ""))
     no_gradient(_name + "Gradient")
-    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.GO[0], g.I[0], g.I[1]], [g.GI[0]])])
+    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.GO[0], g.I[1]], [g.GI[0]])])
+    # the sparse form: the rows DATA[INDICES] reduced by SEGMENT_IDS; its gradient the same
+    # rows' gradient, at INDICES (a GradientSlice, as Caffe2's)
+    declare("Sparse" + _name, 3, _sparse_segment_ids_reduce("Sparse" + _name), traits={PURE},
+            doc=f"Y[k] = the {_what} of DATA[INDICES[i]] over the i whose SEGMENT_IDS is k; inputs "
+                f"(DATA, INDICES, SEGMENT_IDS; " + _ids)
+    gradient("Sparse" + _name)(lambda g, _n=_name: [
+        GradOp(_n + "Gradient", [g.GO[0], g.I[2]], [f"{g.I[0]}_grad_values"]),
+        SparseGrad(0, g.I[1], f"{g.I[0]}_grad_values")])
+
+# reductions over a sorted segment's rows, elementwise: Caffe2's "range" reducers
+_RANGES = {"Sum": "the sum", "Mean": "the mean", "Max": "the elementwise max",
+           "LogSumExp": "log(sum(exp)) (stable)", "LogMeanExp": "log(mean(exp)) (stable)"}
+for _kind, _what in _RANGES.items():
+    _name = "SortedSegmentRange" + _kind
+    declare(_name, 2, _segment_ids_reduce(_name), traits={PURE},
+            doc=f"Y[k] = {_what} of DATA's rows whose SEGMENT_IDS is k (sorted ids, without gaps)")
+    declare(_name + "Gradient", 4, lambda t, a, n, _n=_name + "Gradient": [tensors(_n, t)[0]], traits={PURE},
+            doc=f"dDATA of {_name} from (DATA, Y, dY, SEGMENT_IDS), as Caffe2 orders them")
+    no_gradient(_name + "Gradient")
+    gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.I[0], g.O[0], g.GO[0], g.I[1]], [g.GI[0]])])
+
+declare("SparseLengthsPositionalWeightedSum", 4, _sparse_reduce("SparseLengthsPositionalWeightedSum", weighted=True),
+        traits={PURE}, doc="Y[s] = the sum of WEIGHTS[j] DATA[INDICES[k]] over segment s, j the position "
+                           "of k in its segment; inputs (DATA, WEIGHTS, INDICES, LENGTHS); no gradient, "
+                           "as in Caffe2")
 
 declare("LengthsMax", 2, _lengths_reduce("LengthsMax"), traits={PURE},
         doc=f"Y[s] = the elementwise max of segment s ({_DOC}; 0 for an empty one)")
@@ -331,6 +383,68 @@ def _ids_reduce_grad(mean):
     return run
 
 
+def _ids_reduce_grad2(mean):
+    run = _ids_reduce_grad(mean)
+    return lambda dy, ids: run(dy, None, ids)
+
+
+def _sparse_ids_reduce(name, mean, sorted_):
+    run = _ids_reduce(name, mean, sorted_)
+    return lambda data, idx, ids: run(_picked(data, idx, name), ids)
+
+
+def _range_reduce(kind):
+    name = "SortedSegmentRange" + kind
+
+    def run(data, ids):
+        ids = ids.astype(np.int64).reshape(-1)
+        if ids.size != data.shape[0]:
+            raise SegmentError(f"{name}: one segment id per row of DATA ({data.shape[0]} rows, {ids.size} ids)")
+        _check_sorted(ids, name)
+        k = int(ids.max()) + 1 if ids.size else 0
+        out = np.zeros((k,) + data.shape[1:], dtype=data.dtype)
+        if not ids.size:
+            return out
+        starts = np.r_[0, np.flatnonzero(np.diff(ids)) + 1]
+        counts = np.diff(np.r_[starts, ids.size]).reshape((-1,) + (1,) * (data.ndim - 1))
+        if kind == "Max":
+            return np.maximum.reduceat(data, starts, axis=0)
+        if kind in ("Sum", "Mean"):
+            sums = np.add.reduceat(data, starts, axis=0)
+            return sums if kind == "Sum" else (sums / counts).astype(data.dtype)
+        top = np.maximum.reduceat(data, starts, axis=0)  # (log-sum-exp about each segment's max)
+        lse = top + np.log(np.add.reduceat(np.exp(data - top[ids]), starts, axis=0))
+        return (lse if kind == "LogSumExp" else lse - np.log(counts)).astype(data.dtype)
+    return run
+
+
+def _range_reduce_grad(kind):
+    def run(data, y, dy, ids):
+        ids = ids.astype(np.int64).reshape(-1)
+        rows = dy[ids]
+        if kind == "Sum":
+            return rows.astype(data.dtype, copy=False)
+        if kind == "Mean":
+            counts = np.bincount(ids, minlength=dy.shape[0]).reshape((-1,) + (1,) * (dy.ndim - 1))
+            return (rows / counts[ids]).astype(data.dtype)
+        if kind == "Max":  # (every element equal to the max gets it, as Caffe2 does)
+            return np.where(data == y[ids], rows, 0).astype(data.dtype)
+        # d log(sum exp x) / dx_i = exp(x_i) / sum exp x, for the mean form too (its 1/n cancels)
+        lse = y[ids] if kind == "LogSumExp" else y[ids] + np.log(
+            np.bincount(ids, minlength=dy.shape[0]).reshape((-1,) + (1,) * (dy.ndim - 1))[ids])
+        return (rows * np.exp(data - lse)).astype(data.dtype)
+    return run
+
+
+def sparse_lengths_positional_weighted_sum(data, weights, idx, lengths):
+    starts, lens = _starts(lengths, idx.reshape(-1).shape[0], "SparseLengthsPositionalWeightedSum")
+    pos = np.arange(int(lens.sum())) - np.repeat(starts, lens)  # (each id's place in its segment)
+    if pos.size and pos.max() >= weights.shape[0]:
+        raise SegmentError(f"SparseLengthsPositionalWeightedSum: a segment of {int(lens.max())} ids needs "
+                           f"that many WEIGHTS, there are {weights.shape[0]}")
+    return sparse_lengths_weighted_sum(data, weights.reshape(-1)[pos], idx, lengths)
+
+
 def lengths_max(data, lengths):
     starts, lengths = _starts(lengths, data.shape[0], "LengthsMax")
     out = np.zeros((lengths.size,) + data.shape[1:], dtype=data.dtype)
@@ -366,8 +480,15 @@ FUNCTIONS = {
     "SortedSegmentMean": _ids_reduce("SortedSegmentMean", True, True),
     "UnsortedSegmentSum": _ids_reduce("UnsortedSegmentSum", False, False),
     "UnsortedSegmentMean": _ids_reduce("UnsortedSegmentMean", True, False),
-    "SortedSegmentSumGradient": _ids_reduce_grad(False), "SortedSegmentMeanGradient": _ids_reduce_grad(True),
-    "UnsortedSegmentSumGradient": _ids_reduce_grad(False), "UnsortedSegmentMeanGradient": _ids_reduce_grad(True),
+    "SortedSegmentSumGradient": _ids_reduce_grad2(False), "SortedSegmentMeanGradient": _ids_reduce_grad2(True),
+    "UnsortedSegmentSumGradient": _ids_reduce_grad2(False), "UnsortedSegmentMeanGradient": _ids_reduce_grad2(True),
+    **{f"Sparse{o}Segment{k}": _sparse_ids_reduce(f"Sparse{o}Segment{k}", k == "Mean", o == "Sorted")
+       for o in ("Sorted", "Unsorted") for k in ("Sum", "Mean")},
+    **{"SortedSegmentRange" + k: _range_reduce(k) for k in _RANGES},
+    **{f"SortedSegmentRange{k}Gradient": _range_reduce_grad(k) for k in _RANGES},
+    "SparseLengthsPositionalWeightedSum": sparse_lengths_positional_weighted_sum,
+    "SparseLengthsIndicesInGradientSumGradient": lambda dy, lengths, idx: lengths_sum_grad(dy, lengths),
+    "SparseLengthsIndicesInGradientMeanGradient": lambda dy, lengths, idx: lengths_mean_grad(dy, lengths),
     "LengthsMax": lengths_max,
     "LengthsSum": lengths_sum, "LengthsMean": lengths_mean, "SparseLengthsSum": sparse_lengths_sum,
     "SparseLengthsMean": sparse_lengths_mean, "SparseLengthsWeightedSum": sparse_lengths_weighted_sum,
