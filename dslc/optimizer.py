@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import numpy as np
+
 from dslc import core, names
 from dslc.gradients import GradientSlice
 from dslc.ir.diagnostics import DSLError
@@ -40,12 +42,32 @@ AuxOptimizerParams = namedtuple("AuxOptimizerParams", ["local", "shared"])
 class Optimizer:
     kind = "Optimizer"
 
-    def __init__(self, policy="fixed", **lr_args):
+    def __init__(self, policy="fixed", lars=None, **lr_args):
         self.policy, self.lr_args = policy, lr_args
         self.index = names.next_instance(self.kind)
         # the blobs the optimizer keeps: per parameter (moments) and shared (the constant one)
         self._aux_params = AuxOptimizerParams(local=[], shared=[])
         self._lr_multiplier = None  # a blob scaling every learning rate (gradient clipping, injection)
+        if lars is not None and lars < 0:
+            raise OptimizerError(f"lars is the LARS offset, which must be >= 0; got {lars}", user_location(3))
+        self.lars = lars  # layer-wise adaptive rate scaling of dense parameters, with this offset
+        self._local_lr_multiplier = None  # the current parameter's (its LARS factor)
+
+    def apply(self, model, param, grad):
+        """Record ``param``'s update: its learning rate scaled by its LARS factor first when
+        ``lars`` is set and the gradient is dense (Caffe2 leaves sparse ones unscaled)."""
+        self._local_lr_multiplier = None
+        if self.lars is not None and not isinstance(grad, GradientSlice):
+            if getattr(self, "weight_decay", 0):
+                raise OptimizerError("LARS with weight_decay is not supported (nor in Caffe2)", user_location(3),
+                                     "drop one of them")
+            init = model.param_init_net
+            inputs = [param, grad, _ensure(init, "weight_decay", shape=[1], value=0.0),
+                      _ensure(init, "trust", shape=[1], value=1.0),
+                      _ensure(init, "lr_max", shape=[1], value=float(np.finfo(np.float32).max))]
+            self._local_lr_multiplier = model.net.Lars(inputs, self.get_cpu_blob_name(f"{param}_lars"),
+                                                       offset=self.lars, lr_min=0.0)
+        self.update(model, param, grad)
 
     def get_cpu_blob_name(self, base_str, node_name=""):
         """The name of this optimizer's blob ``base_str`` (Caffe2's: ``SgdOptimizer_0_lr_cpu``)."""
@@ -83,6 +105,8 @@ class Optimizer:
             if not _blob_defined(model.net, scaled):
                 model.net.Mul([lr, self._lr_multiplier], scaled)  # (numpy broadcasting: lr is a scalar)
             lr = core.BlobReference(scaled, model.net)
+        if self._local_lr_multiplier is not None:  # (one per parameter: written anew before each update)
+            lr = model.net.Mul([lr, self._local_lr_multiplier], self.get_cpu_blob_name("local_scaled_lr"))
         return lr, core.BlobReference(ITERATION, model.net)
 
     def __call__(self, net, param_init_net=None, param=None, grad=None):
@@ -91,14 +115,14 @@ class Optimizer:
         param_info)``: record one parameter's update into those two nets."""
         if param_init_net is None:
             for p, g in _params_with_grads(net):
-                self.update(net, p, g)
+                self.apply(net, p, g)
             return self
         if grad is None and hasattr(param, "grad"):  # a ParameterInfo
             param, grad = param.blob, param.grad
         if param is None or grad is None:
             raise OptimizerError(f"{type(self).__name__} needs a parameter and its gradient", user_location(),
                                  "call opt(net, param_init_net, param, grad) or opt(model)")
-        self.update(_Nets(net, param_init_net), core.BlobReference(str(param), param_init_net),
+        self.apply(_Nets(net, param_init_net), core.BlobReference(str(param), param_init_net),
                     grad if isinstance(grad, GradientSlice) else core.BlobReference(str(grad), net))
         return self
 
@@ -144,12 +168,15 @@ class SgdOptimizer(Optimizer):
 class AdagradOptimizer(Optimizer):
     kind = "AdagradOptimizer"
 
-    def __init__(self, alpha=0.01, epsilon=1e-4, policy="fixed", decay=1.0, rowWise=False, **kwargs):
+    def __init__(self, alpha=0.01, epsilon=1e-4, policy="fixed", decay=1.0, rowWise=False, weight_decay=0.0,
+                 counter_halflife=-1, engine="", **kwargs):
         super().__init__(policy, **kwargs)
         self.alpha, self.epsilon, self.decay, self.row_wise = alpha, epsilon, decay, bool(rowWise)
+        self.weight_decay, self.counter_halflife = float(weight_decay), counter_halflife
 
     def update(self, model, param, grad):
-        lr, _ = self.build_lr(model, self.alpha)
+        lr, it = self.build_lr(model, self.alpha)
+        decay = {"weight_decay": self.weight_decay} if self.weight_decay else {}
         if isinstance(grad, GradientSlice):
             if self.decay != 1.0:
                 raise OptimizerError("Adagrad's decay needs a dense gradient", user_location(3),
@@ -161,11 +188,22 @@ class AdagradOptimizer(Optimizer):
                 s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
                 op = "SparseAdagrad"
             self._local(s)
-            getattr(model.net, op)([param, s, grad.indices, grad.values, lr], [param, s], epsilon=self.epsilon)
+            inputs = [param, s, grad.indices, grad.values, lr]
+            if self.counter_halflife > 0:  # (how often each row is updated, for the weight decay)
+                self._share(it)
+                prev, counter = _row_counters(model, param)
+                if self.row_wise:
+                    inputs.append(counter)
+                    if self.weight_decay:
+                        decay["counter_halflife"] = self.counter_halflife
+            getattr(model.net, op)(inputs, [param, s], epsilon=self.epsilon, **decay)
+            if self.counter_halflife > 0:
+                model.net.RowWiseCounter([prev, counter, grad.indices, it], [prev, counter],
+                                         counter_halflife=self.counter_halflife)
             return
         s = model.param_init_net.ConstantFill([param], f"{param}_squared_sum", value=0.0)
         self._local(s)
-        model.net.Adagrad([param, s, grad, lr], [param, s], epsilon=self.epsilon, decay=self.decay)
+        model.net.Adagrad([param, s, grad, lr], [param, s], epsilon=self.epsilon, decay=self.decay, **decay)
 
 
 class AdamOptimizer(Optimizer):
@@ -226,12 +264,12 @@ class RmsPropOptimizer(Optimizer):
 
 
 def _unsupported(**options):
-    """Options of Caffe2's optimizers that need operators dslc lacks (LARS, EMA): refused at
-    the user's line rather than ignored."""
+    """Options of Caffe2's optimizers that need operators dslc lacks (EMA): refused at the
+    user's line rather than ignored."""
     for name, value in options.items():
         if value:
-            raise OptimizerError(f"{name} is not supported (dslc has no {'Lars' if name == 'lars' else 'EMA'} "
-                                 "operator yet)", user_location(3), f"drop {name}")
+            raise OptimizerError(f"{name} is not supported (dslc has no EMA operator yet)", user_location(3),
+                                 f"drop {name}")
 
 
 class WngradOptimizer(Optimizer):
@@ -242,8 +280,7 @@ class WngradOptimizer(Optimizer):
     def __init__(self, alpha=1.0, epsilon=1e-9, policy="fixed", sparse_dedup_aggregator=None, engine="",
                  moment_init=100.0, lars=None, output_effective_lr=False, output_effective_lr_and_update=False,
                  **kwargs):
-        super().__init__(policy, **kwargs)
-        _unsupported(lars=lars)
+        super().__init__(policy, lars=lars, **kwargs)
         self.alpha, self.epsilon, self.moment_init = alpha, epsilon, moment_init
         self.outputs = 2 if output_effective_lr_and_update else 1 if output_effective_lr else 0
 
@@ -265,8 +302,7 @@ class StormOptimizer(Optimizer):
 
     def __init__(self, lr=0.1, momentum=10.0, beta=0.1, grad_sq_init=0.01, policy="fixed",
                  sparse_dedup_aggregator=None, lars=None, **kwargs):
-        super().__init__(policy, **kwargs)
-        _unsupported(lars=lars)
+        super().__init__(policy, lars=lars, **kwargs)
         self.lr, self.momentum, self.beta, self.grad_sq_init = lr, momentum, beta, grad_sq_init
 
     def update(self, model, param, grad):
@@ -369,6 +405,23 @@ def _row_moment(model, param):
     return init.ConstantFill([rows], name, value=0.0, input_as_shape=1)
 
 
+def _row_counters(model, param):
+    """Per row of ``param``: the iteration it was last updated at (int64) and its decayed
+    update count (double), made in param_init_net under Caffe2's names."""
+    init = model.param_init_net
+    info = _param_info(model, param)
+    if info is not None and info.shape:
+        shape = {"shape": [int(info.shape[0])]}
+        rows = []
+    else:
+        rows = [init.Slice([init.Shape([param], f"{param}_shape")], f"{param}_shape_numrows",
+                           starts=[0], ends=[1])]
+        shape = {"input_as_shape": 1}
+    counter = init.ConstantFill(rows, f"{param}_update_counter", value=0.0, dtype=core.DataType.DOUBLE, **shape)
+    prev = init.ConstantFill(rows, f"{param}_prev_update_iter", value=0, dtype=core.DataType.INT64, **shape)
+    return prev, counter
+
+
 def _param_info(model, param):
     """The ParameterInfo the model recorded for ``param``, or None (none recorded, or no model)."""
     return model.get_param_info(param) if hasattr(model, "get_param_info") else None
@@ -390,6 +443,15 @@ def _build(model, opt, max_gradient_norm=None, allow_lr_injection=False):
     clips the gradients' global norm to ``max_gradient_norm`` and by the ``lr_injection``
     blob (``set_lr_injection``), when asked for."""
     params = _params_with_grads(model)
+    _add_lr_multiplier(model, opt, params, max_gradient_norm, allow_lr_injection)
+    for param, grad in params:
+        # (a parameter made under UseOptimizer(...) keeps the optimizer chosen there)
+        chosen = getattr(_param_info(model, param), "optimizer", None) or opt
+        chosen.apply(model, param, grad)
+    return opt
+
+
+def _add_lr_multiplier(model, opt, params, max_gradient_norm, allow_lr_injection):
     multiplier = None
     if max_gradient_norm is not None:
         multiplier = _norm_ratio(model, params, float(max_gradient_norm))
@@ -398,11 +460,6 @@ def _build(model, opt, max_gradient_norm=None, allow_lr_injection=False):
         multiplier = injection if multiplier is None else \
             model.net.Mul([multiplier, injection], "lr_multiplier")
     opt.add_lr_multiplier(multiplier)
-    for param, grad in params:
-        # (a parameter made under UseOptimizer(...) keeps the optimizer chosen there)
-        chosen = getattr(_param_info(model, param), "optimizer", None) or opt
-        chosen.update(model, param, grad)
-    return opt
 
 
 def _norm_ratio(model, params, max_norm):
@@ -466,19 +523,22 @@ def build_adam(model, base_learning_rate, max_gradient_norm=None, allow_lr_injec
     return _build(model, AdamOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm, allow_lr_injection)
 
 
-def build_multi_precision_sgd(model, base_learning_rate, **kwargs):
+def build_multi_precision_sgd(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False,
+                              **kwargs):
     """SGD for float16 parameters kept as float32 masters (PseudoFP16Initializer): the
     master takes the update, the float16 parameter is its copy; a float32 parameter without
-    a master is plain SGD (as in Caffe2)."""
+    a master is plain SGD (as in Caffe2). The learning rate scaled as ``_build`` scales it."""
     opt = SgdOptimizer(base_learning_rate, **kwargs)
-    for param, grad in _params_with_grads(model):
+    params = _params_with_grads(model)
+    _add_lr_multiplier(model, opt, params, max_gradient_norm, allow_lr_injection)
+    for param, grad in params:
         info = _param_info(model, param)
         master = (info.blob_copy or {}).get(core.DataType.FLOAT) if info is not None else None
         if master is None:
-            opt.update(model, param, grad)
+            opt.apply(model, param, grad)
             continue
         grad32 = model.net.HalfToFloat(grad, f"{grad}_fp32")
-        opt.update(model, master, grad32)
+        opt.apply(model, master, grad32)
         model.net.FloatToHalf(master, param)
     return opt
 

@@ -252,3 +252,78 @@ def test_an_optimizer_called_per_parameter():
     np.testing.assert_array_equal(workspace.FetchBlob("fc_b"), b0)
     with pytest.raises(optimizer.OptimizerError, match="needs a parameter and its gradient"):
         sgd(model.net, model.param_init_net, "fc_b")
+
+
+@DEVICES
+def test_lars_row_wise_counter_and_counted_decay_match_caffe2(do):
+    x, dx = np.array([[3.0, 4.0]], np.float32), np.array([[0.6, 0.8]], np.float32)
+    one = np.array([1.0], np.float32)
+    for wd, trust, lr_max, args, want in [(0.0, 1.0, 1e30, {"offset": 0.5, "lr_min": 0.0}, 1.4285715),
+                                          (0.1, 2.0, 1e30, {"offset": 0.5, "lr_min": 0.0}, 2.5),
+                                          (0.0, 1.0, 0.3, {"offset": 0.5, "lr_min": 0.0}, 0.3),
+                                          (0.0, 1.0, 10.0, {"offset": 0.5, "lr_min": 2.0}, 2.0)]:
+        got = _run(do, "Lars", {"x": x, "dx": dx, "wd": np.float32(wd) * one, "t": np.float32(trust) * one,
+                                "m": np.float32(lr_max) * one}, ["r"], **args)
+        np.testing.assert_allclose(got[0], [want], rtol=1e-6)  # Caffe2
+    got = _run(do, "Lars", {"x": 0 * x, "dx": dx, "wd": 0 * one, "t": one, "m": 0.5 * one}, ["r"])
+    assert got[0] == [0.5]  # Caffe2: a zero norm gives 1, clipped to lr_max
+    got = _run(do, "RowWiseCounter", {"prev": np.array([0, 3, 5, 0], np.int64), "c": np.array([0.0, 2.0, 1.5, 0.0]),
+                                      "i": np.array([1, 2, 3], np.int64), "it": np.array([7], np.int64)},
+               ["prev", "c"], counter_halflife=5)
+    assert got[0] == [0, 7, 7, 7]
+    np.testing.assert_allclose(got[1], [0.0, 2.148698354997035, 2.1367874248827987, 1.0], rtol=1e-12)  # Caffe2
+    ins = {"w": np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]], np.float32), "m": np.array([0.1, 0.2, 0.3], np.float32),
+           "i": np.array([0, 2], np.int64), "g": np.array([[0.5, -0.5], [1.0, 2.0]], np.float32), "lr": LR,
+           "c": np.array([2.0, 0.0, 4.0])}
+    got = _run(do, "RowWiseSparseAdagrad", ins, ["w", "m"], epsilon=1e-4, weight_decay=0.1, counter_halflife=5)
+    np.testing.assert_allclose(got[0], [[1.1214467287063599, 2.0], [3.0, -1.0], [0.5614279508590698, 0.6192425489425659]],
+                               rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[1], [0.3812499940395355, 0.2, 2.991406202316284], rtol=1e-6)  # Caffe2
+
+
+def test_row_wise_adagrad_with_counted_weight_decay_as_numpy():
+    """Two steps on rows [1, 1, 3] then [1, 2] of a 4x2 table of ones (each row's gradient is
+    ones): the weight decay of row r is scaled by counter_halflife / its update count, which
+    RowWiseCounter keeps after each step (1 + count 2^(-iterations since / halflife))."""
+    model = ModelHelper(name="counted")
+    w = model.param_init_net.ConstantFill([], "w", shape=[4, 2], value=1.0)
+    model.params.append(w)
+    loss = model.net.AveragedLoss(model.net.SumElements([model.net.Gather([w, "idx"], "picked")], "s"), "loss")
+    model.AddGradientOperators([loss])
+    opt = optimizer.build_adagrad(model, base_learning_rate=0.5, rowWise=True, epsilon=0.0, weight_decay=0.1,
+                                  counter_halflife=4)
+    assert "optimizer_iteration" in [str(b) for b in opt.get_auxiliary_parameters().shared]
+    workspace.ResetWorkspace()
+    workspace.RunNetOnce(model.param_init_net)
+    want, h, count, prev = np.ones((4, 2)), np.zeros(4), np.zeros(4), np.zeros(4)
+    for it, idx in enumerate([[1, 1, 3], [1, 2]], start=1):
+        workspace.FeedBlob("idx", np.array(idx, np.int32))
+        workspace.RunNetOnce(model.net)
+        for r in idx:
+            freq = 4 / count[r] if count[r] > 0 else 1.0
+            g = 1.0 + 0.1 * freq * want[r]
+            h[r] += np.mean(g * g)
+            want[r] -= 0.5 * g / np.sqrt(h[r])
+        for r in idx:
+            count[r] = 1 + count[r] * 2.0 ** (-(it - prev[r]) / 4)
+            prev[r] = it
+    np.testing.assert_allclose(workspace.FetchBlob("w"), want, rtol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("w_update_counter"), count, rtol=1e-12)
+    assert workspace.FetchBlob("w_prev_update_iter").tolist() == prev.tolist()
+
+
+def test_lars_scales_each_dense_parameters_learning_rate():
+    """One SGD step with lars=0.5: fc_w's rate is times 1 / (|dW| / |W| + 0.5); fc_b starts at
+    zero, so its factor is 1 (a zero norm). Worked out with numpy."""
+    np.random.seed(7)
+    x = np.random.rand(4, 3).astype(np.float32)
+    label = np.random.rand(4, 1).astype(np.float32)
+    model = ModelHelper(name="lars")
+    out = brew.fc(model, "data", "fc", 3, 1, weight_init=("ConstantFill", {"value": 0.5}),
+                  bias_init=("ConstantFill", {}))
+    model.AddGradientOperators([model.net.AveragedLoss(model.net.SquaredL2Distance([out, "label"], "sq"), "loss")])
+    optimizer.build_sgd(model, base_learning_rate=0.1, lars=0.5)
+    w0, b0, dw, db = _one_sgd_step(model, x, label)
+    factor = 1.0 / (np.linalg.norm(dw) / np.linalg.norm(w0) + 0.5)
+    np.testing.assert_allclose(workspace.FetchBlob("fc_w"), w0 - 0.1 * factor * dw, rtol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("fc_b"), b0 - 0.1 * db, rtol=1e-5)

@@ -69,6 +69,7 @@ def bound(fn, attrs: dict):
 IN_PLACE = {"ScatterWeightedSum": (nm.scatter_weighted_sum, (0,)),
             "SparseAdagrad": (nm.sparse_adagrad, (0, 1)),
             "RowWiseSparseAdagrad": (nm.row_wise_sparse_adagrad, (0, 1)),
+            "RowWiseCounter": (nm.row_wise_counter, (0, 1)),
             "SparseMomentumSGDUpdate": (nm.sparse_momentum_sgd_update, (1, 3)),
             "SparseAdam": (nm.sparse_adam, (0, 1, 2)),
             "RowWiseSparseAdam": (nm.row_wise_sparse_adam, (0, 1, 2)),

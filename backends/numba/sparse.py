@@ -71,9 +71,11 @@ def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
 
 
 def _adagrad(loop, name):
-    def run(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):
+    def run(p, m, indices, g, lr, *counter, epsilon=1e-5, weight_decay=0.0, counter_halflife=-1, inplace=False):
         if weight_decay:  # (the compiled loop has no decay term: the interpreter's)
-            return ik.IN_PLACE[name][0](p, m, indices, g, lr, epsilon, weight_decay, inplace=inplace)
+            extra = {"counter_halflife": counter_halflife} if counter else {}
+            return ik.IN_PLACE[name][0](p, m, indices, g, lr, *counter, epsilon=epsilon, weight_decay=weight_decay,
+                                        inplace=inplace, **extra)
         idx = _checked(name, indices, p.shape[0])
         if not inplace:
             p, m = p.copy(), m.copy()

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..gradients import no_gradient
 from ..opdef import PURE, declare
+from ..types import TensorType
 from .infer import tensors
 from .nn import floats
 
@@ -112,5 +113,27 @@ def decay_adagrad(param, m1, m2, grad, lr, it, beta1=0.0, beta2=0.999, epsilon=0
             m2_out.astype(m2.dtype))
 
 
-FUNCTIONS = {"SparseWngrad": sparse_wngrad, "Storm": storm, "SparseStorm": sparse_storm,
+def _lars(types, attrs, n):
+    ts = floats("Lars", types)
+    return [TensorType(ts[0].dtype, (1,))]
+
+
+declare("Lars", 5, _lars, attrs={"offset": 0.5, "lr_min": 0.02}, traits={PURE},
+        doc="(X, dX, weight_decay, trust, lr_max) -> the learning-rate factor of layer-wise adaptive "
+            "rate scaling, trust / (|dX| / |X| + weight_decay + offset) (1 if a norm is 0), clipped "
+            "to [lr_min, lr_max]; shape [1]")
+no_gradient("Lars")
+
+
+def lars(x, dx, wd, trust, lr_max, offset=0.5, lr_min=0.02):
+    x_norm = np.sqrt(np.sum(np.square(x, dtype=np.float64)))
+    dx_norm = np.sqrt(np.sum(np.square(dx, dtype=np.float64)))
+    val = 1.0
+    if x_norm > 0 and dx_norm > 0:
+        val = float(trust.reshape(-1)[0]) / (dx_norm / x_norm + float(wd.reshape(-1)[0]) + offset)
+    val = min(max(val, lr_min), float(lr_max.reshape(-1)[0]))
+    return np.array([val], dtype=x.dtype)
+
+
+FUNCTIONS = {"Lars": lars, "SparseWngrad": sparse_wngrad, "Storm": storm, "SparseStorm": sparse_storm,
              "DecayAdagrad": decay_adagrad}

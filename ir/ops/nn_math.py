@@ -507,7 +507,8 @@ def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace
     return p, m
 
 
-def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):
+def row_wise_sparse_adagrad(p, m, indices, g, lr, counter=None, epsilon=1e-5, weight_decay=0.0,
+                            counter_halflife=-1, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
     g = g.reshape((idx.size, int(np.prod(p.shape[1:], dtype=np.int64))))  # (an empty batch has no -1 to infer)
     if not inplace:
@@ -517,10 +518,30 @@ def row_wise_sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0
     for at in _occurrences(idx):
         rows, gi = idx[at], g[at]
         if weight_decay:
-            gi = gi + wd * flat[rows]
+            if counter is not None and counter_halflife > 0:
+                # (a row updated seldom decays more per update: as often as it would have)
+                c = counter.reshape(-1)[rows]
+                freq = np.where(c > 0, counter_halflife / np.where(c > 0, c, 1), 1.0)
+                gi = gi + (wd * freq.astype(p.dtype))[:, None] * flat[rows]
+            else:
+                gi = gi + wd * flat[rows]
         m[rows] += np.mean(gi * gi, axis=1, dtype=p.dtype)
         flat[rows] += lr * gi / (np.sqrt(m[rows])[:, None] + eps)
     return p, m
+
+
+def row_wise_counter(prev, counter, indices, it, counter_halflife=-1, inplace=False):
+    """(prev_iter, counter) after the rows at ``indices`` were updated at iteration ``it``."""
+    idx = indices.astype(np.int64).reshape(-1)
+    if not inplace:
+        prev, counter = prev.copy(), counter.copy()
+    now = int(np.asarray(it).reshape(-1)[0])
+    rho = np.log(2.0) / counter_halflife if counter_halflife > 0 else 0.0
+    for at in _occurrences(idx):  # (a row listed twice is counted twice, the second time at once)
+        rows = idx[at]
+        counter[rows] = 1.0 + counter[rows] * np.exp(-rho * (now - prev[rows]))
+        prev[rows] = now
+    return prev, counter
 
 
 def _softplus(x):

@@ -211,9 +211,11 @@ declare("ScatterWeightedSum", (5, None), _scatter_weighted_sum, traits={PURE},
 
 def _sparse_adagrad(name):
     def infer(types, attrs, n):
-        p, m, idx, g, lr = types
+        p, m, idx, g, lr, *counter = types
         ts = floats(name, [p, m, g, lr])
         _rows(name, p, idx, g)
+        if counter:  # (RowWiseCounter's doubles: a float of any width)
+            tensors(name, counter)
         return [ts[0], ts[1]]
     return infer
 
@@ -222,9 +224,24 @@ declare("SparseAdagrad", 5, _sparse_adagrad("SparseAdagrad"), results=2,
         attrs={"epsilon": 1e-5, "weight_decay": 0.0, "engine": ""}, traits={PURE},
         doc="(param, moment, INDICES, grad rows, lr) -> (param, moment), per index in order: "
             "g += weight_decay p[r], m[r] += g^2, p[r] += lr g / (sqrt(m[r]) + epsilon)")
-declare("RowWiseSparseAdagrad", 5, _sparse_adagrad("RowWiseSparseAdagrad"), results=2,
-        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "engine": ""}, traits={PURE},
-        doc="SparseAdagrad with one moment per row (a vector): m[r] += mean(g^2)")
+declare("RowWiseSparseAdagrad", (5, 6), _sparse_adagrad("RowWiseSparseAdagrad"), results=2,
+        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "counter_halflife": -1, "engine": ""}, traits={PURE},
+        doc="SparseAdagrad with one moment per row (a vector): m[r] += mean(g^2); an optional 6th input, "
+            "the rows' update counters (RowWiseCounter), scales the weight decay of row r by "
+            "counter_halflife / counter[r] (1 where the counter is 0)")
+
+
+def _row_wise_counter(types, attrs, n):
+    prev, counter, idx, it = tensors("RowWiseCounter", types)
+    indices("RowWiseCounter", idx, "indices")
+    return [prev, counter]
+
+
+declare("RowWiseCounter", 4, _row_wise_counter, results=2, attrs={"counter_halflife": -1}, traits={PURE},
+        doc="(prev_iter, counter, INDICES, iter) -> (prev_iter, counter): for each index r in order, "
+            "counter[r] = 1 + counter[r] 2^(-(iter - prev_iter[r]) / counter_halflife), prev_iter[r] = iter "
+            "(how often each row is updated, decaying with a half-life in iterations)")
+no_gradient("RowWiseCounter")
 
 
 # ----------------------------------------------------------------------------- more updates (dense)
