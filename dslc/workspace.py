@@ -34,13 +34,13 @@ class Blob(_rt.Cell):
 
     def serialize(self, name=None) -> bytes:
         """This blob's value as Caffe2's BlobProto bytes (under ``name``)."""
-        from dslc import blob_serde
-        return blob_serde.serialize(str(name if name is not None else self.name), self.fetch())
+        from dslc.backends.runtime import blobproto
+        return blobproto.serialize(str(name if name is not None else self.name), self.fetch())
 
     def deserialize(self, serialized) -> None:
         """Set this blob to the value of BlobProto bytes (``serialize``'s)."""
-        from dslc import blob_serde
-        self.feed(blob_serde.deserialize(serialized)[1])
+        from dslc.backends.runtime import blobproto
+        self.feed(blobproto.deserialize(serialized)[1])
 
     def tensor(self):
         """The value, to read and write in place (Caffe2's ``blob.tensor().data``)."""
@@ -531,14 +531,14 @@ def FetchBlob(name):
 
 def SerializeBlob(name) -> bytes:
     """Blob ``name``'s value as Caffe2's BlobProto bytes."""
-    from dslc import blob_serde
-    return blob_serde.serialize(str(name), _fetch(current(), name))
+    from dslc.backends.runtime import blobproto
+    return blobproto.serialize(str(name), _fetch(current(), name))
 
 
 def DeserializeBlob(name, serialized) -> bool:
     """Set blob ``name`` to the value of BlobProto bytes (``SerializeBlob``'s)."""
-    from dslc import blob_serde
-    current().feed(str(name), blob_serde.deserialize(serialized)[1])
+    from dslc.backends.runtime import blobproto
+    current().feed(str(name), blobproto.deserialize(serialized)[1])
     return True
 
 

@@ -152,6 +152,9 @@ class OpDef:
                 want = _kind_of(default)
                 if want == "a list" and isinstance(value, np.ndarray) and value.ndim == 1:
                     value = value.tolist()  # (Caffe2 takes a vector as a list argument)
+                if want == "a string" and hasattr(value, "DESCRIPTOR") and hasattr(value, "SerializeToString"):
+                    from google.protobuf import text_format  # (a message argument: its text form,
+                    value = text_format.MessageToString(value)  # which IR text can hold)
                 if want is not None and not isinstance(value, _ACCEPTS[want]):
                     raise VerifyError(f"{self.name} argument {k!r} must be {want}, got {value!r}",
                                       hint=f"pass {k}=<{want}> (its default is {default!r})")

@@ -211,7 +211,7 @@ def test_resuming_with_another_db_type_than_saved_says_so(tmp_path):
         ws, session = fresh_session()
         with pytest.raises(ExecutionError) as info:
             JobRunner(job, CheckpointManager(str(tmp_path), "n", "lmdb"), resume_from_epoch=2).train(session)
-        assert "db_type='dslcdb'" in info.value.message
+        assert "db_type='minidb'" in info.value.message
 
 
 def test_epoch_limiter_and_the_download_group():

@@ -47,8 +47,11 @@ def _save(op, cfg):
 
         def save(*values):
             db = blobdb.get(a["db_type"])
+            extra = {"chunk_size": a["chunk_size"], "options": a["options"]} \
+                if getattr(db, "takes_save_options", False) else {}
             # encoded lazily, so a huge checkpoint is never held twice in memory
-            db.write(path, ((k, blobcodec.encode(n, v)) for k, n, v in zip(keys, a["input_names"], values)))
+            db.write(path, ((k, blobcodec.encode(n, v)) for k, n, v in zip(keys, a["input_names"], values)),
+                     **extra)
         return save
     return make
 

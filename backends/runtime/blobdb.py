@@ -11,7 +11,8 @@ A database type is an object with three methods (paths are used as given):
     keys(path)                     the blob names stored at ``path`` (its manifest)
 
 ``get(db_type)`` finds one by name: ``dslcdb`` (the default, one file of our own
-format; ``minidb`` is an alias), ``lmdb``, and ``leveldb`` (also spelled ``LevelDB``,
+format), ``minidb`` (Caffe2's one-file format, for moving checkpoints and models between
+the two), ``lmdb``, and ``leveldb`` (also spelled ``LevelDB``,
 as Caffe2 code does; it needs the optional extra ``dslc[leveldb]``). Values go through ``blobcodec``, so
 nothing is ever unpickled. Every failure is a ``DBError`` naming the file (and the
 blob, when one blob is at fault) with a hint.
@@ -48,7 +49,7 @@ class DBTypeError(DBError):
 
 
 _TYPES: dict[str, object] = {}
-_ALIASES = {"minidb": DEFAULT_DB_TYPE, "LevelDB": "leveldb"}
+_ALIASES = {"LevelDB": "leveldb"}
 
 
 def register(name: str, db) -> None:
@@ -80,7 +81,7 @@ def _load_builtins() -> None:
     if _builtins_loaded[0]:
         return
     _builtins_loaded[0] = True
-    from . import dbfile  # noqa: F401  (each module registers its type)
+    from . import dbfile, dbminidb  # noqa: F401  (each module registers its type)
     try:
         from . import dblmdb  # noqa: F401
     except ImportError:  # a declared dependency; say so if it is missing anyway
@@ -104,6 +105,16 @@ class KeyValueDB:
 
     def keys(self, path: str) -> list[str]:
         return self.read(path, names=None, values=False)
+
+
+def what_file(path: str) -> str:
+    """What the one-file checkpoint at ``path`` is, for a db type that wanted a directory:
+    dslcdb's file starts with its magic, anything else is taken for a minidb."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"DSLCDB"):
+        return "a dslcdb checkpoint file; pass db_type='dslcdb'"
+    return "a file, not a checkpoint directory (a minidb file? pass db_type='minidb')"
 
 
 class _Unavailable:

@@ -1,4 +1,4 @@
-"""``dslcdb`` (alias ``minidb``): a checkpoint as one file, written to a temporary file,
+"""``dslcdb``: a checkpoint as one file, written to a temporary file,
 fsynced and renamed into place, so a reader sees the whole old file or the whole new one.
 
 Layout (little-endian; docs/checkpoints.md has the details):

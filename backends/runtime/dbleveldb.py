@@ -100,9 +100,7 @@ def _check_path(path: str) -> None:
         raise MissingDBError(f"there is no checkpoint at {path}",
                              hint="check the db name and epoch (DBExists tells whether a checkpoint is there)")
     if not os.path.isdir(path):
-        raise DBTypeError(f"{path} is a file, not a leveldb checkpoint directory (a dslcdb checkpoint is "
-                          "one file: pass db_type='dslcdb')",
-                          hint="give the db_type the checkpoint was saved with")
+        raise DBTypeError(f"{path} is {blobdb.what_file(path)}", hint="give the db_type the checkpoint was saved with")
     if os.path.exists(os.path.join(path, "data.mdb")):
         raise DBTypeError(f"{path} is an lmdb checkpoint; pass db_type='lmdb'",
                           hint="give the db_type the checkpoint was saved with")

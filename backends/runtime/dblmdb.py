@@ -99,11 +99,7 @@ class LmdbDB(KeyValueDB):
                                  hint="check the db name and epoch (DBExists tells whether a checkpoint is "
                                       "there)")
         if not os.path.isdir(path):
-            with open(path, "rb") as f:
-                head = f.read(8)
-            other = "a dslcdb checkpoint file; pass db_type='dslcdb' (or 'minidb')" \
-                if head.startswith(b"DSLCDB") else "a file, not an lmdb checkpoint directory"
-            raise DBTypeError(f"{path} is {other}", hint="give the db_type the checkpoint was saved with")
+            raise DBTypeError(f"{path} is {blobdb.what_file(path)}", hint="give the db_type the checkpoint was saved with")
         data = os.path.join(path, "data.mdb")
         if not os.path.exists(data):
             raise IncompleteDBError(f"the lmdb checkpoint {path} has no data.mdb: its save did not finish",

@@ -80,9 +80,10 @@ def _db_exists(types, attrs, n):
 
 declare("Save", (0, None), _save, results=(0, 0), effects=W_DB,
         attrs={"db": REQUIRED, **_WHERE, "input_names": [], "strip_prefix": "",
-               "blob_name_overrides": []},
+               "blob_name_overrides": [], "chunk_size": -1, "options": "", "db_options": None},
         doc="write the inputs as one new checkpoint `db` (key: the blob name, an override, or the "
-            "name without strip_prefix); atomic: a failed save leaves the old one")
+            "name without strip_prefix); atomic: a failed save leaves the old one; minidb only: "
+            "chunk_size (elements per record; -1: 1,000,000, 0: one) and options (SerializationOptions)")
 declare("Load", (0, None), _load, results=(0, None), effects=R_DB,
         attrs={"db": "", "dbs": [], **_WHERE, "output_names": [], "source_blob_names": [],
                "allow_incomplete": 0, "load_all": 0, "keep_device": 0, "strip_prefix": "",
