@@ -122,7 +122,9 @@ class ExecutionStep:
         return [i for i in self._items if not isinstance(i, Net)]
 
     def Proto(self):
-        return self
+        """This step as Caffe2's ExecutionStep message (nets by name; see dslc/plan_proto.py)."""
+        from dslc.plan_proto import step_message
+        return step_message(self)
 
     def get_all_attributes(self, key):
         return self.attributes_by_key((key,))[key]
@@ -253,5 +255,7 @@ class Plan:
         pass  # nets are found through the steps
 
     def Proto(self):
-        return self
+        """This plan as Caffe2's PlanDef message, its nets included (dslc/plan_proto.py)."""
+        from dslc.plan_proto import plan_message
+        return plan_message(self)
 

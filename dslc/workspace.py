@@ -579,6 +579,12 @@ def RunNetOnce(net) -> bool:
 
 @_raises_runtime_error
 def RunPlan(plan_or_step) -> bool:
+    """Run a Plan or ExecutionStep, or a PlanDef message (or its serialized bytes)."""
+    if isinstance(plan_or_step, (bytes, bytearray)):
+        plan_or_step = caffe2_pb2.PlanDef.FromString(bytes(plan_or_step))
+    if isinstance(plan_or_step, caffe2_pb2.PlanDef):
+        from dslc.plan_proto import plan_from_message
+        plan_or_step = plan_from_message(plan_or_step)
     return current().run(plan_or_step)
 
 
