@@ -1022,3 +1022,37 @@ def test_unknown_operator_names_suggest_close_ones(name, close):
             getattr(ops, name)  # @unknown-op
     assert_error_at(info.value, "unknown-op", name)
     assert f"'{close}'" in info.value.hint
+
+
+def test_python_op_builder_of_a_created_net_runs_once_for_its_runs():
+    """As Caffe2 builds it when CreateNet makes the op: the function it returns keeps its
+    state across RunNet calls (here a count of the calls, 0, 1, 2)."""
+    from dslc import core, workspace
+    built, seen = [], []
+
+    def builder():
+        calls = [0]
+        built.append(1)
+
+        def fn(inputs, outputs):
+            seen.append(calls[0])
+            calls[0] += 1
+        return fn
+
+    net = core.Net("counted")
+    net.Python((builder, [], {}))([], [])
+    workspace.CreateNet(net)
+    for _ in range(3):
+        workspace.RunNet(net)
+    assert built == [1] and seen == [0, 1, 2]
+
+
+def test_a_python_op_output_left_unset_holds_nothing():
+    """Caffe2 leaves such an output an uninitialized tensor; fetching it is an error here too."""
+    from dslc import core, workspace
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", np.array([1.0], np.float32))
+    workspace.RunOperatorOnce(core.CreatePythonOperator(lambda inputs, outputs: None, ["x"], ["y"]))
+    assert workspace.HasBlob("y")
+    with pytest.raises(RuntimeError, match="holds nothing|no value"):
+        workspace.FetchBlob("y")

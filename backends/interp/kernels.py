@@ -17,6 +17,7 @@ import functools
 import importlib
 import operator
 import sys
+import weakref
 
 import numpy as np
 
@@ -443,8 +444,17 @@ def _python(op, cfg):
     n_out, name = len(op.results), op.attrs["name"]
     with_ws = bool(op.attrs["pass_workspace"])
 
+    built = weakref.WeakKeyDictionary()  # workspace -> the function its builder made there
+
     def make(inst):
-        fn = target[0](*target[1], **target[2]) if isinstance(target, tuple) else target
+        if isinstance(target, tuple):
+            # (as Caffe2 builds it when it makes the op: once for a compiled program in a
+            # workspace, however many times it runs there, so the function keeps its state)
+            fn = built.get(inst.ws)
+            if fn is None:
+                fn = built[inst.ws] = target[0](*target[1], **target[2])
+        else:
+            fn = target
         extra = (WorkspaceView(inst.ws),) if with_ws else ()
 
         def call(*values):
@@ -455,11 +465,9 @@ def _python(op, cfg):
                     fn(inputs, outputs, *extra)
             except Exception as e:
                 raise PythonOpError(f"Python op {name!r} raised {type(e).__name__}: {e}") from e
-            res = []
-            for i, o in enumerate(outputs):
-                if o._v is None:
-                    raise PythonOpError(f"Python op {name!r} did not set output {i}")
-                res.append(o.value())
+            # (an output the function leaves alone is a blob holding nothing, as Caffe2's
+            # uninitialized tensor: reading it later is the located "holds nothing" error)
+            res = [None if o._v is None else o.value() for o in outputs]
             return None if n_out == 0 else res[0] if n_out == 1 else tuple(res)
         return call
     return make
