@@ -12,6 +12,7 @@ import types
 
 import numpy as np
 
+from dslc import db_api
 from dslc.backends.runtime import workspace as _rt
 from dslc.backends.runtime import values as _values
 from dslc.ir.diagnostics import DSLError, DSLTypeError
@@ -269,7 +270,7 @@ def registered_dbs() -> list[str]:
 
 # Caffe2's C extension module, as far as its Python users reach into it.
 C = types.SimpleNamespace(Workspace=Workspace, registered_dbs=registered_dbs, has_mkldnn=False,
-                          use_mkldnn=False)
+                          use_mkldnn=False, create_db=db_api.create_db, Mode=db_api.Mode)
 has_gpu_support = has_cuda_support = has_hip_support = False
 GpuDeviceType = 1  # Caffe2's CUDA device type code (no device other than the CPU is used)
 _current = [Workspace()]

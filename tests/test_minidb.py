@@ -152,3 +152,31 @@ def test_a_model_caffe2_exported_predicts_here():
     workspace.RunNetOnce(net)
     np.testing.assert_allclose(workspace.FetchBlob("prob"), [[0.997848629951477, 0.0021513495594263077]],
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("db_type", ["minidb", "lmdb"])
+def test_raw_records_through_create_db(tmp_path, db_type):
+    """Caffe2's key-value API: records put in transactions come back through a cursor
+    (minidb in put order, lmdb sorted by key); a minidb of records is Caffe2's layout."""
+    path = str(tmp_path / "kv")
+    pairs = [(b"key2", b"v2"), (b"key1", b"value1"), (b"key3", b"")]
+    db = workspace.C.create_db(db_type, path, workspace.C.Mode.write)
+    t = db.new_transaction()
+    for k, v in pairs[:2]:
+        t.put(k, v)
+    t.commit()
+    t = db.new_transaction()
+    t.put(*pairs[2])
+    del t  # (commits, as Caffe2's transaction does when it goes)
+    db.close()
+    db = workspace.C.create_db(db_type, path, workspace.C.Mode.read)
+    cursor, got = db.new_cursor(), []
+    while cursor.valid():
+        got.append((cursor.key(), cursor.value()))
+        cursor.next()
+    db.close()
+    assert got == (pairs if db_type == "minidb" else sorted(pairs))
+    if db_type == "minidb":
+        assert _records(path) == [(k.decode(), len(v)) for k, v in pairs]
+    with pytest.raises(RuntimeError, match="opened to read"):
+        workspace.C.create_db(db_type, path, workspace.C.Mode.read).new_transaction()

@@ -121,6 +121,21 @@ def _is_dslcdb(path: str) -> bool:
 
 def _records_of(path: str) -> dict:
     """{blob name: [(offset, length) of each chunk's value]} from the record headers."""
+    out: dict = {}
+    for key, offset, length in records(path):
+        try:
+            key = key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptDBError(f"the minidb {path} has a key at byte {offset} that is not UTF-8",
+                                 hint=_CORRUPT_HINT) from None
+        name = key.rsplit(SEPARATOR, 1)[0] if SEPARATOR in key else key
+        out.setdefault(name, []).append((offset, length))
+    return out
+
+
+def records(path: str):
+    """(key bytes, value offset, value length) of each record of the minidb file at
+    ``path``, in file order; every header checked against the file's size first."""
     if os.path.isdir(path):
         lmdb = os.path.exists(os.path.join(path, "data.mdb"))
         raise DBTypeError(f"{path} is " + ("an lmdb database; pass db_type='lmdb'" if lmdb else
@@ -134,7 +149,6 @@ def _records_of(path: str) -> dict:
     except OSError as e:
         raise blobdb.DBError(f"cannot open the checkpoint {path}: {e.strerror}",
                              hint="check the file's permissions") from None
-    out: dict = {}
     with f:
         size = os.fstat(f.fileno()).st_size
         pos = 0
@@ -148,16 +162,10 @@ def _records_of(path: str) -> dict:
                 what = "cut short" if key_len >= 0 and value_len >= 0 else "damaged"
                 raise (IncompleteDBError if what == "cut short" else CorruptDBError)(
                     f"the minidb {path} is {what}: the record at byte {pos} runs past its end", hint=_CORRUPT_HINT)
-            try:
-                key = f.read(key_len).decode("utf-8")
-            except UnicodeDecodeError:
-                raise CorruptDBError(f"the minidb {path} has a key at byte {pos} that is not UTF-8",
-                                     hint=_CORRUPT_HINT) from None
-            name = key.rsplit(SEPARATOR, 1)[0] if SEPARATOR in key else key
-            out.setdefault(name, []).append((pos + HEADER.size + key_len, value_len))
+            key = f.read(key_len)
+            yield key, pos + HEADER.size + key_len, value_len
             pos += HEADER.size + key_len + value_len
             f.seek(pos)
-    return out
 
 
 def _value(path: str, name: str, protos: list):
