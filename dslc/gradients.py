@@ -19,12 +19,16 @@ from collections import defaultdict
 from dslc import core
 from dslc.blobref import GradientSlice
 from dslc.ir.diagnostics import DSLError
-from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad
+from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad, no_gradient
 from dslc.ir.opdef import OPS
+from dslc.oprecord import FILL_ALIASES
 from dslc.tracing import user_location
 from dslc.proto import caffe2_pb2
 
 
+
+
+no_gradient(*FILL_ALIASES)  # (GivenTensorFill & co.: fills, no gradient flows into them, as in Caffe2)
 
 
 class GradientError(DSLError, ValueError):
@@ -96,12 +100,20 @@ class _Reverse:
             self.backward(i)
         for key in list(self.parts):
             self.finish(key)
-        if self.strict and not any(g for (b, v), g in self.done.items() if v == 0):  # no input gets one
+        if self.strict and not any(g for key, g in self.done.items() if self.is_source(key)):
             raise GradientError(f"no input of net {self.net.Name()!r} gets a gradient from "
                                 f"{', '.join(seeds)}", self.loc,
                                 "the loss depends only on constants, integers or StopGradient outputs")
         self.record()
         return self.grad_map
+
+    def is_source(self, key) -> bool:
+        """Whether blob version ``key`` is where values enter the net: an input, or made by
+        an op reading nothing (a fill: a parameter made in the same net)."""
+        if key[1] == 0:
+            return True
+        writer = self.writer.get(key)
+        return writer is not None and not self.ops[writer].inputs
 
     def seed(self, y, given):
         if self.final.get(y, 0) == 0:

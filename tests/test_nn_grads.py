@@ -428,3 +428,18 @@ def test_a_gradient_needing_an_overwritten_value_is_a_runtime_error():
     ops = [core.CreateOperator("Mul", ["x", "x"], ["y"]), core.CreateOperator("Copy", ["y"], ["x"])]
     with pytest.raises(RuntimeError, match="overwrites 'x'"):
         core.GradientRegistry.GetBackwardPass(ops, {"y": "y_grad"})
+
+
+def test_parameters_filled_in_the_same_net_get_gradients(session):
+    """x = GivenTensorFill, y = GivenTensorFill, z = dot(reshape(x), y): dz/dx = y (by hand),
+    the fills themselves having no gradient (as in Caffe2)."""
+    x = np.arange(8, dtype=np.float32).reshape(4, 2, 1) / 8
+    y = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    net = core.Net("filled")
+    net.GivenTensorFill([], "X", shape=list(x.shape), values=x.reshape(-1).tolist())
+    net.GivenTensorFill([], "Y", shape=list(y.shape), values=y.reshape(-1).tolist())
+    net.Reshape(["X"], ["X_out", "old_shape"], shape=[1, 8])
+    net.DotProduct(["X_out", "Y"], "Z")
+    net.AddGradientOperators(["Z"])
+    session.run(net)
+    np.testing.assert_allclose(workspace.FetchBlob("X_grad"), y.reshape(x.shape), rtol=1e-6)
