@@ -411,3 +411,18 @@ def test_uniform_fills_with_their_bounds_as_inputs(do):
     (u,) = _run(do, "UniformFill", {"like": np.zeros((2, 2), np.float32), "lo": np.array(-1.0, np.float32),
                                     "hi": np.array(-0.5, np.float32)})
     assert u.shape == (2, 2) and (u >= -1.0).all() and (u < -0.5).all()
+
+
+class TestFCTransposed(hu.HypothesisTestCase):
+    """FCTransposed keeps its weight [K, N]: Y = X W + b (numpy), gradients by finite differences."""
+
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_values_and_gradients(self, gc, dc):
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+        w = np.linspace(0.5, -0.5, 6, dtype=np.float32).reshape(3, 2)
+        b = np.array([0.1, -0.2], np.float32)
+        op = core.CreateOperator("FCTransposed", ["X", "W", "b"], ["Y"])
+        self.assertReferenceChecks(gc, op, [x, w, b], lambda x, w, b: (x @ w + b,))
+        for i in range(3):
+            self.assertGradientChecks(gc, op, [x, w, b], i, [0])

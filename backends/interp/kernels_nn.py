@@ -43,6 +43,7 @@ FUNCTIONS = {
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
     "SumReduceLike": nm.sum_reduce_like,
+    "FCTransposed": nm.fc_transposed, "FCTransposedGradient": nm.fc_transposed_grad,
 
     "SigmoidCrossEntropyWithLogits": nm.sigmoid_cross_entropy_with_logits,
     "SigmoidCrossEntropyWithLogitsGradient": nm.sigmoid_cross_entropy_with_logits_grad,

@@ -26,6 +26,10 @@ def given(*given_args, **given_kwargs):
             self.should_serialize = False
             fixed(self, *args, **kwargs)
         run.hypothesis = fixed.hypothesis  # (pytest's hypothesis plugin looks for it)
+        # (the fixed example's settings stay inside: a @settings the test puts around it
+        # applies to the wrapper, as it does to Caffe2's plain wrapper function)
+        for attr in ("_hypothesis_internal_settings_applied", "_hypothesis_internal_use_settings"):
+            run.__dict__.pop(attr, None)
         return run
     return wrap
 

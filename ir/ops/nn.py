@@ -102,6 +102,40 @@ def _(g):
                    g.pick("axis", "axis_w"))]
 
 
+def _fc_transposed(types, attrs, n):
+    x, w, b = floats("FCTransposed", types)
+    outer, _, k = split2d("FCTransposed", x, int(attrs["axis"]))
+    _, kw, nw = split2d("FCTransposed", w, int(attrs["axis_w"]), "axis_w")
+    mismatch("FCTransposed", "the input's K differs from the weight's K", k, kw,
+             lambda: f"X {list(x.shape)} must have prod(dims[axis:]) equal to W {list(w.shape)}'s "
+             "prod(dims[:axis_w]); W is [K, N] for Y = X W + b")
+    if b.shape is not None and w.shape is not None:
+        mismatch("FCTransposed", "the bias length differs from N", prod(b.shape), nw,
+                 lambda: f"b must have N = {nw} elements (W is {list(w.shape)})")
+    return [TensorType(x.dtype or w.dtype, None if outer is None else tuple(outer) + (nw,))]
+
+
+declare("FCTransposed", 3, _fc_transposed, attrs={"axis": 1, "axis_w": 1}, traits={PURE},
+        doc="Y = X W + b: FC with its weight stored [K, N] (W seen as a matrix at `axis_w`)")
+
+
+def _fc_transposed_grad(types, attrs, n):
+    x, w, dy = floats("FCTransposedGradient", types)
+    bias = None if w.shape is None else (split2d("FC", w, int(attrs["axis_w"]), "axis_w")[2],)
+    return [w, TensorType(w.dtype, bias), x]
+
+
+declare("FCTransposedGradient", 3, _fc_transposed_grad, results=3, attrs={"axis": 1, "axis_w": 1}, traits={PURE},
+        doc="(dW, db, dX) of FCTransposed from (X, W, dY)")
+no_gradient("FCTransposedGradient")
+
+
+@gradient("FCTransposed")
+def _(g):
+    return [GradOp("FCTransposedGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[2], g.GI[0]],
+                   g.pick("axis", "axis_w"))]
+
+
 def _matmul(types, attrs, n):
     a, b = floats("MatMul", types[:2])
     _, a0, a1 = split2d("MatMul", a, int(attrs["axis_a"]), "axis_a")

@@ -46,6 +46,20 @@ def fc_grad(x, w, dy, axis=1, axis_w=1):
     return dw, db, dx
 
 
+def fc_transposed(x, w, b, axis=1, axis_w=1):
+    x2, w2 = as_2d(x, axis), as_2d(w, axis_w)
+    y = np.dot(x2, w2)
+    y += b
+    return y.reshape(x.shape[:axis % max(x.ndim, 1)] + (w2.shape[1],))
+
+
+def fc_transposed_grad(x, w, dy, axis=1, axis_w=1):
+    """(dW, db, dX) of FCTransposed."""
+    x2, w2 = as_2d(x, axis), as_2d(w, axis_w)
+    dy2 = dy.reshape(x2.shape[0], w2.shape[1])
+    return np.dot(x2.T, dy2).reshape(w.shape), dy2.sum(axis=0), np.dot(dy2, w2.T).reshape(x.shape)
+
+
 def matmul(a, b, *like, trans_a=0, trans_b=0, axis_a=1, axis_b=1):
     """op(A) op(B) of A, B seen as matrices at axis_a, axis_b; shaped like ``like`` if given."""
     a2, b2 = as_2d(a, axis_a), as_2d(b, axis_b)
