@@ -426,3 +426,21 @@ class TestFCTransposed(hu.HypothesisTestCase):
         self.assertReferenceChecks(gc, op, [x, w, b], lambda x, w, b: (x @ w + b,))
         for i in range(3):
             self.assertGradientChecks(gc, op, [x, w, b], i, [0])
+
+
+class TestSplitByLengths(hu.HypothesisTestCase):
+    """LENGTHS [1, 2, 0, 3] in 2 groups: parts of 3 and 3 rows (numpy by hand); with
+    use_scaling_lengths, lengths [1, 2] over 6 rows scale by 2; the gradient joins the parts."""
+
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_values_and_gradient(self, gc, dc):
+        x = np.arange(12, dtype=np.float32).reshape(6, 2)
+        op = core.CreateOperator("SplitByLengths", ["X", "L"], ["A", "B"])
+        lengths = np.array([1, 2, 0, 3], np.int32)
+        self.assertReferenceChecks(gc, op, [x, lengths], lambda x, lengths: (x[:3], x[3:]))
+        self.assertGradientChecks(gc, op, [x, lengths], 0, [0, 1])
+        scaled = core.CreateOperator("SplitByLengths", ["X", "L"], ["A", "B"], use_scaling_lengths=1)
+        self.assertReferenceChecks(gc, scaled, [x, np.array([1, 2], np.int32)], lambda x, lengths: (x[:2], x[2:]))
+        bad = np.array([1, 1], np.int32)
+        self.assertRunOpRaises(gc, op, [x, bad], exception=Exception, regexp="add up to 2")

@@ -107,6 +107,33 @@ def _concat(op, cfg):
     return concat
 
 
+@kernel("SplitByLengths")
+def _split_by_lengths(op, cfg):
+    axis_attr, n, scaled = int(op.attrs["axis"]), len(op.results), bool(op.attrs["use_scaling_lengths"])
+
+    def split(x, lengths):
+        x = np.asarray(x)
+        axis = axis_attr % x.ndim
+        lengths = np.ravel(lengths).astype(np.int64)
+        dim = x.shape[axis]
+        if lengths.size % n or (lengths < 0).any():
+            raise DSLError(f"SplitByLengths: {lengths.size} lengths do not make {n} equal groups "
+                           "(or one is negative)", hint="give a multiple of the outputs' count of lengths >= 0")
+        total = int(lengths.sum())
+        if scaled and total and dim % total == 0:
+            lengths = lengths * (dim // total)
+            total = dim
+        if total != dim:
+            raise DSLError(f"SplitByLengths: the lengths add up to {total}, the axis has {dim}",
+                           hint="make them add up to the axis length (or to a divisor of it, with "
+                                "use_scaling_lengths=1)")
+        group = lengths.size // n
+        ends = np.cumsum(lengths)[group - 1::group] if lengths.size else np.zeros(n, np.int64)
+        parts = np.split(x, ends[:-1], axis)
+        return _pack_results([np.ascontiguousarray(p) for p in parts])
+    return split
+
+
 @kernel("Split")
 def _split(op, cfg):
     a, n = op.attrs, len(op.results)

@@ -144,6 +144,39 @@ declare("Split", (1, 2), _split, results=(1, None), traits={PURE}, may_fail=_unk
             "parts if neither; add_axis drops the axis from each part")
 
 
+def _split_by_lengths(types, attrs, n):
+    t, lengths = tensors("SplitByLengths", types)
+    if lengths.dtype is not None and lengths.dtype not in INT_DTYPES:
+        type_error(f"SplitByLengths' lengths must be integers, got {lengths}", "pass an int32 tensor of lengths")
+    rank = None if t.shape is None else len(t.shape)
+    if rank == 0:
+        type_error("SplitByLengths cannot cut a scalar", "pass a tensor of rank 1 or more")
+    axis = int(attrs["axis"])
+    if rank is not None and not -rank <= axis < rank:
+        type_error(f"SplitByLengths axis={axis} is out of range for a rank-{rank} input")
+    if rank is None:
+        return [TensorType(t.dtype, None)] * n
+    axis %= rank
+    return [TensorType(t.dtype, t.shape[:axis] + (None,) + t.shape[axis + 1:])] * n
+
+
+declare("SplitByLengths", 2, _split_by_lengths, results=(1, None), traits={PURE},
+        attrs={"axis": 0, "use_scaling_lengths": 0},
+        doc="(X, LENGTHS) -> n parts of X along axis: LENGTHS in n equal groups, part i the rows "
+            "of group i's lengths; use_scaling_lengths: each length times dim / sum(LENGTHS)")
+
+
+@gradient("SplitByLengths")
+def _(g):  # dX = the parts' gradients joined back (zeros for a part no loss reads)
+    made, parts = [], []
+    for k, (part, grad) in enumerate(zip(g.O, g.GO)):
+        if grad is None:
+            grad = f"{g.GI[0]}_zeros_{k}"
+            made.append(GradOp("ZerosLike", [part], [grad]))
+        parts.append(grad)
+    return made + [GradOp("Concat", parts, [g.GI[0]], {"axis": int(g.args.get("axis", 0))})]
+
+
 @gradient("Split")
 def _(g):  # dX = the parts' gradients joined back; a part no loss reads contributes zeros
     made, parts = [], []
