@@ -195,6 +195,24 @@ def _check(op, cfg):
 kernel("CreateMutex")(lambda op, cfg: Mutex)
 
 
+@kernel("AtomicIter", per_instance=True)
+def _atomic_iter(op, cfg):
+    (name,) = op.attrs["output_names"]
+
+    def make(inst):
+        cell = inst.ws.cell(name)  # (the counter, read and written by name under the lock)
+
+        def count(mutex, _counter_before_the_lock):
+            with mutex.lock:
+                v = cell.v
+                if v is None:
+                    raise DSLError(f"AtomicIter: the counter {name!r} holds nothing",
+                                   hint="fill it first (ConstantFill with dtype=INT64)")
+                cell.v = np.asarray(v) + np.asarray(1, dtype=np.asarray(v).dtype)
+        return count
+    return make
+
+
 @kernel("AtomicAppend", per_instance=True)
 def _atomic_append(op, cfg):
     names = list(op.attrs["output_names"])

@@ -246,3 +246,17 @@ declare("AtomicAppend", (3, None), _append, results=(0, 0),
         effects=(Effect("mutex", "write"), Effect("workspace", "write")),
         doc="under the mutex, append each batch to the dataset blob named in output_names "
             "(an empty blob takes the batch as it is, with its dtype)")
+
+
+def _atomic_iter(types, attrs, n):
+    _handle("AtomicIter", "mutex", types[0])
+    tensors("AtomicIter", types[1:])
+    if len(attrs["output_names"]) != 1:
+        type_error("AtomicIter writes one counter blob", "call AtomicIter([mutex, counter], [counter])")
+    return []
+
+
+declare("AtomicIter", 2, _atomic_iter, results=(0, 0), attrs={"output_names": []},
+        effects=(Effect("mutex", "write"), Effect("workspace", "write")),
+        doc="(mutex, counter) -> counter + 1, read and written under the mutex (an int64 counter "
+            "several threads count up together)")
