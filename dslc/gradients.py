@@ -132,8 +132,8 @@ class _Reverse:
         op = self.ops[i]
         go = [self.finish(key) for key in self.outs[i]]
         kind = OPS.canonical(op.type)
-        if all(g is None for g in go) or kind in NO_GRADIENT:
-            return
+        if kind in NO_GRADIENT or (go and all(g is None for g in go)) or (not go and kind not in GRADIENTS):
+            return  # (an op without outputs has a gradient only by declaring one: ZeroGradient)
         opdef = OPS.get(kind)
         maker = GRADIENTS.get(kind)
         if maker is None or (opdef is not None and opdef.regions):

@@ -443,3 +443,17 @@ def test_parameters_filled_in_the_same_net_get_gradients(session):
     net.AddGradientOperators(["Z"])
     session.run(net)
     np.testing.assert_allclose(workspace.FetchBlob("X_grad"), y.reshape(x.shape), rtol=1e-6)
+
+
+def test_zero_gradient_gives_a_blob_no_loss_reads_a_zero_gradient(session):
+    """y = 2x is no loss's input; ZeroGradient(y) makes its gradient zeros, so x_grad is
+    zeros (where without it x would get none)."""
+    net = core.Net("zero")
+    y = net.Scale("x", "y", scale=2.0)
+    net.ZeroGradient(y, [])
+    net.SumElements(net.Scale("x", "x3", scale=3.0), "loss")
+    grads = net.AddGradientOperators(["loss"])
+    workspace.FeedBlob("x", np.array([1.0, -1.0], np.float32))
+    session.run(net)
+    assert workspace.FetchBlob(str(grads["y"])).tolist() == [0.0, 0.0]
+    assert workspace.FetchBlob(str(grads["x"])).tolist() == [3.0, 3.0]  # (3 + 2 * 0)

@@ -39,7 +39,7 @@ FUNCTIONS = {
     "SoftmaxWithLoss": nm.softmax_with_loss, "SoftmaxWithLossGradient": nm.softmax_with_loss_grad,
     "SquaredL2Distance": nm.squared_l2_distance, "SquaredL2DistanceGradient": nm.squared_l2_distance_grad,
     "AveragedLoss": nm.averaged_loss, "AveragedLossGradient": nm.averaged_loss_grad,
-    "Accuracy": nm.accuracy, "StopGradient": num.copy,
+    "Accuracy": nm.accuracy, "StopGradient": num.copy, "ZeroGradient": lambda x: None,
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
     "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
     "SumReduceLike": nm.sum_reduce_like,

@@ -275,6 +275,15 @@ declare("StopGradient", 1, lambda t, a, n: [tensors("StopGradient", t)[0]], trai
         doc="Y = X; no gradient flows back through it")
 no_gradient("StopGradient")
 
+declare("ZeroGradient", 1, lambda t, a, n: (tensors("ZeroGradient", t), [])[1], results=(0, 0), traits={PURE},
+        doc="does nothing; its input's gradient is zeros (a blob no loss reads, given a gradient, as an "
+            "unused output of an op whose gradient needs all of them)")
+
+
+@gradient("ZeroGradient")
+def _(g):
+    return [GradOp("ConstantFill", [g.I[0]], [g.GI[0]], {"value": 0.0})]
+
 _DROPOUT = {"ratio": 0.5, "is_test": 0, "random_seed": -1, "output_names": []}
 
 
