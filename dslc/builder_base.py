@@ -152,8 +152,22 @@ class NetBuilder(Managed):
                 child.freeze()
 
     def get(self):
+        """The children: nets, steps and blocks. In Caffe2's control-op mode
+        (``_use_control_ops=True``), one net: each IfNet/WhileNet block an If/While op in it."""
         self.freeze()
+        if self._use_control_ops and self.kind == "block":
+            return [self._control_net(Net(self.name or "control_ops"))]
         return self._children
+
+    def _control_net(self, net: Net) -> Net:
+        """``net`` with this builder's ops appended, each control-op block (``_emit_control``
+        of IfNet/WhileNet) as its op."""
+        for child in self._children:
+            if isinstance(child, Net):
+                net._extend_ops(child)
+            else:
+                child._emit_control(net)
+        return net
 
     def has_stop(self) -> bool:
         return any(isinstance(c, StopIf) for c in self._children)

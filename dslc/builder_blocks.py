@@ -245,6 +245,13 @@ class _RunIfNet(_ControlBuilder):
     def _extra_regions(self):
         return [self.else_branch] if self.else_branch is not None else []
 
+    def _emit_control(self, net) -> None:
+        """Append this block to ``net`` as an If op (control-op mode; see NetBuilder.get)."""
+        from dslc.control_ops_util import add_if_op
+        then_net = self._control_net(Net(f"{net.Name()}/then"))
+        else_net = None if self.else_branch is None else self.else_branch._control_net(Net(f"{net.Name()}/else"))
+        add_if_op(net, self.cond, self.outer_scope, then_net, else_net)
+
 
 class _RunElseNet(_ControlBuilder):
     kind = "elsenet"
@@ -283,6 +290,13 @@ class _RunWhileNet(_ControlBuilder):
 
     def _extra_regions(self):
         return [self.condition] if self.condition is not None else []
+
+    def _emit_control(self, net) -> None:
+        """Append this block to ``net`` as a While op (control-op mode; see NetBuilder.get)."""
+        from dslc.control_ops_util import add_while_op
+        body = self._control_net(Net(f"{net.Name()}/body"))
+        cond = self.condition._control_net(Net(f"{net.Name()}/condition"))
+        add_while_op(net, self.condition.cond, self.outer_scope, body, cond)
 
 
 class _RunWhileCondition(_ControlBuilder):

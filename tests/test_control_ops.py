@@ -126,3 +126,32 @@ def test_the_gradient_of_an_if_is_the_gradient_of_the_branch_taken(backend):
         workspace.FeedBlob("c", np.array(c))
         _run(model.net, backend)
         np.testing.assert_allclose(workspace.FetchBlob("x_grad"), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_control_op_netbuilder_gives_one_net_with_if_and_while_ops(backend):
+    """NetBuilder(_use_control_ops=True): IfNet/Else and WhileNet become If and While ops of
+    one net. y = x + 1 if c else x - 1; then n doubles while n < 20 (3 -> 6 -> 12 -> 24)."""
+    from dslc.net_builder import NetBuilder, ops
+    for name, v in dict(x=np.float32(5.0), one=np.float32(1.0), n=np.int64(3), two=np.int64(2),
+                        limit=np.int64(20)).items():
+        workspace.FeedBlob(name, np.array(v))
+    with NetBuilder(_use_control_ops=True, initial_scope=["x", "one", "c", "n", "two", "limit"]) as nb:
+        y = ops.Copy("x", "y")
+        with ops.IfNet("c"):
+            ops.Add([y, "one"], y)
+        with ops.Else():
+            ops.Sub([y, "one"], y)
+        with ops.WhileNet():
+            with ops.Condition():
+                ops.LT(["n", "limit"])
+            ops.Mul(["n", "two"], "n")
+    (net,) = nb.get()
+    assert [op.type for op in net.Proto().op].count("If") == 1
+    assert [op.type for op in net.Proto().op].count("While") == 1
+    for c, want in ((True, 6.0), (False, 4.0)):
+        workspace.FeedBlob("c", np.array(c))
+        workspace.FeedBlob("n", np.array(3, np.int64))
+        _run(net, backend)
+        assert float(workspace.FetchBlob("y")) == want
+        assert int(workspace.FetchBlob("n")) == 24
