@@ -210,10 +210,10 @@ class AdamOptimizer(Optimizer):
     kind = "AdamOptimizer"
 
     def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, policy="fixed", rowWise=False,
-                 **kwargs):
+                 use_smart_decay=False, engine="", **kwargs):
         super().__init__(policy, **kwargs)
         self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
-        self.row_wise = bool(rowWise)
+        self.row_wise, self.smart_decay = bool(rowWise), bool(use_smart_decay)
 
     def update(self, model, param, grad):
         if self.row_wise and not isinstance(grad, GradientSlice):
@@ -223,16 +223,25 @@ class AdamOptimizer(Optimizer):
         init = model.param_init_net
         m1 = init.ConstantFill([param], f"{param}_first_moment", value=0.0)
         if self.row_wise:  # (one second moment per row: [rows], from the parameter's shape)
-            rows = init.Slice([init.Shape([param], f"{param}_shape")], f"{param}_rows", starts=[0], ends=[1])
-            m2 = init.ConstantFill([rows], f"{param}_avg_second_moment", value=0.0, input_as_shape=1)
+            m2 = _per_row(model, param, f"{param}_avg_second_moment", 0.0)
         else:
             m2 = init.ConstantFill([param], f"{param}_second_moment", value=0.0)
+        last_seen = None
+        if self.smart_decay:  # (the step each row was last updated at, for its catch-up)
+            last_seen = _per_row(model, param, f"{param}_last_seen", 0, core.DataType.INT64)
+            self._local(last_seen)
         self._local(m1, m2)
         self._share(it)  # (the step count its bias correction reads)
+        args = {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
         if isinstance(grad, GradientSlice):
-            op = "RowWiseSparseAdam" if self.row_wise else "SparseAdam"
-            getattr(model.net, op)([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
-                                   beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
+            if self.row_wise:
+                model.net.RowWiseSparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
+                                            **args)
+            elif self.smart_decay:
+                model.net.SmartDecaySparseAdam([param, m1, m2, last_seen, grad.indices, grad.values, lr, it],
+                                               [param, m1, m2, last_seen], **args)
+            else:
+                model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2], **args)
             return
         model.net.Adam([param, m1, m2, grad, lr, it], [param, m1, m2], beta1=self.beta1,
                        beta2=self.beta2, epsilon=self.epsilon)
@@ -393,32 +402,29 @@ class AdadeltaOptimizer(Optimizer):
                            decay=self.decay)
 
 
-def _row_moment(model, param):
-    """A zero per row of ``param``, made in param_init_net: of the recorded shape when the
-    parameter has one, else of the rows the parameter has when the init net runs."""
+def _per_row(model, param, name, value, dtype=None):
+    """A fill of ``value`` per row of ``param``, made in param_init_net: of the recorded shape
+    when the parameter has one, else of the rows the parameter has when the init net runs."""
     init = model.param_init_net
-    name = f"{param}_avg_squared_sum"  # (Caffe2's name for the row-wise moment)
+    kind = {} if dtype is None else {"dtype": dtype}
     info = _param_info(model, param)
     if info is not None and info.shape:
-        return init.ConstantFill([], name, value=0.0, shape=[int(info.shape[0])])
-    rows = init.Slice([init.Shape([param], f"{param}_shape")], f"{param}_shape_numrows", starts=[0], ends=[1])
-    return init.ConstantFill([rows], name, value=0.0, input_as_shape=1)
+        return init.ConstantFill([], name, value=value, shape=[int(info.shape[0])], **kind)
+    rows = f"{param}_shape_numrows"
+    if not _blob_defined(init, rows):
+        init.Slice([init.Shape([param], f"{param}_shape")], rows, starts=[0], ends=[1])
+    return init.ConstantFill([rows], name, value=value, input_as_shape=1, **kind)
+
+
+def _row_moment(model, param):
+    return _per_row(model, param, f"{param}_avg_squared_sum", 0.0)  # (Caffe2's name for the row-wise moment)
 
 
 def _row_counters(model, param):
     """Per row of ``param``: the iteration it was last updated at (int64) and its decayed
-    update count (double), made in param_init_net under Caffe2's names."""
-    init = model.param_init_net
-    info = _param_info(model, param)
-    if info is not None and info.shape:
-        shape = {"shape": [int(info.shape[0])]}
-        rows = []
-    else:
-        rows = [init.Slice([init.Shape([param], f"{param}_shape")], f"{param}_shape_numrows",
-                           starts=[0], ends=[1])]
-        shape = {"input_as_shape": 1}
-    counter = init.ConstantFill(rows, f"{param}_update_counter", value=0.0, dtype=core.DataType.DOUBLE, **shape)
-    prev = init.ConstantFill(rows, f"{param}_prev_update_iter", value=0, dtype=core.DataType.INT64, **shape)
+    update count (double), under Caffe2's names."""
+    counter = _per_row(model, param, f"{param}_update_counter", 0.0, core.DataType.DOUBLE)
+    prev = _per_row(model, param, f"{param}_prev_update_iter", 0, core.DataType.INT64)
     return prev, counter
 
 

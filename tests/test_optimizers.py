@@ -327,3 +327,40 @@ def test_lars_scales_each_dense_parameters_learning_rate():
     factor = 1.0 / (np.linalg.norm(dw) / np.linalg.norm(w0) + 0.5)
     np.testing.assert_allclose(workspace.FetchBlob("fc_w"), w0 - 0.1 * factor * dw, rtol=1e-5)
     np.testing.assert_allclose(workspace.FetchBlob("fc_b"), b0 - 0.1 * db, rtol=1e-5)
+
+
+@DEVICES
+def test_smart_decay_sparse_adam_matches_caffe2(do):
+    """Rows 0 and 2 read at step t = 10, last updated at 3 and 7: each catches up 7 and 3 steps."""
+    ins = {"p": np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]], np.float32),
+           "m1": np.array([[0.1, -0.2], [0.3, 0.0], [0.05, 0.1]], np.float32),
+           "m2": np.array([[0.01, 0.02], [0.03, 0.04], [0.5, 0.1]], np.float32),
+           "ls": np.array([3, 0, 7], np.int64), "i": np.array([0, 2], np.int64),
+           "g": np.array([[0.5, -0.5], [1.0, 2.0]], np.float32), "lr": LR, "it": np.array([9], np.int64)}
+    got = _run(do, "SmartDecaySparseAdam", ins, ["p", "m1", "m2", "ls"], beta1=0.9, beta2=0.999, epsilon=1e-5)
+    np.testing.assert_allclose(got[0], [[1.5148630142211914, 1.3025968074798584], [3.0, -1.0],
+                                        [0.531403660774231, 0.637842059135437]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[1], [[0.09782969951629639, -0.14565938711166382], [0.30000001192092896, 0.0],
+                                        [0.13645002245903015, 0.2729000449180603]], rtol=1e-6)  # Caffe2
+    np.testing.assert_allclose(got[2], [[0.010180206969380379, 0.020110417157411575],
+                                        [0.029999999329447746, 0.03999999910593033],
+                                        [0.499501496553421, 0.10370025038719177]], rtol=1e-6)  # Caffe2
+    assert got[3] == [10, 0, 10]
+
+
+def test_adam_with_smart_decay_keeps_when_each_row_was_seen():
+    model = ModelHelper(name="smart")
+    w = model.param_init_net.ConstantFill([], "w", shape=[5, 2], value=1.0)
+    model.params.append(w)
+    loss = model.net.AveragedLoss(model.net.SumElements([model.net.Gather([w, "idx"], "picked")], "s"), "loss")
+    model.AddGradientOperators([loss])
+    opt = optimizer.build_adam(model, base_learning_rate=0.1, use_smart_decay=True)
+    assert [str(b) for b in opt.get_auxiliary_parameters().local][0] == "w_last_seen"
+    workspace.ResetWorkspace()
+    workspace.RunNetOnce(model.param_init_net)
+    for rows in ([1, 3], [3], [0, 3]):
+        workspace.FeedBlob("idx", np.array(rows, np.int32))
+        workspace.RunNetOnce(model.net)
+    # (Iter counts the runs 1, 2, 3 before the update reads it; t = iter + 1: 2, 3, 4)
+    assert workspace.FetchBlob("w_last_seen").tolist() == [4, 2, 0, 4, 0]
+    assert (workspace.FetchBlob("w")[[2, 4]] == 1.0).all()  # (rows never read keep their values)

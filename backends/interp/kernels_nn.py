@@ -74,6 +74,7 @@ IN_PLACE = {"ScatterWeightedSum": (nm.scatter_weighted_sum, (0,)),
             "SparseMomentumSGDUpdate": (nm.sparse_momentum_sgd_update, (1, 3)),
             "SparseAdam": (nm.sparse_adam, (0, 1, 2)),
             "RowWiseSparseAdam": (nm.row_wise_sparse_adam, (0, 1, 2)),
+            "SmartDecaySparseAdam": (nm.smart_decay_sparse_adam, (0, 1, 2, 3)),
             "SparseAdadelta": (nm.sparse_adadelta, (0, 1, 2)),
             "SparseFtrl": (nm.sparse_ftrl, (0, 1))}
 

@@ -683,6 +683,36 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
     return p, m1, m2, steps.reshape(g.shape)
 
 
+def smart_decay_sparse_adam(p, m1, m2, last_seen, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5,
+                            inplace=False):
+    """SmartDecaySparseAdam: row r, last updated at step last_seen[r], catches up the k
+    steps since in closed form: m2 = beta2^k m2 + (1 - beta2) g^2; m1 decays k times and
+    takes the gradient at the last, param moving by each of those k values of m1."""
+    idx = indices.astype(np.int64).reshape(-1)
+    rows = g.reshape((idx.size,) + p.shape[1:])
+    if not inplace:
+        p, m1, m2, last_seen = p.copy(), m1.copy(), m2.copy(), last_seen.copy()
+    dt = p.dtype.type
+    t = int(np.asarray(it).reshape(-1)[0]) + 1
+    lr = lr.reshape(())
+    effective = np.empty_like(rows)
+    shape = (-1,) + (1,) * (p.ndim - 1)
+    for at in _occurrences(idx):
+        r, gi = idx[at], rows[at]
+        k = (t - last_seen[r]).astype(np.float64)
+        b1k = np.power(float(beta1), k)
+        b2k = np.power(dt(beta2), k.astype(p.dtype))  # (in the parameter's precision, as Caffe2's)
+        # (1 + beta1 + ... : the m1 factors of the k steps, beta1^1 .. beta1^k)
+        total = k if beta1 == 1 else beta1 * (1 - b1k) / (1 - beta1)
+        m2[r] = (b2k.reshape(shape) * m2[r] + (1 - dt(beta2)) * gi * gi).astype(p.dtype)
+        denom = np.sqrt(m2[r]) + dt(epsilon)
+        p[r] += (lr * (m1[r] * total.astype(p.dtype).reshape(shape) + (1 - dt(beta1)) * gi) / denom).astype(p.dtype)
+        m1[r] = (b1k.reshape(shape) * m1[r] + (1 - dt(beta1)) * gi).astype(p.dtype)
+        effective[at] = m1[r] / denom
+        last_seen[r] = t
+    return p, m1, m2, last_seen, effective.reshape(g.shape)
+
+
 def _row_means(x):
     """The mean of each row of ``x`` (rows along the first axis)."""
     return x.reshape(x.shape[0], -1).mean(axis=1, dtype=x.dtype) if x.ndim > 1 else x

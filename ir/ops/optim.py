@@ -310,6 +310,22 @@ declare("SparseAdam", 7, _sparse_adam, results=(3, 4), attrs={"beta1": 0.9, "bet
                            "each grad row]), per index in order: Adam's update of that row (t = iter + 1)")
 
 
+def _smart_decay_sparse_adam(types, attrs, n):
+    p, m1, m2, last, idx, g, lr, it = types
+    ts = floats("SmartDecaySparseAdam", [p, m1, m2, g, lr])
+    _rows("SmartDecaySparseAdam", p, idx, g)
+    indices("SmartDecaySparseAdam", last, "last_seen")
+    return [ts[0], ts[1], ts[2], last, ts[3]][:n]
+
+
+declare("SmartDecaySparseAdam", 8, _smart_decay_sparse_adam, results=(4, 5),
+        attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5}, traits={PURE},
+        doc="(param, m1, m2, last_seen, INDICES, grad rows, lr, iter) -> (param, m1, m2, last_seen[, "
+            "effective grad]): Adam on the rows read, each row catching up the k = t - last_seen[r] "
+            "steps it missed (m2 decays by beta2^k; param takes the k steps of the decaying m1), "
+            "t = iter + 1; no bias correction")
+
+
 def _row_wise_sparse_adam(types, attrs, n):
     p, m1, m2, idx, g, lr, it = types
     ts = floats("RowWiseSparseAdam", [p, m1, m2, g, lr])
