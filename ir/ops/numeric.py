@@ -95,8 +95,14 @@ def variadic(fn):
 
 
 def cast(x, dtype: str):
-    """x converted to our dtype name ``dtype`` (C++ static_cast: floats truncate)."""
-    out = np.asarray(x).astype(NUMPY_DTYPES[dtype])
+    """x converted to our dtype name ``dtype`` (C++ static_cast: floats truncate; to str,
+    std::to_string's text: "%f" for floats, the integer for ints and bools)."""
+    arr = np.asarray(x)
+    if dtype == "str" and arr.dtype.kind in "biuf":
+        write = (lambda v: "%f" % float(v)) if arr.dtype.kind == "f" else (lambda v: str(int(v)))
+        out = np.array([write(v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
+    else:
+        out = arr.astype(NUMPY_DTYPES[dtype])
     return out[()] if out.ndim == 0 else out
 
 

@@ -200,16 +200,18 @@ _variadic("Min", np.minimum, "y = elementwise minimum of the inputs (one shape)"
 def _cast(types, attrs, n):
     (t,) = tensors("Cast", types)
     to = dtype_from_code("Cast", attrs["to"])
-    if "str" in (t.dtype, to):  # Caffe2's Cast does not convert to or from strings either
-        type_error(f"Cast cannot convert {t.dtype or '?'} to {to}: strings are not castable",
-                   "parse or format strings in a Python op (ops.Python)")
+    if t.dtype == "str" and to != "str":  # (Caffe2's Cast does not parse strings either)
+        type_error(f"Cast cannot convert {t.dtype} to {to}: strings are not parsed",
+                   "parse strings in a Python op (ops.Python)")
     return [TensorType(to, t.shape)]
 
 
 declare("Cast", 1, _cast, attrs={"to": REQUIRED, "from_type": None}, traits=PURE_EW,
         fold=lambda x, to, from_type=None: num.cast(x, dtype_from_code("Cast", to)),
         doc="y = x converted to the dtype `to` (a core.DataType code or name); "
-            "float to int truncates; `from_type` (x's dtype) is what the gradient casts back to")
+            "float to int truncates; to STRING, numbers are written as C++'s std::to_string writes "
+            "them (floats with 6 decimals, bools 1/0); `from_type` (x's dtype) is what the "
+            "gradient casts back to")
 
 
 def _half(name, to, frm):
