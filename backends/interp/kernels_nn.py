@@ -13,8 +13,8 @@ import sys
 import numpy as np
 
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import (activations, adaptive, collective, conv, losses, nn_grads, normalization, products, recurrent, reductions, segments,
-                        utility)
+from dslc.ir.ops import (activations, adaptive, collective, conv, losses, nn_grads, normalization, products, quantized,
+                        recurrent, reductions, segments, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -55,6 +55,7 @@ FUNCTIONS = {
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collective.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
+    **quantized.FUNCTIONS,
 }
 
 
