@@ -457,3 +457,11 @@ def test_cast_to_string_writes_numbers_as_caffe2(do):
         assert got.tolist() == want
     with pytest.raises(DSLError, match="not parsed"):
         _run(do, "Cast", {"s": np.array(["12"], dtype=object)}, to=core.DataType.INT32)
+
+
+@DEVICES
+def test_float16_uniform_fill_draws_float16_in_its_range(do):
+    op = core.CreateOperator("Float16UniformFill", [], ["y"], shape=[200, 50], min=-2.0, max=3.0)
+    (y,) = hu.runOpOnInput(do, op, [])
+    assert y.dtype == np.float16 and y.shape == (200, 50)
+    assert y.min() >= -2.0 and y.max() <= 3.0 and abs(float(y.astype(np.float64).mean()) - 0.5) < 0.1

@@ -203,7 +203,7 @@ def _draw(name, attrs, gen, shape):
     dt = NUMPY_DTYPES[dtype_from_code(name, attrs["dtype"])]
     if name == "GaussianFill":
         out = gen.normal(attrs["mean"], attrs["std"], shape)
-    elif name == "UniformFill":
+    elif name in ("UniformFill", "Float16UniformFill"):
         out = gen.uniform(attrs["min"], attrs["max"], shape)
     elif name == "UniformIntFill":
         if int(attrs["min"]) > int(attrs["max"]):
@@ -248,7 +248,7 @@ def _random_fill(name):
     return factory
 
 
-for _name in ("GaussianFill", "UniformFill", "UniformIntFill", "XavierFill", "MSRAFill"):
+for _name in ("GaussianFill", "UniformFill", "Float16UniformFill", "UniformIntFill", "XavierFill", "MSRAFill"):
     _random_fill(_name)
 
 

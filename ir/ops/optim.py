@@ -17,7 +17,7 @@ _FILL = {"shape": None, "extra_shape": None, "input_as_shape": 0, "dtype": 1, "r
          "output_names": []}
 
 
-def _fill(name, _ints=False, **params):
+def _fill(name, _ints=False, _f16=False, **params):
     def infer(types, attrs, n):
         dt = dtype_from_code(name, attrs["dtype"])
         if _ints:
@@ -42,7 +42,8 @@ def _fill(name, _ints=False, **params):
                 and name == "MSRAFill":
             type_error(f"MSRAFill needs a shape of rank >= 2, got {list(shape)}", "fan out is size / dim 1")
         return [TensorType(dt, shape)]
-    attrs = dict(_FILL, **params, **({"dtype": 2} if _ints else {}))  # (2: Caffe2's INT32)
+    # (2: Caffe2's INT32, 12: its FLOAT16)
+    attrs = dict(_FILL, **params, **({"dtype": 2} if _ints else {"dtype": 12} if _f16 else {}))
     declare(name, (0, 3 if name.startswith("Uniform") else 1), infer, attrs=attrs, effects=RANDOM,
             doc=attrs.pop("_doc"))
     no_gradient(name)  # (its input, if any, gives only the shape)
@@ -53,6 +54,8 @@ _fill("UniformFill", min=0.0, max=1.0, _doc="a tensor of uniform draws in [min, 
       "2 and 3: then max < min makes dim 0 empty)")
 _fill("UniformIntFill", _ints=True, min=0, max=1, _doc="a tensor of int32 uniform draws in [min, max] (both ends; "
       "min and max may be inputs 2 and 3)")
+_fill("Float16UniformFill", min=0.0, max=1.0, _f16=True,
+      _doc="UniformFill's draws as float16 (Caffe2's fp16 embedding tables)")
 _fill("XavierFill", _doc="uniform draws in [-s, s), s = sqrt(3 / fan_in), fan_in = size / dims[0]")
 _fill("MSRAFill", _doc="normal draws with std sqrt(2 / fan_out), fan_out = size / dims[1]")
 
