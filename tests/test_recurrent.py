@@ -213,12 +213,12 @@ LOOP_IR = """\
       store @"rnn/h_prev_states"(%h_prev_states)
       %8 = for(%2, %2) : i64 {
       ^(%t: i64, %n: i64):
-        %h_prev_states_1 = load @"rnn/h_prev_states" : f32[?,2,3]
-        %9 = ExpandDims(%t) {dims = [0]} : i64[1]
-        %h_prev_rnn1 = Gather(%h_prev_states_1, %9) : f32[1,2,3]
         %x_1 = load @"x" : f32[?,2,3]
+        %9 = ExpandDims(%t) {dims = [0]} : i64[1]
+        %x_t_rnn1 = Gather(%x_1, %9) : f32[1,2,3]
+        %h_prev_states_1 = load @"rnn/h_prev_states" : f32[?,2,3]
         %10 = ExpandDims(%t) {dims = [0]} : i64[1]
-        %x_t_rnn1 = Gather(%x_1, %10) : f32[1,2,3]
+        %h_prev_rnn1 = Gather(%h_prev_states_1, %10) : f32[1,2,3]
         %Sum_rnn1 = Sum(%x_t_rnn1, %h_prev_rnn1) : f32[1,2,3]
         %Mul_rnn1 = Mul(%x_t_rnn1, %Sum_rnn1) : f32[1,2,3]
         %11 = Const {value = dense<i64: 1>} : i64
@@ -305,3 +305,35 @@ def test_lstm_values_and_gradients_match_caffe2(backend):
         got = workspace.FetchBlob(blob).ravel().astype(np.float64)
         np.testing.assert_allclose([got.sum(), np.abs(got).sum()], [total, size], rtol=1e-5, atol=1e-7, err_msg=blob)
         np.testing.assert_allclose(got[:3], head, rtol=1e-5, atol=1e-7, err_msg=blob)
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_a_link_window_reads_past_states_including_the_row_its_step_wrote(window):
+    """A convolution over time as Caffe2's RecurrentNetwork test builds it: the input state
+    starts with window - 1 zero rows; step t writes x_t at row t + window - 1, then reads
+    rows t .. t + window - 1 (its own row included, as Caffe2's views see it) and sums
+    them. So out[t] = x[t - window + 1] + ... + x[t] (zeros before 0), by numpy."""
+    T, N, H = 5, 2, 3
+    x = np.arange(T * N * H, dtype=np.float32).reshape(T, N, H) / 10
+    model = ModelHelper(name="conv_in_time")
+    step = ModelHelper(name="conv_step", param_model=model)
+    x_t, _, window_t = step.net.AddExternalInputs("x_t", "timestep", "window_t")
+    state_t = step.net.Copy(x_t, "state_t")
+    summed = step.net.ExpandDims(step.net.ReduceFrontSum(window_t, "summed2d"), "summed", dims=[0])
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("init_in", np.zeros((window - 1, N, H), np.float32))
+    workspace.FeedBlob("init_out", np.zeros((1, N, H), np.float32))
+    model.net.RecurrentNetwork(
+        ["x", "init_in", "init_out"], ["in_all", "out_all", "step_ws"],
+        alias_src=["in_state", "out_state"], alias_dst=["in_all", "out_all"], alias_offset=[window - 1, 1],
+        recurrent_states=["in_state", "out_state"], initial_recurrent_state_ids=[1, 2],
+        link_internal=["x_t", str(window_t), str(state_t), str(summed)],
+        link_external=["x", "in_state", "in_state", "out_state"],
+        link_offset=[0, 0, window - 1, 1], link_window=[1, window, 1, 1],
+        step_net=step.net.Proto(), timestep="timestep", outputs_with_grads=[],
+        backward_link_internal=[], backward_link_external=[], backward_link_offset=[], param=[])
+    workspace.RunNetOnce(model.net)
+    padded = np.concatenate([np.zeros((window - 1, N, H), np.float32), x])
+    want = np.stack([padded[t:t + window].sum(axis=0) for t in range(T)])
+    np.testing.assert_allclose(workspace.FetchBlob("out_all"), want, rtol=1e-6)
+    np.testing.assert_array_equal(workspace.FetchBlob("in_all"), x)

@@ -53,13 +53,19 @@ class _Spec:
         if not len(internal) == len(external) == len(offsets) == len(windows):
             raise VerifyError(f"{rec.type}: link_internal, link_external, link_offset (and link_window) "
                               "differ in length", rec.loc, "give one entry per link in each")
-        if any(w != 1 for w in windows):
-            raise VerifyError(f"{rec.type}: links with a window other than 1 are not supported", rec.loc,
-                              "link one time step at a time (link_window 1)")
+        if any(w < 1 for w in windows):
+            raise VerifyError(f"{rec.type}: a link's window must be at least 1, got {windows}", rec.loc,
+                              "link_window counts the time steps a link shows")
         written = names_written_by(self.step)
-        self.reads, self.writes = [], []  # (internal, external, offset)
-        for i, e, o in zip(internal, external, offsets):
-            (self.writes if (e in self.states and i in written) else self.reads).append((str(i), str(e), o))
+        self.reads, self.writes = [], []  # (internal, external, offset, window)
+        for i, e, o, w in zip(internal, external, offsets, windows):
+            if e in self.states and i in written:
+                if w != 1:
+                    raise VerifyError(f"{rec.type}: the state link {i!r} -> {e!r} writes {w} steps at a time",
+                                      rec.loc, "a step writes one row of a state (link_window 1)")
+                self.writes.append((str(i), str(e), o))
+            else:
+                self.reads.append((str(i), str(e), o, w))
         self.aliases = [(str(s), str(d), int(o)) for s, d, o in
                         zip(a.get("alias_src", ()), a.get("alias_dst", ()), a.get("alias_offset", ()))]
         self.timestep = str(a.get("timestep") or "timestep")
@@ -69,7 +75,7 @@ class _Spec:
             raise VerifyError(f"{rec.type} has no sequence input to step over", rec.loc,
                               "link at least one [T, N, ...] input into the step net")
         self.params = [int(k) for k in a.get("param", ())]
-        linked = {i for i, _, _ in self.reads} | {self.timestep}
+        linked = {i for i, _, _, _ in self.reads} | {self.timestep}
         # the step net's external blobs: the op's inputs it reads by name (weights, lengths)
         self.references = {b for b in self.inputs} - linked
         for name in names_read(self.step) - written - linked - self.references:
@@ -124,11 +130,12 @@ def _v(blk: Block, name: str, operands, attrs=None, loc=None):
     return blk.b.value(name, list(operands), attrs or {}, loc=loc)
 
 
-def _index(blk: Block, t, offset: int, loc):
-    """[t + offset]: the row a link reads or writes, as a 1-element index, so that the step
-    net sees it as Caffe2's do, [1, N, ...]."""
+def _index(blk: Block, t, offset: int, loc, window: int = 1):
+    """[t + offset, ..., t + offset + window - 1]: the rows a link reads or writes, as an
+    index vector, so that the step net sees them as Caffe2's do, [window, N, ...]."""
     at = t if offset == 0 else _v(blk, "Add", [t, blk.const(np.int64(offset), loc)], loc=loc)
-    return _v(blk, "ExpandDims", [at], {"dims": [0]}, loc)
+    at = _v(blk, "ExpandDims", [at], {"dims": [0]}, loc)
+    return at if window == 1 else _v(blk, "Add", [at, blk.const(np.arange(window, dtype=np.int64), loc)], loc=loc)
 
 
 def _length(blk: Block, spec: _Spec):
@@ -139,15 +146,16 @@ def _length(blk: Block, spec: _Spec):
 
 
 def _initial_rows(blk: Block, spec: _Spec, state: str):
-    """The initial state as the first row of the states: [1, N, H] (an [N, H] one gets the row axis)."""
+    """The initial state as the first rows of the states: [K, N, H] (K = 1 for an [N, H] or
+    [H] one; more where the step reads a window of past states, as a convolution over time)."""
     loc = spec.loc
     init = blk.read(spec.init[state], loc)
     shape = _shape(init)
     if shape is None:  # (known only when it runs: Caffe2's usual [1, N, H])
         return init
-    if len(shape) not in (1, 2, 3) or (len(shape) == 3 and shape[0] not in (1, None)):
+    if len(shape) not in (1, 2, 3):
         raise DSLTypeError(f"RecurrentNetwork: initial state {spec.init[state]!r} of {state!r} must be [H], [N, H] "
-                           f"or [1, N, H], got {init.type}", loc, "reshape the initial state to [1, N, H]")
+                           f"or [K, N, H], got {init.type}", loc, "reshape the initial state to [K, N, H]")
     if len(shape) == 1:  # one state for every sequence of the batch: [H] -> [1, N, H]
         batch = _v(blk, "Slice", [_v(blk, "Shape", [blk.read(spec.sequences[0], loc)], loc=loc)],
                    {"starts": [1], "ends": [2]}, loc)
@@ -155,6 +163,12 @@ def _initial_rows(blk: Block, spec: _Spec, state: str):
         zeros = _v(blk, "ConstantFill", [size], _zeros_of(init), loc)
         return _v(blk, "Add", [zeros, init], loc=loc)
     return _v(blk, "ExpandDims", [init], {"dims": [0]}, loc) if len(shape) == 2 else init
+
+
+def _initial_count(blk: Block, spec: _Spec, state: str) -> int:
+    """K, the initial state's rows (1 unless a [K, N, H] initial state says otherwise)."""
+    shape = _shape(blk.read(spec.init[state], spec.loc))
+    return int(shape[0]) if shape is not None and len(shape) == 3 and shape[0] is not None else 1
 
 
 def _shape(value):
@@ -167,7 +181,7 @@ def _concat0(blk: Block, parts, loc):
 
 
 def _initial_states(blk: Block, spec: _Spec, state: str, n_steps):
-    """The states tensor [1 + T, N, H]: the initial state, then zeros."""
+    """The states tensor [K + T, N, H]: the initial state's K rows, then zeros."""
     loc = spec.loc
     init = _initial_rows(blk, spec, state)
     rest = _v(blk, "Slice", [_v(blk, "Shape", [init], loc=loc)], {"starts": [1], "ends": [-1]}, loc)
@@ -198,20 +212,21 @@ def _end_loop(blk: Block, op, body: Block, exit_index, loc) -> None:
     blk.forget(op)
 
 
-def _link_inputs(body: Block, spec: _Spec, names: _Names, t, step_reads: set) -> None:
-    """Before a step's ops: each read link's row t + offset, and the timestep if read."""
+def _link_inputs(body: Block, spec: _Spec, names: _Names, t, step_reads: set, reads: bool = True) -> None:
+    """Before a step's ops: each read link's rows from t + offset (unless ``reads`` is off),
+    and the timestep if read."""
     loc = spec.loc
-    for internal, external, offset in spec.reads:
-        row = _v(body, "Gather", [body.read(external, loc), _index(body, t, offset, loc)], loc=loc)
+    for internal, external, offset, window in spec.reads if reads else ():
+        row = _v(body, "Gather", [body.read(external, loc), _index(body, t, offset, loc, window)], loc=loc)
         body.write(names(internal), row, loc)
     if spec.timestep in step_reads:
         step = _v(body, "Cast", [t], {"to": "i32"}, loc)
         body.write(names(spec.timestep), _v(body, "ExpandDims", [step], {"dims": [0]}, loc), loc)
 
 
-def _add_row(body: Block, name: str, t, offset: int, value, loc, assign=False) -> None:
-    """``name[t + offset] (+)= value`` on a blob the loop carries."""
-    idx = _index(body, t, offset, loc)
+def _add_row(body: Block, name: str, t, offset: int, value, loc, assign=False, window: int = 1) -> None:
+    """``name[t + offset : + window] (+)= value`` on a blob the loop carries."""
+    idx = _index(body, t, offset, loc, window)
     total = body.read(name, loc)
     rank, full = _shape(value), _shape(total)
     if rank is not None and full is not None and len(rank) == len(full) - 1:  # (a step value without its row axis)
@@ -231,11 +246,24 @@ def _forward(blk: Block, rec: OpRecord, lower_op) -> None:
         blk.write(s, _initial_states(blk, spec, s, n_steps), loc)
     names = _Names(blk, spec.references)
     op, body, t, exit_index = _time_loop(blk, n_steps, loc)
-    _link_inputs(body, spec, names, t, names_read(spec.step))
-    for r in names.records(spec.step):
-        lower_op(body, r)
+    # Caffe2's links are views of the states: a step reads a row as it is when its op runs,
+    # so a window may see the row an earlier op of the same step wrote. Each read link is
+    # gathered just before its first reader, each write stored just after its writer.
+    pending = {internal: (external, offset, window) for internal, external, offset, window in spec.reads}
+    writes = {}
     for internal, state, offset in spec.writes:
-        _add_row(body, state, t, offset, body.read(names(internal), loc), loc, assign=True)
+        writes.setdefault(internal, []).append((state, offset))
+    _link_inputs(body, spec, names, t, names_read(spec.step), reads=False)
+    for r, renamed in zip(spec.step, names.records(spec.step)):
+        for b in r.inputs:
+            if b in pending:
+                external, offset, window = pending.pop(b)
+                row = _v(body, "Gather", [body.read(external, loc), _index(body, t, offset, loc, window)], loc=loc)
+                body.write(names(b), row, loc)
+        lower_op(body, renamed)
+        for b in r.outputs:
+            for state, offset in writes.get(b, ()):
+                _add_row(body, state, t, offset, body.read(names(b), loc), loc, assign=True)
     _end_loop(blk, op, body, exit_index, loc)
     _write_aliases(blk, spec, rec.outputs)
     if len(rec.outputs) > len(spec.aliases):  # Caffe2's step workspaces: nothing dslc keeps
@@ -270,10 +298,12 @@ def _backward(blk: Block, rec: OpRecord, lower_op) -> None:
     # the states, rebuilt from the initial states and the outputs that show rows 1..T
     states_grad = {}
     for s in spec.states:
-        full = [out for (src, _, off), out in zip(spec.aliases, alias_values) if src == s and off == 1]
+        k = _initial_count(blk, spec, s)
+        full = [out for (src, _, off), out in zip(spec.aliases, alias_values) if src == s and off == k]
         if not full:
             raise VerifyError(f"RecurrentNetworkGradient: no output shows every step of {s!r}", loc,
-                              "alias the states from offset 1 (recurrent_net's <output>_all does)")
+                              f"alias the states from offset {k}, past the initial rows "
+                              "(recurrent_net's <output>_all does)")
         blk.write(s, _concat0(blk, [_initial_rows(blk, spec, s), blk.read(full[0], loc)], loc), loc)
         parts = [_v(blk, "SliceGradient", [blk.read(s, loc), blk.read(rec.inputs[j], loc)],
                     _alias_bounds(spec.aliases[k][2]), loc)
@@ -283,6 +313,12 @@ def _backward(blk: Block, rec: OpRecord, lower_op) -> None:
         states_grad[s] = f"{s}_grad"
         blk.write(states_grad[s], grad, loc)
 
+    for internal, external, offset, window in spec.reads:
+        for _, state, w_offset in spec.writes:
+            if state == external and offset <= w_offset < offset + window:
+                raise VerifyError(f"RecurrentNetworkGradient: the link {internal!r} reads the row of "
+                                  f"{external!r} its own step writes; dslc has no gradient for that yet", loc,
+                                  "run such a net forward only, or read the state from the steps before")
     # the step's gradient ops, seeded at the rows each step writes
     step_net = Net(spec.step_msg)
     seeds = {internal: f"{internal}_grad" for internal, _, _ in spec.writes}
@@ -315,14 +351,14 @@ def _backward(blk: Block, rec: OpRecord, lower_op) -> None:
                               "sparse gradients inside a step net are not supported; gather outside it")
         return None if g is None else body.read(names(str(g)), loc)
 
-    for internal, external, offset in spec.reads:
+    for internal, external, offset, window in spec.reads:
         g = grad_of(internal)
         if g is None:
             continue
         if external in states_grad:
-            _add_row(body, states_grad[external], t, offset, g, loc)
+            _add_row(body, states_grad[external], t, offset, g, loc, window=window)
         elif external in accumulators:
-            _add_row(body, accumulators[external], t, offset, g, loc)
+            _add_row(body, accumulators[external], t, offset, g, loc, window=window)
     for k in spec.params:
         p = fwd_inputs[k]
         g = grad_of(p)
@@ -335,7 +371,8 @@ def _backward(blk: Block, rec: OpRecord, lower_op) -> None:
         if out is None:
             continue
         rank = len(_shape(blk.read(spec.init[s], loc)) or (0, 0, 0))
-        g = _v(blk, "Slice", [blk.read(states_grad[s], loc)], {"starts": [0], "ends": [1]}, loc)
+        g = _v(blk, "Slice", [blk.read(states_grad[s], loc)], {"starts": [0], "ends": [_initial_count(blk, spec, s)]},
+               loc)
         if rank == 2:
             g = _v(blk, "Squeeze", [g], {"dims": [0]}, loc)
         elif rank == 1:  # (shared by the batch: its rows' gradients add up)
