@@ -12,6 +12,13 @@ SGD and Adagrad update only those rows.
 
 Flags are DLRM's names (a subset); the last bottom layer is the embedding dimension.
 Each batch prints its loss; the run ends with the mean loss of its first and last quarter.
+
+`dslc run examples/dlrm.py` runs build_job(): 24 SGD steps on one batch as a Task (the
+train net in a loop), and says whether the loss fell.
+
+Expected output (dslc run examples/dlrm.py):
+    steps = 24
+    loss_fell = True
 """
 import argparse
 
@@ -106,6 +113,27 @@ def train(model, data):
         workspace.RunNet(model.net.Proto().name)
         losses.append(float(workspace.FetchBlob("loss")))
     return losses
+
+
+def build_job(steps=24):
+    """A Task: the init net, then ``steps`` training steps on one fixed batch; its outputs."""
+    from dslc.net_builder import ops
+    from dslc.task import Task, final_output
+    ln_emb, ln_bot, ln_top = sizes("20-30-40"), sizes("8-8-4"), sizes("8-4-1")
+    model, _, _ = build(ln_emb, ln_bot, ln_top, "bce", "sgd", lr=0.5)
+    feeds = next(batches(ln_emb, ln_bot[0], 16, 1))
+    with Task():
+        for name, value in feeds.items():
+            ops.Const(value, blob_out=name)
+        ops.net(model.param_init_net)
+        ops.net(model.net)
+        ops.net(name="first")  # (a net of its own: ops after ops.net(net) would go into that net)
+        first = ops.Copy("loss", "first_loss")
+        with ops.loop(steps - 1):
+            ops.net(model.net)
+        ops.net(name="compare")
+        fell = ops.LT(["loss", first], "loss_fell")
+        return {"steps": final_output(ops.Const(np.int64(steps))), "loss_fell": final_output(fell)}
 
 
 def main(argv=None):
