@@ -415,6 +415,12 @@ def GetCUDAVersion() -> int:
 NumCudaDevices = NumGpuDevices
 
 
+def Predictor(init_net, predict_net):
+    """A model served from a workspace of its own (dslc/predictor/runner.py)."""
+    from dslc.predictor.runner import Predictor as _Predictor
+    return _Predictor(init_net, predict_net)
+
+
 def StringifyProto(obj) -> str:
     """A message's bytes, or a string as it is (what Caffe2's C++ calls take)."""
     return obj if isinstance(obj, (str, bytes)) else obj.SerializeToString()

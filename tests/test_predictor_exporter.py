@@ -98,3 +98,23 @@ def test_load_from_a_reader_reads_its_db(tmp_path):
     workspace.RunOperatorOnce(core.CreateOperator("CreateDB", [], ["reader"], db=db, db_type="minidb"))
     workspace.RunOperatorOnce(core.CreateOperator("Load", ["reader"], ["w"]))
     np.testing.assert_array_equal(workspace.FetchBlob("w"), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_workspace_predictor_serves_a_model_from_its_own_workspace():
+    """y = W x + b with W all ones [2, 4] and b = [0, 1]: x = [1, 3, 256, 256] gives
+    [516, 517] (by hand); the caller's workspace is left alone."""
+    workspace.ResetWorkspace()
+    m = ModelHelper(name="served")
+    y = brew.fc(m, "data", "y", dim_in=4, dim_out=2, weight_init=("ConstantFill", {"value": 1.0}),
+                bias_init=("GivenTensorFill", {"values": [0.0, 1.0]}), axis=0)
+    m.net.AddExternalOutput(y)
+    p = workspace.Predictor(m.param_init_net.Proto().SerializeToString(), m.net.Proto().SerializeToString())
+    assert p.input_names == ["data"]
+    x = np.array([1, 3, 256, 256], np.float32)
+    (out,) = p.run([x])
+    assert out.tolist() == [516.0, 517.0]
+    (out,) = p.run({"data": 2 * x})
+    assert out.tolist() == [1032.0, 1033.0]
+    assert not workspace.HasBlob("y_w")
+    with pytest.raises(RuntimeError, match="takes 1 inputs"):
+        p.run([x, x])

@@ -1,0 +1,63 @@
+"""Caffe2's Predictor (``workspace.Predictor(init_net, predict_net)``): a model served from
+a workspace of its own. The init net runs once when it is made; ``run`` feeds the inputs,
+runs the predict net (compiled once) and returns its external outputs.
+
+    p = workspace.Predictor(init_net_bytes, predict_net_bytes)
+    (probs,) = p.run([batch])              # the inputs in the predict net's input order
+    (probs,) = p.run({"data": batch})      # or by name
+
+The inputs are the predict net's external inputs the init net did not make (its
+parameters are the others), in the net's order.
+"""
+from __future__ import annotations
+
+from dslc.ir.diagnostics import DSLError
+from dslc.proto import caffe2_pb2
+from dslc.tracing import user_location
+
+
+class PredictorError(DSLError, RuntimeError):
+    """Inputs that do not fit the predict net."""
+
+
+def _netdef(net) -> caffe2_pb2.NetDef:
+    if isinstance(net, (bytes, bytearray)):
+        return caffe2_pb2.NetDef.FromString(bytes(net))
+    if isinstance(net, str):
+        return caffe2_pb2.NetDef.FromString(net.encode("latin-1"))
+    return net.Proto() if hasattr(net, "Proto") else net
+
+
+class Predictor:
+    def __init__(self, init_net, predict_net):
+        from dslc import core, workspace
+        self._ws = workspace.Workspace()
+        init, predict = _netdef(init_net), _netdef(predict_net)
+        self._ws.run(core.Net(init))
+        self._net = core.Net(predict)
+        self.input_names = [b for b in predict.external_input if not self._ws.has_blob(b)]
+        self.output_names = list(predict.external_output)
+        self._created = False
+
+    def run(self, inputs) -> list:
+        if isinstance(inputs, dict):
+            unknown = [k for k in inputs if k not in self.input_names]
+            if unknown:
+                raise PredictorError(f"the predict net has no input {unknown[0]!r}", user_location(),
+                                     f"its inputs are {self.input_names}")
+            feeds = dict(inputs)
+        else:
+            inputs = list(inputs)
+            if len(inputs) != len(self.input_names):
+                raise PredictorError(f"the predict net takes {len(self.input_names)} inputs "
+                                     f"({self.input_names}), got {len(inputs)}", user_location(),
+                                     "pass one array per input, in that order (or a dict by name)")
+            feeds = dict(zip(self.input_names, inputs))
+        for name, value in feeds.items():
+            self._ws.feed(name, value)
+        if not self._created:
+            self._ws.create_net(self._net)
+            self._created = True
+        self._ws.run_net(self._net)
+        from dslc import workspace
+        return [workspace._fetch(self._ws, name) for name in self.output_names]
