@@ -379,6 +379,28 @@ class FtrlOptimizer(Optimizer):
                        lambda2=self.lambda2)
 
 
+class GFtrlOptimizer(Optimizer):
+    """Group-lasso FTRL (dense gradients only, as in Caffe2): GFtrl per parameter."""
+
+    kind = "GFtrlOptimizer"
+
+    def __init__(self, alpha=0.01, beta=1e-4, lambda1=0, lambda2=0, sparse_dedup_aggregator=None, engine="",
+                 **kwargs):
+        super().__init__("fixed", **kwargs)
+        self.alpha, self.beta, self.lambda1, self.lambda2 = alpha, beta, lambda1, lambda2
+
+    def update(self, model, param, grad):
+        if self.alpha <= 0:
+            return
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"GFtrl of {param} needs a dense gradient (Caffe2 has no sparse GFtrl)",
+                                 user_location(3), "use build_ftrl for parameters read by Gather / SparseLengthsSum")
+        nz = model.param_init_net.ConstantFill([param], f"{param}_gftrl_nz", extra_shape=[2], value=0.0)
+        self._local(nz)
+        model.net.GFtrl([param, nz, grad], [param, nz], alpha=self.alpha, beta=self.beta, lambda1=self.lambda1,
+                        lambda2=self.lambda2)
+
+
 class AdadeltaOptimizer(Optimizer):
     kind = "AdadeltaOptimizer"
 
@@ -573,7 +595,11 @@ def _missing_op(name, op):
     return build
 
 
-build_gftrl = _missing_op("build_gftrl", "GFtrl")
+
+def build_gftrl(model, engine="", **kwargs):
+    return _build(model, GFtrlOptimizer(**kwargs))
+
+
 build_yellowfin = _missing_op("build_yellowfin", "YellowFin")
 
 

@@ -364,3 +364,25 @@ def test_adam_with_smart_decay_keeps_when_each_row_was_seen():
     # (Iter counts the runs 1, 2, 3 before the update reads it; t = iter + 1: 2, 3, 4)
     assert workspace.FetchBlob("w_last_seen").tolist() == [4, 2, 0, 4, 0]
     assert (workspace.FetchBlob("w")[[2, 4]] == 1.0).all()  # (rows never read keep their values)
+
+
+@DEVICES
+def test_gftrl_matches_caffe2(do):
+    """Group-lasso FTRL: columns of the [2, 3] parameter are the groups (lambda1 sqrt(2) the
+    threshold). Figures read off the real Caffe2 (alpha 0.5, beta 0.1)."""
+    w = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.5]], np.float32)
+    nz = np.zeros((2, 3, 2), np.float32)
+    nz[..., 0] = [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]
+    nz[..., 1] = [[0.05, -0.1, 0.2], [0.3, 0.0, -0.4]]
+    g = np.array([[0.2, -0.3, 0.1], [0.4, 0.5, -0.6]], np.float32)
+    for l1, l2, want in [
+            (0.0, 0.0, [[-0.2025262713432312, 0.170233815908432, -0.20081759989261627],
+                        [-0.2076854556798935, -0.217665433883667, 0.36803287267684937]]),
+            (0.5, 0.0, [[0.0, 0.0, -0.03125198185443878], [0.0, 0.0, 0.05727464333176613]]),
+            (0.0, 0.7, [[-0.11651906371116638, 0.10995982587337494, -0.13100452721118927],
+                        [-0.1470261961221695, -0.15977680683135986, 0.277942031621933]])]:
+        got = _run(do, "GFtrl", {"w": w, "nz": nz, "g": g}, ["w", "nz"], alpha=0.5, beta=0.1, lambda1=l1, lambda2=l2)
+        np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.array(got[1])[..., 1], [[0.19206203520298004, -0.21739420294761658, 0.2637845277786255],
+                                                          [0.3523722290992737, 0.4205406904220581, -0.7948007583618164]],
+                               rtol=1e-6)  # Caffe2's z

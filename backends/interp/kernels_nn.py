@@ -51,6 +51,7 @@ FUNCTIONS = {
     "WeightedSigmoidCrossEntropyWithLogitsGradient": nm.weighted_sigmoid_cross_entropy_with_logits_grad,
     "AbsGradient": nm.abs_grad, "MaxGradient": nm.pick_grad, "MinGradient": nm.pick_grad,
     "MomentumSGD": nm.momentum_sgd, "RmsProp": nm.rms_prop, "Adadelta": nm.adadelta, "Ftrl": nm.ftrl,
+    "GFtrl": nm.gftrl,
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,

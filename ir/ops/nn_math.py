@@ -639,6 +639,21 @@ def ftrl(w, nz, g, alpha=0.01, beta=1e-4, lambda1=0.0, lambda2=0.0):
     return new_w.astype(w.dtype), np.stack([new_n, new_z], axis=-1).astype(nz.dtype)
 
 
+def gftrl(w, nz, g, alpha=0.01, beta=1e-4, lambda1=0.0, lambda2=0.0):
+    """Group-lasso FTRL: the parameter as [M, N] (M = dims[0]), each column a group of M."""
+    n, z = nz[..., 0], nz[..., 1]
+    new_n = n + g * g
+    sigma = (np.sqrt(new_n) - np.sqrt(n)) / alpha
+    new_z = z + g - sigma * w
+    m = w.shape[0] if w.ndim else 1
+    z2 = new_z.reshape(m, -1)
+    norm = np.sqrt(np.sum(z2 * z2, axis=0, dtype=np.float64))  # (each column's)
+    threshold = lambda1 * np.sqrt(m)
+    shrink = np.where(norm > threshold, 1 - threshold / np.where(norm > 0, norm, 1), 0.0)
+    step = np.where(shrink > 0, (-z2 / ((beta + np.sqrt(new_n.reshape(m, -1))) / alpha + lambda2)) * shrink, 0.0)
+    return step.reshape(w.shape).astype(w.dtype), np.stack([new_n, new_z], axis=-1).astype(nz.dtype)
+
+
 def sparse_momentum_sgd_update(g, m, lr, p, indices, momentum=0.0, nesterov=0, inplace=False):
     idx = indices.astype(np.int64).reshape(-1)
     rows = g.reshape((idx.size,) + p.shape[1:])

@@ -284,6 +284,11 @@ declare("Ftrl", 3, _ftrl, results=2, attrs={"alpha": 0.01, "beta": 1e-4, "lambda
                                             "engine": ""},
         traits={PURE}, doc="(param, n_z, grad) -> (param', n_z'): FTRL-proximal with per-element n (sum of g^2) "
                            "and z")
+declare("GFtrl", 3, _ftrl, results=2, attrs={"alpha": 0.01, "beta": 1e-4, "lambda1": 0.0, "lambda2": 0.0,
+                                             "engine": ""},
+        traits={PURE}, doc="(param, n_z, grad) -> (param', n_z'): group-lasso FTRL: Ftrl's n and z, and the "
+                           "lambda1 penalty on each column of the parameter seen as [dims[0], rest] "
+                           "(a column whose z has norm <= lambda1 sqrt(dims[0]) becomes 0)")
 
 
 # ----------------------------------------------------------------------------- more updates (sparse)
