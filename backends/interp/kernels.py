@@ -40,7 +40,7 @@ DEFINED_IN: dict[str, str] = {}  # op name -> the module that registered its ker
 # here, imported the first time a program uses one of those ops, so a first run imports
 # only the kernels it needs (tensor and effect ops: this module). For an op not found
 # there, every ``kernels_*`` module of this package is imported.
-_HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "records": "kernels_records",
+_HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "index": "kernels_data", "records": "kernels_records",
           "shape": "kernels_records", "collect": "kernels_collect", "nn": "kernels_nn",
           "losses": "kernels_nn", "optim": "kernels_nn", "nn_grads": "kernels_nn", "activations": "kernels_nn",
           "segments": "kernels_nn", "products": "kernels_nn",

@@ -11,6 +11,7 @@ import numpy as np
 from dslc.backends.runtime.datasets import (FieldTree, Mutex, TreeCursor, read_rows, row_offsets,
                                             shuffled_rows)
 from dslc.backends.runtime.queues import TIMED_OUT, BlobsQueue
+from dslc.backends.runtime.resources import Index, IndexError_
 from dslc.ir.diagnostics import DSLError
 
 from .kernels import kernel
@@ -231,3 +232,60 @@ def _atomic_append(op, cfg):
                                    "dtypes, with rows shaped like its rows") from None
         return append
     return make
+
+
+# --- indexes (ir/ops/index.py)
+_INDEX_KEYS = {"IntIndexCreate": np.int32, "LongIndexCreate": np.int64, "StringIndexCreate": object}
+
+
+def _index_create(name):
+    @kernel(name)
+    def make(op, cfg):
+        dtype, limit = _INDEX_KEYS[name], int(op.attrs["max_elements"])
+        return lambda: Index(dtype, limit)
+    return make
+
+
+for _name in _INDEX_KEYS:
+    _index_create(_name)
+
+
+def _index_call(fn):
+    try:
+        return fn()
+    except IndexError_ as e:
+        raise DSLError(str(e), hint="create the index with a larger max_elements, or freeze it "
+                                    "(IndexFreeze) so that unknown keys get id 0") from None
+
+
+@kernel("IndexGet")
+def _index_get(op, cfg):
+    return lambda index, keys: _index_call(lambda: index.get(keys))
+
+
+@kernel("IndexFreeze")
+def _index_freeze(op, cfg):
+    def freeze(index):
+        index.frozen = True
+        return index
+    return freeze
+
+
+@kernel("IndexLoad")
+def _index_load(op, cfg):
+    skip = bool(op.attrs["skip_first_entry"])
+
+    def load(index, items):
+        _index_call(lambda: index.load(items, skip))
+        return index
+    return load
+
+
+@kernel("IndexStore")
+def _index_store(op, cfg):
+    return lambda index: index.store()
+
+
+@kernel("IndexSize")
+def _index_size(op, cfg):
+    return lambda index: index.size()

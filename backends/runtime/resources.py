@@ -72,3 +72,62 @@ class Timer:
 
     def __repr__(self):
         return f"Timer({self.name!r})"
+
+
+class IndexError_(Exception):
+    """An index asked to hold more keys than its max_elements."""
+
+
+class Index:
+    """Caffe2's index (IntIndexCreate & co.): keys -> ids 1, 2, ... in order of arrival;
+    0 for keys a frozen index lacks. Thread-safe (IndexGet may run in several tasks)."""
+
+    handle_kind = "index"
+
+    def __init__(self, key_dtype, max_elements: int):
+        self.key_dtype, self.max_elements = key_dtype, int(max_elements)
+        self.ids: dict = {}
+        self.frozen = False
+        self.lock = threading.Lock()
+
+    def _key(self, k):
+        return k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
+
+    def get(self, keys) -> np.ndarray:
+        keys = np.asarray(keys)
+        out = np.empty(keys.shape, dtype=np.int64)
+        flat = out.reshape(-1)
+        with self.lock:
+            for i, k in enumerate(keys.reshape(-1).tolist()):
+                k = self._key(k)
+                got = self.ids.get(k)
+                if got is None:
+                    if self.frozen:
+                        got = 0
+                    else:
+                        if len(self.ids) + 1 >= self.max_elements:
+                            raise IndexError_(f"the index holds its max_elements={self.max_elements} "
+                                              f"(with id 0) and met a new key {k!r}")
+                        got = self.ids[k] = len(self.ids) + 1
+                flat[i] = got
+        return out
+
+    def load(self, items, skip_first_entry: bool) -> None:
+        with self.lock:
+            for k in np.asarray(items).reshape(-1).tolist()[1 if skip_first_entry else 0:]:
+                k = self._key(k)
+                if k not in self.ids:
+                    if len(self.ids) + 1 >= self.max_elements:
+                        raise IndexError_(f"IndexLoad: the index holds its max_elements={self.max_elements}")
+                    self.ids[k] = len(self.ids) + 1
+
+    def store(self) -> np.ndarray:
+        with self.lock:
+            keys = list(self.ids)
+        if self.key_dtype is object:
+            return np.array(keys, dtype=object).reshape(-1)
+        return np.array(keys, dtype=self.key_dtype).reshape(-1)
+
+    def size(self) -> np.int64:
+        with self.lock:
+            return np.int64(len(self.ids) + 1)
