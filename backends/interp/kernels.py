@@ -45,7 +45,8 @@ _HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "
           "losses": "kernels_nn", "optim": "kernels_nn", "nn_grads": "kernels_nn", "activations": "kernels_nn",
           "segments": "kernels_nn", "products": "kernels_nn",
           "conv": "kernels_nn", "normalization": "kernels_nn", "reductions": "kernels_nn",
-          "utility": "kernels_nn", "recurrent": "kernels_nn", "collective": "kernels_nn", "adaptive": "kernels_nn"}
+          "utility": "kernels_nn", "recurrent": "kernels_nn", "collective": "kernels_nn", "adaptive": "kernels_nn",
+          "quantized": "kernels_nn"}
 
 
 def kernel_entry(name: str):
