@@ -271,6 +271,11 @@ def conv(x, w, *b, **attrs):
     m = w.shape[0]
     _, win = _windows(x, g)
     nd = len(g.kernel)
+    if group == 1:  # (the usual case: one batched GEMM over the columns, straight into NCHW)
+        y = np.matmul(w.reshape(m, -1), _columns(win, nd)).reshape((n, m) + tuple(g.out))
+        if b:
+            y += b[0].reshape((1, m) + (1,) * nd)
+        return _back(y.astype(x.dtype, copy=False), attrs)
     win = win.reshape((n, group, c // group) + win.shape[2:])
     wg = w.reshape((group, m // group, c // group) + w.shape[2:])
     sp = "xyz"[:nd]
@@ -279,6 +284,29 @@ def conv(x, w, *b, **attrs):
     if b:
         y = y + b[0].reshape((1, m) + (1,) * nd)
     return _back(y.astype(x.dtype, copy=False), attrs)
+
+
+def _columns(win, nd):
+    """The windows [N, C, *out, *kernel] as columns [N, C * prod(kernel), prod(out)] (one
+    copy: what a GEMM with the [M, C * prod(kernel)] weight multiplies)."""
+    n, c = win.shape[:2]
+    axes = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
+    cols = np.ascontiguousarray(win.transpose(axes))
+    # (sizes spelled out: an empty batch has no -1 to infer)
+    return cols.reshape(n, c * int(np.prod(win.shape[2 + nd:])), int(np.prod(win.shape[2:2 + nd])))
+
+
+def _scatter_columns(dcols, g, x_shape):
+    """The gradient of x from the gradient of its columns [N, C, *kernel, *out], cropped."""
+    n, c = x_shape[:2]
+    padded = [s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads)]
+    dxp = np.zeros((n, c) + tuple(padded), dtype=dcols.dtype)
+    for offs in np.ndindex(*g.kernel):
+        at = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + s * (out - 1) + 1, s) for o, d, s, out in zip(offs, g.dilation, g.stride, g.out))
+        dxp[at] += dcols[(slice(None), slice(None)) + tuple(offs)]
+    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x_shape[2:], g.pads))
+    return dxp[crop]
 
 
 def _scatter_windows(dwin, g, x_shape):
@@ -303,6 +331,17 @@ def conv_grad(x, w, dy, no_bias=0, **attrs):
     nd = len(g.kernel)
     sp, ks = "xyz"[:nd], "ijk"[:nd]
     _, win = _windows(x, g)
+    if group == 1:  # (batched GEMMs over the columns, as the forward)
+        cols = _columns(win, nd)
+        dy2 = dy.reshape(n, m, int(np.prod(g.out)))
+        w2 = w.reshape(m, -1)
+        dw = np.matmul(dy2, cols.transpose(0, 2, 1)).sum(axis=0).reshape(w.shape).astype(w.dtype)
+        dcols = np.matmul(w2.T, dy2).reshape((n, c) + tuple(g.kernel) + tuple(g.out))
+        dx = _scatter_columns(dcols, g, x.shape).astype(x.dtype)
+        dw, dx = _back(dw, attrs), _back(dx, attrs)
+        if no_bias:
+            return dw, dx
+        return dw, dy.sum(axis=(0,) + tuple(range(2, 2 + nd))).astype(dy.dtype), dx
     win = win.reshape((n, group, c // group) + win.shape[2:])
     dyg = dy.reshape((n, group, m // group) + dy.shape[2:])
     wg = w.reshape((group, m // group, c // group) + w.shape[2:])
@@ -316,11 +355,29 @@ def conv_grad(x, w, dy, no_bias=0, **attrs):
     return dw, dy.sum(axis=(0,) + tuple(range(2, 2 + nd))).astype(dy.dtype), dx
 
 
+def _offsets(g):
+    """For each kernel offset, the strided slice of the padded input it reads at every
+    output position (pooling as a few elementwise passes over strided views: no window copies)."""
+    for offs in np.ndindex(*g.kernel):
+        yield (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + s * (out - 1) + 1, s) for o, d, s, out in zip(offs, g.dilation, g.stride, g.out))
+
+
+def _padded(x, g, fill):
+    return np.pad(x, [(0, 0), (0, 0)] + list(g.pads), constant_values=fill) if any(
+        p0 or p1 for p0, p1 in g.pads) else x
+
+
 def max_pool(x, **attrs):
     x = _nchw(x, attrs)
     g = _geometry("MaxPool", x, attrs)
-    _, win = _windows(x, g, fill=-np.inf)
-    return _back(win.max(axis=tuple(range(-len(g.kernel), 0))).astype(x.dtype), attrs)
+    xp = _padded(x, g, -np.inf)
+    if 0 in x.shape or 0 in g.out:
+        return _back(np.zeros(x.shape[:2] + tuple(g.out), x.dtype), attrs)
+    y = None
+    for at in _offsets(g):
+        y = np.array(xp[at]) if y is None else np.maximum(y, xp[at], out=y)
+    return _back(y.astype(x.dtype, copy=False), attrs)
 
 
 def _counts(x, g, attrs):
@@ -334,19 +391,25 @@ def _counts(x, g, attrs):
 def average_pool(x, **attrs):
     x = _nchw(x, attrs)
     g = _geometry("AveragePool", x, attrs)
-    _, win = _windows(x, g)
-    total = win.sum(axis=tuple(range(-len(g.kernel), 0)), dtype=np.float64)
+    xp = _padded(x, g, 0.0)
+    total = np.zeros(x.shape[:2] + tuple(g.out), np.float64)
+    if 0 not in total.shape:
+        for at in _offsets(g):
+            total += xp[at]
     return _back((total / _counts(x, g, attrs)).astype(x.dtype), attrs)
 
 
 def max_pool_grad(x, y, dy, **attrs):
+    """Every element equal to its window's max gets the window's gradient (as Caffe2's)."""
     x, y, dy = _nchw(x, attrs), _nchw(y, attrs), _nchw(dy, attrs)
     g = _geometry("MaxPool", x, attrs)
-    _, win = _windows(x, g, fill=-np.inf)
-    nd = len(g.kernel)
-    hit = win == y[(Ellipsis,) + (None,) * nd]
-    dwin = np.where(hit, dy[(Ellipsis,) + (None,) * nd], 0).astype(dy.dtype)
-    return _back(_scatter_windows(dwin, g, x.shape).astype(x.dtype), attrs)
+    xp = _padded(x, g, -np.inf)
+    dxp = np.zeros(xp.shape, dtype=dy.dtype)
+    if 0 not in y.shape:
+        for at in _offsets(g):
+            dxp[at] += np.where(xp[at] == y, dy, 0)
+    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x.shape[2:], g.pads))
+    return _back(dxp[crop].astype(x.dtype), attrs)
 
 
 def average_pool_grad(x, y, dy, **attrs):
