@@ -421,6 +421,19 @@ def Predictor(init_net, predict_net):
     return _Predictor(init_net, predict_net)
 
 
+def ApplyTransform(transform_key, net):
+    """The NetDef ``net`` rewritten by the transform named ``transform_key`` (dslc/transforms.py)."""
+    from dslc import transforms
+    return transforms.apply(transform_key, net)
+
+
+def ApplyTransformIfFaster(transform_key, net, init_net, **kwargs):
+    """The transformed NetDef if it runs faster by ``improvement_threshold`` (default 1.01),
+    timed here after ``init_net``; else the original."""
+    from dslc import transforms
+    return transforms.apply_if_faster(transform_key, net, init_net, **kwargs)
+
+
 def StringifyProto(obj) -> str:
     """A message's bytes, or a string as it is (what Caffe2's C++ calls take)."""
     return obj if isinstance(obj, (str, bytes)) else obj.SerializeToString()
