@@ -7,6 +7,8 @@ but do per-row work in compiled loops instead of numpy's sort and indexed add.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -46,9 +48,32 @@ def _row_wise_adagrad_rows(p, m, idx, g, lr, eps):
             p[r, j] += step * g[i, j]
 
 
+@njit(cache=True, nogil=True)
+def _outside(idx, rows) -> bool:
+    """Whether an index is outside 0..rows-1 (one compiled pass: numpy's min and max are
+    two passes and most of a small batch's cost)."""
+    for i in range(idx.size):
+        if idx[i] < 0 or idx[i] >= rows:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _lengths_fit(lens, n) -> bool:
+    """Whether the lengths are >= 0 and add up to ``n``."""
+    total = 0
+    for i in range(lens.size):
+        if lens[i] < 0:
+            return False
+        total += lens[i]
+    return total == n
+
+
 def _checked(name, indices, rows):
+    """The indices as a flat int64 array, every one checked before any row is touched (an
+    update that fails leaves the parameter as it was)."""
     idx = np.ascontiguousarray(indices.reshape(-1), dtype=np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+    if _outside(idx, rows):
         raise DSLError(f"{name}: an index is outside the parameter's {rows} rows "
                        f"(got {idx.min()}..{idx.max()})", hint="indices are row numbers 0..rows-1")
     return idx
@@ -57,7 +82,7 @@ def _checked(name, indices, rows):
 def _flat(x, rows=None):
     """``x`` as a matrix of ``rows`` (default its first dim) rows of its other dims' size (an
     empty batch or table too: no -1 to infer there)."""
-    return x.reshape(x.shape[0] if rows is None else rows, int(np.prod(x.shape[1:], dtype=np.int64)))
+    return x.reshape(x.shape[0] if rows is None else rows, math.prod(x.shape[1:]))
 
 
 def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
@@ -111,7 +136,7 @@ def _sparse_lengths(name, weighted=False, mean=False):
         weights, indices, lengths = rest if weighted else (None, *rest)
         idx = _checked(name, indices, data.shape[0])
         lens = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
-        if (lens < 0).any() or int(lens.sum()) != idx.size or data.ndim == 0:
+        if data.ndim == 0 or not _lengths_fit(lens, idx.size):
             return ik.segments.FUNCTIONS[name](data, *rest)  # (the interpreter's error)
         w = np.ascontiguousarray(weights, dtype=data.dtype).reshape(-1) if weighted else np.empty(0, data.dtype)
         out = np.zeros((lens.size,) + data.shape[1:], dtype=data.dtype)
