@@ -203,8 +203,10 @@ class LocalSession(Session):
         return named or plain
 
     def _run(self, group: TaskGroup) -> None:
-        from dslc import workspace
-
+        current = _CURRENT[0]
+        if current is None:  # (dslc.workspace's current-workspace cell, found once: this runs per RunNet)
+            from dslc import workspace
+            current = _CURRENT[0] = workspace._current
         compiled = self.compile(group)
         # Outputs live in the root, so writes from private or instance workspaces land there.
         if compiled.has_outputs:
@@ -213,7 +215,6 @@ class LocalSession(Session):
                     self._ws.create_blob(name)
         # Python ops that call FetchBlob see this root (workspace.current_as, inlined: a
         # created net may run once per iteration of a Python loop)
-        current = workspace._current
         saved = current[0]
         current[0] = self._ws
         try:
@@ -234,6 +235,9 @@ class LocalSession(Session):
                            None, "check that an op of its task writes that blob (and the blob's name)")
         v = cell.v
         return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+_CURRENT: list = [None]  # dslc.workspace._current, once imported
 
 
 def _is_job(runnable) -> bool:
