@@ -14,9 +14,15 @@ the first replica's initial values, so the replicas stay equal. With ``shared_mo
 the replicas read the first replica's parameters and only those are updated.
 
 The replicas are ops of one net: dslc runs them in one process, where the interpreter
-runs independent ops side by side and numba's compiled code releases the GIL. Across
-machines (``rendezvous``) is not supported yet: that needs a collective over the Ray
-cluster (docs/distributed.md).
+runs independent ops side by side and numba's compiled code releases the GIL.
+
+Across processes or machines, ``rendezvous=dict(shard_id=i, num_shards=n)`` makes this
+model shard i of n (Caffe2's ``kv_handler``, ``engine``, ``transport``, ``interface`` and
+``exit_nets`` are accepted; dslc needs none: the shards meet through the session, Ray's
+object store on a cluster). Every shard builds the same model on its own Node; the init
+net broadcasts shard 0's initial values, the loss scale is 1 / (devices x shards), and
+each gradient's Allreduce adds every shard's replicas (sparse rows are gathered), in
+shard order: n shards of batch B train as one replica of batch n B (docs/distributed.md).
 """
 from __future__ import annotations
 
@@ -61,10 +67,7 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     assert current is None or current.device_type == caffe2_pb2.CPU, \
         "Parallelize must be called without a device scope"
     loc = user_location()
-    if rendezvous is not None:
-        raise DataParallelError("data-parallel training across machines (rendezvous) is not supported yet", loc,
-                                "train on one machine's devices (devices=[0, 1, ...]), or run the job on a "
-                                "Ray cluster without data parallelism")
+    rendezvous = _check_rendezvous(rendezvous, shared_model, loc)
     if not (cpu_device or ideep):
         raise DataParallelError("dslc has no GPU devices", loc, "use Parallelize_CPU (or cpu_device=True)")
     if param_update_builder_fun is not None and optimizer_builder_fun is not None:
@@ -76,13 +79,13 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
                                 "pass model_helper.ModelHelper(...) (or a CNNModelHelper)")
     devices = list(range(usable_cpus())) if devices is None else list(devices)
     model._device_type, model._device_prefix = caffe2_pb2.CPU, "cpu"
-    model._devices, model._rendezvous, model._shared_model = devices, None, shared_model
+    model._devices, model._rendezvous, model._shared_model = devices, rendezvous, shared_model
     model._broadcast_context, model._grad_names, model._optimizer = None, [], None
     model.net.Proto().type = net_type
     model.net.Proto().num_workers = len(devices) * num_threads_per_device
     non_datapar_params = list(model.params)
     has_updates = param_update_builder_fun is not None or optimizer_builder_fun is not None
-    loss_scale = 1.0 / len(devices)
+    loss_scale = 1.0 / (len(devices) * _shards(model)[0])
 
     losses_by_device = {}
     for d in devices:
@@ -141,6 +144,9 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     arg.name, arg.i = "first_iter_only_one_worker", 1
     for name in sorted(sync_names):  # every replica starts from the first one's values
         _broadcast(model, model.param_init_net, name)
+    if _shards(model)[0] > 1:  # ... and every shard from shard 0's
+        for name in sorted(sync_names):
+            _broadcast_shards(model, model.param_init_net, name)
     if post_sync_builder_fun is not None:
         for d in devices:
             with _on(model, d):
@@ -149,6 +155,41 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     model._data_parallel_model_nets = [model.net]
     if shared_model:
         _remap_parameters_for_shared_model(model, all_params)
+
+
+_RENDEZVOUS_KEYS = {"shard_id", "num_shards", "kv_handler", "engine", "transport", "interface", "exit_nets",
+                    "group"}
+
+
+def _check_rendezvous(rendezvous, shared_model, loc):
+    """Caffe2's rendezvous dict, checked; None for one shard (as Caffe2 treats it)."""
+    if rendezvous is None:
+        return None
+    if not isinstance(rendezvous, dict) or "shard_id" not in rendezvous or "num_shards" not in rendezvous:
+        raise DataParallelError("rendezvous must be a dict with shard_id and num_shards", loc,
+                                "pass rendezvous=dict(shard_id=i, num_shards=n) on shard i of n")
+    unknown = set(rendezvous) - _RENDEZVOUS_KEYS
+    if unknown:
+        raise DataParallelError(f"rendezvous has unknown keys {sorted(unknown)}", loc,
+                                f"use {sorted(_RENDEZVOUS_KEYS)}")
+    n, i = rendezvous["num_shards"], rendezvous["shard_id"]
+    if not (isinstance(n, int) and isinstance(i, int) and n >= 1 and 0 <= i < n):
+        raise DataParallelError(f"rendezvous shard_id={i!r} of num_shards={n!r}", loc,
+                                "num_shards is a count >= 1, shard_id this shard's number in 0 .. num_shards - 1")
+    if n == 1:
+        return None
+    if shared_model:
+        raise DataParallelError("shared_model trains on one machine only (as in Caffe2)", loc,
+                                "drop shared_model, or the rendezvous")
+    return dict(rendezvous)
+
+
+def _shards(model) -> tuple:
+    """(num_shards, shard_id, group) of the model's rendezvous ((1, 0, prefix) without one)."""
+    r = model._rendezvous
+    if r is None:
+        return 1, 0, model._device_prefix
+    return r["num_shards"], r["shard_id"], str(r.get("group") or "data_parallel")
 
 
 class _on:
@@ -214,21 +255,37 @@ def _broadcast(model, net, name):
             net.Copy(master, blobs[d])
 
 
+def _broadcast_shards(model, net, name):
+    """Every shard's replicas of ``name`` take shard 0's value."""
+    shards, shard, group = _shards(model)
+    blobs = model._device_grouped_blobs.get(name) or {
+        d: core.BlobReference(f"{model._device_prefix}_{d}/{name}") for d in model._devices}
+    group_blobs = [blobs[d] for d in model._devices if d in blobs]
+    with core.DeviceScope(core.DeviceOption(model._device_type, model._devices[0])):
+        net.Broadcast(group_blobs, group_blobs, root=0, group=group, shards=shards, shard=shard)
+
+
 def _allreduce(model, name):
     """Each replica's gradient ``name`` replaced by the sum of all of them: dense, one
     Allreduce; sparse (indices, values), every replica's rows, concatenated in device order."""
     blobs = model._device_grouped_blobs[name]
     devices = [d for d in model._devices if d in blobs]
-    if len(devices) < 2:
+    shards, shard, group = _shards(model)
+    if len(devices) < 2 and shards == 1:
         return
     grads = [blobs[d] for d in devices]
     net = model.net
     if not isinstance(grads[0], core.GradientSlice):
-        net.Allreduce(grads, grads, reduce="sum", group=model._device_prefix)
+        net.Allreduce(grads, grads, reduce="sum", group=group, shards=shards, shard=shard)
         return
     for part in ("indices", "values"):
         combined = f"{model._device_prefix}_{devices[0]}/{stripBlobName(getattr(grads[0], part))}_combined"
-        net.Concat([getattr(g, part) for g in grads], [combined, combined + "_dims"], axis=0)
+        if len(grads) > 1:
+            net.Concat([getattr(g, part) for g in grads], [combined, combined + "_dims"], axis=0)
+        else:
+            net.Copy(getattr(grads[0], part), combined)
+        if shards > 1:
+            net.Allgather(combined, combined, group=group, shards=shards, shard=shard)
         for g in grads:
             net.Copy(combined, getattr(g, part))
 

@@ -36,6 +36,12 @@ from dslc.tracing import user_location
 STOP_TIMEOUT_S = 30.0  # how long the other nodes get to stop once one failed
 
 
+def _across_shards(op) -> bool:
+    """A collective op (Allreduce & co.) whose shards meet across nodes."""
+    return op.attrs.get("shards", 1) > 1 and op.opdef is not None and \
+        any(e.resource == "collective" for e in op.opdef.effects)
+
+
 class ClusterUnavailable(DSLError):
     """Ray is not installed, or the cluster cannot be started or reached."""
 
@@ -61,6 +67,7 @@ class RaySession(Session):
         self._types: dict = {}    # node -> blob -> type of what its root holds
         self._compiled: dict = {}
         self._runs = 0
+        self._hub = None          # the collectives' meeting point, once a job has one
         self._connect(ray, address, num_cpus, temp_dir)
         try:
             self._resources = set(ray.cluster_resources())
@@ -175,6 +182,7 @@ class RaySession(Session):
             got.pyobjs = {v: pyrefs.resolve(v) for op in module.walk() for v in op.attrs.values()
                           if isinstance(v, pyrefs.PyRef)}
             got.key = (id(group), time.monotonic_ns())
+            got.collective = any(_across_shards(op) for op in module.walk())
         self._compiled[id(group)] = got
         return got
 
@@ -188,6 +196,7 @@ class RaySession(Session):
 
         compiled = self.compile(group)
         remote = self._remote_queues(compiled)
+        hub = self._collective_hub() if compiled.collective else None
         refs = {}
         self._runs += 1
         sent = (compiled.key, self.backend_name)
@@ -196,7 +205,7 @@ class RaySession(Session):
             first = sent not in self._sent[node]
             refs[actor.run.remote(
                 self._runs, self.backend_name, compiled.key, compiled.text if first else None,
-                compiled.pyobjs if first else None, nb.outputs, remote.get(node, {}))] = node
+                compiled.pyobjs if first else None, nb.outputs, remote.get(node, {}), hub)] = node
         results = self._gather(refs)
         self.last_seconds = {node: r["seconds"] for node, r in results.items()}  # per node, for benches
         for node in results:
@@ -226,6 +235,8 @@ class RaySession(Session):
                 if failure is None:
                     failure = err
                     deadline = time.monotonic() + STOP_TIMEOUT_S
+                    if self._hub is not None:  # shards waiting for the failed one stop waiting
+                        self._hub.drop.remote(self._runs)
                     for other in set(refs.values()) - {node}:
                         if other in self._actors:
                             self._actors[other].cancel.remote(self._runs)
@@ -234,6 +245,13 @@ class RaySession(Session):
                 self._forget(failure.node)
             raise failure
         return results
+
+    def _collective_hub(self):
+        """The actor where the shards of this session's jobs meet (started on first use)."""
+        if self._hub is None:
+            from dslc.backends.ray.collective import start_hub
+            self._hub = start_hub()
+        return self._hub
 
     def _forget(self, node: str) -> None:
         self._actors.pop(node, None)

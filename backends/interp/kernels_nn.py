@@ -12,8 +12,9 @@ import sys
 
 import numpy as np
 
+from dslc.backends.runtime import collectives
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import (activations, adaptive, collective, conv, losses, nn_grads, normalization, products, quantized,
+from dslc.ir.ops import (activations, adaptive, conv, losses, nn_grads, normalization, products, quantized,
                         recurrent, reductions, segments, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
@@ -55,7 +56,7 @@ FUNCTIONS = {
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
-    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collective.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
+    **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS,
 }
 

@@ -58,6 +58,20 @@ def give(queue, records) -> int:
     return n
 
 
+def wait_ref(ref):
+    """The value of ``ref``, waited for in short slices so a cancelled run stops at once."""
+    import ray
+
+    token = current_token()
+    while True:
+        ready, _ = ray.wait([ref], timeout=POLL_S)
+        if ready:
+            return ray.get(ref)
+        if token is not None and token.flag:
+            ray.cancel(ref)
+            raise Cancelled()
+
+
 class RemoteQueue:
     """A queue held by another node's actor, seen through its blob name."""
 
@@ -83,17 +97,7 @@ class RemoteQueue:
         return self._wait(getattr(self.home, method).remote(self.name, *args))
 
     def _wait(self, ref):
-        """The value of ``ref``, waited for in short slices so a cancelled run stops at once."""
-        import ray
-
-        token = current_token()
-        while True:
-            ready, _ = ray.wait([ref], timeout=POLL_S)
-            if ready:
-                return ray.get(ref)
-            if token is not None and token.flag:
-                ray.cancel(ref)
-                raise Cancelled()
+        return wait_ref(ref)
 
     def get(self, timeout: float | None = None):
         if not self._buffer and not self._drained:

@@ -9,6 +9,7 @@ it holds, and the driver calls ``cancel`` to stop a run when another node failed
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -18,11 +19,13 @@ import numpy as np
 
 from dslc import backends
 from dslc.backends.interp.executor import CancelToken
+from dslc.backends.runtime import collectives
 from dslc.backends.runtime.values import type_of_value
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import pyrefs
 
 from . import split
+from .collective import RayTransport
 from .queues import RemoteQueue, give, take
 
 WAIT_FOR_QUEUE_S = 120.0  # how long a peer waits for a queue its home has not created yet
@@ -60,12 +63,13 @@ class NodeWorker:
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     # --- running
-    def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues) -> dict:
+    def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues, hub=None) -> dict:
         """Run the program ``key`` (compiled by ``backend`` from ``text`` the first time) on the root.
 
         ``pyobjs``: the reference in ``text`` -> the object, for its Python ops; ``outputs``: the
         blobs to return (None for one nothing wrote); ``remote_queues``: blob -> the
-        actor holding that queue. Returns ``{"outputs", "types", "seconds"}``.
+        actor holding that queue; ``hub``: where the run's collectives meet the other
+        shards' (backends/ray/collective.py). Returns ``{"outputs", "types", "seconds"}``.
         """
         t0 = time.perf_counter()
         program = self.programs.get((key, backend))
@@ -79,10 +83,11 @@ class NodeWorker:
         if run_id in self._cancelled:  # another node failed before this run began
             token.cancel()
         try:
-            if self.around_run is not None:
-                with self.around_run(self.root):
-                    program.run(self.root, token=token)
-            else:
+            with contextlib.ExitStack() as stack:
+                if hub is not None:
+                    stack.enter_context(collectives.using(RayTransport(hub, run_id)))
+                if self.around_run is not None:
+                    stack.enter_context(self.around_run(self.root))
                 program.run(self.root, token=token)
         finally:
             self._tokens.pop(run_id, None)

@@ -49,7 +49,7 @@ def swap_token(token):
 class Watch:
     """The running and blocked threads of one run, to tell a stuck run from a slow one."""
 
-    __slots__ = ("lock", "running", "blocked", "moved_at")
+    __slots__ = ("lock", "running", "blocked", "moved_at", "__weakref__")
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -76,20 +76,21 @@ class Watch:
 
 
 def wait_for(cond: threading.Condition, ready, timeout: float | None = None, token=None,
-             what: str = "") -> bool:
+             what: str = "", hint: str | None = None) -> bool:
     """Wait on ``cond`` (its lock held by the caller) until ``ready()``.
 
     Returns False if ``timeout`` seconds passed first. Raises ``Cancelled`` when the
     thread's token is cancelled meanwhile: the token's waiter notifies ``cond``, so
     the wait ends at once rather than at the next timeout. Raises ``DSLError`` when
-    the run is stuck (see ``Watch``); ``what`` is the awaited queue's name.
+    the run is stuck (see ``Watch``); ``what`` says what is awaited (``queue 'q'``), ``hint``
+    what to do about it.
     """
     if ready():
         return True
     token = token if token is not None else current_token()
     watch = getattr(token, "watch", None) if timeout is None else None
     if watch is not None:
-        return _watched_wait(cond, ready, token, watch, what)
+        return _watched_wait(cond, ready, token, watch, what, hint)
     deadline = None if timeout is None else time.monotonic() + timeout
     waker = None
     if token is not None:
@@ -115,7 +116,7 @@ def wait_for(cond: threading.Condition, ready, timeout: float | None = None, tok
                 token.waiters.remove(waker)
 
 
-def _watched_wait(cond, ready, token, watch: Watch, what: str) -> bool:
+def _watched_wait(cond, ready, token, watch: Watch, what: str, hint: str | None) -> bool:
     """``wait_for`` without a timeout, waking now and then to see whether the run is stuck."""
     watch.block(1)
     try:
@@ -123,9 +124,7 @@ def _watched_wait(cond, ready, token, watch: Watch, what: str) -> bool:
             if wait_for(cond, ready, STALL_SECONDS / 2, token):
                 return True
             if watch.stuck():
-                raise DSLError(f"waiting forever on queue {what!r}: every thread of the run is "
-                               "waiting and none can wake the others",
-                               hint="make a task write to it or close it (CloseBlobsQueue), or give "
-                                    "the dequeue a timeout")
+                raise DSLError(f"waiting forever on {what}: every thread of the run is "
+                               "waiting and none can wake the others", hint=hint)
     finally:
         watch.block(-1)

@@ -19,6 +19,7 @@ from collections import deque
 from .cancel import wait_for
 
 TIMED_OUT = object()  # what ``get`` returns when its timeout passed
+_STUCK_HINT = "make a task write to it or close it (CloseBlobsQueue), or give the dequeue a timeout"
 
 
 class BlobsQueue:
@@ -42,7 +43,8 @@ class BlobsQueue:
     def put(self, record: tuple) -> bool:
         with self._not_full:
             items, cap = self._items, self.capacity
-            wait_for(self._not_full, lambda: len(items) < cap or self.closed, what=self.name)
+            wait_for(self._not_full, lambda: len(items) < cap or self.closed,
+                     what=f"queue {self.name!r}", hint=_STUCK_HINT)
             if len(items) >= cap:
                 return False  # closed and full
             items.append(record)
@@ -54,7 +56,7 @@ class BlobsQueue:
         with self._not_empty:
             items = self._items
             if not wait_for(self._not_empty, lambda: items or self.closed, timeout,
-                            what=self.name):
+                            what=f"queue {self.name!r}", hint=_STUCK_HINT):
                 return TIMED_OUT
             if not items:
                 return None

@@ -1,18 +1,28 @@
 """Collective operators of data-parallel training: the replicas' gradients combined.
 
     Allreduce(g_0, g_1, ..., g_k) {reduce = "sum"} -> (s, s, ..., s),  s = g_0 + g_1 + ... + g_k
+    Broadcast(p_0, ..., p_k) {root = 0} -> (r, ..., r),  r = the root shard's p_0
+    Allgather(x) -> the shards' x, concatenated along the first axis in shard order
 
-Every output is the same combination of all inputs, added in input order (so the result
-does not depend on which replica finished first); "mean" divides by the count. A
-data-parallel net (dslc/data_parallel_model.py) writes the outputs over the inputs, one
-per replica, so each replica's optimizer reads the combined gradient. ``group`` names the
-replicas taking part, for the plan to show.
+The inputs are one shard's replicas (one per device). With ``shards = n > 1`` the op is
+also one step of a collective across the n shards of a job (Nodes, Ray processes,
+machines), ``shard`` being this one's rank: Allreduce adds every shard's sum, Broadcast
+gives the root shard's value, Allgather joins every shard's rows. Results are combined in
+input order, then in shard order, so they never depend on which replica finished first.
+"mean" divides by the count of all replicas. A data-parallel net
+(dslc/data_parallel_model.py) writes the outputs over the inputs, one per replica, so
+each replica's optimizer reads the combined gradient. ``group`` names the shards taking
+part: the k-th collective of a group on one shard meets the k-th on every other.
+
+They are effects (``collective`` write), not pure: the other shards wait for each call,
+so none may be removed, merged or moved past another. The kernels live in
+backends/runtime/collectives.py.
 """
 from __future__ import annotations
 
-
 from ..gradients import no_gradient
-from ..opdef import PURE, declare, type_error
+from ..opdef import Effect, declare, type_error
+from ..types import TensorType
 from .infer import tensors
 
 
@@ -34,20 +44,44 @@ def _allreduce(types, attrs, n):
     return [first] * n
 
 
-declare("Allreduce", (1, None), _allreduce, results=(1, None), attrs={"reduce": "sum", "group": ""},
-        traits={PURE}, doc="every output = the sum (or mean) of all inputs, added in input order: the "
-                           "replicas' gradients combined")
-no_gradient("Allreduce")
+_SHARDS = {"group": "", "shards": 1, "shard": 0}
+_COLLECTIVE = (Effect("collective", "write"),)
 
 
-def allreduce(*xs, reduce="sum", group=""):
-    total = xs[0].copy()
-    for x in xs[1:]:
-        total += x
-    if reduce == "mean":
-        total = (total / len(xs)).astype(xs[0].dtype, copy=False)
-    out = [total] + [total.copy() for _ in xs[1:]]  # (each replica's blob its own array)
-    return out[0] if len(out) == 1 else tuple(out)
+def _shards(name, attrs):
+    if not (isinstance(attrs["shards"], int) and attrs["shards"] >= 1 and 0 <= attrs["shard"] < attrs["shards"]):
+        type_error(f"{name} shard={attrs['shard']} of shards={attrs['shards']}",
+                   "shards is the number of shards (>= 1), shard this one's rank in 0 .. shards - 1")
 
 
-FUNCTIONS = {"Allreduce": allreduce}
+def _allreduce_checked(types, attrs, n):
+    _shards("Allreduce", attrs)
+    return _allreduce(types, attrs, n)
+
+
+def _broadcast(types, attrs, n):
+    _shards("Broadcast", attrs)
+    ts = tensors("Broadcast", types)
+    if n != len(ts):
+        type_error(f"Broadcast writes one output per input: {len(ts)} inputs, {n} outputs",
+                   "name one output per replica (usually the inputs themselves)")
+    return [ts[0]] * n
+
+
+def _allgather(types, attrs, n):
+    _shards("Allgather", attrs)
+    (t,) = tensors("Allgather", types)
+    if attrs["shards"] == 1 or t.shape is None or not t.shape:
+        return [t]
+    return [TensorType(t.dtype, (None,) + tuple(t.shape[1:]))]
+
+
+declare("Allreduce", (1, None), _allreduce_checked, results=(1, None), attrs={"reduce": "sum", **_SHARDS},
+        effects=_COLLECTIVE, doc="every output = the sum (or mean) of all inputs, and of every shard's, added "
+                                 "in input then shard order: the replicas' gradients combined")
+declare("Broadcast", (1, None), _broadcast, results=(1, None), attrs={"root": 0, **_SHARDS},
+        effects=_COLLECTIVE, doc="every output = the root shard's first input: one initial value everywhere")
+declare("Allgather", 1, _allgather, attrs=dict(_SHARDS), effects=_COLLECTIVE,
+        doc="every shard's rows, concatenated along the first axis in shard order")
+for _name in ("Allreduce", "Broadcast", "Allgather"):
+    no_gradient(_name)

@@ -1,0 +1,68 @@
+"""data_parallel_model across the nodes of a Ray cluster: each shard a Node, a process of
+its own, the gradients combined through the session's hub (backends/ray/collective.py).
+
+The reference is one replica with the whole batch on LocalSession (no collectives at
+all); two shards of half the batch each must give its losses and parameters."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dslc import workspace
+from dslc.ir.diagnostics import DSLError
+from dslc.net_builder import ops
+from dslc.task import Cluster, Node, Task, TaskGroup, WorkspaceType
+from test_data_parallel_shards import PARAMS, groups, one_replica, shard_models
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # (one name per node, as a cluster job)
+def test_two_shards_on_two_nodes_train_as_one_replica_with_the_whole_batch(ray_session):
+    backend = ray_session.backend_name
+    want_losses, want = one_replica(backend, steps=3)
+    workspace.ResetWorkspace()
+    models = shard_models(2, lambda s: [0])  # (each node its own workspace: the same names)
+    init, train = groups(models)
+    ray_session.run(init)
+    losses = []
+    for _ in range(3):
+        ray_session.run(train)
+        losses.append(sum(float(ray_session.fetch_blob("cpu_0/loss", node=f"trainer_{s}")) for s in range(2)))
+    np.testing.assert_allclose(np.array(losses) / 2, want_losses, rtol=1e-6)
+    for s in range(2):
+        for name in PARAMS:
+            got = ray_session.fetch_blob(f"cpu_0/{name}", node=f"trainer_{s}")
+            np.testing.assert_allclose(got, want[name], rtol=1e-6, atol=1e-7, err_msg=f"trainer_{s} {name}")
+    assert ray_session.node_info("trainer_0")["pid"] != ray_session.node_info("trainer_1")["pid"]
+    import ray
+    assert ray.get(ray_session._hub.pending.remote()) == 0  # every round was taken and dropped
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_sparse_rows_are_gathered_across_nodes(ray_session):
+    with Cluster(), TaskGroup() as group:
+        for s in range(2):
+            with Node(f"trainer_{s}"), Task(workspace_type=WorkspaceType.GLOBAL):
+                rows = ops.Const(np.arange(2 * (s + 1), dtype=np.float32).reshape(s + 1, 2) + 10 * s, "rows")
+                ops.Allgather([rows], ["gathered"], shards=2, shard=s, group="g")
+    ray_session.run(group)
+    for s in range(2):
+        np.testing.assert_array_equal(ray_session.fetch_blob("gathered", node=f"trainer_{s}"),
+                                      [[0, 1], [10, 11], [12, 13]])
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_failing_shard_stops_the_others_waiting(ray_session):
+    """Shard 1 fails before its Allreduce: shard 0, waiting there, is stopped, and the error
+    is shard 1's, located."""
+    with Cluster(), TaskGroup() as group:
+        for s in range(2):
+            with Node(f"trainer_{s}"), Task(workspace_type=WorkspaceType.GLOBAL):
+                v = ops.Const(np.ones(3, np.float32), "v")
+                if s == 1:
+                    ops.Div([ops.Const(np.ones(2, np.int32), "one"), ops.Const(np.zeros(2, np.int32), "z")],
+                            ["oops"])
+                ops.Allreduce([v], ["total"], shards=2, shard=s, group="fails")
+    with pytest.raises(DSLError) as err:
+        ray_session.run(group)
+    assert "trainer_1" in str(err.value) or "division" in str(err.value).lower()
+    assert "test_data_parallel_ray.py" in str(err.value)
