@@ -397,3 +397,25 @@ def test_float32_quotients_stay_float32_in_a_loop(backend, compiled_calls):
     for _ in range(50):
         acc = np.float32(acc + np.float32(a / b))
     check(build, dict(acc=np.float32(0.1), a=a, b=b), {"acc": acc}, backend, compiled_calls)
+
+
+def test_a_0d_array_where_the_island_wants_a_scalar(backend, compiled_calls):
+    """A scalar-typed value the interpreter holds as a 0-d array (a fed np.float64 array of
+    shape (), a reduction over every axis) goes into a compiled island as a scalar: numba
+    failed to type ``dY if y > 0 else 0.0`` with dY a 0-d array (found by the random
+    gradient programs)."""
+    from dslc import core
+    net = core.Net("relu_of_a_sum")
+    net.ReduceSum(["x"], ["s"], axes=[0, 1], keepdims=0)
+    net.Relu(["s"], ["y"])
+    net.Mul(["y", "r"], ["projected"])
+    net.SumElements(["projected"], ["loss"])
+    grads = net.AddGradientOperators(["loss"])
+    workspace.FeedBlob("x", np.array([[0.69]], np.float64))
+    workspace.FeedBlob("r", np.array(0.27, np.float64))  # (shape (): a 0-d array)
+    with LocalSession(backend=backend) as s:
+        s.run(net)
+    # loss = relu(sum(x)) * r: d loss / d x = r where sum(x) > 0
+    np.testing.assert_allclose(workspace.FetchBlob(str(grads["x"])), [[0.27]], rtol=1e-12)
+    if backend == "numba":
+        assert compiled_calls[0] > 0

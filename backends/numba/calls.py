@@ -32,8 +32,11 @@ def _to_value(v):
 class IslandCall:
     """Calls one compiled island; ``consts`` are its array constants."""
 
-    def __init__(self, fn, outputs, consts, counters=(), sites=None, streams=0):
+    def __init__(self, fn, outputs, consts, counters=(), sites=None, streams=0, scalars=()):
         self.fn = fn
+        # argument positions typed as scalars: the interpreter may hold a 0-d array there
+        # (np.full((), ...)), which numba would type as an array
+        self.scalars = tuple(scalars)
         self.streams = streams  # the last arguments: random generators, locked while in use
         self.sites = sites or Sites()
         self.consts = tuple(consts)
@@ -42,11 +45,23 @@ class IslandCall:
         self.counters = tuple(counters)  # argument positions holding (thread-local) Counters
 
     def __call__(self, *args):
+        if self.scalars:
+            args = self.unwrapped(args)
         if self.streams:  # numpy locks a generator while drawing; compiled code does not
             return self.with_streams(args)
         if self.counters:
             return self.with_counters(args)
         return self.results(self.call(args))
+
+    def unwrapped(self, args):
+        for i in self.scalars:
+            if isinstance(args[i], np.ndarray):
+                args = list(args)
+                for j in self.scalars:
+                    if isinstance(args[j], np.ndarray):
+                        args[j] = args[j][()]
+                return tuple(args)
+        return args
 
     def with_streams(self, args):
         # each lock once (two ops may share a stream), in one global order (no two calls
