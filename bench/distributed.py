@@ -12,7 +12,16 @@ Figures, each a ratio against a reference measured in the same run:
    through a dslc queue, against the same bytes moved by Ray itself (an actor method
    returning the batch, read through ray.get) and through Ray's ``ray.util.queue.Queue``.
 
+5. data-parallel training: the 784-1024-1024-10 MLP, batch 256 per replica, one BLAS
+   thread per node, as 2 shards on 2 Ray nodes against 1 node (samples/s), and the
+   step's gradient Allreduce alone (ms per step, bytes per step, GB/s, share of a step).
+
 Usage: python bench/distributed.py [--iters N] [--epochs E] [--batches K] [--reps R]
+                                   [--steps S] [--only dp]
+
+GEMM speed depends on which OpenBLAS kernel runs; run it as
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/distributed.py
+(the nodes inherit the environment); the kernel is printed.
 """
 from __future__ import annotations
 
@@ -155,18 +164,138 @@ def bench_queue(session_ray, batches, reps):
     return times
 
 
+DP_SIZES = (784, 1024, 1024, 10)
+DP_BATCH = 256
+
+
+def one_blas_thread():
+    """In each node's process: one BLAS thread (the limit stays for the process). numba's
+    np.dot calls scipy's BLAS, another library than numpy's: loaded first, so that the
+    limit reaches it too."""
+    import scipy.linalg.cython_blas  # noqa: F401
+    from threadpoolctl import threadpool_limits
+    global _LIMIT
+    _LIMIT = threadpool_limits(limits=1)
+
+
+def dp_models(shards: int, sync: bool = True):
+    """Shard s of the MLP (plain SGD), fed its own batch (blobs fed on its node); without
+    ``sync``, the shards train apart (no collectives: the compute alone)."""
+    from dslc import brew, data_parallel_model, optimizer
+    from dslc.model_helper import ModelHelper
+
+    def forward(model, loss_scale):
+        x, sizes = "data", DP_SIZES
+        for k in range(len(sizes) - 1):
+            x = brew.fc(model, x, f"fc{k}", dim_in=sizes[k], dim_out=sizes[k + 1])
+            if k < len(sizes) - 2:
+                x = brew.relu(model, x, f"relu{k}")
+        _, loss = model.net.SoftmaxWithLoss([x, "label"], ["softmax", "loss"])
+        return [model.net.Scale(loss, "scaled_loss", scale=loss_scale)]
+
+    models = []
+    for s in range(shards):
+        model = ModelHelper(name=f"dp{shards}_{s}")
+        data_parallel_model.Parallelize_CPU(
+            model, lambda m: None, forward, optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.01),
+            devices=[0], rendezvous=dict(shard_id=s, num_shards=shards) if shards > 1 and sync else None)
+        models.append(model)
+    return models
+
+
+def dp_groups(models, steps):
+    from dslc.task import WorkspaceType
+    with Cluster():
+        with TaskGroup() as init:
+            for s, m in enumerate(models):
+                with Node(f"dp_{s}"), Task(workspace_type=WorkspaceType.GLOBAL):
+                    ops.net(m.param_init_net)
+        with TaskGroup() as train:
+            for s, m in enumerate(models):
+                with Node(f"dp_{s}"), Task(workspace_type=WorkspaceType.GLOBAL):
+                    with ops.loop(steps):
+                        ops.net(m.net)
+    return init, train
+
+
+def allreduce_group(shards, steps):
+    """The step's gradients (one Allreduce each, as Parallelize makes them), alone."""
+    from dslc.task import WorkspaceType
+    sizes = DP_SIZES
+    shapes = [s for k in range(len(sizes) - 1) for s in ((sizes[k + 1], sizes[k]), (sizes[k + 1],))]
+    with Cluster(), TaskGroup() as group:
+        for s in range(shards):
+            with Node(f"dp_{s}"), Task(workspace_type=WorkspaceType.GLOBAL):
+                grads = [ops.ConstantFill([], [f"g{k}"], shape=list(shape), value=1.0)
+                         for k, shape in enumerate(shapes)]
+                with ops.loop(steps):
+                    for g in grads:
+                        ops.Allreduce([g], [g], shards=shards, shard=s, group="bench")
+    return group, sum(4 * int(np.prod(shape)) for shape in shapes)
+
+
+def bench_data_parallel(backend, steps, reps):
+    """samples/s on 1 and 2 nodes, and the Allreduce alone: {"1", "2", "allreduce", "bytes"}."""
+    import warnings
+
+    from dslc.lower.nodes import NodeBlobWarning
+    warnings.simplefilter("ignore", NodeBlobWarning)  # (each node its own names: a cluster job)
+    rng = np.random.RandomState(0)
+    out = {}
+    with RaySession(backend=backend, node_setup=one_blas_thread) as session:
+        for shards, sync in ((1, True), (2, True), (2, False)):
+            models = dp_models(shards, sync)
+            init, train = dp_groups(models, steps)
+            for s in range(shards):
+                session.feed_blob("cpu_0/data", rng.randn(DP_BATCH, DP_SIZES[0]).astype(np.float32), node=f"dp_{s}")
+                session.feed_blob("cpu_0/label", rng.randint(0, 10, DP_BATCH).astype(np.int32), node=f"dp_{s}")
+            session.run(init)
+            t = median_time(lambda: session.run(train), reps)
+            tag = str(shards) if sync else "apart"
+            out[tag] = shards * DP_BATCH * steps / t
+            out[f"step{tag}"] = t / steps
+        group, nbytes = allreduce_group(2, steps)
+        out["allreduce"] = median_time(lambda: session.run(group), reps) / steps
+        out["bytes"] = nbytes
+        import ray
+        out["kernel"] = ray.get(ray.remote(num_cpus=0)(_blas_kernel).remote())
+    return out
+
+
+def _blas_kernel() -> str:
+    """The BLAS libraries a node uses (numpy's and scipy's, for numba) and their kernels."""
+    one_blas_thread()
+    from threadpoolctl import threadpool_info
+    info = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return ", ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')} "
+                     f"{i.get('num_threads')} thread(s)" for i in info) or "?"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=20_000_000)
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--batches", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20, help="training steps per measured run (data-parallel)")
+    ap.add_argument("--only", choices=["dp"], help="run only the data-parallel figures")
     args = ap.parse_args(argv)
     home = tempfile.mkdtemp(prefix="dslc-bench-home-")
     cluster = LocalCluster(short_temp_dir(), num_cpus=2, home=home)
     cluster.start()
     print(f"cluster start (local, one raylet): {cluster.start_seconds:.1f} s")
     try:
+        for backend in ("numba",):
+            dp = bench_data_parallel(backend, args.steps, args.reps)
+            print(f"data-parallel MLP {'-'.join(map(str, DP_SIZES))}, batch {DP_BATCH} per replica, 1 BLAS thread "
+                  f"per node ({dp['kernel']}), {backend}: 1 node {dp['1']:.0f} samples/s ({dp['step1'] * 1e3:.1f} ms "
+                  f"a step), 2 nodes {dp['2']:.0f} samples/s ({dp['step2'] * 1e3:.1f} ms a step), speed-up "
+                  f"{dp['2'] / dp['1']:.2f}x; Allreduce alone {dp['allreduce'] * 1e3:.2f} ms a step "
+                  f"({dp['bytes'] / 1e6:.1f} MB of gradients per shard, {dp['bytes'] / dp['allreduce'] / 1e9:.2f} GB/s), "
+                  f"{dp['allreduce'] / dp['step2']:.0%} of a 2-node step; 2 nodes training apart (no Allreduce) "
+                  f"{dp['apart']:.0f} samples/s ({dp['stepapart'] * 1e3:.1f} ms a step, {dp['apart'] / dp['1']:.2f}x)")
+        if args.only == "dp":
+            return 0
         with RaySession(backend="numba") as ray_s, LocalSession(backend="numba") as local_s:
             local, ray, alone = bench_cpu(local_s, ray_s, args.iters, args.reps)
             print(f"cpu-bound, 2 nodes x {args.iters} iterations (numba): local {local:.3f} s, "

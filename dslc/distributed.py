@@ -36,12 +36,6 @@ from dslc.tracing import user_location
 STOP_TIMEOUT_S = 30.0  # how long the other nodes get to stop once one failed
 
 
-def _across_shards(op) -> bool:
-    """A collective op (Allreduce & co.) whose shards meet across nodes."""
-    return op.attrs.get("shards", 1) > 1 and op.opdef is not None and \
-        any(e.resource == "collective" for e in op.opdef.effects)
-
-
 class ClusterUnavailable(DSLError):
     """Ray is not installed, or the cluster cannot be started or reached."""
 
@@ -67,7 +61,6 @@ class RaySession(Session):
         self._types: dict = {}    # node -> blob -> type of what its root holds
         self._compiled: dict = {}
         self._runs = 0
-        self._hub = None          # the collectives' meeting point, once a job has one
         self._connect(ray, address, num_cpus, temp_dir)
         try:
             self._resources = set(ray.cluster_resources())
@@ -182,7 +175,6 @@ class RaySession(Session):
             got.pyobjs = {v: pyrefs.resolve(v) for op in module.walk() for v in op.attrs.values()
                           if isinstance(v, pyrefs.PyRef)}
             got.key = (id(group), time.monotonic_ns())
-            got.collective = any(_across_shards(op) for op in module.walk())
         self._compiled[id(group)] = got
         return got
 
@@ -196,7 +188,7 @@ class RaySession(Session):
 
         compiled = self.compile(group)
         remote = self._remote_queues(compiled)
-        hub = self._collective_hub() if compiled.collective else None
+        peers = self._peers(compiled)
         refs = {}
         self._runs += 1
         sent = (compiled.key, self.backend_name)
@@ -205,7 +197,8 @@ class RaySession(Session):
             first = sent not in self._sent[node]
             refs[actor.run.remote(
                 self._runs, self.backend_name, compiled.key, compiled.text if first else None,
-                compiled.pyobjs if first else None, nb.outputs, remote.get(node, {}), hub)] = node
+                compiled.pyobjs if first else None, nb.outputs, remote.get(node, {}),
+                {g: peers[g] for g in nb.shards})] = node
         results = self._gather(refs)
         self.last_seconds = {node: r["seconds"] for node, r in results.items()}  # per node, for benches
         for node in results:
@@ -235,8 +228,6 @@ class RaySession(Session):
                 if failure is None:
                     failure = err
                     deadline = time.monotonic() + STOP_TIMEOUT_S
-                    if self._hub is not None:  # shards waiting for the failed one stop waiting
-                        self._hub.drop.remote(self._runs)
                     for other in set(refs.values()) - {node}:
                         if other in self._actors:
                             self._actors[other].cancel.remote(self._runs)
@@ -246,12 +237,20 @@ class RaySession(Session):
             raise failure
         return results
 
-    def _collective_hub(self):
-        """The actor where the shards of this session's jobs meet (started on first use)."""
-        if self._hub is None:
-            from dslc.backends.ray.collective import start_hub
-            self._hub = start_hub()
-        return self._hub
+    def _peers(self, compiled) -> dict:
+        """{collective group: {shard: the actor of the node running it}}; a shard run by two
+        nodes, or by none, is an error here, before anything runs."""
+        peers: dict = {}
+        for node, nb in compiled.blobs.items():
+            for group, shards in nb.shards.items():
+                for shard in shards:
+                    other = peers.setdefault(group, {}).get(shard)
+                    if other is not None:
+                        raise ExecutionError(f"shard {shard} of collective group {group!r} runs on node {other[0]!r} "
+                                             f"and on node {node!r}", None,
+                                             "give each node its own shard_id (rendezvous) or shard")
+                    peers[group][shard] = (node, self.actor(node))
+        return {g: {k: a for k, (_, a) in ranks.items()} for g, ranks in peers.items()}
 
     def _forget(self, node: str) -> None:
         self._actors.pop(node, None)

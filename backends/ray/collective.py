@@ -1,101 +1,89 @@
 """Collectives between the nodes of a Ray cluster (the transport of runtime/collectives.py).
 
-A session whose job has collective ops across shards starts one small ``Hub`` actor. A
-node's shard meets the others there by reference, not by value:
+Each shard sends its payload straight to the node actors of the other shards of its
+group, which keep it in their ``Mailbox`` until their own call of the same round
+takes it:
 
-    rank r:  ref_r = ray.put(payload)                  # once into the object store
-             hub.exchange(key, r, n, [ref_r])  ->  [ref_0, ..., ref_{n-1}]
-             ray.get(every other rank's ref)           # shared memory on one machine,
-                                                        # Ray's transfer between machines
-so the hub only matches calls (``key`` = the run, the group, the call's count) and never
-touches the arrays; each shard combines the payloads itself, in rank order, so every
-shard computes the same bits. The refs travel wrapped in a list, which keeps Ray from
-resolving them, and the hub drops a round once every rank has taken it.
+    rank r:  for every other rank q: node_of(q).collective_put(key, r, q, payload)
+             wait in this node's mailbox for every other rank's payload of ``key``
+             combine all n, in rank order
 
-A waiting shard stops when its run is cancelled (another node failed), and the hub
-gives up on a round after ``DSLC_COLLECTIVE_TIMEOUT_S`` seconds, naming the ranks that
-never came.
+``key`` is (run, group, the call's count in that group): the k-th call of a group on
+one shard meets the k-th on every other. One message per peer and no round trip: a
+payload of more than Ray's inline limit goes through the object store once (shared
+memory on one machine, Ray's transfer between machines) and is read in place. Every
+shard combines the same payloads in the same order, so every shard gets the same bits.
+
+The driver tells each node which node holds every rank of its groups (``peers``). A
+shard waiting for the others stops when its run is cancelled (another node failed:
+the driver cancels the rest) and gives up after ``DSLC_COLLECTIVE_TIMEOUT_S`` seconds,
+naming the ranks that never sent.
 """
 from __future__ import annotations
 
 import threading
-import time
 
+from dslc.backends.runtime.cancel import current_token, wait_for
 from dslc.backends.runtime.collectives import CollectiveError, missing_hint, not_met, timeout_s
 
-from .queues import wait_ref
 
-
-class Hub:
-    """The meeting point of one session's shards (the body of a threaded Ray actor)."""
+class Mailbox:
+    """Payloads other shards sent to this node, until the round they belong to takes them."""
 
     def __init__(self):
         self._cv = threading.Condition()
-        self._rounds: dict = {}  # key -> [[ref or None per rank], how many took it]
-        self._dropped: set = set()  # runs given up (a node failed): their waiters stop
+        self._got: dict = {}  # (run, group, seq, to rank) -> {from rank: payload}
 
-    def exchange(self, key, rank: int, n: int, boxed: list, wait_s: float):
-        """Every rank's ref, in rank order, once all n came; else what went wrong (a str)."""
-        run = key[0]
+    def put(self, key, sender: int, payload) -> None:
         with self._cv:
-            entry = self._rounds.setdefault(key, [[None] * n, 0])
-            refs = entry[0]
-            if len(refs) != n:
-                return f"collective group {key[1]!r}: rank {rank} counts {n} shards, another rank {len(refs)}"
-            refs[rank] = boxed[0]
-            self._cv.notify_all()
-            deadline = time.monotonic() + wait_s
-            while not all(r is not None for r in refs):
-                left = deadline - time.monotonic()
-                if run in self._dropped:
-                    return f"collective group {key[1]!r}: the run was stopped"
-                if left <= 0:
-                    self._rounds.pop(key, None)
-                    return not_met(key[1], [r for r, x in enumerate(refs) if x is None], n, wait_s).message
-                self._cv.wait(min(left, 1.0))
-            entry[1] += 1
-            if entry[1] == n:
-                del self._rounds[key]
-            return list(refs)
-
-    def drop(self, run) -> None:
-        """Give up the rounds of ``run`` (one of its nodes failed)."""
-        with self._cv:
-            self._dropped.add(run)
-            for key in [k for k in self._rounds if k[0] == run]:
-                del self._rounds[key]
+            self._got.setdefault(key, {})[sender] = payload
             self._cv.notify_all()
 
-    def pending(self) -> int:
-        """Rounds under way (0 between runs): for tests."""
+    def take(self, key, senders: list, n: int):
+        """The payloads of ``senders`` for ``key``, waited for (cancel-aware, timed out)."""
+        token, limit = current_token(), timeout_s()
         with self._cv:
-            return len(self._rounds)
+            box = self._got.setdefault(key, {})
+            if not wait_for(self._cv, lambda: all(s in box for s in senders), limit, token):
+                self._got.pop(key, None)
+                raise not_met(key[1], [s for s in senders if s not in box], n, limit)
+            return self._got.pop(key)
+
+    def drop_before(self, run: int) -> None:
+        """Forget what runs before ``run`` left (rounds a failed run never took); a later
+        run's payloads may already be here (its other shards started first)."""
+        with self._cv:
+            for key in [k for k in self._got if k[0] < run]:
+                del self._got[key]
+
+    def __len__(self):
+        with self._cv:
+            return len(self._got)
 
 
-def start_hub():
-    """A hub actor for a session (no CPU of its own: it only matches calls)."""
-    import ray
-    return ray.remote(Hub).options(num_cpus=0, max_concurrency=1024, max_restarts=0).remote()
+class PeerTransport:
+    """One node's side of its run's collectives: ``peers`` is {group: {rank: node actor}}."""
 
-
-class RayTransport:
-    """A node's side of the hub, for one run: ``exchange`` as runtime/collectives wants it."""
-
-    def __init__(self, hub, run):
-        self.hub, self.run = hub, run
+    def __init__(self, peers: dict, mailbox: Mailbox, run):
+        self.peers, self.mailbox, self.run = peers, mailbox, run
         self._next: dict = {}
         self._lock = threading.Lock()
 
     def exchange(self, group: str, rank: int, n: int, payload) -> list:
         import ray
 
+        ranks = self.peers.get(group, {})
+        if sorted(ranks) != list(range(n)):
+            raise CollectiveError(f"collective group {group!r} has {n} shards, but the job runs shard(s) "
+                                  f"{sorted(ranks)} on its nodes", hint=missing_hint(n))
         with self._lock:
             seq = self._next.get((group, rank), 0)
             self._next[(group, rank)] = seq + 1
-        mine = ray.put(payload)
-        refs = wait_ref(self.hub.exchange.remote((self.run, group, seq), rank, n, [mine], timeout_s()))
-        if isinstance(refs, str):
-            raise CollectiveError(refs, hint=missing_hint(n))
-        others = ray.get([r for i, r in enumerate(refs) if i != rank])
-        others.insert(rank, payload)
-        return others
+        # (one copy into the object store, whatever the number of peers)
+        sent = ray.put(payload) if n > 2 and payload is not None else payload
+        for q in range(n):
+            if q != rank:
+                ranks[q].collective_put.remote((self.run, group, seq, q), rank, sent)
+        got = self.mailbox.take((self.run, group, seq, rank), [q for q in range(n) if q != rank], n)
+        got[rank] = payload
+        return [got[q] for q in range(n)]

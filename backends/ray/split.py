@@ -20,6 +20,7 @@ class NodeBlobs:
     stores: dict = field(default_factory=dict)
     outputs: list = field(default_factory=list)  # task outputs, in task order
     tasks: list = field(default_factory=list)    # task names
+    shards: dict = field(default_factory=dict)   # collective group -> the shards this node runs
 
 
 def group_node(group_op) -> str:
@@ -58,6 +59,9 @@ def node_blobs(module: Module) -> dict[str, NodeBlobs]:
                 nb.loads.setdefault(str(op.attrs["blob"]), op.results[0].type)
             elif op.name == "store":
                 nb.stores.setdefault(str(op.attrs["blob"]), op.operands[0].type)
+            elif op.attrs.get("shards", 1) > 1 and op.opdef is not None and \
+                    any(e.resource == "collective" for e in op.opdef.effects):
+                nb.shards.setdefault(str(op.attrs["group"]), set()).add(int(op.attrs["shard"]))
 
     for g in module.body.ops:
         home = out[group_node(g)] if group_node(g) in out else None

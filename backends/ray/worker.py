@@ -25,7 +25,7 @@ from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import pyrefs
 
 from . import split
-from .collective import RayTransport
+from .collective import Mailbox, PeerTransport
 from .queues import RemoteQueue, give, take
 
 WAIT_FOR_QUEUE_S = 120.0  # how long a peer waits for a queue its home has not created yet
@@ -50,6 +50,7 @@ class NodeWorker:
         self._cancelled: set = set()  # run ids cancelled before they started here
         self._created = threading.Condition()
         self.served = [0, 0]
+        self.mailbox = Mailbox()  # what other shards sent this node's collectives
 
     def reset(self) -> None:
         """Forget every blob and program (a fresh node, without a new process)."""
@@ -63,13 +64,13 @@ class NodeWorker:
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     # --- running
-    def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues, hub=None) -> dict:
+    def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues, peers=None) -> dict:
         """Run the program ``key`` (compiled by ``backend`` from ``text`` the first time) on the root.
 
         ``pyobjs``: the reference in ``text`` -> the object, for its Python ops; ``outputs``: the
         blobs to return (None for one nothing wrote); ``remote_queues``: blob -> the
-        actor holding that queue; ``hub``: where the run's collectives meet the other
-        shards' (backends/ray/collective.py). Returns ``{"outputs", "types", "seconds"}``.
+        actor holding that queue; ``peers``: {collective group: {shard: the node actor holding
+        it}} (backends/ray/collective.py). Returns ``{"outputs", "types", "seconds"}``.
         """
         t0 = time.perf_counter()
         program = self.programs.get((key, backend))
@@ -84,8 +85,9 @@ class NodeWorker:
             token.cancel()
         try:
             with contextlib.ExitStack() as stack:
-                if hub is not None:
-                    stack.enter_context(collectives.using(RayTransport(hub, run_id)))
+                if peers:
+                    self.mailbox.drop_before(run_id)
+                    stack.enter_context(collectives.using(PeerTransport(peers, self.mailbox, run_id)))
                 if self.around_run is not None:
                     stack.enter_context(self.around_run(self.root))
                 program.run(self.root, token=token)
@@ -142,6 +144,14 @@ class NodeWorker:
     def has(self, name) -> bool:
         cell = self.root.lookup(name)
         return cell is not None and cell.v is not None
+
+    # --- collectives: other shards' payloads for this node's rounds
+    def collective_put(self, key, sender: int, payload) -> None:
+        self.mailbox.put(key, sender, payload)
+
+    def collective_pending(self) -> int:
+        """Rounds holding payloads no call of this node has taken yet (0 after a clean run)."""
+        return len(self.mailbox)
 
     # --- queues held here, used by other nodes
     def _queue(self, name):
