@@ -219,7 +219,7 @@ def dp_groups(models, steps):
 
 
 def allreduce_group(shards, steps):
-    """The step's gradients (one Allreduce each, as Parallelize makes them), alone."""
+    """The step's gradients in one Allreduce (as Parallelize makes it across shards), alone."""
     from dslc.task import WorkspaceType
     sizes = DP_SIZES
     shapes = [s for k in range(len(sizes) - 1) for s in ((sizes[k + 1], sizes[k]), (sizes[k + 1],))]
@@ -229,8 +229,7 @@ def allreduce_group(shards, steps):
                 grads = [ops.ConstantFill([], [f"g{k}"], shape=list(shape), value=1.0)
                          for k, shape in enumerate(shapes)]
                 with ops.loop(steps):
-                    for g in grads:
-                        ops.Allreduce([g], [g], shards=shards, shard=s, group="bench")
+                    ops.Allreduce(grads, grads, tensors=len(grads), shards=shards, shard=s, group="bench")
     return group, sum(4 * int(np.prod(shape)) for shape in shapes)
 
 

@@ -125,6 +125,10 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     if broadcast_computed_params:
         for name in model._computed_param_names:
             _broadcast(model, model.net, name)
+    if _shards(model)[0] > 1:  # across shards: every dense gradient in one call
+        _allreduce_bucket(model, [n for n in reversed(model._grad_names)
+                                  if not isinstance(model._device_grouped_blobs[n][model._devices[0]],
+                                                    core.GradientSlice)])
     for name in reversed(model._grad_names):  # (Caffe2's order: the last layer's gradients first)
         _allreduce(model, name)
 
@@ -265,9 +269,22 @@ def _broadcast_shards(model, net, name):
         net.Broadcast(group_blobs, group_blobs, root=0, group=group, shards=shards, shard=shard)
 
 
+def _allreduce_bucket(model, names):
+    """Across shards, the dense gradients ``names`` summed by one Allreduce (a round trip
+    between machines costs more than summing a small gradient)."""
+    if not names:
+        return
+    shards, shard, group = _shards(model)
+    grads = [model._device_grouped_blobs[n][d] for d in model._devices for n in names]
+    with core.DeviceScope(core.DeviceOption(model._device_type, model._devices[0])):
+        model.net.Allreduce(grads, grads, reduce="sum", group=group, shards=shards, shard=shard,
+                            tensors=len(names))
+
+
 def _allreduce(model, name):
     """Each replica's gradient ``name`` replaced by the sum of all of them: dense, one
-    Allreduce; sparse (indices, values), every replica's rows, concatenated in device order."""
+    Allreduce (across shards, ``_allreduce_bucket`` did it); sparse (indices, values), every
+    replica's rows, concatenated in device order (and shard order)."""
     blobs = model._device_grouped_blobs[name]
     devices = [d for d in model._devices if d in blobs]
     shards, shard, group = _shards(model)
@@ -276,7 +293,8 @@ def _allreduce(model, name):
     grads = [blobs[d] for d in devices]
     net = model.net
     if not isinstance(grads[0], core.GradientSlice):
-        net.Allreduce(grads, grads, reduce="sum", group=group, shards=shards, shard=shard)
+        if shards == 1:
+            net.Allreduce(grads, grads, reduce="sum", group=group)
         return
     for part in ("indices", "values"):
         combined = f"{model._device_prefix}_{devices[0]}/{stripBlobName(getattr(grads[0], part))}_combined"

@@ -113,8 +113,8 @@ def test_two_shards_train_as_one_replica_with_the_whole_batch(backend):
     for name in PARAMS:
         np.testing.assert_allclose(params[0][name], want[name], rtol=1e-6, atol=1e-7, err_msg=name)
         np.testing.assert_array_equal(params[1][name], params[0][name])  # the shards stay equal
-    kinds = [op.type for op in models[0].net.Proto().op]
-    assert kinds.count("Allreduce") == 4
+    reduce = [op for op in models[0].net.Proto().op if op.type == "Allreduce"]
+    assert len(reduce) == 1 and len(reduce[0].input) == 4  # (a step's gradients in one call)
     assert [op.type for op in models[1].param_init_net.Proto().op].count("Broadcast") >= 4
 
 
@@ -141,6 +141,9 @@ def test_allreduce_broadcast_and_allgather_across_shards_in_shard_order():
                 v = ops.Const(np.array([1.0, 2.0], np.float32) * 10 ** s, f"v{s}")
                 ops.Allreduce([v], [f"sum{s}"], shards=3, shard=s, group="g")
                 ops.Allreduce([v], [f"mean{s}"], reduce="mean", shards=3, shard=s, group="g")
+                w = ops.Const(np.array([[1, 2], [3, 4]], np.int64) + s, f"w{s}")  # two tensors of two replicas:
+                ops.Allreduce([v, w, v, w], [f"a{s}", f"b{s}", f"c{s}", f"d{s}"], tensors=2, shards=3, shard=s,
+                              group="g")
                 ops.Broadcast([v], [f"root{s}"], root=1, shards=3, shard=s, group="g")
                 rows = ops.Const(np.full((s + 1, 2), s, np.int64), f"rows{s}")
                 ops.Allgather([rows], [f"all{s}"], shards=3, shard=s, group="g")
@@ -148,6 +151,10 @@ def test_allreduce_broadcast_and_allgather_across_shards_in_shard_order():
     for s in range(3):
         np.testing.assert_allclose(workspace.FetchBlob(f"sum{s}"), [111.0, 222.0])
         np.testing.assert_allclose(workspace.FetchBlob(f"mean{s}"), [37.0, 74.0])
+        for out in (f"a{s}", f"c{s}"):  # 2 replicas x the 3 shards' v
+            np.testing.assert_allclose(workspace.FetchBlob(out), [222.0, 444.0])
+        for out in (f"b{s}", f"d{s}"):  # 2 x ([[1, 2], [3, 4]] x 3 + 0 + 1 + 2)
+            np.testing.assert_array_equal(workspace.FetchBlob(out), [[12, 18], [24, 30]])
         np.testing.assert_array_equal(workspace.FetchBlob(f"root{s}"), [10.0, 20.0])
         np.testing.assert_array_equal(workspace.FetchBlob(f"all{s}"), [[0, 0], [1, 1], [1, 1], [2, 2], [2, 2], [2, 2]])
 

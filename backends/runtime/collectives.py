@@ -138,16 +138,20 @@ def _sum(parts):
     return total
 
 
-def allreduce(*xs, reduce="sum", group="", shards=1, shard=0):
-    """Every output = the sum (or mean) of the inputs, and of every shard's inputs."""
-    total = _sum(xs)
-    count = len(xs)
-    if shards > 1:
-        total = _sum(_exchange(group, shards, shard, total))
-        count *= shards
+def allreduce(*xs, reduce="sum", group="", shards=1, shard=0, tensors=1):
+    """Every output = the sum (or mean) of its tensor's inputs, and of every shard's: the
+    inputs are replicas x ``tensors`` blobs, replica by replica."""
+    k = tensors
+    replicas = len(xs) // k
+    totals = [_sum(xs[j::k]) for j in range(k)]
+    if shards > 1:  # (all k tensors in one exchange)
+        every = _exchange(group, shards, shard, totals)
+        totals = [_sum([mine[j] for mine in every]) for j in range(k)]
+    count = replicas * shards
     if reduce == "mean":
-        total = (total / count).astype(xs[0].dtype, copy=False)
-    out = [total] + [total.copy() for _ in xs[1:]]  # (each replica's blob its own array)
+        totals = [(t / count).astype(xs[j].dtype, copy=False) for j, t in enumerate(totals)]
+    # (each replica's blob its own array)
+    out = totals + [t.copy() for _ in range(replicas - 1) for t in totals]
     return out[0] if len(out) == 1 else tuple(out)
 
 

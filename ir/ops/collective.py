@@ -1,10 +1,13 @@
 """Collective operators of data-parallel training: the replicas' gradients combined.
 
     Allreduce(g_0, g_1, ..., g_k) {reduce = "sum"} -> (s, s, ..., s),  s = g_0 + g_1 + ... + g_k
+    Allreduce(a_0, b_0, a_1, b_1) {tensors = 2} -> (a, b, a, b),  a = a_0 + a_1, b = b_0 + b_1
     Broadcast(p_0, ..., p_k) {root = 0} -> (r, ..., r),  r = the root shard's p_0
     Allgather(x) -> the shards' x, concatenated along the first axis in shard order
 
-The inputs are one shard's replicas (one per device). With ``shards = n > 1`` the op is
+The inputs are one shard's replicas (one per device); an Allreduce of ``tensors = k``
+combines k blobs at once (the inputs are replica 0's k blobs, then replica 1's...): a
+step's gradients in one call across shards, not one call each. With ``shards = n > 1`` the op is
 also one step of a collective across the n shards of a job (Nodes, Ray processes,
 machines), ``shard`` being this one's rank: Allreduce adds every shard's sum, Broadcast
 gives the root shard's value, Allgather joins every shard's rows. Results are combined in
@@ -33,15 +36,20 @@ def _allreduce(types, attrs, n):
                    "name one output per replica (usually the inputs themselves)")
     if attrs["reduce"] not in ("sum", "mean"):
         type_error(f"Allreduce reduce={attrs['reduce']!r} is not supported", "use 'sum' or 'mean'")
-    first = ts[0]
-    for t in ts[1:]:
-        if t.dtype is not None and first.dtype is not None and t.dtype != first.dtype:
-            type_error(f"Allreduce of {first.dtype} and {t.dtype}", "every replica's blob has one dtype")
-        if t.shape is not None and first.shape is not None and len(t.shape) == len(first.shape) and any(
-                a is not None and b is not None and a != b for a, b in zip(t.shape, first.shape)):
-            type_error(f"Allreduce of shapes {list(first.shape)} and {list(t.shape)}",
-                       "every replica's blob has one shape")
-    return [first] * n
+    k = attrs["tensors"]
+    if not (isinstance(k, int) and k >= 1 and len(ts) % k == 0):
+        type_error(f"Allreduce of {len(ts)} inputs with tensors={k!r}",
+                   "tensors counts the blobs of one replica: the inputs are replicas x tensors, replica by replica")
+    for j in range(k):
+        first = ts[j]
+        for t in ts[j + k::k]:
+            if t.dtype is not None and first.dtype is not None and t.dtype != first.dtype:
+                type_error(f"Allreduce of {first.dtype} and {t.dtype}", "every replica's blob has one dtype")
+            if t.shape is not None and first.shape is not None and len(t.shape) == len(first.shape) and any(
+                    a is not None and b is not None and a != b for a, b in zip(t.shape, first.shape)):
+                type_error(f"Allreduce of shapes {list(first.shape)} and {list(t.shape)}",
+                           "every replica's blob has one shape")
+    return [ts[i % k] for i in range(n)]
 
 
 _SHARDS = {"group": "", "shards": 1, "shard": 0}
@@ -76,7 +84,7 @@ def _allgather(types, attrs, n):
     return [TensorType(t.dtype, (None,) + tuple(t.shape[1:]))]
 
 
-declare("Allreduce", (1, None), _allreduce_checked, results=(1, None), attrs={"reduce": "sum", **_SHARDS},
+declare("Allreduce", (1, None), _allreduce_checked, results=(1, None), attrs={"reduce": "sum", "tensors": 1, **_SHARDS},
         effects=_COLLECTIVE, doc="every output = the sum (or mean) of all inputs, and of every shard's, added "
                                  "in input then shard order: the replicas' gradients combined")
 declare("Broadcast", (1, None), _broadcast, results=(1, None), attrs={"root": 0, **_SHARDS},
