@@ -61,6 +61,7 @@ class RaySession(Session):
         self._types: dict = {}    # node -> blob -> type of what its root holds
         self._compiled: dict = {}
         self._runs = 0
+        self._node_ids: dict = {}  # node -> (its actor, the Ray node id it runs on)
         self._connect(ray, address, num_cpus, temp_dir)
         try:
             self._resources = set(ray.cluster_resources())
@@ -238,7 +239,7 @@ class RaySession(Session):
         return results
 
     def _peers(self, compiled) -> dict:
-        """{collective group: {shard: the actor of the node running it}}; a shard run by two
+        """{collective group: {shard: (the actor of the node running it, its machine)}}; a shard run by two
         nodes, or by none, is an error here, before anything runs."""
         peers: dict = {}
         for node, nb in compiled.blobs.items():
@@ -250,7 +251,15 @@ class RaySession(Session):
                                              f"and on node {node!r}", None,
                                              "give each node its own shard_id (rendezvous) or shard")
                     peers[group][shard] = (node, self.actor(node))
-        return {g: {k: a for k, (_, a) in ranks.items()} for g, ranks in peers.items()}
+        return {g: {k: (a, self._node_id(node)) for k, (node, a) in ranks.items()} for g, ranks in peers.items()}
+
+    def _node_id(self, node: str) -> str:
+        """The Ray node (machine) running ``node``'s actor, asked once per actor."""
+        actor = self.actor(node)
+        got = self._node_ids.get(node)
+        if got is None or got[0] is not actor:
+            got = self._node_ids[node] = (actor, self.node_info(node)["node_id"])
+        return got[1]
 
     def _forget(self, node: str) -> None:
         self._actors.pop(node, None)

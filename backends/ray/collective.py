@@ -9,9 +9,10 @@ takes it:
              combine all n, in rank order
 
 ``key`` is (run, group, the call's count in that group): the k-th call of a group on
-one shard meets the k-th on every other. One message per peer and no round trip: a
-payload of more than Ray's inline limit goes through the object store once (shared
-memory on one machine, Ray's transfer between machines) and is read in place. Every
+one shard meets the k-th on every other. One message per peer and no round trip. To a
+peer on the same machine the message only says where the payload lies in this node's
+shared memory (shm.py: one memcpy, read in place); to one on another machine it carries
+the payload, through Ray's object store and transfer. Every
 shard combines the same payloads in the same order, so every shard gets the same bits.
 
 The driver tells each node which node holds every rank of its groups (``peers``). A
@@ -25,6 +26,8 @@ import threading
 
 from dslc.backends.runtime.cancel import current_token, wait_for
 from dslc.backends.runtime.collectives import CollectiveError, missing_hint, not_met, timeout_s
+
+from . import shm
 
 
 class Mailbox:
@@ -62,16 +65,18 @@ class Mailbox:
 
 
 class PeerTransport:
-    """One node's side of its run's collectives: ``peers`` is {group: {rank: node actor}}."""
+    """One node's side of its run's collectives: ``peers`` is {group: {rank: (node actor,
+    Ray node id)}}; ranks on this machine get the payload through shared memory (shm.py)."""
 
-    def __init__(self, peers: dict, mailbox: Mailbox, run):
+    def __init__(self, peers: dict, mailbox: Mailbox, run, here: str | None = None,
+                 outbox: "shm.Outbox | None" = None, inbox: "shm.Inbox | None" = None, put=None):
         self.peers, self.mailbox, self.run = peers, mailbox, run
+        self.here, self.outbox, self.inbox = here, outbox, inbox
+        self.put = put  # how a payload for several far peers enters the object store (ray.put)
         self._next: dict = {}
         self._lock = threading.Lock()
 
     def exchange(self, group: str, rank: int, n: int, payload) -> list:
-        import ray
-
         ranks = self.peers.get(group, {})
         if sorted(ranks) != list(range(n)):
             raise CollectiveError(f"collective group {group!r} has {n} shards, but the job runs shard(s) "
@@ -79,11 +84,20 @@ class PeerTransport:
         with self._lock:
             seq = self._next.get((group, rank), 0)
             self._next[(group, rank)] = seq + 1
-        # (one copy into the object store, whatever the number of peers)
-        sent = ray.put(payload) if n > 2 and payload is not None else payload
-        for q in range(n):
-            if q != rank:
-                ranks[q].collective_put.remote((self.run, group, seq, q), rank, sent)
-        got = self.mailbox.take((self.run, group, seq, rank), [q for q in range(n) if q != rank], n)
+        others = [q for q in range(n) if q != rank]
+        near = [q for q in others if self.outbox is not None and ranks[q][1] == self.here]
+        shared = self.outbox.pack(group, seq, payload) if near else None
+        far = [q for q in others if shared is None or q not in near]
+        # (one copy into the object store, whatever the number of peers far away)
+        by_value = payload
+        if len(far) > 1 and payload is not None:
+            if self.put is None:
+                import ray
+                self.put = ray.put
+            by_value = self.put(payload)
+        for q in others:
+            ranks[q][0].collective_put.remote((self.run, group, seq, q), rank,
+                                              by_value if q in far else shared)
+        got = self.mailbox.take((self.run, group, seq, rank), others, n)
         got[rank] = payload
-        return [got[q] for q in range(n)]
+        return [self.inbox.unpack(got[q]) if isinstance(got[q], shm.ShmPayload) else got[q] for q in range(n)]

@@ -24,7 +24,7 @@ from dslc.backends.runtime.values import type_of_value
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import pyrefs
 
-from . import split
+from . import shm, split
 from .collective import Mailbox, PeerTransport
 from .queues import RemoteQueue, give, take
 
@@ -51,11 +51,15 @@ class NodeWorker:
         self._created = threading.Condition()
         self.served = [0, 0]
         self.mailbox = Mailbox()  # what other shards sent this node's collectives
+        self._shared = None       # shared memory with nodes of this machine, once used
 
     def reset(self) -> None:
         """Forget every blob and program (a fresh node, without a new process)."""
         self.root = Workspace()
         self.programs.clear()
+        if self._shared is not None and self._shared[0] is not None:
+            self._shared[0].close()
+        self._shared = None
 
     # --- identity
     def info(self) -> dict:
@@ -87,7 +91,8 @@ class NodeWorker:
             with contextlib.ExitStack() as stack:
                 if peers:
                     self.mailbox.drop_before(run_id)
-                    stack.enter_context(collectives.using(PeerTransport(peers, self.mailbox, run_id)))
+                    stack.enter_context(collectives.using(PeerTransport(
+                        peers, self.mailbox, run_id, self.info()["node_id"], *self._shm())))
                 if self.around_run is not None:
                     stack.enter_context(self.around_run(self.root))
                 program.run(self.root, token=token)
@@ -146,6 +151,13 @@ class NodeWorker:
         return cell is not None and cell.v is not None
 
     # --- collectives: other shards' payloads for this node's rounds
+    def _shm(self) -> tuple:
+        """(outbox, inbox) of shared memory with this machine's other nodes (None, None
+        where /dev/shm is missing)."""
+        if self._shared is None:
+            self._shared = (shm.Outbox(), shm.Inbox()) if shm.available() else (None, None)
+        return self._shared
+
     def collective_put(self, key, sender: int, payload) -> None:
         self.mailbox.put(key, sender, payload)
 

@@ -132,8 +132,9 @@ def _exchange(group, shards, shard, payload) -> list:
 
 
 def _sum(parts):
-    total = np.array(parts[0], copy=True)
-    for x in parts[1:]:
+    """A new array: parts[0] + parts[1] + ..., added in that order."""
+    total = np.add(parts[0], parts[1]) if len(parts) > 1 else np.array(parts[0], copy=True)
+    for x in parts[2:]:
         total += x
     return total
 
@@ -143,10 +144,12 @@ def allreduce(*xs, reduce="sum", group="", shards=1, shard=0, tensors=1):
     inputs are replicas x ``tensors`` blobs, replica by replica."""
     k = tensors
     replicas = len(xs) // k
-    totals = [_sum(xs[j::k]) for j in range(k)]
-    if shards > 1:  # (all k tensors in one exchange)
-        every = _exchange(group, shards, shard, totals)
-        totals = [_sum([mine[j] for mine in every]) for j in range(k)]
+    if shards > 1:  # (all k tensors in one exchange; a lone replica's blobs are only read)
+        mine = list(xs) if replicas == 1 else [_sum(xs[j::k]) for j in range(k)]
+        every = _exchange(group, shards, shard, mine)
+        totals = [_sum([theirs[j] for theirs in every]) for j in range(k)]
+    else:
+        totals = [_sum(xs[j::k]) for j in range(k)]
     count = replicas * shards
     if reduce == "mean":
         totals = [(t / count).astype(xs[j].dtype, copy=False) for j, t in enumerate(totals)]
