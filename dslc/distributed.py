@@ -201,6 +201,10 @@ class RaySession(Session):
                 compiled.pyobjs if first else None, nb.outputs, remote.get(node, {}),
                 {g: peers[g] for g in nb.shards})] = node
         results = self._gather(refs)
+        if peers:  # (every node is done: their shared memory segments may lose their names)
+            for node, nb in compiled.blobs.items():
+                if nb.shards:
+                    self.actor(node).release_shared.remote()
         self.last_seconds = {node: r["seconds"] for node, r in results.items()}  # per node, for benches
         for node in results:
             self._sent[node].add(sent)

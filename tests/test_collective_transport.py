@@ -23,7 +23,7 @@ def test_a_payload_read_back_from_shared_memory_in_place():
     out, inbox = shm.Outbox(), shm.Inbox()
     payload = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7, 8], np.int64), np.zeros((0, 4))]
     desc = out.pack("g", 0, payload)
-    assert os.path.dirname(desc.path) == shm.ROOT
+    assert os.path.dirname(desc.path) == shm.root()
     assert stat.S_IMODE(os.stat(desc.path).st_mode) == 0o600  # only this user reads it
     got = inbox.unpack(desc)
     for g, want in zip(got, payload):
@@ -74,8 +74,10 @@ def test_three_shards_sum_in_rank_order_through_memory_or_by_value(machines):
     peers = {"g": {r: (actors[r], machines[r]) for r in range(3)}}
     results = {}
 
+    outboxes = [shm.Outbox() for _ in machines]
+
     def shard(r):
-        t = PeerTransport(peers, boxes[r], run=1, here=machines[r], outbox=shm.Outbox(), inbox=shm.Inbox(),
+        t = PeerTransport(peers, boxes[r], run=1, here=machines[r], outbox=outboxes[r], inbox=shm.Inbox(),
                           put=lambda v: v)  # (by value: what ray.put and Ray's argument passing give)
         with collectives.using(t):
             xs = [np.full(5, 10.0 ** r, np.float32), np.array([r], np.int64)]
@@ -96,6 +98,8 @@ def test_three_shards_sum_in_rank_order_through_memory_or_by_value(machines):
         assert actors[r].sent.count("ShmPayload") == near
         assert actors[r].sent.count("list") == 2 - near
     assert all(len(b) == 0 for b in boxes)
+    for out in outboxes:
+        out.close()
 
 
 def test_a_shard_missing_from_the_job_is_named(monkeypatch):

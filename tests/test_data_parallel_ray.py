@@ -5,10 +5,14 @@ The reference is one replica with the whole batch on LocalSession (no collective
 all); two shards of half the batch each must give its losses and parameters."""
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 
 from dslc import workspace
+from dslc.backends.ray.cluster import shm_dir
 from dslc.ir.diagnostics import DSLError
 from dslc.net_builder import ops
 from dslc.task import Cluster, Node, Task, TaskGroup, WorkspaceType
@@ -16,7 +20,7 @@ from test_data_parallel_shards import PARAMS, groups, one_replica, shard_models
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # (one name per node, as a cluster job)
-def test_two_shards_on_two_nodes_train_as_one_replica_with_the_whole_batch(ray_session):
+def test_two_shards_on_two_nodes_train_as_one_replica_with_the_whole_batch(ray_session, ray_cluster):
     backend = ray_session.backend_name
     want_losses, want = one_replica(backend, steps=3)
     workspace.ResetWorkspace()
@@ -36,6 +40,12 @@ def test_two_shards_on_two_nodes_train_as_one_replica_with_the_whole_batch(ray_s
     import ray
     for s in range(2):  # every payload was taken by its round
         assert ray.get(ray_session.actor(f"trainer_{s}").collective_pending.remote()) == 0
+    # shared memory segments (nodes on one machine) lose their names once the run is over
+    where = shm_dir(ray_cluster.temp_dir)
+    deadline = time.monotonic() + 10
+    while os.path.isdir(where) and os.listdir(where) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.isdir(where) or os.listdir(where) == []
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

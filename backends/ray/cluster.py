@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import time
 
@@ -44,6 +45,17 @@ def quiet_env(home: str | None = None, token: str | None = None) -> dict:
         changes.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, RAY_AUTH_TOKEN_PATH=None)
     saved = {k: os.environ.get(k) for k in changes}
     _set_env(changes)
+    return saved
+
+
+def shm_dir(temp_dir: str) -> str:
+    """The cluster's directory of collective segments in /dev/shm (see backends/ray/shm.py)."""
+    return os.path.join("/dev/shm", "dslc-" + os.path.basename(os.path.normpath(temp_dir)))
+
+
+def _set_shm_dir(path: str) -> dict:
+    saved = {"DSLC_SHM_DIR": os.environ.get("DSLC_SHM_DIR")}
+    _set_env({"DSLC_SHM_DIR": path})
     return saved
 
 
@@ -178,6 +190,7 @@ class LocalCluster:
         t0 = time.perf_counter()
         os.makedirs(self.temp_dir, exist_ok=True)
         self._saved_env = quiet_env(self.home, self.token)
+        self._saved_env.update(_set_shm_dir(shm_dir(self.temp_dir)))
         try:
             with _loopback_kept():
                 ray.init(address="local", num_cpus=self.num_cpus, resources=self.resources,
@@ -267,6 +280,7 @@ class LocalCluster:
             kill_pids(tree)
             self._pids = set()
             self._stop_watchdog()
+            shutil.rmtree(shm_dir(self.temp_dir), ignore_errors=True)
             if self._saved_env is not None:
                 restore_env(self._saved_env)
                 self._saved_env = None

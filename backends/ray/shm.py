@@ -14,8 +14,10 @@ kernels sum, copy or join the payloads before they return). So a view handed out
 ``unpack`` is valid until the receiver's next call in that group, and no longer.
 
 Files are unlinked as soon as every peer has mapped them (a mapping outlives its name):
-by the time the sender finishes round k + 1 every peer took round k, so a segment first
-used in round k loses its name then; one that grows is replaced by a new file.
+a segment loses its name when it is written the third time (every peer took the first
+payload by then), when it grows (replaced by a new file), and when the driver says the
+run is over on every node (``Outbox.release``). What a killed process leaves lives in
+the cluster's own directory (``DSLC_SHM_DIR``), removed when dslc stops the cluster.
 """
 from __future__ import annotations
 
@@ -27,6 +29,15 @@ import numpy as np
 
 ROOT = "/dev/shm"
 ALIGN = 64
+
+
+def root() -> str:
+    """Where segments go: the cluster's own directory when dslc started the cluster
+    (``DSLC_SHM_DIR``, removed when it stops, also by its watchdog), else /dev/shm."""
+    path = os.environ.get("DSLC_SHM_DIR") or ROOT
+    if path != ROOT:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
 
 
 def available() -> bool:
@@ -51,14 +62,14 @@ def _shareable(arrays) -> bool:
 class _Segment:
     def __init__(self, slot_bytes: int):
         self.slot = slot_bytes
-        self.path = os.path.join(ROOT, f"dslc-{os.getpid()}-{secrets.token_hex(8)}")
+        self.path = os.path.join(root(), f"dslc-{os.getpid()}-{secrets.token_hex(8)}")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, 2 * slot_bytes)
             self.map = mmap.mmap(fd, 2 * slot_bytes)
         finally:
             os.close(fd)
-        self.first_seq = None
+        self.packs = 0  # payloads written so far
         self.named = True
 
     def unlink(self) -> None:
@@ -86,14 +97,13 @@ class Outbox:
             offsets.append(size)
             size += -(-a.nbytes // ALIGN) * ALIGN
         seg = self._segments.get(group)
-        if seg is not None and seg.first_seq is not None and seq >= seg.first_seq + 2:
+        if seg is not None and seg.packs >= 2:
             seg.unlink()  # (every peer mapped it: see the module docstring)
         if seg is None or seg.slot < size:
             if seg is not None:
                 seg.unlink()
             seg = self._segments[group] = _Segment(max(size, 1 << 16) * 5 // 4)
-        if seg.first_seq is None:
-            seg.first_seq = seq
+        seg.packs += 1
         base = (seq % 2) * seg.slot
         metas = []
         for a, off in zip(arrays, offsets):
@@ -102,9 +112,13 @@ class Outbox:
             metas.append((a.dtype.str, a.shape, base + off))
         return ShmPayload(seg.path, 2 * seg.slot, kind, metas)
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """Unlink every segment: call once every peer's run is over (all mapped theirs)."""
         for seg in self._segments.values():
             seg.unlink()
+
+    def close(self) -> None:
+        self.release()
         self._segments.clear()
 
 

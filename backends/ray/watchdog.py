@@ -18,7 +18,7 @@ import select
 import shutil
 import sys
 
-from .cluster import descendants, kill_pids
+from .cluster import descendants, kill_pids, shm_dir
 
 POLL_S = 1.0
 
@@ -41,6 +41,7 @@ def watch(temp_dir: str, pids: set[int], fd: int = 0) -> bool:
         return False
     kill_pids(descendants(known) | naming(temp_dir))
     shutil.rmtree(temp_dir, ignore_errors=True)
+    shutil.rmtree(shm_dir(temp_dir), ignore_errors=True)  # (collective segments the nodes left)
     return True
 
 

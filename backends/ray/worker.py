@@ -161,6 +161,11 @@ class NodeWorker:
     def collective_put(self, key, sender: int, payload) -> None:
         self.mailbox.put(key, sender, payload)
 
+    def release_shared(self) -> None:
+        """Every node's run is over: peers mapped this node's segments, their names can go."""
+        if self._shared is not None and self._shared[0] is not None:
+            self._shared[0].release()
+
     def collective_pending(self) -> int:
         """Rounds holding payloads no call of this node has taken yet (0 after a clean run)."""
         return len(self.mailbox)
