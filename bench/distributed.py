@@ -4,7 +4,8 @@ Figures, each a ratio against a reference measured in the same run:
 
 1. cluster start: seconds for the local cluster `dslc run --cluster ray` starts (paid once a run);
 2. CPU-bound nodes: two nodes each running a numba-compiled loop nest, on the cluster
-   (two processes) against LocalSession (two threads of one process);
+   (two processes) against LocalSession (two threads of one process); and GIL-bound
+   ones, each running an interpreted loop of small ops;
 3. per-epoch overhead: a trivial two-node Job (epoch_limiter, no checkpoints), seconds
    per epoch on the cluster against LocalSession (each epoch is one driver round trip
    per node);
@@ -70,6 +71,31 @@ def bench_cpu(session_local, session_ray, iters, reps):
     group, outs, expect = cpu_group(iters, nodes=("cpu_alone",))
     alone = median_time(lambda: check(session_local), reps)
     return local, ray, alone
+
+
+def gil_group(iters: int, nodes=("gil_0", "gil_1")):
+    """Nodes each running an interpreted loop of small ops (the GIL is held throughout):
+    x <- x * 0.5 + 1 on a 4-vector, ``iters`` times (x tends to 2)."""
+    outs = []
+    with Cluster(), TaskGroup() as group:
+        for n in nodes:
+            with Node(n), Task():
+                x = ops.ConstantFill([], shape=[4], value=0.0)
+                half, one = ops.ConstantFill([], shape=[4], value=0.5), ops.ConstantFill([], shape=[4], value=1.0)
+                with ops.loop(iters):
+                    ops.Add([ops.Mul([x, half]), one], [x])
+                outs.append(final_output(x))
+    return group, outs
+
+
+def bench_gil(session_local, session_ray, iters, reps):
+    group, outs = gil_group(iters)
+
+    def check(s):
+        s.run(group)
+        assert all(np.allclose(o.fetch(), 2.0) for o in outs)
+
+    return median_time(lambda: check(session_local), reps), median_time(lambda: check(session_ray), reps)
 
 
 def trivial_job(epochs: int):
@@ -276,6 +302,7 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--batches", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--gil-iters", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=20, help="training steps per measured run (data-parallel)")
     ap.add_argument("--only", choices=["dp"], help="run only the data-parallel figures")
     args = ap.parse_args(argv)
@@ -301,6 +328,9 @@ def main(argv=None) -> int:
                   f"cluster {ray:.3f} s, ratio cluster/local {ray / local:.2f} (one node alone, "
                   f"locally: {alone:.3f} s)")
         with RaySession(backend="interp") as ray_s, LocalSession(backend="interp") as local_s:
+            local, ray = bench_gil(local_s, ray_s, args.gil_iters, args.reps)
+            print(f"GIL-bound, 2 nodes x an interpreted loop of {args.gil_iters} x 2 small ops: local {local:.3f} s, "
+                  f"cluster {ray:.3f} s, ratio cluster/local {ray / local:.2f}")
             local, ray = bench_epochs(local_s, ray_s, args.epochs, args.reps)
             print(f"trivial 2-node job, per epoch: local {local * 1e3:.2f} ms, cluster {ray * 1e3:.2f} ms "
                   f"(overhead {(ray - local) * 1e3:.2f} ms per epoch, {ray / local:.1f}x)")
