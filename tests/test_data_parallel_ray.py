@@ -77,3 +77,25 @@ def test_a_failing_shard_stops_the_others_waiting(ray_session):
         ray_session.run(group)
     assert "trainer_1" in str(err.value) or "division" in str(err.value).lower()
     assert "test_data_parallel_ray.py" in str(err.value)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_example_job_gives_the_same_losses_in_one_process_and_on_the_cluster(ray_session):
+    """examples/data_parallel.py, as `dslc run` and `dslc run --cluster ray` run it."""
+    from dslc import jobfile
+    from dslc.session import LocalSession
+
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "data_parallel.py")
+
+    def losses(session):
+        job = jobfile.load(path)
+        for r in job.runnables:
+            session.run(r)
+        return [float(job.outputs[f"loss_{s}"].fetch()) for s in range(2)]
+
+    workspace.ResetWorkspace()
+    with LocalSession(backend=ray_session.backend_name) as local:
+        here = losses(local)
+    there = losses(ray_session)
+    np.testing.assert_allclose(there, here, rtol=1e-5)
+    assert max(here) < 0.2  # (from about log(10) = 2.3: the shards learned together)
