@@ -62,6 +62,8 @@ class RaySession(Session):
         self._compiled: dict = {}
         self._runs = 0
         self._node_ids: dict = {}  # node -> (its actor, the Ray node id it runs on)
+        self._started: dict = {}   # node -> the number of its actor among those started
+        self._starts = 0
         self._connect(ray, address, num_cpus, temp_dir)
         try:
             self._resources = set(ray.cluster_resources())
@@ -97,6 +99,8 @@ class RaySession(Session):
         a = self._actors.get(node)
         if a is None:
             a = self._actors[node] = self._start_actor(node)
+            self._starts += 1
+            self._started[node] = self._starts  # (which process: a restarted node is another one)
             self._sent[node], self._types[node] = set(), {}
         return a
 
@@ -243,7 +247,8 @@ class RaySession(Session):
         return results
 
     def _peers(self, compiled) -> dict:
-        """{collective group: {shard: (the actor of the node running it, its machine)}}; a shard run by two
+        """{collective group: {shard: (the actor of the node running it, its machine, which
+        actor that is)}}; a shard run by two
         nodes, or by none, is an error here, before anything runs."""
         peers: dict = {}
         for node, nb in compiled.blobs.items():
@@ -255,7 +260,8 @@ class RaySession(Session):
                                              f"and on node {node!r}", None,
                                              "give each node its own shard_id (rendezvous) or shard")
                     peers[group][shard] = (node, self.actor(node))
-        return {g: {k: (a, self._node_id(node)) for k, (node, a) in ranks.items()} for g, ranks in peers.items()}
+        return {g: {k: (a, self._node_id(node), self._started[node]) for k, (node, a) in ranks.items()}
+                for g, ranks in peers.items()}
 
     def _node_id(self, node: str) -> str:
         """The Ray node (machine) running ``node``'s actor, asked once per actor."""

@@ -103,3 +103,49 @@ def test_the_example_job_gives_the_same_losses_in_one_process_and_on_the_cluster
     there, learned_there = losses(ray_session)
     np.testing.assert_allclose(there, here, rtol=1e-5)
     assert max(here) < 0.1 and learned_here == learned_there == [True, True]  # (from about log(10) = 2.3)
+
+
+def _example_job():
+    """examples/data_parallel.py's Job (built afresh) and its outputs."""
+    import importlib.util
+
+    from dslc.task import Cluster
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "data_parallel.py")
+    spec = importlib.util.spec_from_file_location("dslc_example_data_parallel", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    with Cluster():
+        return example.build_job()
+
+
+@pytest.mark.slow_cluster
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_shard_killed_mid_epoch_costs_the_epoch_and_training_ends_as_without_it(ray_session, tmp_path):
+    """Shard 1's process is SIGKILLed in epoch 2: the runner restarts its node, every node
+    reloads the checkpoint of epoch 1, and the shards end with the parameters of a run
+    without the fault (LocalSession's, same backend)."""
+    from dslc.checkpoint import JobRunner, MultiNodeCheckpointManager
+    from dslc.session import LocalSession
+    from test_distributed_jobs import kill_when_paused, pause_on_call
+
+    workspace.ResetWorkspace()
+    job, _ = _example_job()
+    with LocalSession(backend=ray_session.backend_name) as local:
+        JobRunner(job).train(local)
+    want = {s: {p: workspace.FetchBlob(f"cpu_{s}/{p}") for p in ("fc1_w", "fc2_w", "fc2_b")} for s in range(2)}
+
+    job, _ = _example_job()
+    with job.epoch_group, Node("trainer_1"), Task(name="slow_step"):
+        ops.Python(pause_on_call(tmp_path / "calls", tmp_path / "paused", nth=2))([], [])  # in epoch 2
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    runner = JobRunner(job, MultiNodeCheckpointManager(str(ckpt), "minidb"))
+    watcher, killed = kill_when_paused(ray_session, tmp_path / "paused", "trainer_1")
+    assert runner.train(ray_session) == 3
+    watcher.join(5)
+    assert killed.get("matches") is True
+    assert runner.recoveries == [("trainer_1", 2, 1)]
+    for s in range(2):
+        for p, value in want[s].items():
+            got = ray_session.fetch_blob(f"cpu_{s}/{p}", node=f"trainer_{s}")
+            np.testing.assert_allclose(got, value, rtol=1e-5, atol=1e-7, err_msg=f"trainer_{s} {p}")

@@ -66,7 +66,7 @@ class Mailbox:
 
 class PeerTransport:
     """One node's side of its run's collectives: ``peers`` is {group: {rank: (node actor,
-    Ray node id)}}; ranks on this machine get the payload through shared memory (shm.py)."""
+    Ray node id, ...)}}; ranks on this machine get the payload through shared memory (shm.py)."""
 
     def __init__(self, peers: dict, mailbox: Mailbox, run, here: str | None = None,
                  outbox: "shm.Outbox | None" = None, inbox: "shm.Inbox | None" = None, put=None):

@@ -52,6 +52,7 @@ class NodeWorker:
         self.served = [0, 0]
         self.mailbox = Mailbox()  # what other shards sent this node's collectives
         self._shared = None       # shared memory with nodes of this machine, once used
+        self._peers_seen = None   # {group: {shard: which actor}} of the last run with collectives
 
     def reset(self) -> None:
         """Forget every blob and program (a fresh node, without a new process)."""
@@ -91,6 +92,7 @@ class NodeWorker:
             with contextlib.ExitStack() as stack:
                 if peers:
                     self.mailbox.drop_before(run_id)
+                    self._meet(peers)
                     stack.enter_context(collectives.using(PeerTransport(
                         peers, self.mailbox, run_id, self.info()["node_id"], *self._shm())))
                 if self.around_run is not None:
@@ -160,6 +162,14 @@ class NodeWorker:
 
     def collective_put(self, key, sender: int, payload) -> None:
         self.mailbox.put(key, sender, payload)
+
+    def _meet(self, peers: dict) -> None:
+        """A peer that is another process than last run (a restarted node) never mapped this
+        node's segments, whose names may be gone: start new ones."""
+        seen = {g: {r: p[2] for r, p in ranks.items()} for g, ranks in peers.items()}
+        if seen != self._peers_seen and self._shared is not None and self._shared[0] is not None:
+            self._shared[0].close()
+        self._peers_seen = seen
 
     def release_shared(self) -> None:
         """Every node's run is over: peers mapped this node's segments, their names can go."""
