@@ -206,3 +206,54 @@ def test_rendezvous_mistakes_are_located_errors():
     workspace.FeedBlob("a", np.ones(2, np.float32))
     with pytest.raises(DSLError, match="shard=3 of shards=2"):
         workspace.RunNetOnce(net)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sparse_gradients_are_gathered_across_shards_as_rows(backend):
+    """An embedding table on 2 shards (each a Node, one replica each): the shards' rows
+    (indices, values) are gathered, never made dense, and both tables move as one replica's
+    on the whole batch does (the reference: plain SGD on one replica, no collectives)."""
+    ids = np.array([[1, 3], [3, 0], [5, 5], [2, 1]], np.int64)
+    target = np.linspace(-1, 1, 4 * 3, dtype=np.float32).reshape(4, 3)
+
+    def model_of(name, ids_part, target_part, **kw):
+        def inputs(model):
+            model.net.GivenTensorInt64Fill([], "ids", values=ids_part.ravel().tolist(), shape=list(ids_part.shape))
+            model.net.GivenTensorFill([], "target", values=target_part.ravel().tolist(), shape=list(target_part.shape))
+
+        def build(model, loss_scale):
+            model.param_init_net.GaussianFill([], "emb", shape=[6, 3], std=0.5, random_seed=7)
+            model.params.append(core.ScopedBlobReference("emb"))
+            rows = model.net.Gather(["emb", "ids"], "rows")
+            pooled = model.net.ReduceSum(rows, "pooled", axes=[1], keepdims=0)
+            dist = model.net.SquaredL2Distance([pooled, "target"], "dist")
+            return [model.net.Scale(model.net.AveragedLoss(dist, "loss"), "scaled", scale=loss_scale)]
+
+        model = ModelHelper(name=name)
+        data_parallel_model.Parallelize_CPU(model, inputs, build, optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.3),
+                                            **kw)
+        return model
+
+    workspace.ResetWorkspace()
+    whole = model_of("emb_whole", ids, target, devices=[0])
+    with LocalSession(backend=backend) as s:
+        s.run(whole.param_init_net)
+        start = workspace.FetchBlob("cpu_0/emb")
+        s.run(whole.net)
+        s.run(whole.net)
+    want = workspace.FetchBlob("cpu_0/emb")
+    assert np.abs(want - start).max() > 1e-3  # (the rows the ids touch moved)
+
+    workspace.ResetWorkspace()
+    models = [model_of(f"emb_{k}", ids[2 * k:2 * k + 2], target[2 * k:2 * k + 2], devices=[k],
+                       rendezvous=dict(shard_id=k, num_shards=2)) for k in range(2)]
+    init, train = groups(models)
+    with warnings.catch_warnings(), LocalSession(backend=backend) as session:
+        warnings.simplefilter("ignore")
+        session.run(init)
+        session.run(train)
+        session.run(train)
+    for k in range(2):
+        np.testing.assert_allclose(workspace.FetchBlob(f"cpu_{k}/emb"), want, rtol=1e-6, atol=1e-7)
+    types = [op.type for op in models[0].net.Proto().op]
+    assert "SparseToDense" not in types and types.count("Allgather") == 2  # (indices and values)
