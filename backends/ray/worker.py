@@ -69,6 +69,10 @@ class NodeWorker:
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     # --- running
+    def run_request(self, request: tuple) -> dict:
+        """``run`` with its arguments in one tuple (what the driver sends)."""
+        return self.run(*request)
+
     def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues, peers=None) -> dict:
         """Run the program ``key`` (compiled by ``backend`` from ``text`` the first time) on the root.
 
