@@ -14,7 +14,9 @@ pytest.importorskip("ray")
 
 from dslc.backends.ray import shm  # noqa: E402
 from dslc.backends.ray.collective import Mailbox, PeerTransport  # noqa: E402
+from dslc.backends.interp.executor import CancelToken  # noqa: E402
 from dslc.backends.runtime import collectives  # noqa: E402
+from dslc.backends.runtime.cancel import swap_token  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="no writable /dev/shm")
 
@@ -79,9 +81,12 @@ def test_three_shards_sum_in_rank_order_through_memory_or_by_value(machines):
     def shard(r):
         t = PeerTransport(peers, boxes[r], run=1, here=machines[r], outbox=outboxes[r], inbox=shm.Inbox(),
                           put=lambda v: v)  # (by value: what ray.put and Ray's argument passing give)
-        with collectives.using(t):
+        prev = swap_token(CancelToken(collective=t))  # (as a Ray node's run sets it)
+        try:
             xs = [np.full(5, 10.0 ** r, np.float32), np.array([r], np.int64)]
             results[r] = collectives.allreduce(*xs, tensors=2, shards=3, shard=r, group="g")
+        finally:
+            swap_token(prev)
 
     threads = [threading.Thread(target=shard, args=(r,)) for r in range(1, 3)]
     for t in threads:

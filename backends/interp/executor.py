@@ -32,19 +32,22 @@ class UnsetBlob(Exception):
 class CancelToken:
     """Shared by siblings; cancelling a token cancels the tokens made from it.
 
-    ``watch`` (a ``Watch`` or None) is shared by every token of one run."""
+    ``watch`` (a ``Watch`` or None) and ``collective`` (the transport the run's collective
+    ops meet other shards through, or None: runtime/collectives.py) are shared by every
+    token of one run."""
 
-    __slots__ = ("flag", "children", "lock", "waiters", "watch")
+    __slots__ = ("flag", "children", "lock", "waiters", "watch", "collective")
 
-    def __init__(self, watch: Watch | None = None):
+    def __init__(self, watch: Watch | None = None, collective=None):
         self.flag = False
         self.children: list[CancelToken] = []
         self.lock = threading.Lock()
         self.waiters: list = []
         self.watch = watch
+        self.collective = collective
 
     def child(self) -> "CancelToken":
-        t = CancelToken(self.watch)
+        t = CancelToken(self.watch, self.collective)
         with self.lock:
             self.children.append(t)
         if self.flag:

@@ -9,7 +9,6 @@ it holds, and the driver calls ``cancel`` to stop a run when another node failed
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -19,7 +18,6 @@ import numpy as np
 
 from dslc import backends
 from dslc.backends.interp.executor import CancelToken
-from dslc.backends.runtime import collectives
 from dslc.backends.runtime.values import type_of_value
 from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import pyrefs
@@ -92,15 +90,15 @@ class NodeWorker:
         self._tokens[run_id] = token = CancelToken()
         if run_id in self._cancelled:  # another node failed before this run began
             token.cancel()
+        if peers:  # (the run's collectives meet the other shards through its tokens)
+            self.mailbox.drop_before(run_id)
+            self._meet(peers)
+            token.collective = PeerTransport(peers, self.mailbox, run_id, self.info()["node_id"], *self._shm())
         try:
-            with contextlib.ExitStack() as stack:
-                if peers:
-                    self.mailbox.drop_before(run_id)
-                    self._meet(peers)
-                    stack.enter_context(collectives.using(PeerTransport(
-                        peers, self.mailbox, run_id, self.info()["node_id"], *self._shm())))
-                if self.around_run is not None:
-                    stack.enter_context(self.around_run(self.root))
+            if self.around_run is not None:
+                with self.around_run(self.root):
+                    program.run(self.root, token=token)
+            else:
                 program.run(self.root, token=token)
         finally:
             self._tokens.pop(run_id, None)

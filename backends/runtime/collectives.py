@@ -13,9 +13,9 @@ by counting: the k-th collective call of rank r in ``group`` meets the k-th call
 other rank, so every shard must issue the group's collectives in the same order (the
 same net on every shard does).
 
-The transport is the process's: ``LocalHub`` by default (shards are threads of one
-process, e.g. Nodes of a job under LocalSession), or the one a runner installs with
-``using`` for its run (a Ray node: backends/ray/collective.py). A shard waiting for the
+The transport is the run's: the ``collective`` its cancel tokens carry (a Ray node sets
+it for its run: backends/ray/collective.py), else the process's ``LocalHub`` (shards are
+threads of one process, e.g. Nodes of a job under LocalSession). A shard waiting for the
 others stops when its run is cancelled; a local run where no other thread can ever
 arrive is reported as stuck (backends/runtime/cancel.py), a remote one after
 ``DSLC_COLLECTIVE_TIMEOUT_S`` seconds (default 300).
@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -106,22 +105,12 @@ class LocalHub:
 
 
 _LOCAL = LocalHub()
-_installed = None  # the transport a runner installed for its run (one run per process at a time)
 
 
 def transport():
-    return _installed if _installed is not None else _LOCAL
-
-
-@contextmanager
-def using(t):
-    """Make ``t`` the process's transport while the block runs."""
-    global _installed
-    prev, _installed = _installed, t
-    try:
-        yield t
-    finally:
-        _installed = prev
+    """The transport of the code running on this thread: its run's (``collective`` of the
+    run's cancel token, set by a Ray node for its run), else this process's LocalHub."""
+    return getattr(current_token(), "collective", None) or _LOCAL
 
 
 def _exchange(group, shards, shard, payload) -> list:
