@@ -189,6 +189,12 @@ def test_a_missing_shard_times_out_outside_a_watched_run(monkeypatch):
     np.testing.assert_array_equal(got[1], [4.0, 4.0])
 
 
+def test_a_bad_timeout_setting_is_named(monkeypatch):
+    monkeypatch.setenv("DSLC_COLLECTIVE_TIMEOUT_S", "soon")
+    with pytest.raises(collectives.CollectiveError, match="DSLC_COLLECTIVE_TIMEOUT_S='soon' is not a number"):
+        collectives.allreduce(np.ones(2), shards=2, shard=0, group="impatient")
+
+
 def test_rendezvous_mistakes_are_located_errors():
     model = ModelHelper(name="bad")
     for rendezvous, words in ((dict(shard_id=2, num_shards=2), "shard_id=2 of num_shards=2"),

@@ -34,7 +34,15 @@ from .cancel import current_token, wait_for
 
 
 def timeout_s() -> float:
-    return float(os.environ.get("DSLC_COLLECTIVE_TIMEOUT_S", "300"))
+    text = os.environ.get("DSLC_COLLECTIVE_TIMEOUT_S", "300")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise CollectiveError(f"DSLC_COLLECTIVE_TIMEOUT_S={text!r} is not a number of seconds",
+                              hint="set it to how long a shard waits for the others, e.g. 300")
+    return seconds
 
 
 class CollectiveError(DSLError):
@@ -76,6 +84,8 @@ class LocalHub:
     def exchange(self, group: str, rank: int, n: int, payload) -> list:
         token = current_token()
         watch = getattr(token, "watch", None)
+        # a run that can tell when it is stuck waits for that; anything else for the timeout
+        limit = None if watch is not None else timeout_s()
         with self._cv:
             rounds = self._unwatched if watch is None else self._by_run.setdefault(watch, _Rounds())
             seq = rounds.next.get((group, rank), 0)
@@ -88,8 +98,6 @@ class LocalHub:
                                       f"another rank {len(got)}", hint=missing_hint(max(n, len(got))))
             got[rank] = (payload,)
             self._cv.notify_all()
-            # a run that can tell when it is stuck waits for that; anything else for the timeout
-            limit = None if watch is not None else timeout_s()
             try:
                 if not wait_for(self._cv, lambda: all(p is not None for p in got), limit, token,
                                 what=f"collective group {group!r} (rank {rank} of {n}, call {seq})",
