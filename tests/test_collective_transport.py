@@ -54,6 +54,9 @@ def test_a_larger_payload_gets_a_new_segment_and_odd_payloads_go_by_value():
     assert out.pack("g", 4, {"not": "a payload"}) is None
     out.close()
     assert not os.path.exists(big.path)
+    for path in ("/etc/passwd", os.path.join(shm.root(), "..", "x"), os.path.join(shm.root(), "dslc-1-zz")):
+        with pytest.raises(ValueError, match="not a collective segment"):  # (what a message names is checked)
+            inbox.unpack(shm.ShmPayload(path, 8, "array", [("<f4", (2,), 0)]))
 
 
 class _Actor:

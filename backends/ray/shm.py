@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
 
 import numpy as np
 
 ROOT = "/dev/shm"
 ALIGN = 64
+_NAME = re.compile(r"dslc-\d+-[0-9a-f]{16}")
 
 
 def root() -> str:
@@ -132,6 +134,9 @@ class Inbox:
         path, size, kind, metas = desc.path, desc.size, desc.kind, desc.metas
         m = self._maps.get(path)
         if m is None:
+            # only a segment a peer of this cluster made: never any other file a message names
+            if os.path.dirname(path) != root() or not _NAME.fullmatch(os.path.basename(path)):
+                raise ValueError(f"not a collective segment: {path!r}")
             fd = os.open(path, os.O_RDONLY)
             try:
                 m = self._maps[path] = mmap.mmap(fd, size, prot=mmap.PROT_READ)
