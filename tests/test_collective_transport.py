@@ -59,6 +59,19 @@ def test_a_larger_payload_gets_a_new_segment_and_odd_payloads_go_by_value():
             inbox.unpack(shm.ShmPayload(path, 8, "array", [("<f4", (2,), 0)]))
 
 
+def test_a_cluster_directory_someone_else_could_enter_is_not_used(tmp_path, monkeypatch):
+    d = tmp_path / "shm"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)
+    monkeypatch.setenv("DSLC_SHM_DIR", str(d))
+    assert not shm.available()  # (payloads then go by value)
+    os.chmod(d, 0o700)
+    assert shm.available()
+    (tmp_path / "link").symlink_to(d)
+    monkeypatch.setenv("DSLC_SHM_DIR", str(tmp_path / "link"))
+    assert not shm.available()
+
+
 class _Actor:
     """Stands in for a NodeWorker actor handle: ``collective_put.remote`` delivers now."""
 

@@ -25,6 +25,7 @@ import mmap
 import os
 import re
 import secrets
+import stat
 
 import numpy as np
 
@@ -43,7 +44,18 @@ def root() -> str:
 
 
 def available() -> bool:
-    return os.path.isdir(ROOT) and os.access(ROOT, os.W_OK)
+    """Whether segments can go to ``root()`` safely: a real directory, and the cluster's own
+    one only if this user owns it and nobody else may enter it (else payloads go by value)."""
+    if not (os.path.isdir(ROOT) and os.access(ROOT, os.W_OK)):
+        return False
+    try:
+        path = root()
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if path == ROOT:
+        return True
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def _flat(payload):
