@@ -146,11 +146,10 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     model._device_grouped_blobs.update(_group_by_device(model, sync_blobs, []))
     arg = model.net.Proto().arg.add()
     arg.name, arg.i = "first_iter_only_one_worker", 1
-    for name in sorted(sync_names):  # every replica starts from the first one's values
-        _broadcast(model, model.param_init_net, name)
-    if _shards(model)[0] > 1:  # ... and every shard from shard 0's
-        for name in sorted(sync_names):
-            _broadcast_shards(model, model.param_init_net, name)
+    # every replica starts from the first one's values (across shards: shard 0's first one's)
+    sync = _broadcast_shards if _shards(model)[0] > 1 else _broadcast
+    for name in sorted(sync_names):
+        sync(model, model.param_init_net, name)
     if post_sync_builder_fun is not None:
         for d in devices:
             with _on(model, d):
@@ -249,10 +248,15 @@ def _add_gradient_operators(model, losses_by_device):
     model.AddGradientOperators(seeds)
 
 
+def _replicas(model, name) -> dict:
+    """{device: the blob} of every replica's ``name``."""
+    return model._device_grouped_blobs.get(name) or {
+        d: core.BlobReference(f"{model._device_prefix}_{d}/{name}") for d in model._devices}
+
+
 def _broadcast(model, net, name):
     """Copy the first replica's ``name`` to every other replica (in ``net``)."""
-    blobs = model._device_grouped_blobs.get(name) or {
-        d: core.BlobReference(f"{model._device_prefix}_{d}/{name}") for d in model._devices}
+    blobs = _replicas(model, name)
     master = blobs[model._devices[0]]
     for d in model._devices[1:]:
         with core.DeviceScope(core.DeviceOption(model._device_type, d)):
@@ -262,8 +266,7 @@ def _broadcast(model, net, name):
 def _broadcast_shards(model, net, name):
     """Every shard's replicas of ``name`` take shard 0's value."""
     shards, shard, group = _shards(model)
-    blobs = model._device_grouped_blobs.get(name) or {
-        d: core.BlobReference(f"{model._device_prefix}_{d}/{name}") for d in model._devices}
+    blobs = _replicas(model, name)
     group_blobs = [blobs[d] for d in model._devices if d in blobs]
     with core.DeviceScope(core.DeviceOption(model._device_type, model._devices[0])):
         net.Broadcast(group_blobs, group_blobs, root=0, group=group, shards=shards, shard=shard)
@@ -297,15 +300,16 @@ def _allreduce(model, name):
             net.Allreduce(grads, grads, reduce="sum", group=group)
         return
     for part in ("indices", "values"):
-        combined = f"{model._device_prefix}_{devices[0]}/{stripBlobName(getattr(grads[0], part))}_combined"
-        if len(grads) > 1:
-            net.Concat([getattr(g, part) for g in grads], [combined, combined + "_dims"], axis=0)
-        else:
-            net.Copy(getattr(grads[0], part), combined)
+        rows = [getattr(g, part) for g in grads]
+        if len(rows) == 1:  # (a lone replica: only the other shards' rows to join)
+            net.Allgather(rows[0], rows[0], group=group, shards=shards, shard=shard)
+            continue
+        combined = f"{model._device_prefix}_{devices[0]}/{stripBlobName(rows[0])}_combined"
+        net.Concat(rows, [combined, combined + "_dims"], axis=0)
         if shards > 1:
             net.Allgather(combined, combined, group=group, shards=shards, shard=shard)
-        for g in grads:
-            net.Copy(combined, getattr(g, part))
+        for r in rows:
+            net.Copy(combined, r)
 
 
 def _blobs_to_sync(model):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import os
-import struct
 
 from dslc.ir.diagnostics import DSLError
 from dslc.tracing import user_location
@@ -124,8 +123,9 @@ class _MiniDB(_DB):
         self._file = open(path, "wb") if mode != Mode.read else None
 
     def _write(self, pairs) -> None:
+        from dslc.backends.runtime.dbminidb import HEADER
         for k, v in pairs:
-            self._file.write(struct.pack("=ii", len(k), len(v)) + k + v)
+            self._file.write(HEADER.pack(len(k), len(v)) + k + v)
 
     def _read_all(self) -> list:
         from dslc.backends.runtime import dbminidb

@@ -61,7 +61,7 @@ class RaySession(Session):
         self._types: dict = {}    # node -> blob -> type of what its root holds
         self._compiled: dict = {}
         self._runs = 0
-        self._node_ids: dict = {}  # node -> (its actor, the Ray node id it runs on)
+        self._node_ids: dict = {}  # node -> the Ray node id its actor runs on
         self._started: dict = {}   # node -> the number of its actor among those started
         self._starts = 0
         self._connect(ray, address, num_cpus, temp_dir)
@@ -101,6 +101,7 @@ class RaySession(Session):
             a = self._actors[node] = self._start_actor(node)
             self._starts += 1
             self._started[node] = self._starts  # (which process: a restarted node is another one)
+            self._node_ids.pop(node, None)      # (and may run on another machine)
             self._sent[node], self._types[node] = set(), {}
         return a
 
@@ -249,8 +250,8 @@ class RaySession(Session):
 
     def _peers(self, compiled) -> dict:
         """{collective group: {shard: (the actor of the node running it, its machine, which
-        actor that is)}}; a shard run by two
-        nodes, or by none, is an error here, before anything runs."""
+        actor that is)}}; a shard run by two nodes is an error here, before anything runs
+        (one run by none, when the first collective of its group runs)."""
         peers: dict = {}
         for node, nb in compiled.blobs.items():
             for group, shards in nb.shards.items():
@@ -266,11 +267,10 @@ class RaySession(Session):
 
     def _node_id(self, node: str) -> str:
         """The Ray node (machine) running ``node``'s actor, asked once per actor."""
-        actor = self.actor(node)
         got = self._node_ids.get(node)
-        if got is None or got[0] is not actor:
-            got = self._node_ids[node] = (actor, self.node_info(node)["node_id"])
-        return got[1]
+        if got is None:
+            got = self._node_ids[node] = self.node_info(node)["node_id"]
+        return got
 
     def _forget(self, node: str) -> None:
         self._actors.pop(node, None)

@@ -54,14 +54,13 @@ class IslandCall:
         return self.results(self.call(args))
 
     def unwrapped(self, args):
+        if not any(isinstance(args[i], np.ndarray) for i in self.scalars):
+            return args
+        args = list(args)
         for i in self.scalars:
             if isinstance(args[i], np.ndarray):
-                args = list(args)
-                for j in self.scalars:
-                    if isinstance(args[j], np.ndarray):
-                        args[j] = args[j][()]
-                return tuple(args)
-        return args
+                args[i] = args[i][()]
+        return tuple(args)
 
     def with_streams(self, args):
         # each lock once (two ops may share a stream), in one global order (no two calls

@@ -100,7 +100,7 @@ def build_island(island, cfg):
     fn = mod.kernel
     cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts], len(w.streams))
     counters = [i for i, v in enumerate(args) if v.type == COUNTER]
-    scalars = [i for i, v in enumerate(args) if v.type != COUNTER and tensor(v) is not None and tensor(v).shape == ()]
+    scalars = [i for i, v in enumerate(args) if scalar(v)]
     call = IslandCall(fn, island.outputs, [c for _, c in w.consts], counters, w.sites, len(w.streams), scalars)
     return call, args, [op for _, op in w.streams]
 

@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import stat
+from typing import NamedTuple
 
 import numpy as np
 
@@ -143,7 +144,7 @@ class Inbox:
         self._maps: dict = {}  # path -> mmap
 
     def unpack(self, desc: "ShmPayload"):
-        path, size, kind, metas = desc.path, desc.size, desc.kind, desc.metas
+        path, size, kind, metas = desc
         m = self._maps.get(path)
         if m is None:
             # only a segment a peer of this cluster made: never any other file a message names
@@ -158,13 +159,10 @@ class Inbox:
         return None if kind == "none" else arrays[0] if kind == "array" else arrays
 
 
-class ShmPayload:
+class ShmPayload(NamedTuple):
     """Where a payload lies in a sender's segment (what travels instead of the arrays)."""
 
-    __slots__ = ("path", "size", "kind", "metas")
-
-    def __init__(self, path, size, kind, metas):
-        self.path, self.size, self.kind, self.metas = path, size, kind, metas
-
-    def __reduce__(self):
-        return (ShmPayload, (self.path, self.size, self.kind, self.metas))
+    path: str
+    size: int
+    kind: str    # "none", "array" or "list"
+    metas: list  # (dtype str, shape, offset) of each array

@@ -51,13 +51,13 @@ class NodeWorker:
         self.mailbox = Mailbox()  # what other shards sent this node's collectives
         self._shared = None       # shared memory with nodes of this machine, once used
         self._peers_seen = None   # {group: {shard: which actor}} of the last run with collectives
+        self._node_id = None      # (asked of Ray once)
 
     def reset(self) -> None:
         """Forget every blob and program (a fresh node, without a new process)."""
         self.root = Workspace()
         self.programs.clear()
-        if self._shared is not None and self._shared[0] is not None:
-            self._shared[0].close()
+        self._close_outbox()
         self._shared = None
 
     # --- identity
@@ -76,8 +76,8 @@ class NodeWorker:
 
         ``pyobjs``: the reference in ``text`` -> the object, for its Python ops; ``outputs``: the
         blobs to return (None for one nothing wrote); ``remote_queues``: blob -> the
-        actor holding that queue; ``peers``: {collective group: {shard: the node actor holding
-        it}} (backends/ray/collective.py). Returns ``{"outputs", "types", "seconds"}``.
+        actor holding that queue; ``peers``: {collective group: {shard: (the node actor holding
+        it, its machine, which actor)}} (backends/ray/collective.py). Returns ``{"outputs", "types", "seconds"}``.
         """
         t0 = time.perf_counter()
         program = self.programs.get((key, backend))
@@ -93,7 +93,7 @@ class NodeWorker:
         if peers:  # (the run's collectives meet the other shards through its tokens)
             self.mailbox.drop_before(run_id)
             self._meet(peers)
-            token.collective = PeerTransport(peers, self.mailbox, run_id, self.info()["node_id"], *self._shm())
+            token.collective = PeerTransport(peers, self.mailbox, run_id, self._machine(), *self._shm())
         try:
             if self.around_run is not None:
                 with self.around_run(self.root):
@@ -157,10 +157,24 @@ class NodeWorker:
     # --- collectives: other shards' payloads for this node's rounds
     def _shm(self) -> tuple:
         """(outbox, inbox) of shared memory with this machine's other nodes (None, None
-        where /dev/shm is missing)."""
+        where it cannot be used safely)."""
         if self._shared is None:
             self._shared = (shm.Outbox(), shm.Inbox()) if shm.available() else (None, None)
         return self._shared
+
+    def _close_outbox(self, keep_segments: bool = False) -> None:
+        """Unlink this node's segments; unless ``keep_segments``, forget them (new ones next)."""
+        outbox = self._shared[0] if self._shared is not None else None
+        if outbox is not None and keep_segments:
+            outbox.release()
+        elif outbox is not None:
+            outbox.close()
+
+    def _machine(self) -> str:
+        """The Ray node id of this process (the machine, to tell which peers share memory)."""
+        if self._node_id is None:
+            self._node_id = self.info()["node_id"]
+        return self._node_id
 
     def collective_put(self, key, sender: int, payload) -> None:
         self.mailbox.put(key, sender, payload)
@@ -169,14 +183,13 @@ class NodeWorker:
         """A peer that is another process than last run (a restarted node) never mapped this
         node's segments, whose names may be gone: start new ones."""
         seen = {g: {r: p[2] for r, p in ranks.items()} for g, ranks in peers.items()}
-        if seen != self._peers_seen and self._shared is not None and self._shared[0] is not None:
-            self._shared[0].close()
+        if seen != self._peers_seen:
+            self._close_outbox()
         self._peers_seen = seen
 
     def release_shared(self) -> None:
         """Every node's run is over: peers mapped this node's segments, their names can go."""
-        if self._shared is not None and self._shared[0] is not None:
-            self._shared[0].release()
+        self._close_outbox(keep_segments=True)
 
     def collective_pending(self) -> int:
         """Rounds holding payloads no call of this node has taken yet (0 after a clean run)."""

@@ -64,22 +64,7 @@ class FileDB:
 
     # --- writing
     def write(self, path: str, entries) -> None:
-        partials.remove_stale(path)  # what a killed save of this checkpoint left
-        tmp = partials.temp_name(path)
-        try:
-            f = open(tmp, "wb", buffering=0)
-        except OSError as e:
-            raise blobdb.DBError(f"cannot create the checkpoint {path}: {e.strerror}",
-                                 hint="check that its directory exists and is writable") from None
-        try:
-            with f:
-                self._write_all(f.fileno(), entries)
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            _remove_quietly(tmp)
-            raise
-        _fsync_dir(os.path.dirname(os.path.abspath(path)))
+        write_atomically(path, lambda f: self._write_all(f.fileno(), entries), buffering=0)
 
     def _write_all(self, fd: int, entries) -> None:
         dbio.write_all(fd, [MAGIC])
@@ -297,6 +282,29 @@ _ZEROS = bytes(ALIGN)
 
 
 _CORRUPT_HINT = "the file was changed or cut short after it was saved; load an earlier epoch's checkpoint"
+
+
+def write_atomically(path: str, fill, buffering: int = -1) -> None:
+    """Write the checkpoint file ``path`` whole: ``fill(f)`` writes a temporary file beside
+    it (what a killed save of it left is removed first), which is fsynced and renamed over
+    ``path``, so a reader sees the old file or the new one, never a part."""
+    partials.remove_stale(path)
+    tmp = partials.temp_name(path)
+    try:
+        f = open(tmp, "wb", buffering=buffering)
+    except OSError as e:
+        raise blobdb.DBError(f"cannot create the checkpoint {path}: {e.strerror}",
+                             hint="check that its directory exists and is writable") from None
+    try:
+        with f:
+            fill(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _aligned(pos: int) -> int:

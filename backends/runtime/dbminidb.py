@@ -31,7 +31,7 @@ from google.protobuf import text_format
 from dslc.ir.diagnostics import DSLError
 from dslc.proto import caffe2_pb2
 
-from . import blobcodec, blobdb, blobproto, dbfile, partials
+from . import blobcodec, blobdb, blobproto, dbfile
 from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
 HEADER = struct.Struct("=ii")
@@ -47,29 +47,16 @@ class MiniDB(blobdb.KeyValueDB):
     # --- writing
     def write(self, path: str, entries, chunk_size: int = -1, options="") -> None:
         rules = _rules(options)
-        partials.remove_stale(path)
-        tmp = partials.temp_name(path)
-        try:
-            f = open(tmp, "wb")
-        except OSError as e:
-            raise blobdb.DBError(f"cannot create the checkpoint {path}: {e.strerror}",
-                                 hint="check that its directory exists and is writable") from None
-        try:
-            with f:
-                for name, enc in entries:
-                    size = _chunk_size(name, chunk_size, rules)
-                    for k, value in _records(name, enc, size):
-                        key = f"{name}{SEPARATOR}{k}".encode("utf-8")
-                        f.write(HEADER.pack(len(key), len(value)))
-                        f.write(key)
-                        f.write(value)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            dbfile._remove_quietly(tmp)
-            raise
-        dbfile._fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+        def fill(f):
+            for name, enc in entries:
+                for k, value in _records(name, enc, _chunk_size(name, chunk_size, rules)):
+                    key = f"{name}{SEPARATOR}{k}".encode("utf-8")
+                    f.write(HEADER.pack(len(key), len(value)))
+                    f.write(key)
+                    f.write(value)
+
+        dbfile.write_atomically(path, fill)
 
     # --- reading
     def read(self, path: str, names=None, values: bool = True):

@@ -30,6 +30,7 @@ from .infer import tensors
 
 
 def _allreduce(types, attrs, n):
+    _shards("Allreduce", attrs)
     ts = tensors("Allreduce", types)
     if n != len(ts):
         type_error(f"Allreduce writes one output per input: {len(ts)} inputs, {n} outputs",
@@ -62,13 +63,10 @@ def _shards(name, attrs):
                    "shards is the number of shards (>= 1), shard this one's rank in 0 .. shards - 1")
 
 
-def _allreduce_checked(types, attrs, n):
-    _shards("Allreduce", attrs)
-    return _allreduce(types, attrs, n)
-
-
 def _broadcast(types, attrs, n):
     _shards("Broadcast", attrs)
+    if not 0 <= attrs["root"] < attrs["shards"]:
+        type_error(f"Broadcast root={attrs['root']} of shards={attrs['shards']}", "root is a shard: 0 .. shards - 1")
     ts = tensors("Broadcast", types)
     if n != len(ts):
         type_error(f"Broadcast writes one output per input: {len(ts)} inputs, {n} outputs",
@@ -84,7 +82,7 @@ def _allgather(types, attrs, n):
     return [TensorType(t.dtype, (None,) + tuple(t.shape[1:]))]
 
 
-declare("Allreduce", (1, None), _allreduce_checked, results=(1, None), attrs={"reduce": "sum", "tensors": 1, **_SHARDS},
+declare("Allreduce", (1, None), _allreduce, results=(1, None), attrs={"reduce": "sum", "tensors": 1, **_SHARDS},
         effects=_COLLECTIVE, doc="every output = the sum (or mean) of all inputs, and of every shard's, added "
                                  "in input then shard order: the replicas' gradients combined")
 declare("Broadcast", (1, None), _broadcast, results=(1, None), attrs={"root": 0, **_SHARDS},
