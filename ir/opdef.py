@@ -76,6 +76,10 @@ class OpDef:
     # leaves open can be (None where unbounded), or None; shape reports (Caffe2's
     # InferShapesAndTypes) show it. None: no bounds
     bounds: Callable | None = None
+    # a sparse update's operands whose rows it rewrites (a table, its moments): each result
+    # is such an operand with the indexed rows changed, so a backend may write the operand
+    # in place when nothing else reads it, and the op's work is the rows, not the table
+    updates: tuple[int, ...] = ()
     # whether ``traits`` holds PURE: a plain field (set by __post_init__), since passes ask
     # it of every op
     is_pure: bool = field(init=False, repr=False, compare=False, default=False)

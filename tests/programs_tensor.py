@@ -2,7 +2,7 @@
 float32 or float64 tensors of random shapes, with a plain numpy evaluator.
 
 A ``Program`` has input tensors ``x0..`` (drawn from a seed) and statements, each making
-one new tensor from earlier ones (and, for MatMul / FC / Concat, from new constant
+one new tensor from earlier ones (and, for MatMul / FC / Concat / SquaredL2Distance, from new constant
 tensors ``c0..``). ``build(p)`` records it in a Task; ``build_net(p)`` records it in a Net
 fed from the workspace (for gradients); ``evaluate(p)`` computes every tensor with numpy
 from Caffe2's definitions of the ops, without dslc.
@@ -33,7 +33,7 @@ MAX_SIZE = 48  # elements of one tensor
 # the statements a program draws from, by kind; "Accumulate" is a loop adding a tensor
 KINDS = {"elementwise": ELEMENTWISE, "binary": BINARY, "Reduce": ("ReduceSum", "ReduceMean"),
          **{k: (k,) for k in ("Transpose", "Reshape", "Flatten", "ExpandDims", "Squeeze", "Slice",
-                              "SumElements", "Softmax", "MatMul", "FC", "Concat", "Accumulate")}}
+                              "SumElements", "Softmax", "MatMul", "FC", "Concat", "SquaredL2Distance", "Accumulate")}}
 # elementwise chains are what fusion and its kernels work on: drawn more often
 WEIGHTS = {"elementwise": 4, "binary": 2}
 SCALAR_KINDS = ("elementwise", "binary", "ExpandDims", "SumElements", "Accumulate")  # take 0-d
@@ -210,6 +210,9 @@ class _Drawer:
         out = shape[:axis] + (shape[axis] + extra,) + shape[axis + 1:]
         return Stmt(dst, "Concat", (x, other), (("axis", axis),)), out
 
+    def draw_SquaredL2Distance(self, dst, x, shape):
+        return Stmt(dst, "SquaredL2Distance", (x, self.const(shape))), shape[:1]
+
     def draw_Accumulate(self, dst, x, shape):
         return Stmt(dst, "Accumulate", (x,), count=self.draw(st.integers(0, 3))), shape
 
@@ -352,6 +355,7 @@ def _apply(s: Stmt, args, dt):
         "MatMul": lambda: (x.T if a["trans_a"] else x) @ (args[1].T if a["trans_b"] else args[1]),
         "FC": lambda: _as_matrix(x, 1) @ args[1].T + args[2],
         "Concat": lambda: np.concatenate([x, args[1]], axis=a["axis"]),
+        "SquaredL2Distance": lambda: 0.5 * ((x - args[1]) ** 2).reshape(x.shape[0], -1).sum(axis=1),
     }
     if s.op == "Accumulate":
         acc = x.copy()

@@ -69,17 +69,18 @@ def bound(fn, attrs: dict):
     return functools.partial(fn, **{k: v for k, v in attrs.items() if k in params})
 
 
-# Sparse updates and the operands they may overwrite (their parameter, its moment).
-IN_PLACE = {"ScatterWeightedSum": (nm.scatter_weighted_sum, (0,)),
-            "SparseAdagrad": (nm.sparse_adagrad, (0, 1)),
-            "RowWiseSparseAdagrad": (nm.row_wise_sparse_adagrad, (0, 1)),
-            "RowWiseCounter": (nm.row_wise_counter, (0, 1)),
-            "SparseMomentumSGDUpdate": (nm.sparse_momentum_sgd_update, (1, 3)),
-            "SparseAdam": (nm.sparse_adam, (0, 1, 2)),
-            "RowWiseSparseAdam": (nm.row_wise_sparse_adam, (0, 1, 2)),
-            "SmartDecaySparseAdam": (nm.smart_decay_sparse_adam, (0, 1, 2, 3)),
-            "SparseAdadelta": (nm.sparse_adadelta, (0, 1, 2)),
-            "SparseFtrl": (nm.sparse_ftrl, (0, 1))}
+# Sparse updates: they may overwrite the operands their declaration's ``updates`` names
+# (their parameter, its moments).
+IN_PLACE = {"ScatterWeightedSum": nm.scatter_weighted_sum,
+            "SparseAdagrad": nm.sparse_adagrad,
+            "RowWiseSparseAdagrad": nm.row_wise_sparse_adagrad,
+            "RowWiseCounter": nm.row_wise_counter,
+            "SparseMomentumSGDUpdate": nm.sparse_momentum_sgd_update,
+            "SparseAdam": nm.sparse_adam,
+            "RowWiseSparseAdam": nm.row_wise_sparse_adam,
+            "SmartDecaySparseAdam": nm.smart_decay_sparse_adam,
+            "SparseAdadelta": nm.sparse_adadelta,
+            "SparseFtrl": nm.sparse_ftrl}
 
 
 def _last_use(op, k: int) -> bool:
@@ -118,11 +119,13 @@ def _owned(x) -> bool:
             and x.flags.writeable and x.flags.c_contiguous)
 
 
-def _in_place(fn, operands):
-    """A sparse update's kernel: it writes into its parameter (and moment) when the IR has no
-    later use of their values and nothing else holds their arrays (a view, another blob),
-    so a step touches only the rows it reads; otherwise it updates copies."""
+def _in_place(fn):
+    """A sparse update's kernel: it writes into its parameter (and moments: the operands
+    its declaration ``updates``) when the IR has no later use of their values and nothing
+    else holds their arrays (a view, another blob), so a step touches only the rows it
+    reads; otherwise it updates copies."""
     def make(op, cfg):
+        operands = op.opdef.updates
         f = bound(fn, op.attrs)
         if not all(_last_use(op, k) for k in operands):
             return lambda *xs: _results(f(*xs), len(op.results))
@@ -135,8 +138,8 @@ def _in_place(fn, operands):
     return make
 
 
-for _name, (_fn, _operands) in IN_PLACE.items():
-    kernel(_name)(_in_place(_fn, _operands))
+for _name, _fn in IN_PLACE.items():
+    kernel(_name)(_in_place(_fn))
 
 
 def _plain(fn):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from dslc.ir import Operation, Region
 
+from . import kernels_embedding  # noqa: F401  (registers its kernels before NN_OPS is made)
 from .kernels import ElementView, supported, tensor
 from .kernels_nn import ACTIVATION_FORMS, NN_HELPERS, elements
 

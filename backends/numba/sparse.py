@@ -85,7 +85,32 @@ def _flat(x, rows=None):
     return x.reshape(x.shape[0] if rows is None else rows, math.prod(x.shape[1:]))
 
 
+@njit(cache=True, nogil=True)
+def _add_rows_checked(out, idx, rows, w) -> bool:
+    """``_add_rows`` if every index is a row of ``out`` (else False, nothing written)."""
+    n = out.shape[0]
+    for i in range(idx.size):
+        if idx[i] < 0 or idx[i] >= n:
+            return False
+    _add_rows(out, idx, rows, w)
+    return True
+
+
 def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
+    # (the one form optimizers emit, a table's rows plus lr times a gradient's, in one
+    # compiled call: its Python costs as much as the rows at an embedding's sizes)
+    if len(pairs) != 2 or data.ndim != 2 or w0.size != 1 or w0.reshape(-1)[0] != 1 or \
+            pairs[0].dtype != data.dtype or pairs[0].shape != indices.shape + data.shape[1:] or \
+            not data.flags.c_contiguous:
+        return _scatter_any(data, w0, indices, *pairs, inplace=inplace)
+    out = data if inplace else data.copy()
+    rows = pairs[0].reshape(indices.size, data.shape[1])
+    if not _add_rows_checked(out, indices.reshape(-1), rows, data.dtype.type(pairs[1].reshape(-1)[0])):
+        _checked("ScatterWeightedSum", indices, data.shape[0])  # (raises the error)
+    return out
+
+
+def _scatter_any(data, w0, indices, *pairs, inplace=False):
     if w0.reshape(()) != 1 or len(pairs) != 2 or data.dtype != pairs[0].dtype or data.ndim == 0:
         return ik.nm.scatter_weighted_sum(data, w0, indices, *pairs, inplace=inplace)
     idx = _checked("ScatterWeightedSum", indices, data.shape[0])
@@ -99,7 +124,7 @@ def _adagrad(loop, name):
     def run(p, m, indices, g, lr, *counter, epsilon=1e-5, weight_decay=0.0, counter_halflife=-1, inplace=False):
         if weight_decay:  # (the compiled loop has no decay term: the interpreter's)
             extra = {"counter_halflife": counter_halflife} if counter else {}
-            return ik.IN_PLACE[name][0](p, m, indices, g, lr, *counter, epsilon=epsilon, weight_decay=weight_decay,
+            return ik.IN_PLACE[name](p, m, indices, g, lr, *counter, epsilon=epsilon, weight_decay=weight_decay,
                                         inplace=inplace, **extra)
         idx = _checked(name, indices, p.shape[0])
         if not inplace:
@@ -149,7 +174,7 @@ KERNELS = {
     "SparseLengthsSum": _sparse_lengths("SparseLengthsSum"),
     "SparseLengthsMean": _sparse_lengths("SparseLengthsMean", mean=True),
     "SparseLengthsWeightedSum": _sparse_lengths("SparseLengthsWeightedSum", weighted=True),
-    "ScatterWeightedSum": ik._in_place(_scatter_weighted_sum, (0,)),
-    "SparseAdagrad": ik._in_place(_adagrad(_adagrad_rows, "SparseAdagrad"), (0, 1)),
-    "RowWiseSparseAdagrad": ik._in_place(_adagrad(_row_wise_adagrad_rows, "RowWiseSparseAdagrad"), (0, 1)),
+    "ScatterWeightedSum": ik._in_place(_scatter_weighted_sum),
+    "SparseAdagrad": ik._in_place(_adagrad(_adagrad_rows, "SparseAdagrad")),
+    "RowWiseSparseAdagrad": ik._in_place(_adagrad(_row_wise_adagrad_rows, "RowWiseSparseAdagrad")),
 }

@@ -207,7 +207,7 @@ def _scatter_weighted_sum(types, attrs, n):
     return [ts[0]]
 
 
-declare("ScatterWeightedSum", (5, None), _scatter_weighted_sum, traits={PURE},
+declare("ScatterWeightedSum", (5, None), _scatter_weighted_sum, updates=(0,), traits={PURE},
         doc="(DATA, W0, INDICES, X1, W1, ...) -> DATA with each indexed row r = r w0 + X1[i] w1 + ... "
             "(every occurrence of a row scales it by w0, then all the slices add)")
 
@@ -224,11 +224,11 @@ def _sparse_adagrad(name):
 
 
 declare("SparseAdagrad", 5, _sparse_adagrad("SparseAdagrad"), results=2,
-        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "engine": ""}, traits={PURE},
+        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "engine": ""}, updates=(0, 1), traits={PURE},
         doc="(param, moment, INDICES, grad rows, lr) -> (param, moment), per index in order: "
             "g += weight_decay p[r], m[r] += g^2, p[r] += lr g / (sqrt(m[r]) + epsilon)")
 declare("RowWiseSparseAdagrad", (5, 6), _sparse_adagrad("RowWiseSparseAdagrad"), results=2,
-        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "counter_halflife": -1, "engine": ""}, traits={PURE},
+        attrs={"epsilon": 1e-5, "weight_decay": 0.0, "counter_halflife": -1, "engine": ""}, updates=(0, 1), traits={PURE},
         doc="SparseAdagrad with one moment per row (a vector): m[r] += mean(g^2); an optional 6th input, "
             "the rows' update counters (RowWiseCounter), scales the weight decay of row r by "
             "counter_halflife / counter[r] (1 where the counter is 0)")
@@ -240,7 +240,7 @@ def _row_wise_counter(types, attrs, n):
     return [prev, counter]
 
 
-declare("RowWiseCounter", 4, _row_wise_counter, results=2, attrs={"counter_halflife": -1}, traits={PURE},
+declare("RowWiseCounter", 4, _row_wise_counter, results=2, attrs={"counter_halflife": -1}, updates=(0, 1), traits={PURE},
         doc="(prev_iter, counter, INDICES, iter) -> (prev_iter, counter): for each index r in order, "
             "counter[r] = 1 + counter[r] 2^(-(iter - prev_iter[r]) / counter_halflife), prev_iter[r] = iter "
             "(how often each row is updated, decaying with a half-life in iterations)")
@@ -301,7 +301,7 @@ def _sparse_momentum(types, attrs, n):
 
 
 declare("SparseMomentumSGDUpdate", 5, _sparse_momentum, results=3, attrs={"momentum": 0.0, "nesterov": 0},
-        traits={PURE}, doc="(grad rows, moment, lr, param, INDICES) -> (adjusted rows, moment, param), per index "
+        updates=(1, 3), traits={PURE}, doc="(grad rows, moment, lr, param, INDICES) -> (adjusted rows, moment, param), per index "
                            "in order: m[r] = momentum m[r] + lr g; p[r] -= the adjusted step")
 
 
@@ -314,7 +314,7 @@ def _sparse_adam(types, attrs, n):
 
 declare("SparseAdam", 7, _sparse_adam, results=(3, 4), attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5,
                                                           "enableRAdam": 0, "engine": ""},
-        traits={PURE}, doc="(param, m1, m2, INDICES, grad rows, lr, iter) -> (param, m1, m2[, the step of "
+        updates=(0, 1, 2), traits={PURE}, doc="(param, m1, m2, INDICES, grad rows, lr, iter) -> (param, m1, m2[, the step of "
                            "each grad row]), per index in order: Adam's update of that row (t = iter + 1)")
 
 
@@ -327,7 +327,7 @@ def _smart_decay_sparse_adam(types, attrs, n):
 
 
 declare("SmartDecaySparseAdam", 8, _smart_decay_sparse_adam, results=(4, 5),
-        attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5}, traits={PURE},
+        attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5}, updates=(0, 1, 2, 3), traits={PURE},
         doc="(param, m1, m2, last_seen, INDICES, grad rows, lr, iter) -> (param, m1, m2, last_seen[, "
             "effective grad]): Adam on the rows read, each row catching up the k = t - last_seen[r] "
             "steps it missed (m2 decays by beta2^k; param takes the k steps of the decaying m1), "
@@ -345,7 +345,7 @@ def _row_wise_sparse_adam(types, attrs, n):
 
 
 declare("RowWiseSparseAdam", 7, _row_wise_sparse_adam, results=(3, 4),
-        attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5, "engine": ""}, traits={PURE},
+        attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5, "engine": ""}, updates=(0, 1, 2), traits={PURE},
         doc="SparseAdam with one second moment per row [rows], from the mean of the row's squared gradient")
 
 
@@ -357,7 +357,7 @@ def _sparse_adadelta(types, attrs, n):
 
 
 declare("SparseAdadelta", 6, _sparse_adadelta, results=3, attrs={"epsilon": 1e-5, "decay": 0.95, "engine": ""},
-        traits={PURE}, doc="(param, ms, delta, INDICES, grad rows, lr) -> (param, ms, delta), per index in "
+        updates=(0, 1, 2), traits={PURE}, doc="(param, ms, delta, INDICES, grad rows, lr) -> (param, ms, delta), per index in "
                            "order: Adadelta's update of that row")
 
 
@@ -370,5 +370,5 @@ def _sparse_ftrl(types, attrs, n):
 
 declare("SparseFtrl", 4, _sparse_ftrl, results=2, attrs={"alpha": 0.01, "beta": 1e-4, "lambda1": 0.0,
                                                           "lambda2": 0.0, "engine": ""},
-        traits={PURE}, doc="(param, n_z, INDICES, grad rows) -> (param, n_z), per index in order: FTRL's "
+        updates=(0, 1), traits={PURE}, doc="(param, n_z, INDICES, grad rows) -> (param, n_z), per index in order: FTRL's "
                            "update of that row")

@@ -143,8 +143,9 @@ def _two_large_pure(ops) -> bool:
 
 
 def _large_pure(op: Operation) -> bool:
+    # (a sparse update's result is its whole table, but it works on the rows it touches)
     if not op.opdef.is_pure or op.regions or len(op.results) != 1 or op.name == "Const" \
-            or op.opdef.fails(op):
+            or op.opdef.fails(op) or op.opdef.updates:
         return False
     t = op.result.type
     return isinstance(t, TensorType) and t.shape is not None and None not in t.shape and \
