@@ -6,7 +6,8 @@ and a large FC forward+backward against numpy's own matmuls.
 MLP: batch 256, 64-256-10, float32, FC-Relu-FC-SoftmaxWithLoss, plain SGD (lr 0.1).
 dslc runs the step as its training net (AddGradientOperators + build_sgd), once per
 session.run and as `steps` iterations of one execution step; PyTorch (if installed) runs
-the same model eagerly (torch.nn.Linear, cross_entropy, backward, SGD); every library
+the same model eagerly (torch.nn.Linear, cross_entropy, backward, SGD), JAX (if installed) as one
+jax.jit step (value_and_grad, SGD; XLA's own GEMMs, on one thread); every library
 gets `--threads` threads (default 1: BLAS threads that spin on a busy machine make
 figures meaningless), set before numpy is imported; the real Caffe2 (if /tmp/caffe2-venv exists, or
 $CAFFE2_VENV) runs the same brew model in its own process and prints its figure, which
@@ -14,6 +15,10 @@ is read here. Every figure is a median of warmed-up runs in this one process (ru
 timing); ratios are against the numba figure. `--clock cpu` times the CPU the process
 used instead of the wall clock: on a machine other jobs load, wall times measure them
 too (with one thread, CPU time is the work itself).
+
+Wide MLP: 784-1024-1024-10, batch 256, SGD, in one plan, against the floor of its matrix
+products run by numpy in this process (8 products; 9 with the first layer's input gradient,
+which Caffe2's FCGradient computes and dslc does too).
 
 Large FC: Y = X W^T + b, then (dW, db, dX) from dY, for X [fc-batch, 4096], W [4096, 4096],
 on dslc's numba backend, against numpy doing the same three products and the bias sum.
@@ -44,6 +49,8 @@ THREADS = _threads()
 CLOCK = time.process_time if "cpu" in sys.argv else time.perf_counter
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = THREADS  # (the Caffe2 process inherits them)
+# JAX's CPU backend (XLA) runs its own GEMMs on Eigen threads: one thread, like the others
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import numpy as np  # noqa: E402
 
@@ -99,6 +106,40 @@ def torch_mlp(threads):
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(xt), yt).backward()
             opt.step()
+    return median_time(steps, 5, CLOCK) / 20 * 1e3
+
+
+def jax_mlp():
+    """The same step as one jax.jit function (value_and_grad of the mean cross-entropy, SGD)."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    x, y = data()
+    rng = np.random.default_rng(1)
+    params = [jnp.asarray(rng.normal(size=s).astype(np.float32) * 0.1)
+              for s in ((D_IN, D_HID), (D_HID,), (D_HID, D_OUT), (D_OUT,))]
+    xj, yj = jnp.asarray(x), jnp.asarray(y)
+
+    def loss(p, x, y):
+        logits = jnp.maximum(x @ p[0] + p[1], 0) @ p[2] + p[3]
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+    @jax.jit
+    def step(p, x, y):
+        value, grads = jax.value_and_grad(loss)(p, x, y)
+        return [w - LR * g for w, g in zip(p, grads)], value
+
+    state = [params]
+
+    def steps():
+        p = state[0]
+        for _ in range(20):
+            p, value = step(p, xj, yj)
+        value.block_until_ready()
+        state[0] = p
+    steps()  # (compiles)
     return median_time(steps, 5, CLOCK) / 20 * 1e3
 
 
@@ -164,6 +205,48 @@ def large_fc(batch):
     return t_dslc * 1e3, median_time(numpy_fc, 3, CLOCK) * 1e3
 
 
+WIDE = (784, 1024, 1024, 10)
+
+
+def wide_mlp(steps):
+    """The 784-1024-1024-10 MLP (batch 256, SGD): (dslc numba ms per step in one plan, the
+    floor of the 8 matrix products a step needs (3 forward, 3 weight gradients, 2 input
+    gradients), the same with the first layer's input gradient (Caffe2's FCGradient makes
+    it: 9 products)), all on numpy's BLAS in this process."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(B, WIDE[0])).astype(np.float32)
+    ws = workspace.Workspace()
+    ws.feed_blob("data", x)
+    ws.feed_blob("label", rng.integers(0, WIDE[-1], B).astype(np.int32))
+    model = ModelHelper(name="wide")
+    h = "data"
+    for k in range(3):
+        h = brew.fc(model, h, f"w{k}", dim_in=WIDE[k], dim_out=WIDE[k + 1])
+        if k < 2:
+            h = brew.relu(model, h, f"r{k}")
+    _, loss = model.net.SoftmaxWithLoss([h, "label"], ["softmax", "loss"])
+    model.AddGradientOperators([loss])
+    optimizer.build_sgd(model, LR)
+    s = LocalSession(ws, backend="numba")
+    s.run(model.param_init_net)
+    loop = core.execution_step("train", [model.net], num_iter=steps)
+    s.run(loop)
+    dslc_ms = median_time(lambda: s.run(loop), 5, CLOCK) / steps * 1e3
+    ws_ = [rng.normal(size=(WIDE[k + 1], WIDE[k])).astype(np.float32) for k in range(3)]
+    acts = [x] + [rng.normal(size=(B, d)).astype(np.float32) for d in WIDE[1:]]
+
+    def products(first_dx):
+        for k in range(3):
+            np.dot(acts[k], ws_[k].T)
+        for k in (2, 1, 0):
+            np.dot(acts[k + 1].T, acts[k])
+            if k or first_dx:
+                np.dot(acts[k + 1], ws_[k])
+    need = median_time(lambda: products(False), 5, CLOCK) * 1e3
+    with_dx = median_time(lambda: products(True), 5, CLOCK) * 1e3
+    return dslc_ms, need, with_dx
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=200)
@@ -182,11 +265,16 @@ def main(argv=None):
     rows = [("dslc numba, in one plan", numba_loop), ("dslc numba, a run per step", numba_run),
             ("dslc numba, no passes, in a plan", bare_loop), ("dslc numba, no passes, per run", bare_run),
             ("dslc interp, in one plan", interp_loop), ("dslc interp, a run per step", interp_run),
-            (f"PyTorch eager ({threads} threads)", torch_ms), ("Caffe2 (own process)", caffe2_mlp())]
+            (f"PyTorch eager ({threads} threads)", torch_ms), ("JAX jit (XLA's own GEMMs)", jax_mlp()),
+            ("Caffe2 (own process)", caffe2_mlp())]
     print(f"MLP step, batch {B}, {D_IN}-{D_HID}-{D_OUT}, float32, SGD ({args.clock} ms per step; ratio to numba in one plan); "
           f"load average {os.getloadavg()[0]:.1f} at the start")
     for name, ms in rows:
         print(f"  {name:32s} " + ("not installed" if ms is None else f"{ms:8.3f} ms  {ms / numba_loop:6.2f}x"))
+    dslc_ms, need, with_dx = wide_mlp(max(20, args.steps // 4))
+    print(f"MLP step, batch {B}, {'-'.join(map(str, WIDE))}: dslc numba in one plan {dslc_ms:.2f} ms; "
+          f"its 8 products on numpy {need:.2f} ms (ratio {dslc_ms / need:.2f}); with the first layer's "
+          f"input gradient, 9 products {with_dx:.2f} ms (ratio {dslc_ms / with_dx:.2f})")
     d, n = large_fc(args.fc_batch)
     print(f"Large FC [{args.fc_batch}, 4096] x [4096, 4096] forward+backward: dslc numba {d:.1f} ms, "
           f"numpy {n:.1f} ms, ratio {d / n:.2f}")

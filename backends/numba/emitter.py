@@ -29,8 +29,8 @@ class NumbaEmitter(Emitter):
     interpreting = False  # set while writing an island's interpreter fallback
 
     def kernel_entry(self, name: str):
-        from .sparse import KERNELS  # the sparse updates: compiled row loops
-        k = KERNELS.get(name)
+        from . import conv, sparse  # compiled loops the interpreted ops call
+        k = sparse.KERNELS.get(name) or conv.KERNELS.get(name)
         return (k, False) if k is not None else super().kernel_entry(name)
 
     def partition(self, r):

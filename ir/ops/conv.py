@@ -12,6 +12,7 @@ pad_r``, ``dilation(s)``, ``legacy_pad`` (3: Caffe's ceil-mode pooling), ``globa
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -263,19 +264,21 @@ def _geometry(name, x, attrs, kernel=None):
     return Geometry(name, attrs, list(x.shape[2:]), kernel=kernel)
 
 
-def conv(x, w, *b, **attrs):
+def conv(x, w, *b, windows=None, **attrs):
+    """``windows``: how the image is cut into windows (default ``NUMPY_WINDOWS``)."""
+    windows = windows or NUMPY_WINDOWS
     x, w = _nchw(x, attrs), _nchw(w, attrs)
     g = _geometry("Conv", x, attrs, kernel=list(w.shape[2:]))
     group = int(attrs.get("group", 1))
     n, c = x.shape[:2]
     m = w.shape[0]
-    _, win = _windows(x, g)
     nd = len(g.kernel)
     if group == 1:  # (the usual case: one batched GEMM over the columns, straight into NCHW)
-        y = np.matmul(w.reshape(m, -1), _columns(win, nd)).reshape((n, m) + tuple(g.out))
+        y = np.matmul(w.reshape(m, -1), windows.columns(x, g)).reshape((n, m) + tuple(g.out))
         if b:
             y += b[0].reshape((1, m) + (1,) * nd)
         return _back(y.astype(x.dtype, copy=False), attrs)
+    _, win = _windows(x, g)
     win = win.reshape((n, group, c // group) + win.shape[2:])
     wg = w.reshape((group, m // group, c // group) + w.shape[2:])
     sp = "xyz"[:nd]
@@ -286,27 +289,16 @@ def conv(x, w, *b, **attrs):
     return _back(y.astype(x.dtype, copy=False), attrs)
 
 
-def _columns(win, nd):
-    """The windows [N, C, *out, *kernel] as columns [N, C * prod(kernel), prod(out)] (one
-    copy: what a GEMM with the [M, C * prod(kernel)] weight multiplies)."""
+def _columns(x, g):
+    """x's windows as columns [N, C * prod(kernel), prod(out)] (one copy: what a GEMM with
+    the [M, C * prod(kernel)] weight multiplies)."""
+    _, win = _windows(x, g)
+    nd = len(g.kernel)
     n, c = win.shape[:2]
     axes = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
     cols = np.ascontiguousarray(win.transpose(axes))
     # (sizes spelled out: an empty batch has no -1 to infer)
     return cols.reshape(n, c * int(np.prod(win.shape[2 + nd:])), int(np.prod(win.shape[2:2 + nd])))
-
-
-def _scatter_columns(dcols, g, x_shape):
-    """The gradient of x from the gradient of its columns [N, C, *kernel, *out], cropped."""
-    n, c = x_shape[:2]
-    padded = [s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads)]
-    dxp = np.zeros((n, c) + tuple(padded), dtype=dcols.dtype)
-    for offs in np.ndindex(*g.kernel):
-        at = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + s * (out - 1) + 1, s) for o, d, s, out in zip(offs, g.dilation, g.stride, g.out))
-        dxp[at] += dcols[(slice(None), slice(None)) + tuple(offs)]
-    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x_shape[2:], g.pads))
-    return dxp[crop]
 
 
 def _scatter_windows(dwin, g, x_shape):
@@ -322,7 +314,53 @@ def _scatter_windows(dwin, g, x_shape):
     return dxp[crop]
 
 
-def conv_grad(x, w, dy, no_bias=0, **attrs):
+def _matrix(x, g):
+    """x's windows as one matrix [C * prod(kernel), N * prod(out)]: row (c, *offset) holds
+    what every window of the batch reads there (one copy: what the gradient's GEMMs read)."""
+    _, win = _windows(x, g)
+    nd = len(g.kernel)
+    n, c = win.shape[:2]
+    axes = (1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd))
+    m = np.ascontiguousarray(win.transpose(axes))
+    return m.reshape(c * int(np.prod(win.shape[2 + nd:])), n * int(np.prod(win.shape[2:2 + nd])))
+
+
+def _scatter_matrix(dm, g, x_shape):
+    """The gradient of x from the gradient of its window matrix (``_matrix``'s layout):
+    each kernel offset's values added into the padded input at the positions it read
+    (offsets in order), then cropped."""
+    n, c = x_shape[:2]
+    nd = len(g.kernel)
+    padded = [s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads)]
+    # (added channel-major, as the matrix holds them: [C, N, *padded] is dx's transpose)
+    dxp = np.zeros((c, n) + tuple(padded), dtype=dm.dtype)
+    dr = dm.reshape((c,) + tuple(g.kernel) + (n,) + tuple(g.out))
+    for offs in np.ndindex(*g.kernel):
+        at = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + s * (out - 1) + 1, s) for o, d, s, out in zip(offs, g.dilation, g.stride, g.out))
+        dxp[at] += dr[(slice(None),) + tuple(offs)]
+    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x_shape[2:], g.pads))
+    return np.ascontiguousarray(dxp[crop].swapaxes(0, 1))
+
+
+class Windows(NamedTuple):
+    """How Conv and its gradient cut an image [N, C, *spatial] into windows (``g``: a
+    Geometry): ``columns(x, g)`` [N, C * prod(kernel), prod(out)] for the forward's batched
+    GEMM, ``matrix(x, g)`` [C * prod(kernel), N * prod(out)] for the gradient's two GEMMs,
+    and ``scatter(dmatrix, g, x_shape)`` adding a matrix gradient back into the image.
+    Backends may give compiled ones."""
+
+    columns: Callable
+    matrix: Callable
+    scatter: Callable
+
+
+NUMPY_WINDOWS = Windows(_columns, _matrix, _scatter_matrix)
+
+
+def conv_grad(x, w, dy, no_bias=0, windows=None, **attrs):
+    """``windows``: as ``conv``'s."""
+    windows = windows or NUMPY_WINDOWS
     x, w, dy = _nchw(x, attrs), _nchw(w, attrs), _nchw(dy, attrs)
     g = _geometry("Conv", x, attrs, kernel=list(w.shape[2:]))
     group = int(attrs.get("group", 1))
@@ -330,18 +368,18 @@ def conv_grad(x, w, dy, no_bias=0, **attrs):
     m = w.shape[0]
     nd = len(g.kernel)
     sp, ks = "xyz"[:nd], "ijk"[:nd]
-    _, win = _windows(x, g)
-    if group == 1:  # (batched GEMMs over the columns, as the forward)
-        cols = _columns(win, nd)
-        dy2 = dy.reshape(n, m, int(np.prod(g.out)))
-        w2 = w.reshape(m, -1)
-        dw = np.matmul(dy2, cols.transpose(0, 2, 1)).sum(axis=0).reshape(w.shape).astype(w.dtype)
-        dcols = np.matmul(w2.T, dy2).reshape((n, c) + tuple(g.kernel) + tuple(g.out))
-        dx = _scatter_columns(dcols, g, x.shape).astype(x.dtype)
+    if group == 1:
+        # one GEMM each over every window of the batch: dW = dY' M^T, dM = W'^T dY' (M: the
+        # window matrix; dY' is dY as [M, N * prod(out)], W' is W as [M, C * prod(kernel)])
+        mat = windows.matrix(x, g)
+        dyt = np.ascontiguousarray(dy.reshape(n, m, mat.shape[1] // max(n, 1)).transpose(1, 0, 2)).reshape(m, mat.shape[1])
+        dw = np.dot(dyt, mat.T).reshape(w.shape).astype(w.dtype)
+        dx = windows.scatter(np.dot(w.reshape(m, -1).T, dyt), g, x.shape).astype(x.dtype)
         dw, dx = _back(dw, attrs), _back(dx, attrs)
         if no_bias:
             return dw, dx
         return dw, dy.sum(axis=(0,) + tuple(range(2, 2 + nd))).astype(dy.dtype), dx
+    _, win = _windows(x, g)
     win = win.reshape((n, group, c // group) + win.shape[2:])
     dyg = dy.reshape((n, group, m // group) + dy.shape[2:])
     wg = w.reshape((group, m // group, c // group) + w.shape[2:])
