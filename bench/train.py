@@ -7,7 +7,7 @@ MLP: batch 256, 64-256-10, float32, FC-Relu-FC-SoftmaxWithLoss, plain SGD (lr 0.
 dslc runs the step as its training net (AddGradientOperators + build_sgd), once per
 session.run and as `steps` iterations of one execution step; PyTorch (if installed) runs
 the same model eagerly (torch.nn.Linear, cross_entropy, backward, SGD), JAX (if installed) as one
-jax.jit step (value_and_grad, SGD; XLA's own GEMMs, on one thread); every library
+jax.jit step (value_and_grad, SGD; XLA's own GEMMs) in a process pinned to one core; every library
 gets `--threads` threads (default 1: BLAS threads that spin on a busy machine make
 figures meaningless), set before numpy is imported; the real Caffe2 (if /tmp/caffe2-venv exists, or
 $CAFFE2_VENV) runs the same brew model in its own process and prints its figure, which
@@ -49,8 +49,6 @@ THREADS = _threads()
 CLOCK = time.process_time if "cpu" in sys.argv else time.perf_counter
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = THREADS  # (the Caffe2 process inherits them)
-# JAX's CPU backend (XLA) runs its own GEMMs on Eigen threads: one thread, like the others
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import numpy as np  # noqa: E402
 
@@ -109,38 +107,56 @@ def torch_mlp(threads):
     return median_time(steps, 5, CLOCK) / 20 * 1e3
 
 
+JAX_SCRIPT = """
+import os, sys, time, statistics
+os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})  # (XLA starts threads of its own: one core)
+import numpy as np
+import jax, jax.numpy as jnp
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.normal(size=({B}, {D_IN})).astype(np.float32))
+y = jnp.asarray(rng.integers(0, {D_OUT}, {B}).astype(np.int32))
+rng = np.random.default_rng(1)
+params = [jnp.asarray(rng.normal(size=s).astype(np.float32) * 0.1)
+          for s in (({D_IN}, {D_HID}), ({D_HID},), ({D_HID}, {D_OUT}), ({D_OUT},))]
+
+def loss(p, x, y):
+    logits = jnp.maximum(x @ p[0] + p[1], 0) @ p[2] + p[3]
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+@jax.jit
+def step(p, x, y):
+    value, grads = jax.value_and_grad(loss)(p, x, y)
+    return [w - {LR} * g for w, g in zip(p, grads)], value
+
+def steps(p):
+    for _ in range(20):
+        p, value = step(p, x, y)
+    value.block_until_ready()
+    return p
+params = steps(params)  # (compiles)
+ts = []
+for _ in range(5):
+    t = time.{clock}()
+    params = steps(params)
+    ts.append((time.{clock}() - t) / 20)
+print("JAX_MS", statistics.median(ts) * 1e3)
+"""
+
+
 def jax_mlp():
-    """The same step as one jax.jit function (value_and_grad of the mean cross-entropy, SGD)."""
+    """The same step as one jax.jit function (value_and_grad of the mean cross-entropy, SGD),
+    in a process of its own pinned to one core (XLA runs threads of its own)."""
     try:
-        import jax
-        import jax.numpy as jnp
+        import jax  # noqa: F401
     except ImportError:
         return None
-    x, y = data()
-    rng = np.random.default_rng(1)
-    params = [jnp.asarray(rng.normal(size=s).astype(np.float32) * 0.1)
-              for s in ((D_IN, D_HID), (D_HID,), (D_HID, D_OUT), (D_OUT,))]
-    xj, yj = jnp.asarray(x), jnp.asarray(y)
-
-    def loss(p, x, y):
-        logits = jnp.maximum(x @ p[0] + p[1], 0) @ p[2] + p[3]
-        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
-
-    @jax.jit
-    def step(p, x, y):
-        value, grads = jax.value_and_grad(loss)(p, x, y)
-        return [w - LR * g for w, g in zip(p, grads)], value
-
-    state = [params]
-
-    def steps():
-        p = state[0]
-        for _ in range(20):
-            p, value = step(p, xj, yj)
-        value.block_until_ready()
-        state[0] = p
-    steps()  # (compiles)
-    return median_time(steps, 5, CLOCK) / 20 * 1e3
+    out = subprocess.run([sys.executable, "-c", JAX_SCRIPT.format(B=B, D_IN=D_IN, D_HID=D_HID, D_OUT=D_OUT, LR=LR,
+                                                                   clock=CLOCK.__name__)],
+                         capture_output=True, text=True, timeout=600).stdout
+    for line in out.splitlines():
+        if line.startswith("JAX_MS"):
+            return float(line.split()[1])
+    return None
 
 
 CAFFE2_SCRIPT = """
@@ -265,7 +281,7 @@ def main(argv=None):
     rows = [("dslc numba, in one plan", numba_loop), ("dslc numba, a run per step", numba_run),
             ("dslc numba, no passes, in a plan", bare_loop), ("dslc numba, no passes, per run", bare_run),
             ("dslc interp, in one plan", interp_loop), ("dslc interp, a run per step", interp_run),
-            (f"PyTorch eager ({threads} threads)", torch_ms), ("JAX jit (XLA's own GEMMs)", jax_mlp()),
+            (f"PyTorch eager ({threads} threads)", torch_ms), ("JAX jit (one core; XLA's GEMMs)", jax_mlp()),
             ("Caffe2 (own process)", caffe2_mlp())]
     print(f"MLP step, batch {B}, {D_IN}-{D_HID}-{D_OUT}, float32, SGD ({args.clock} ms per step; ratio to numba in one plan); "
           f"load average {os.getloadavg()[0]:.1f} at the start")
