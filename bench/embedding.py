@@ -9,7 +9,7 @@ same ops (Gather, ReduceSum over the bag, Concat, FC, SquaredL2Distance, Average
 AddGradientOperators, build_sgd): Gather's gradient is sparse, so the update touches only
 the rows read. Both also run the SparseLengthsSum form (a bag's gather and sum in one op); PyTorch (if installed) runs
 EmbeddingBag(mode="sum", sparse=True) with torch.optim.SGD. Every library runs on one
-thread; each figure is the median of `--reps` timings of `--steps` steps, in this one run;
+thread (the process, and those it starts, pinned to one core); each figure is the median of `--reps` timings of `--steps` steps, in this one run;
 ratios are to dslc numba. The BLAS kernel numpy uses is printed (threadpoolctl).
 """
 from __future__ import annotations
@@ -28,7 +28,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import median_time  # noqa: E402
+from timing import median_time, one_core  # noqa: E402
+
+one_core()  # (one thread everywhere: dslc's thread pool and the other processes' too)
 
 TABLES, ROWS, DIM, BATCH, BAG, LR = 4, 100_000, 16, 256, 8, 0.01
 

@@ -6,9 +6,9 @@ Model (Caffe2's MNIST tutorial's LeNet, NCHW): 28x28 images, batch 64; conv 5x5 
 channels, max-pool 2x2, conv 5x5 to 50, max-pool 2x2, FC 800 -> 500, ReLU, FC 500 -> 10,
 SoftmaxWithLoss; plain SGD (lr 0.1). dslc and Caffe2 run the same program (brew,
 AddGradientOperators, build_sgd); PyTorch runs nn.Conv2d/MaxPool2d/Linear with
-torch.optim.SGD. One thread everywhere; each figure is the median of `--reps` timings of
-`--steps` steps, in this one run; ratios are to dslc numba. The BLAS kernel numpy uses is
-printed (threadpoolctl).
+torch.optim.SGD. One thread everywhere (the process, and those it starts, pinned to one
+core); each figure is the median of `--reps` timings of `--steps` steps, in this one run;
+ratios are to dslc numba. The BLAS kernel numpy uses is printed (threadpoolctl).
 """
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embedding import blas_kernel  # noqa: E402
-from timing import median_time  # noqa: E402
+from timing import median_time, one_core  # noqa: E402
+
+one_core()  # (one thread everywhere: dslc's thread pool and the other processes' too)
 
 B, LR = 64, 0.1
 

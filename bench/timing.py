@@ -15,3 +15,13 @@ def median_time(f, reps: int = 7, clock=time.perf_counter) -> float:
         f()
         ts.append(clock() - t)
     return statistics.median(ts)
+
+
+def one_core() -> int:
+    """Pin this process (and the processes it starts) to one core, the first it may use;
+    returns it. A "one thread" comparison then holds for every library, whatever threads
+    of its own it starts (XLA's, a thread pool's)."""
+    import os
+    core = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    return core

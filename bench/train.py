@@ -9,16 +9,18 @@ session.run and as `steps` iterations of one execution step; PyTorch (if install
 the same model eagerly (torch.nn.Linear, cross_entropy, backward, SGD), JAX (if installed) as one
 jax.jit step (value_and_grad, SGD; XLA's own GEMMs) in a process pinned to one core; every library
 gets `--threads` threads (default 1: BLAS threads that spin on a busy machine make
-figures meaningless), set before numpy is imported; the real Caffe2 (if /tmp/caffe2-venv exists, or
+figures meaningless), set before numpy is imported, and with one thread the process (and
+those it starts) is pinned to one core; the real Caffe2 (if /tmp/caffe2-venv exists, or
 $CAFFE2_VENV) runs the same brew model in its own process and prints its figure, which
 is read here. Every figure is a median of warmed-up runs in this one process (run.py's
 timing); ratios are against the numba figure. `--clock cpu` times the CPU the process
 used instead of the wall clock: on a machine other jobs load, wall times measure them
 too (with one thread, CPU time is the work itself).
 
-Wide MLP: 784-1024-1024-10, batch 256, SGD, in one plan, against the floor of its matrix
-products run by numpy in this process (8 products; 9 with the first layer's input gradient,
-which Caffe2's FCGradient computes and dslc does too).
+Wide MLP: 784-1024-1024-10, batch 256, SGD, against the floor of its matrix products run
+by numpy in this process: as a job whose workspace goes away (8 products: nothing can read
+the first layer's input gradient, so it is not computed), and in the session's workspace
+(9: data_grad is a blob the user may fetch, as in Caffe2).
 
 Large FC: Y = X W^T + b, then (dW, db, dX) from dY, for X [fc-batch, 4096], W [4096, 4096],
 on dslc's numba backend, against numpy doing the same three products and the bias sum.
@@ -53,11 +55,16 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import median_time  # noqa: E402
+from timing import median_time, one_core  # noqa: E402
+
+if THREADS == "1":
+    one_core()  # (one thread everywhere: dslc's thread pool, XLA's and Caffe2's too)
 
 from dslc import brew, core, optimizer, workspace  # noqa: E402
 from dslc.model_helper import ModelHelper  # noqa: E402
+from dslc.net_builder import ops  # noqa: E402
 from dslc.session import LocalSession  # noqa: E402
+from dslc.task import Task, TaskGroup, WorkspaceType, final_output  # noqa: E402
 
 B, D_IN, D_HID, D_OUT, LR = 256, 64, 256, 10, 0.1
 
@@ -225,10 +232,11 @@ WIDE = (784, 1024, 1024, 10)
 
 
 def wide_mlp(steps):
-    """The 784-1024-1024-10 MLP (batch 256, SGD): (dslc numba ms per step in one plan, the
-    floor of the 8 matrix products a step needs (3 forward, 3 weight gradients, 2 input
-    gradients), the same with the first layer's input gradient (Caffe2's FCGradient makes
-    it: 9 products)), all on numpy's BLAS in this process."""
+    """The 784-1024-1024-10 MLP (batch 256, SGD): (dslc numba ms per step in one plan run in
+    the session's workspace, the same in a job whose workspace goes away, the floor of the
+    8 matrix products a step needs (3 forward, 3 weight gradients, 2 input gradients), the
+    same with the first layer's input gradient (Caffe2's FCGradient makes it, and dslc in
+    a workspace someone may read: 9 products)), all on numpy's BLAS in this process."""
     rng = np.random.default_rng(2)
     x = rng.normal(size=(B, WIDE[0])).astype(np.float32)
     ws = workspace.Workspace()
@@ -248,6 +256,14 @@ def wide_mlp(steps):
     loop = core.execution_step("train", [model.net], num_iter=steps)
     s.run(loop)
     dslc_ms = median_time(lambda: s.run(loop), 5, CLOCK) / steps * 1e3
+    # the same steps as a job whose workspace goes away (as `dslc run` runs one): nothing
+    # can read data_grad there, so the first layer's FCGradient does not compute it
+    with TaskGroup(workspace_type=WorkspaceType.PRIVATE) as job, Task():
+        with ops.loop(steps):
+            ops.net(model.net)
+        final_output("loss")
+    s.run(job)
+    job_ms = median_time(lambda: s.run(job), 5, CLOCK) / steps * 1e3
     ws_ = [rng.normal(size=(WIDE[k + 1], WIDE[k])).astype(np.float32) for k in range(3)]
     acts = [x] + [rng.normal(size=(B, d)).astype(np.float32) for d in WIDE[1:]]
 
@@ -260,7 +276,7 @@ def wide_mlp(steps):
                 np.dot(acts[k + 1], ws_[k])
     need = median_time(lambda: products(False), 5, CLOCK) * 1e3
     with_dx = median_time(lambda: products(True), 5, CLOCK) * 1e3
-    return dslc_ms, need, with_dx
+    return dslc_ms, job_ms, need, with_dx
 
 
 def main(argv=None):
@@ -287,10 +303,11 @@ def main(argv=None):
           f"load average {os.getloadavg()[0]:.1f} at the start")
     for name, ms in rows:
         print(f"  {name:32s} " + ("not installed" if ms is None else f"{ms:8.3f} ms  {ms / numba_loop:6.2f}x"))
-    dslc_ms, need, with_dx = wide_mlp(max(20, args.steps // 4))
-    print(f"MLP step, batch {B}, {'-'.join(map(str, WIDE))}: dslc numba in one plan {dslc_ms:.2f} ms; "
-          f"its 8 products on numpy {need:.2f} ms (ratio {dslc_ms / need:.2f}); with the first layer's "
-          f"input gradient, 9 products {with_dx:.2f} ms (ratio {dslc_ms / with_dx:.2f})")
+    dslc_ms, job_ms, need, with_dx = wide_mlp(max(20, args.steps // 4))
+    print(f"MLP step, batch {B}, {'-'.join(map(str, WIDE))}, ms per step: the 8 products it needs on numpy "
+          f"{need:.2f}; 9 with the first layer's input gradient {with_dx:.2f}")
+    print(f"  dslc numba, a job (private workspace)  {job_ms:8.2f} ms  {job_ms / need:5.2f}x the 8 products")
+    print(f"  dslc numba, in the session's workspace {dslc_ms:8.2f} ms  {dslc_ms / with_dx:5.2f}x the 9 products")
     d, n = large_fc(args.fc_batch)
     print(f"Large FC [{args.fc_batch}, 4096] x [4096, 4096] forward+backward: dslc numba {d:.1f} ms, "
           f"numpy {n:.1f} ms, ratio {d / n:.2f}")

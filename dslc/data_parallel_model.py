@@ -30,7 +30,7 @@ import copy
 from collections import OrderedDict
 
 from dslc import core, scope
-from dslc.backends.runtime.cores import usable_cpus
+from dslc.ir.cores import usable_cpus
 from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
 from dslc.proto import caffe2_pb2

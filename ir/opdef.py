@@ -80,6 +80,9 @@ class OpDef:
     # is such an operand with the indexed rows changed, so a backend may write the operand
     # in place when nothing else reads it, and the op's work is the rows, not the table
     updates: tuple[int, ...] = ()
+    # how many of the last results a pass may drop when nothing uses them: the op then
+    # makes only the others, and does not compute the dropped ones (FCGradient's dX)
+    optional_results: int = 0
     # whether ``traits`` holds PURE: a plain field (set by __post_init__), since passes ask
     # it of every op
     is_pure: bool = field(init=False, repr=False, compare=False, default=False)

@@ -255,3 +255,25 @@ def test_a_training_loop_is_one_function_dropout_included(monkeypatch, dtype):
     assert mask.dtype == np.bool_ and mask.tolist() == got["interp"][5].tolist()  # the same draws
     assert 0.55 < mask.mean() < 0.85  # kept with probability 0.7
     np.testing.assert_allclose(d1, r1 * mask / dtype(0.7), rtol=1e-6)  # Caffe2's inverted dropout
+
+
+def test_a_training_job_does_not_compute_the_first_layers_input_gradient(backend):
+    # in a task whose workspace goes away, nothing can read data_grad: the first FC's
+    # gradient makes (dW, db) only; the losses are those of the same net run step by step
+    # in a workspace (where data_grad is computed and kept)
+    from dslc.net_builder import ops
+    from dslc.task import Task, TaskGroup, WorkspaceType, final_output
+    want = [step[0] for step in run(backend, plain_sgd, steps=3)[0]]
+    ws = workspace.Workspace()
+    feed(ws)
+    model, _ = plain_sgd()
+    with TaskGroup(workspace_type=WorkspaceType.PRIVATE) as group, Task():
+        ops.net(model.param_init_net)
+        with ops.loop(3):
+            ops.net(model.net)
+        loss = final_output("loss")
+    s = LocalSession(ws, backend=backend)
+    s.run(group)
+    np.testing.assert_allclose(loss.fetch(), want[-1], rtol=2e-6)
+    grads = [op for op in s.compile(group).module.walk() if op.name == "FCGradient"]
+    assert sorted(len(op.results) for op in grads) == [2, 3]  # (the second layer's dX is the first's dY)

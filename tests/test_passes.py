@@ -4,6 +4,8 @@ The expected texts were written and checked by hand against each pass's contract
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dslc.ir import parse, print_module, verify
@@ -39,6 +41,39 @@ module {
       store @"x"(%a)
       store @"y"(%b)
       store @"z"(%a)
+    }
+  }
+}
+""")
+
+case('dce: an FCGradient whose dX nothing needs stops computing it; one whose dX is used keeps it', "dce", """
+module {
+  group body {
+    task @"t" {outputs = [@"w1", @"w2"]} body {
+      %x = load @"x" : f32[4,3]
+      %w = load @"w" : f32[5,3]
+      %dy = load @"dy" : f32[4,5]
+      %dw, %db, %dx = FCGradient(%x, %w, %dy) : f32[5,3], f32[5], f32[4,3]
+      store @"w1"(%dw)
+      store @"x_grad"(%dx)
+      %dw2, %db2, %dx2 = FCGradient(%x, %w, %dy) : f32[5,3], f32[5], f32[4,3]
+      %s = Sum(%dx2, %x) : f32[4,3]
+      store @"w2"(%s)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"w1", @"w2"]} body {
+      %x = load @"x" : f32[4,3]
+      %w = load @"w" : f32[5,3]
+      %dy = load @"dy" : f32[4,5]
+      %dw, %db = FCGradient(%x, %w, %dy) : f32[5,3], f32[5]
+      store @"w1"(%dw)
+      %dw2, %db2, %dx2 = FCGradient(%x, %w, %dy) : f32[5,3], f32[5], f32[4,3]
+      %s = Sum(%dx2, %x) : f32[4,3]
+      store @"w2"(%s)
     }
   }
 }
@@ -581,7 +616,9 @@ module {
 
 
 @pytest.mark.parametrize("before, passes, after", CASES)
-def test_pass(before, passes, after):
+def test_pass(before, passes, after, monkeypatch):
+    # (the cases are written for a process that may run on two CPUs: schedule's concurrent ops)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     module = parse(before)
     PassManager(passes.split(","), verify_each=True).run(module)
     verify(module)
@@ -589,6 +626,29 @@ def test_pass(before, passes, after):
     assert_uses_are_live(module)
     # every pass output is valid text again
     assert print_module(parse(print_module(module))) == print_module(module)
+
+
+def test_on_one_cpu_schedule_makes_no_concurrent_op(monkeypatch):
+    # (two ops over large arrays only take turns on one CPU, and a concurrent op would
+    # split the run of ops the numba backend compiles as one function)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    text = """
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %a = load @"a" : f32[1000000]
+      %b = load @"b" : f32[1000000]
+      %x = Exp(%a) : f32[1000000]
+      %y = Log(%b) : f32[1000000]
+      %z = Add(%x, %y) : f32[1000000]
+      store @"y"(%z)
+    }
+  }
+}
+"""
+    module = parse(text)
+    PassManager(["schedule"], verify_each=True).run(module)
+    assert print_module(module, with_locs=False).strip() == text.strip()
 
 
 def test_loop_nest_of_the_loops_example_is_pure_dataflow(capsys):

@@ -49,7 +49,7 @@ def test_thread_pools_count_the_cpus_the_process_may_use(monkeypatch):
     """Pinned to one CPU, a process gets no second worker (the machine may have more)."""
     import os
 
-    from dslc.backends.runtime import cores
+    from dslc.ir import cores
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     assert cores.usable_cpus() == 1

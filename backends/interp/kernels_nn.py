@@ -150,6 +150,11 @@ for _name, _fn in FUNCTIONS.items():
     kernel(_name)(_plain(_fn))
 
 
+@kernel("FCGradient")
+def _fc_grad(op, cfg):  # (without its optional dX when the op has only two results)
+    return bound(functools.partial(nm.fc_grad, with_dx=len(op.results) == 3), op.attrs)
+
+
 def _results(out, n: int):
     """The first ``n`` of a kernel's results (a tuple; a single array is one result)."""
     if not isinstance(out, tuple):

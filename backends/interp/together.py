@@ -5,7 +5,7 @@ really run in parallel.
 """
 from __future__ import annotations
 
-from dslc.backends.runtime.cores import usable_cpus
+from dslc.ir.cores import usable_cpus
 from dslc.backends.runtime.ieee import in_ieee
 
 _pool = None  # a ThreadPoolExecutor, made (and concurrent.futures imported) on first use

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dslc.backends.runtime.cores import usable_cpus
+from dslc.ir.cores import usable_cpus
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
 from dslc.backends.runtime.memory import keep_freed_memory

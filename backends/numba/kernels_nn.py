@@ -109,10 +109,24 @@ def _fc_grad(x, w, dy):
 """)
 
 
+helper("FCWeightGradient", """
+def _fc_weight_grad(x, dy):
+    # (dW, db) of Y = X W^T + b: FCGradient without its dX
+    n, m = dy.shape
+    db = dy[0].copy()
+    for i in range(1, n):
+        for j in range(m):
+            db[j] += dy[i, j]
+    return np.dot(dy.T, x), db
+""")
+
+
 @kernel("FCGradient")
 def _fc_grad(op, a):
     if not _plain_fc(op) or _rank(op.operands[2]) != 2:
         return None
+    if len(op.results) == 2:
+        return f"_fc_weight_grad({a[0]}, {a[2]})"
     return f"_fc_grad({a[0]}, {a[1]}, {a[2]})"
 
 

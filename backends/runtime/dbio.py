@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import xxhash
 
-from dslc.backends.runtime.cores import usable_cpus
+from dslc.ir.cores import usable_cpus
 
 BATCH = 8 << 20  # bytes gathered per writev on save
 PARALLEL_MIN = 1 << 20  # below this, a helper thread costs more than it saves

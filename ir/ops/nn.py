@@ -89,11 +89,11 @@ declare("FC", 3, _fc, attrs={"axis": 1, "axis_w": 1}, traits={PURE},
 
 def _fc_grad(types, attrs, n):
     x, w, dy = floats("FCGradient", types)
-    return [w, TensorType(w.dtype, None if w.shape is None else (split2d("FC", w, int(attrs["axis_w"]))[1],)), x]
+    return [w, TensorType(w.dtype, None if w.shape is None else (split2d("FC", w, int(attrs["axis_w"]))[1],)), x][:n]
 
 
-declare("FCGradient", 3, _fc_grad, results=3, attrs={"axis": 1, "axis_w": 1}, traits={PURE},
-        doc="(dW, db, dX) of FC from (X, W, dY)")
+declare("FCGradient", 3, _fc_grad, results=(2, 3), attrs={"axis": 1, "axis_w": 1}, traits={PURE},
+        optional_results=1, doc="(dW, db[, dX]) of FC from (X, W, dY)")
 
 
 @gradient("FC")

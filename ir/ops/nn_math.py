@@ -35,13 +35,15 @@ def fc(x, w, b, axis=1, axis_w=1):
     return y.reshape(x.shape[:axis % max(x.ndim, 1)] + (w2.shape[0],))
 
 
-def fc_grad(x, w, dy, axis=1, axis_w=1):
-    """(dW, db, dX) of FC."""
+def fc_grad(x, w, dy, axis=1, axis_w=1, with_dx=True):
+    """(dW, db, dX) of FC; (dW, db) without ``with_dx``."""
     x2 = as_2d(x, axis)
     w2 = as_2d(w, axis_w)
     dy2 = dy.reshape(x2.shape[0], w2.shape[0])
     dw = np.dot(dy2.T, x2).reshape(w.shape)
     db = dy2.sum(axis=0)
+    if not with_dx:
+        return dw, db
     dx = np.dot(dy2, w2).reshape(x.shape)
     return dw, db, dx
 

@@ -8,7 +8,8 @@
 * then, mark and sweep: ops with effects are live, and so are pure ops that may fail
   (an integer ``Div`` whose divisor may be 0: its error is a result the user sees), and
   whatever they use, transitively, through carried loop values and ``if`` results; the rest goes,
-  including carried values and results nothing live needs.
+  including carried values and results nothing live needs, and the optional last
+  results of an op (FCGradient's dX) when nothing live needs them.
 
     %c = Const {value = dense<i64: 2>} : i64       (nothing uses %c)
     store @"tmp"(%x)        (in a PRIVATE task; nothing reads @"tmp")   ->   (both gone)
@@ -260,6 +261,8 @@ class DeadCode(Pass):
         live = self.live_ops
         for op in r.ops:
             if op in live or op.name == "yield":
+                if op.opdef.optional_results:
+                    self.drop_optional_results(op)
                 if op.regions:
                     if op.name in _SLOTTED:
                         self.drop_dead_slots(op)
@@ -274,6 +277,16 @@ class DeadCode(Pass):
                 op.operands = []
         if len(keep) != len(r.ops):
             r.ops = keep  # (the ops kept are the region's already)
+
+    def drop_optional_results(self, op: Operation) -> None:
+        """Drop the last results nothing live needs, as many as the op's declaration allows
+        (``optional_results``): the op then does not compute them."""
+        results, live_vals = op.results, self.live_vals
+        k = 0
+        while k < op.opdef.optional_results and results[-1 - k] not in live_vals:
+            k += 1
+        if k:  # (their users are dead: this sweep erases them, and their uses with them)
+            results[:] = results[:len(results) - k]
 
     def drop_dead_slots(self, op: Operation) -> None:
         """Remove the carried values / if results nothing live needs, all at once (one

@@ -9,7 +9,8 @@ checks, terminators, ops that run other code on the workspace and ops that may f
 (an error must come after the effects before it, and before those after it) are
 barriers.
 Ops are then placed by topological generation (original order within one); in a
-generation, two or more pure ops over large arrays become a ``concurrent`` op::
+generation, two or more pure ops over large arrays become a ``concurrent`` op (when the
+process may run on two CPUs or more: its affinity mask says)::
 
     %x = Exp(%a) : f32[1000000]           %x, %y = concurrent : f32[1000000], f32[1000000] {
     %y = Log(%b) : f32[1000000]     ->      %x1 = Exp(%a) : f32[1000000]
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 
 from ..builder import make_op
+from ..cores import usable_cpus
 from ..core import Module, Operation, Region
 from ..types import TensorType
 from .analysis import STRUCTURED, is_barrier, set_ops, volatile_blobs
@@ -37,6 +39,9 @@ class Schedule(Pass):
     name = "schedule"
 
     def run(self, module: Module) -> None:
+        if usable_cpus() < 2:
+            return  # (one CPU: ops run together only take turns, and a `concurrent` op splits
+            #        the stretch of ops a backend would compile as one function)
         self.module = module
         self._volatile = None
         for op in module.walk():  # a list made before any rewrite
