@@ -31,11 +31,12 @@ POSITIVE = ("Sqrt", "Log", "Rsqrt", "Log1p")
 ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")  # drawn 3 times as often as the other elementwise ops  # defined (with a derivative) only for positive inputs
 MAX_SIZE = 48  # elements of one tensor
 # the statements a program draws from, by kind; "Accumulate" is a loop adding a tensor
-KINDS = {"elementwise": ELEMENTWISE, "binary": BINARY, "Reduce": ("ReduceSum", "ReduceMean"),
+BAGS = ("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "Gather")  # a table's rows
+KINDS = {"elementwise": ELEMENTWISE, "binary": BINARY, "Reduce": ("ReduceSum", "ReduceMean"), "Bags": BAGS,
          **{k: (k,) for k in ("Transpose", "Reshape", "Flatten", "ExpandDims", "Squeeze", "Slice",
                               "SumElements", "Softmax", "MatMul", "FC", "Concat", "SquaredL2Distance", "Accumulate")}}
 # elementwise chains are what fusion and its kernels work on: drawn more often
-WEIGHTS = {"elementwise": 4, "binary": 2}
+WEIGHTS = {"elementwise": 4, "binary": 2, "Bags": 2}
 SCALAR_KINDS = ("elementwise", "binary", "ExpandDims", "SumElements", "Accumulate")  # take 0-d
 ALL_OPS = frozenset(op for names in KINDS.values() for op in names)
 
@@ -213,6 +214,19 @@ class _Drawer:
     def draw_SquaredL2Distance(self, dst, x, shape):
         return Stmt(dst, "SquaredL2Distance", (x, self.const(shape))), shape[:1]
 
+    def draw_Bags(self, dst, x, shape):
+        """Rows of ``x`` (a table: its first dim) picked by ids: summed (or averaged, or weighted)
+        in bags of given lengths, or gathered; the ids and lengths are attributes (int
+        constants the recording makes), the weights a new constant."""
+        op = self.pick(BAGS)
+        ids = tuple(self.draw(st.lists(st.integers(0, shape[0] - 1), min_size=1, max_size=6)))
+        if op == "Gather":
+            return Stmt(dst, op, (x,), (("ids", ids),)), (len(ids),) + shape[1:]
+        cuts = sorted(self.draw(st.lists(st.integers(0, len(ids)), max_size=2)))
+        lengths = tuple(b - a for a, b in zip([0] + cuts, cuts + [len(ids)]))  # (empty bags too)
+        operands = (x, self.const((len(ids),))) if op == "SparseLengthsWeightedSum" else (x,)
+        return Stmt(dst, op, operands, (("ids", ids), ("lengths", lengths))), (len(lengths),) + shape[1:]
+
     def draw_Accumulate(self, dst, x, shape):
         return Stmt(dst, "Accumulate", (x,), count=self.draw(st.integers(0, 3))), shape
 
@@ -259,6 +273,15 @@ def _record(p: Program, net, named: dict) -> None:
             net.Concat(args, [out, f"{out}_split"], **dict(s.attrs))
         elif s.op == "Reshape":
             net.Reshape(args, [out, f"{out}_old_shape"], shape=list(dict(s.attrs)["shape"]))
+        elif s.op in BAGS:
+            a = dict(s.attrs)
+            ids = net.GivenTensorInt64Fill([], [f"{out}_ids"], shape=[len(a["ids"])], values=list(a["ids"]))
+            if s.op == "Gather":
+                net.Gather([args[0], ids], [out])
+                continue
+            lengths = net.GivenTensorIntFill([], [f"{out}_lengths"], shape=[len(a["lengths"])],
+                                             values=list(a["lengths"]))
+            getattr(net, s.op)(args[:1] + args[1:] + [ids, lengths], [out])
         else:
             attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in s.attrs}
             getattr(net, s.op)(args, [out], **attrs)
@@ -312,6 +335,19 @@ def _slice(x, starts, ends):
     return x[tuple(slice(s, d if e == -1 else e) for s, e, d in zip(starts, ends, x.shape))]
 
 
+def _bags(op, table, args, a):
+    """Each bag's rows of ``table`` added in order (times their weights; averaged)."""
+    ids, out, k = a["ids"], np.zeros((len(a["lengths"]),) + table.shape[1:], table.dtype), 0
+    for s, n in enumerate(a["lengths"]):
+        for _ in range(n):
+            row = table[ids[k]] * args[1][k] if op == "SparseLengthsWeightedSum" else table[ids[k]]
+            out[s] = out[s] + row
+            k += 1
+        if op == "SparseLengthsMean" and n:
+            out[s] = out[s] / n
+    return out
+
+
 def _erf(x):
     return np.vectorize(math.erf, otypes=[x.dtype])(x)
 
@@ -356,6 +392,8 @@ def _apply(s: Stmt, args, dt):
         "FC": lambda: _as_matrix(x, 1) @ args[1].T + args[2],
         "Concat": lambda: np.concatenate([x, args[1]], axis=a["axis"]),
         "SquaredL2Distance": lambda: 0.5 * ((x - args[1]) ** 2).reshape(x.shape[0], -1).sum(axis=1),
+        "Gather": lambda: x[list(a.get("ids", ()))],
+        **{op: lambda op=op: _bags(op, x, args, a) for op in BAGS[:3]},
     }
     if s.op == "Accumulate":
         acc = x.copy()

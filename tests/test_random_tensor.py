@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import programs as P
 import programs_tensor as T
-from dslc import workspace
+from dslc import core, workspace
 from dslc.ir.gradients import GRADIENTS
 from dslc.session import LocalSession
 
@@ -49,6 +49,17 @@ def test_tensor_programs_agree_with_the_evaluator(backend, program):
     for passes in ("default", "none"):
         _close(P.run_task(task, outputs, backend, passes), want, program.dtype, f"{backend}, {passes}")
     _close(P.run_text(P.ir_text(task), backend), want, program.dtype, f"{backend}, the IR text")
+
+
+def _dense(grad, x):
+    """A gradient blob's value; a sparse one (a table's rows, core.GradientSlice) added up
+    into a dense array of ``x``'s shape."""
+    if not isinstance(grad, core.GradientSlice):
+        return workspace.FetchBlob(str(grad))
+    dense = np.zeros_like(x)
+    idx = workspace.FetchBlob(str(grad.indices)).reshape(-1)
+    np.add.at(dense, idx, workspace.FetchBlob(str(grad.values)).reshape((idx.size,) + x.shape[1:]))
+    return dense
 
 
 def _numeric_grad(program, values, name, project):
@@ -90,7 +101,7 @@ def test_tensor_program_gradients_match_finite_differences(backend, program, inl
     for name in values:
         if name not in grads:
             continue
-        got = workspace.FetchBlob(str(grads[name]))
+        got = _dense(grads[name], values[name])
         want = _numeric_grad(program, dict(values), name, project)
         scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * scale, err_msg=f"d loss / d {name}")
