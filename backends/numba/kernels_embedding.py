@@ -15,21 +15,11 @@ from __future__ import annotations
 from dslc.ir.ops.shape import given_axis
 
 from .failures import CHECKS, interpreted
-from .kernels import HELPERS, tensor
 from .kernels import kernel as _register
-from .kernels_nn import NN_HELPERS
+from .kernels import tensor
+from .kernels_nn import helper
 
 SUM, MEAN, WEIGHTED = 0, 1, 2  # the helpers' ``mode``
-
-
-def helper(op_names, source: str) -> None:
-    """``source`` defines the helper the kernels of ``op_names`` call (see kernels_nn.helper);
-    the ops count as training ops for the islands' work threshold."""
-    text = "\n\n@njit(cache=True, nogil=True)\n" + source.strip("\n") + "\n"
-    for part in text.split("def ")[1:]:  # (a kernel may call any function the text defines)
-        HELPERS[part.split("(", 1)[0]] = text
-    for name in op_names:
-        NN_HELPERS[name] = text
 
 
 def _floats(*vs, ranks=None) -> bool:

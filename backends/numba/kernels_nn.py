@@ -41,17 +41,21 @@ def elements(op) -> float:
     return float(max(sizes or [1]))
 
 
-def helper(name: str, source: str):
-    """``source`` defines one function, the helper of op ``name``; the writer adds it to a
-    module whose code calls it (kernels.HELPERS, by function name)."""
+def helper(names, source: str):
+    """``source`` defines the helper function(s) the kernels of op ``names`` (a name or a
+    tuple of them) call; the writer adds the text to a module whose code calls any of its
+    functions (kernels.HELPERS, by function name). The ops count as training ops for the
+    islands' work threshold."""
     text = "\n\n@njit(cache=True, nogil=True)\n" + source.strip("\n") + "\n"
-    NN_HELPERS[name] = text
-    fname = text.split("def ", 1)[1].split("(", 1)[0]
-    if "_DT" in fname:  # one per dtype (the loss keeps its type)
-        for dt in ("float32", "float64"):
-            HELPERS[fname.replace("DT", dt)] = text.replace("DT", dt)
-    else:
-        HELPERS[fname] = text
+    for name in (names,) if isinstance(names, str) else names:
+        NN_HELPERS[name] = text
+    for part in text.split("def ")[1:]:
+        fname = part.split("(", 1)[0]
+        if "_DT" in fname:  # one per dtype (the loss keeps its type)
+            for dt in ("float32", "float64"):
+                HELPERS[fname.replace("DT", dt)] = text.replace("DT", dt)
+        else:
+            HELPERS[fname] = text
 
 
 def _dt(op, i=0):
