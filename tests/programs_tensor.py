@@ -34,9 +34,10 @@ MAX_SIZE = 48  # elements of one tensor
 BAGS = ("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "Gather")  # a table's rows
 KINDS = {"elementwise": ELEMENTWISE, "binary": BINARY, "Reduce": ("ReduceSum", "ReduceMean"), "Bags": BAGS,
          **{k: (k,) for k in ("Transpose", "Reshape", "Flatten", "ExpandDims", "Squeeze", "Slice",
-                              "SumElements", "Softmax", "MatMul", "FC", "Concat", "SquaredL2Distance", "Accumulate")}}
+                              "SumElements", "Softmax", "MatMul", "FC", "Concat", "SquaredL2Distance", "Conv",
+                              "Accumulate")}}
 # elementwise chains are what fusion and its kernels work on: drawn more often
-WEIGHTS = {"elementwise": 4, "binary": 2, "Bags": 2}
+WEIGHTS = {"elementwise": 4, "binary": 2, "Bags": 2, "Conv": 2}
 SCALAR_KINDS = ("elementwise", "binary", "ExpandDims", "SumElements", "Accumulate")  # take 0-d
 ALL_OPS = frozenset(op for names in KINDS.values() for op in names)
 
@@ -87,9 +88,11 @@ def _factor(draw, size: int, rank: int) -> tuple:
     return tuple(dims) + (size,)
 
 
-def _shape(draw, max_rank=3) -> tuple:
+def _shape(draw, max_rank=4) -> tuple:
     rank = draw(st.integers(1, max_rank))
-    return tuple(draw(st.integers(1, 4)) for _ in range(rank))
+    # (an image batch [N, C, H, W] for Conv now and then: smaller dims, at most 48 elements)
+    return tuple(draw(st.integers(1, 4 if rank < 4 else 3)) for _ in range(rank)) if rank < 4 else \
+        (1, draw(st.integers(1, 2))) + tuple(draw(st.integers(2, 4)) for _ in range(2))
 
 
 class _Drawer:
@@ -227,6 +230,26 @@ class _Drawer:
         operands = (x, self.const((len(ids),))) if op == "SparseLengthsWeightedSum" else (x,)
         return Stmt(dst, op, operands, (("ids", ids), ("lengths", lengths))), (len(lengths),) + shape[1:]
 
+    def draw_Conv(self, dst, x, shape):
+        """A convolution of ``x`` seen as [N, C, *spatial] (1 or 2 spatial dims) with new
+        weight and bias constants: kernel, stride, pads and dilation drawn per dim."""
+        if len(shape) not in (3, 4):
+            return None
+        spatial, geo, out = shape[2:], [], []
+        for size in spatial:
+            k, st_, d = self.draw(st.integers(1, 3)), self.draw(st.integers(1, 2)), self.draw(st.integers(1, 2))
+            p0, p1 = self.draw(st.integers(0, 1)), self.draw(st.integers(0, 1))
+            span = d * (k - 1) + 1
+            if size + p0 + p1 < span:
+                return None
+            geo.append((k, st_, d, p0, p1))
+            out.append((size + p0 + p1 - span) // st_ + 1)
+        m = self.draw(st.integers(1, 3))
+        w = self.const((m, shape[1]) + tuple(g[0] for g in geo))
+        attrs = (("strides", tuple(g[1] for g in geo)), ("dilations", tuple(g[2] for g in geo)),
+                 ("pads", tuple(g[3] for g in geo) + tuple(g[4] for g in geo)))
+        return Stmt(dst, "Conv", (x, w, self.const((m,))), attrs), (shape[0], m) + tuple(out)
+
     def draw_Accumulate(self, dst, x, shape):
         return Stmt(dst, "Accumulate", (x,), count=self.draw(st.integers(0, 3))), shape
 
@@ -335,6 +358,22 @@ def _slice(x, starts, ends):
     return x[tuple(slice(s, d if e == -1 else e) for s, e, d in zip(starts, ends, x.shape))]
 
 
+def _conv(x, w, b, a):
+    """Conv by its definition: each output element the sum over a window of the padded,
+    dilated input times the weights, plus the bias."""
+    nd = x.ndim - 2
+    pads = a["pads"]
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)])
+    span = [d * (k - 1) + 1 for k, d in zip(w.shape[2:], a["dilations"])]
+    out = [(xp.shape[2 + i] - span[i]) // a["strides"][i] + 1 for i in range(nd)]
+    y = np.zeros((x.shape[0], w.shape[0]) + tuple(out), x.dtype)
+    for pos in np.ndindex(*out):
+        window = xp[(slice(None), slice(None)) + tuple(
+            slice(p * s, p * s + sp, d) for p, s, sp, d in zip(pos, a["strides"], span, a["dilations"]))]
+        y[(slice(None), slice(None)) + pos] = np.tensordot(window, w, axes=(list(range(1, nd + 2)),) * 2)
+    return y + b.reshape((1, -1) + (1,) * nd)
+
+
 def _bags(op, table, args, a):
     """Each bag's rows of ``table`` added in order (times their weights; averaged)."""
     ids, out, k = a["ids"], np.zeros((len(a["lengths"]),) + table.shape[1:], table.dtype), 0
@@ -393,6 +432,7 @@ def _apply(s: Stmt, args, dt):
         "Concat": lambda: np.concatenate([x, args[1]], axis=a["axis"]),
         "SquaredL2Distance": lambda: 0.5 * ((x - args[1]) ** 2).reshape(x.shape[0], -1).sum(axis=1),
         "Gather": lambda: x[list(a.get("ids", ()))],
+        "Conv": lambda: _conv(x, args[1], args[2], a),
         **{op: lambda op=op: _bags(op, x, args, a) for op in BAGS[:3]},
     }
     if s.op == "Accumulate":

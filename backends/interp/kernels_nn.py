@@ -14,7 +14,7 @@ import numpy as np
 
 from dslc.backends.runtime import collectives
 from dslc.backends.runtime.streams import stream
-from dslc.ir.ops import (activations, adaptive, conv, losses, nn_grads, normalization, products, quantized,
+from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, products, quantized,
                         recurrent, reductions, segments, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
@@ -55,7 +55,7 @@ FUNCTIONS = {
     "GFtrl": nm.gftrl,
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
-    **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv.FUNCTIONS,
+    **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv_math.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS,
 }

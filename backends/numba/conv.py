@@ -1,7 +1,7 @@
 """The numba backend's kernels for convolution and max pooling's gradient (2-D, NCHW):
 compiled loops for the parts numpy does as strided copies or one pass per kernel offset.
 
-Conv and ConvGradient keep the interpreter's GEMMs (ir/ops/conv.py) and get their windows
+Conv and ConvGradient keep the interpreter's GEMMs (ir/ops/conv_math.py) and get their windows
 from compiled loops (``WINDOWS``: the image cut into columns or one window matrix, a
 matrix gradient added back into the image, kernel offset by offset as numpy adds it); MaxPoolGradient is one compiled pass over the windows. Like ``sparse``, they run between islands as the
 interpreter's kernels would, and give its answers up to the order in which an image
@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from dslc.backends.interp.kernels_nn import bound
-from dslc.ir.ops import conv as C
+from dslc.ir.ops import conv_math as C
 
 
 @njit(cache=True, nogil=True)
@@ -103,12 +103,12 @@ def _compiled(fallback, kernel):
 
 def _scatter_matrix(dm, g, x_shape):
     if len(g.kernel) != 2 or not dm.flags.c_contiguous:
-        return C._scatter_matrix(dm, g, x_shape)
+        return C.scatter_matrix(dm, g, x_shape)
     kh, kw, sh, sw, dh, dw, ph, pw, oh, ow = _geometry_args(g)
     return _scatter_matrix_2d(dm, *x_shape, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw)
 
 
-WINDOWS = C.Windows(_compiled(C._columns, _columns_2d), _compiled(C._matrix, _matrix_2d), _scatter_matrix)
+WINDOWS = C.Windows(_compiled(C.columns, _columns_2d), _compiled(C.matrix, _matrix_2d), _scatter_matrix)
 
 
 @njit(cache=True, nogil=True)
@@ -138,7 +138,7 @@ def _max_pool_grad(x, y, dy, **attrs):
     if attrs.get("order", "NCHW") != "NCHW" or x.ndim != 4 or y.shape != dy.shape or \
             not all(a.flags.c_contiguous for a in (x, y, dy)) or 0 in y.shape:
         return C.max_pool_grad(x, y, dy, **attrs)
-    g = C._geometry("MaxPool", x, attrs)
+    g = C.geometry("MaxPool", x, attrs)
     if tuple(y.shape[2:]) != tuple(g.out):
         return C.max_pool_grad(x, y, dy, **attrs)  # (the interpreter's error)
     return _max_pool_grad_2d(x, y, dy, *g.kernel, *g.stride, *g.dilation, g.pads[0][0],

@@ -1,6 +1,7 @@
-"""The numba backend's kernels for an embedding model's step (ir/ops/segments.py, shape.py,
-losses.py): bag reductions over a table's rows and their gradients, the Concat and Split
-between the bags and the dense layers, SquaredL2Distance.
+"""The numba backend's kernels for an embedding model's step (ir/ops/segments.py, nn.py,
+shape.py, losses.py): bag reductions over a table's rows and their gradients, the same
+bags as Gather and ReduceSum, the Concat and Split between the bags and the dense layers,
+SquaredL2Distance.
 
 With these, a recommendation model's forward and backward (DLRM's shape: bags of ids,
 concatenated, an MLP, a loss) compile into one function; only the sparse updates, which
