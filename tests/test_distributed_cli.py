@@ -87,7 +87,12 @@ def test_ctrl_c_stops_the_run_and_leaves_no_ray_process(tmp_path):
         started = _tree(proc.pid)  # the cluster's daemons and the node's worker, all below dslc
         assert int(marker.read_text()) in started
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(f"dslc run went on 120 s after Ctrl-C; its stdout:\n{out}\nits stderr:\n{err}")
     finally:
         if proc.poll() is None:
             proc.kill()
