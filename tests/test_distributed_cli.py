@@ -69,6 +69,12 @@ def _tree(pid):
     return descendants([pid]) - {pid}
 
 
+def _terminal_sigint():
+    """In the child, before it runs dslc: SIGINT with its default action, not blocked."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 @pytest.mark.slow_cluster
 def test_ctrl_c_stops_the_run_and_leaves_no_ray_process(tmp_path):
     job = tmp_path / "job.py"
@@ -76,7 +82,11 @@ def test_ctrl_c_stops_the_run_and_leaves_no_ray_process(tmp_path):
     marker = tmp_path / "running"
     env = dict(os.environ, DSLC_TEST_MARKER=str(marker), HOME=str(tmp_path))
     dslc = os.path.join(os.path.dirname(sys.executable), "dslc")
-    proc = subprocess.Popen([dslc, "run", str(job), "--cluster", "ray"], env=env,
+    # (the runner's threads may leave SIGINT ignored or blocked, which a child inherits; a
+    # process started from a terminal gets it with its default action)
+    parent = f"the test runner's SIGINT: {signal.getsignal(signal.SIGINT)}, " \
+             f"blocked: {signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])}"
+    proc = subprocess.Popen([dslc, "run", str(job), "--cluster", "ray"], env=env, preexec_fn=_terminal_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
@@ -92,7 +102,7 @@ def test_ctrl_c_stops_the_run_and_leaves_no_ray_process(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate(timeout=60)
-            pytest.fail(f"dslc run went on 120 s after Ctrl-C; its stdout:\n{out}\nits stderr:\n{err}")
+            pytest.fail(f"dslc run went on 120 s after Ctrl-C ({parent}); its stdout:\n{out}\nits stderr:\n{err}")
     finally:
         if proc.poll() is None:
             proc.kill()
