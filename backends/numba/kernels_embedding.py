@@ -255,7 +255,6 @@ def _reduce_sum_grad(op, a, site):
     k = _middle_axis(op, x)
     if k is None or not _floats(dy, x):
         return None
-    rank = len(tensor(x).shape)
     outer = " * ".join([f"{a[1]}.shape[{i}]" for i in range(k)]) or "1"
     # (dY's elements in order are the [outer, inner] matrix, with or without the kept dim)
     return (f"_spread_middle(np.ascontiguousarray({a[0]}).reshape({outer}, {a[0]}.size // max({outer}, 1)), "

@@ -3,10 +3,13 @@ RowWiseSparseAdagrad): compiled loops over the rows a sparse gradient has, writi
 the parameter where it lies under the interpreter's conditions (backends/interp/
 kernels_nn.py: no later or concurrent use of the loaded value, nothing else holding the
 array), else into a copy. They run between islands, as the interpreter's kernels would,
-but do per-row work in compiled loops instead of numpy's sort and indexed add.
+but do per-row work in compiled loops instead of numpy's sort and indexed add. A bag
+reduction left outside an island (SparseLengthsSum...) runs the islands' own compiled
+helper.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -14,6 +17,10 @@ from numba import njit
 
 from dslc.backends.interp import kernels_nn as ik
 from dslc.ir.diagnostics import DSLError
+
+from . import kernels_embedding as ke
+from .cache import module_for
+from .failures import KernelFail
 
 
 @njit(cache=True, nogil=True)
@@ -58,17 +65,6 @@ def _outside(idx, rows) -> bool:
     return False
 
 
-@njit(cache=True, nogil=True)
-def _lengths_fit(lens, n) -> bool:
-    """Whether the lengths are >= 0 and add up to ``n``."""
-    total = 0
-    for i in range(lens.size):
-        if lens[i] < 0:
-            return False
-        total += lens[i]
-    return total == n
-
-
 def _checked(name, indices, rows):
     """The indices as a flat int64 array, every one checked before any row is touched (an
     update that fails leaves the parameter as it was)."""
@@ -88,35 +84,21 @@ def _flat(x, rows=None):
 @njit(cache=True, nogil=True)
 def _add_rows_checked(out, idx, rows, w) -> bool:
     """``_add_rows`` if every index is a row of ``out`` (else False, nothing written)."""
-    n = out.shape[0]
-    for i in range(idx.size):
-        if idx[i] < 0 or idx[i] >= n:
-            return False
+    if _outside(idx, out.shape[0]):
+        return False
     _add_rows(out, idx, rows, w)
     return True
 
 
 def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
-    # (the one form optimizers emit, a table's rows plus lr times a gradient's, in one
-    # compiled call: its Python costs as much as the rows at an embedding's sizes)
-    if len(pairs) != 2 or data.ndim != 2 or w0.size != 1 or w0.reshape(-1)[0] != 1 or \
-            pairs[0].dtype != data.dtype or pairs[0].shape != indices.shape + data.shape[1:] or \
-            not data.flags.c_contiguous:
-        return _scatter_any(data, w0, indices, *pairs, inplace=inplace)
-    out = data if inplace else data.copy()
-    rows = pairs[0].reshape(indices.size, data.shape[1])
-    if not _add_rows_checked(out, indices.reshape(-1), rows, data.dtype.type(pairs[1].reshape(-1)[0])):
-        _checked("ScatterWeightedSum", indices, data.shape[0])  # (raises the error)
-    return out
-
-
-def _scatter_any(data, w0, indices, *pairs, inplace=False):
-    if w0.reshape(()) != 1 or len(pairs) != 2 or data.dtype != pairs[0].dtype or data.ndim == 0:
+    # the form optimizers emit (a table's rows plus lr times a gradient's) in one compiled
+    # call, checks included: at an embedding's sizes its Python costs as much as the rows
+    if w0.size != 1 or w0.reshape(-1)[0] != 1 or len(pairs) != 2 or data.dtype != pairs[0].dtype or data.ndim == 0:
         return ik.nm.scatter_weighted_sum(data, w0, indices, *pairs, inplace=inplace)
-    idx = _checked("ScatterWeightedSum", indices, data.shape[0])
-    out = data if inplace else data.copy()
-    rows = _flat(np.ascontiguousarray(pairs[0]).reshape((idx.size,) + data.shape[1:]), idx.size)
-    _add_rows(_flat(out), idx, rows, data.dtype.type(pairs[1].reshape(())))
+    out = data if inplace else data.copy()  # (contiguous either way: see ik._owned)
+    rows = _flat(np.ascontiguousarray(pairs[0]).reshape((indices.size,) + data.shape[1:]), indices.size)
+    if not _add_rows_checked(_flat(out), indices.reshape(-1), rows, data.dtype.type(pairs[1].reshape(-1)[0])):
+        _checked("ScatterWeightedSum", indices, data.shape[0])  # (raises the error)
     return out
 
 
@@ -138,35 +120,32 @@ def _adagrad(loop, name):
     return run
 
 
-@njit(cache=True, nogil=True)
-def _bag_sums(data, idx, lengths, weights, mean, out):
-    k = 0
-    for s in range(lengths.size):
-        n = lengths[s]
-        for _ in range(n):
-            r = idx[k]
-            w = weights[k] if weights.size else data.dtype.type(1)
-            for j in range(data.shape[1]):
-                out[s, j] += w * data[r, j]
-            k += 1
-        if mean and n > 0:
-            scale = data.dtype.type(1.0 / n)  # (as the interpreter: times the rounded reciprocal)
-            for j in range(data.shape[1]):
-                out[s, j] *= scale
+@functools.cache
+def _bags():
+    """The islands' bag helper (kernels_embedding), compiled in a module of its own: the
+    bags of an op left outside an island are added by the same code."""
+    from .kernels import HELPERS
+    from .source import HEADER
+    return module_for(HEADER.format(source="dslc's sparse kernels") + HELPERS["_bags"])._bags
 
 
 def _sparse_lengths(name, weighted=False, mean=False):
-    """The bags' sums (or means) gathered and added in one compiled pass."""
+    """The bags' sums (or means) gathered and added in one compiled pass (the interpreter's
+    kernel when a check fails: its error)."""
+    mode = ke.WEIGHTED if weighted else ke.MEAN if mean else ke.SUM
+
     def run(data, *rest):
         weights, indices, lengths = rest if weighted else (None, *rest)
-        idx = _checked(name, indices, data.shape[0])
-        lens = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
-        if data.ndim == 0 or not _lengths_fit(lens, idx.size):
-            return ik.segments.FUNCTIONS[name](data, *rest)  # (the interpreter's error)
-        w = np.ascontiguousarray(weights, dtype=data.dtype).reshape(-1) if weighted else np.empty(0, data.dtype)
-        out = np.zeros((lens.size,) + data.shape[1:], dtype=data.dtype)
-        _bag_sums(_flat(np.ascontiguousarray(data)), idx, lens, w, mean, _flat(out))
-        return out
+        if data.ndim == 0:
+            return ik.segments.FUNCTIONS[name](data, *rest)
+        table = _flat(np.ascontiguousarray(data))
+        w = np.ascontiguousarray(weights).reshape(-1) if weighted else table.reshape(-1)[:0]
+        try:
+            out = _bags()(table, w, np.ascontiguousarray(indices).reshape(-1),
+                          np.ascontiguousarray(lengths).reshape(-1), mode, 0)
+        except KernelFail:
+            return ik.segments.FUNCTIONS[name](data, *rest)  # (raises the interpreter's error)
+        return out.reshape((out.shape[0],) + data.shape[1:])
     return lambda op, cfg: run
 
 

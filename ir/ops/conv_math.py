@@ -78,15 +78,20 @@ def columns(x, g):
 
 def _scatter_windows(dwin, g, x_shape):
     """The gradient of the padded input from the gradient of its windows, cropped to x."""
-    n, c = x_shape[:2]
-    padded = [s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads)]
-    dxp = np.zeros((n, c) + tuple(padded), dtype=dwin.dtype)
-    for offs in np.ndindex(*g.kernel):
-        at = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + s * (out - 1) + 1, s) for o, d, s, out in zip(offs, g.dilation, g.stride, g.out))
+    dxp = np.zeros(x_shape[:2] + _padded_shape(x_shape, g), dtype=dwin.dtype)
+    for offs, at in zip(np.ndindex(*g.kernel), _offsets(g)):
         dxp[at] += dwin[(Ellipsis,) + tuple(offs)]
-    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x_shape[2:], g.pads))
-    return dxp[crop]
+    return dxp[_crop(x_shape, g)]
+
+
+def _padded_shape(x_shape, g) -> tuple:
+    """The spatial dims of x padded."""
+    return tuple(s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads))
+
+
+def _crop(x_shape, g) -> tuple:
+    """The index of x in its padded form."""
+    return (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x_shape[2:], g.pads))
 
 
 def matrix(x, g):
@@ -105,17 +110,12 @@ def scatter_matrix(dm, g, x_shape):
     each kernel offset's values added into the padded input at the positions it read
     (offsets in order), then cropped."""
     n, c = x_shape[:2]
-    nd = len(g.kernel)
-    padded = [s + p0 + p1 for s, (p0, p1) in zip(x_shape[2:], g.pads)]
     # (added channel-major, as the matrix holds them: [C, N, *padded] is dx's transpose)
-    dxp = np.zeros((c, n) + tuple(padded), dtype=dm.dtype)
+    dxp = np.zeros((c, n) + _padded_shape(x_shape, g), dtype=dm.dtype)
     dr = dm.reshape((c,) + tuple(g.kernel) + (n,) + tuple(g.out))
-    for offs in np.ndindex(*g.kernel):
-        at = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + s * (out - 1) + 1, s) for o, d, s, out in zip(offs, g.dilation, g.stride, g.out))
+    for offs, at in zip(np.ndindex(*g.kernel), _offsets(g)):
         dxp[at] += dr[(slice(None),) + tuple(offs)]
-    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x_shape[2:], g.pads))
-    return np.ascontiguousarray(dxp[crop].swapaxes(0, 1))
+    return np.ascontiguousarray(dxp[_crop(x_shape, g)].swapaxes(0, 1))
 
 
 class Windows(NamedTuple):
@@ -221,8 +221,7 @@ def max_pool_grad(x, y, dy, **attrs):
     if 0 not in y.shape:
         for at in _offsets(g):
             dxp[at] += np.where(xp[at] == y, dy, 0)
-    crop = (slice(None), slice(None)) + tuple(slice(p0, p0 + s) for s, (p0, _) in zip(x.shape[2:], g.pads))
-    return _back(dxp[crop].astype(x.dtype), attrs)
+    return _back(dxp[_crop(x.shape, g)].astype(x.dtype), attrs)
 
 
 def average_pool_grad(x, y, dy, **attrs):
