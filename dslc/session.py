@@ -19,6 +19,7 @@ from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
+from dslc.ir.passes.dce import dropped_stores
 from dslc.ir.types import join, subsumes
 from dslc.lower import lower_group
 from dslc.net_builder import NetBuilder
@@ -34,13 +35,17 @@ class CompiledRunnable:
     types it was compiled for.
     """
 
-    def __init__(self, group, module, program, deps, tasks, created=frozenset()):
+    def __init__(self, group, module, program, deps, tasks, created=frozenset(), dropped=()):
         self.group, self.module, self.program, self.deps = group, module, program, deps
+        # the blobs it stores in dropped workspaces, and which of them the root held (a store
+        # there stays only for a blob the root holds: one made since needs a recompile)
+        self.dropped = tuple(sorted(dropped))
         self.tasks = list(tasks)
         self.created = created  # the blobs of deps the root held created but empty
         # (a plain net has none: a rerun then skips making and binding them)
         self.has_outputs = any(task.output_names() for task in self.tasks)
         self.seen = None  # the loads' fingerprint when last found valid (Session.compile)
+        self.held = ()  # the blobs of ``dropped`` the root held at compile time
 
 
 class Session:
@@ -146,7 +151,7 @@ class LocalSession(Session):
         got = self._compiled.get(id(runnable))  # (a group run before: no wrapping to look it up)
         group = runnable if got is not None and got.group is runnable else self.as_group(runnable, workspace_type)
         got = got if group is runnable else self._compiled.get(id(group))
-        if got is not None and got.group is group:
+        if got is not None and got.group is group and _held(self._ws, got.dropped) == got.held:
             seen = _fingerprint(self._ws, got.deps)
             if seen == got.seen:  # (the blobs it loads hold what they held when last checked)
                 return got
@@ -159,10 +164,12 @@ class LocalSession(Session):
         with paused():
             module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
+            dropped = dropped_stores(module)
             self.optimize(module, lambda: lower_group(group, self.source, existing, created=created))
             program = self.backend.compile(module)
-        got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps))
+        got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps), dropped)
         got.seen = _fingerprint(self._ws, deps)
+        got.held = _held(self._ws, got.dropped)
         self._compiled[id(group)] = got
         return got
 
@@ -288,6 +295,12 @@ def _fingerprint(ws, names) -> tuple:
         out.append(None if c is None else "created" if v is None else
                    (type(v), getattr(v, "dtype", None), getattr(v, "shape", None)))
     return tuple(out)
+
+
+def _held(ws, names) -> tuple:
+    """Which blobs of ``names`` root ``ws`` holds a value in (the lowering's ``existing``)."""
+    blobs = ws.blobs
+    return tuple(n for n in names if (c := blobs.get(n)) is not None and c.v is not None)
 
 
 def _still_valid(deps: dict, existing: dict) -> bool:

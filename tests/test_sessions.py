@@ -380,6 +380,22 @@ def test_blob_that_appears_after_compile_with_another_type_recompiles(session):
     assert workspace.FetchBlob("x") == 2
 
 
+def test_private_write_reaches_a_root_blob_fed_after_the_compile(session):
+    # A PRIVATE task's write to a blob the root holds goes to the root; to one it does not
+    # hold, it stays private. The real Caffe2 (run side by side): "c" fed between two runs
+    # of the same group holds 1 + 1 = 2 after the second. Compiled while "c" was absent,
+    # the module dropped that store: feeding "c" must not reuse it.
+    workspace.FeedBlob("a", np.float32(1))
+    with TaskGroup(workspace_type=WorkspaceType.PRIVATE) as group, Task():
+        ops.Add(["a", "a"], ["c"])
+        final_output(ops.Add(["c", "a"], ["b"]))
+    session.run(group)
+    assert not workspace.HasBlob("c")
+    workspace.FeedBlob("c", np.float32(0))
+    session.run(group)
+    assert workspace.FetchBlob("c") == 2
+
+
 def test_fetch_blob_reads_what_a_task_wrote(session):
     with Task() as task:
         ops.Const(8, blob_out="written")

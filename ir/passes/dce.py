@@ -310,6 +310,14 @@ class DeadCode(Pass):
         results[:] = _renumbered([results[k] for k in kept])
 
 
+def dropped_stores(module: Module) -> frozenset:
+    """The blobs ``module`` stores in a workspace dropped afterwards: whether such a store
+    stays depends on the blob being in the root before the run (the group's ``existing``),
+    so a compiled module holds only while each of them is present, or absent, as it was."""
+    return frozenset(op.attrs["blob"] for op in module.walk()
+                     if op.name == "store" and _writes_dropped_workspace(op.parent))
+
+
 def _writes_dropped_workspace(r: Region) -> bool:
     """Whether ops of region ``r`` (or nested in it) write a workspace dropped afterwards:
     a PRIVATE task's, that of one instance of a multi-instance task (its phases 1-3), or
