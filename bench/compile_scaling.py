@@ -2,8 +2,12 @@
 
 Generates jobs of about 1k, 10k and 100k recorded ops (elementwise chains on small
 arrays, counted loops with accumulators, If/Else chains), times each phase, and
-prints microseconds per op and the 100k/10k time ratio.
-Targets: at most 20 us per op; ratio at most 12 (no quadratic pass).
+prints microseconds per op and the 100k/10k time ratio. Then the same sizes as one
+straight-line task (a chain of Mul and Add on a small array), through a session's
+whole compile: trace, lower, passes and the interp backend's code generation (one
+Python function per region: the case where CPython's own compile() can grow faster
+than the code).
+Targets: at most 20 us per op; 100k at most 11x 10k (no quadratic pass).
 
 Usage: python bench/compile_scaling.py [--sizes 1000,10000,100000]
 """
@@ -69,6 +73,26 @@ def measure(n_ops: int) -> dict:
             "total": t3 - t0}
 
 
+def straight(n_ops: int) -> dict:
+    """One task of ``n_ops`` ops in a line, compiled by a session on the interp backend."""
+    from dslc import workspace
+    from dslc.session import LocalSession
+    names.reset()
+    with paused():
+        t0 = time.perf_counter()
+        group = TaskGroup()
+        with group, Task():
+            x = ops.Const(np.arange(8, dtype=np.float32))
+            c = ops.Const(np.float32(1.001))
+            for _ in range(n_ops // 2):
+                x = ops.Add([ops.Mul([x, c]), x])
+            final_output(x)
+        t1 = time.perf_counter()
+    LocalSession(workspace.Workspace(), backend="interp").compile(group)
+    t2 = time.perf_counter()
+    return {"ops": 2 + 2 * (n_ops // 2), "trace": t1 - t0, "compile": t2 - t1, "total": t2 - t0}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,100000")
@@ -81,8 +105,17 @@ def main():
               f"{r['total']:8.3f} {1e6 * r['total'] / r['ops']:7.1f}")
     if 10000 in rows and 100000 in rows:
         ratio = rows[100000]["total"] / rows[10000]["total"]
-        print(f"100k/10k time ratio: {ratio:.1f} (target <= 12); "
+        print(f"100k/10k time ratio: {ratio:.1f} (target <= 11); "
               f"us/op at 100k: {1e6 * rows[100000]['total'] / rows[100000]['ops']:.1f} (target <= 20)")
+    print("one straight-line task, compiled by a session (interp backend):")
+    print(f"{'ops':>8} {'trace s':>8} {'compile s':>10} {'total s':>8} {'us/op':>7}")
+    lines = {}
+    for n in (int(x) for x in args.sizes.split(",")):
+        r = lines[n] = straight(n)
+        print(f"{r['ops']:>8} {r['trace']:8.3f} {r['compile']:10.3f} {r['total']:8.3f} "
+              f"{1e6 * r['total'] / r['ops']:7.1f}")
+    if 10000 in lines and 100000 in lines:
+        print(f"100k/10k time ratio: {lines[100000]['total'] / lines[10000]['total']:.1f} (target <= 11)")
 
 
 if __name__ == "__main__":
