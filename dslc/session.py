@@ -151,7 +151,7 @@ class LocalSession(Session):
         got = self._compiled.get(id(runnable))  # (a group run before: no wrapping to look it up)
         group = runnable if got is not None and got.group is runnable else self.as_group(runnable, workspace_type)
         got = got if group is runnable else self._compiled.get(id(group))
-        if got is not None and got.group is group and _held(self._ws, got.dropped) == got.held:
+        if got is not None and got.group is group and (not got.dropped or _held(self._ws, got.dropped) == got.held):
             seen = _fingerprint(self._ws, got.deps)
             if seen == got.seen:  # (the blobs it loads hold what they held when last checked)
                 return got
