@@ -311,11 +311,19 @@ class DeadCode(Pass):
 
 
 def dropped_stores(module: Module) -> frozenset:
-    """The blobs ``module`` stores in a workspace dropped afterwards: whether such a store
-    stays depends on the blob being in the root before the run (the group's ``existing``),
-    so a compiled module holds only while each of them is present, or absent, as it was."""
-    return frozenset(op.attrs["blob"] for op in module.walk()
-                     if op.name == "store" and _writes_dropped_workspace(op.parent))
+    """The blobs whose stores ``find_dead_stores`` may keep only because the root holds
+    them before the run (the group's ``existing``): stored in a workspace dropped
+    afterwards, and no task's output (outputs always stay; a blob read now may not be once
+    ``promote-blobs`` forwards its stores). A compiled module holds only while each of
+    them is present, or absent, as it was."""
+    stored, outputs = set(), set()
+    for op in module.walk():
+        if op.name == "store":
+            if _writes_dropped_workspace(op.parent):
+                stored.add(str(op.attrs["blob"]))
+        elif op.name == "task":
+            outputs.update(str(s) for s in op.attrs["outputs"])
+    return frozenset(stored - outputs)
 
 
 def _writes_dropped_workspace(r: Region) -> bool:
