@@ -289,6 +289,19 @@ def test_running_the_same_net_twice_reuses_the_compile(session):
     assert int(_value(session, "acc")) == 4  # 1 -> 2 -> 4
 
 
+def test_a_net_run_again_after_the_workspace_is_reset_writes_its_new_blobs(session):
+    # A rerun reuses the cells its first run resolved; a reset workspace has new ones:
+    # the second run must write there (1 + 1 = 2, readable), not into the dropped cells.
+    net = Net("twice")
+    net.Add([net.Const(1), net.Const(1)], ["two"])
+    session.run(net)
+    session.run(net)
+    session.workspace.reset()
+    assert not session.workspace.has_blob("two")
+    session.run(net)
+    assert int(_value(session, "two")) == 2
+
+
 def test_compile_accepts_a_runnable_and_returns_the_cached_plan(session):
     with Task() as task:
         ops.Const(1, blob_out="c")

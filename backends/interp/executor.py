@@ -130,6 +130,22 @@ class _Task:
         self.init, ii, body, ie, self.exit = (compile_fn(r) for r in op.regions)
         self.instance_parts = (ii, body, ie)
         self.nonempty_parts = tuple(c for c in self.instance_parts if not c.empty)
+        # a GLOBAL task whose parts keep no per-run op state binds them to the root once:
+        # (root, its epoch, the bound parts) of the last run (a created net run per Python
+        # loop iteration would resolve its cells on every call)
+        self.reusable = self.global_ws and self.instances == 1 and not any(c.makers for c in self.nonempty_parts)
+        self.bound = None
+
+    def parts(self, ws, inst) -> list:
+        """The non-empty instance parts bound to ``ws`` (the cells they resolved last time,
+        if ``ws`` is the workspace they were bound to and has not been reset since)."""
+        got = self.bound
+        if got is not None and got[0] is ws and got[1] == ws.epoch:
+            return got[2]
+        parts = [c.bind(ws, inst) for c in self.nonempty_parts]
+        if self.reusable:
+            self.bound = (ws, ws.epoch, parts)
+        return parts
 
 
 class Executor:
@@ -186,7 +202,7 @@ class Executor:
         init = None if task.init.empty else task.init.bind(ws, inst)
         exit_ = None if task.exit.empty else task.exit.bind(ws, inst)
         if task.instances == 1:
-            parts = [c.bind(ws, inst) for c in task.nonempty_parts]
+            parts = task.parts(ws, inst)
             if init is not None:
                 self.call(init, rt, ws)
             for p in parts:

@@ -34,6 +34,7 @@ class Workspace:
         self.parent = parent
         self.blobs: dict[str, Cell] = {}
         self._lock = threading.Lock()
+        self.epoch = 0  # counts resets: cells resolved before one are stale
 
     def lookup(self, name: str) -> Cell | None:
         ws = self
@@ -92,6 +93,7 @@ class Workspace:
 
     def reset(self) -> None:
         self.blobs.clear()
+        self.epoch += 1
 
 
 def to_value(x):
