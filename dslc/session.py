@@ -298,9 +298,10 @@ def _fingerprint(ws, names) -> tuple:
 
 
 def _held(ws, names) -> tuple:
-    """Which blobs of ``names`` root ``ws`` holds a value in (the lowering's ``existing``)."""
+    """Which blobs of ``names`` root ``ws`` holds, with a value or created empty (the
+    lowering's ``existing``)."""
     blobs = ws.blobs
-    return tuple(n for n in names if (c := blobs.get(n)) is not None and c.v is not None)
+    return tuple(n for n in names if n in blobs)
 
 
 def _still_valid(deps: dict, existing: dict) -> bool:

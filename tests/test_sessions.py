@@ -411,6 +411,18 @@ def test_private_write_reaches_a_root_blob_fed_after_the_compile(session):
     assert workspace.FetchBlob("c") == 2 and compiles.count == 2
 
 
+def test_private_write_reaches_a_root_blob_created_empty(session):
+    # CreateBlob makes a blob that exists without a value; a PRIVATE task's write reaches it
+    # (the real Caffe2, run side by side: [1, 1, 1] + [1, 1, 1] = [2, 2, 2]).
+    workspace.FeedBlob("a", np.ones(3, np.float32))
+    workspace.CreateBlob("c")
+    with TaskGroup(workspace_type=WorkspaceType.PRIVATE) as group, Task():
+        ops.Add(["a", "a"], ["c"])
+        final_output(ops.Add(["c", "a"], ["b"]))
+    session.run(group)
+    assert workspace.FetchBlob("c").tolist() == [2, 2, 2]
+
+
 def test_fetch_blob_reads_what_a_task_wrote(session):
     with Task() as task:
         ops.Const(8, blob_out="written")

@@ -104,14 +104,15 @@ def lower_group(group: TaskGroup, source: str = "", existing: dict | None = None
         if not ctx.opaque_writes:
             check_private_reads(module, existing)
             check_starved_dequeues(module)
-    module.body.ops[0].attrs["existing"] = _existing_used(module, existing)
+    # (a blob made empty by CreateBlob exists too: a private task's write reaches it, as in Caffe2)
+    module.body.ops[0].attrs["existing"] = _existing_used(module, set(existing) | set(created))
     # lowering only makes ops (setting no more than the group's declared `existing` after)
     verify(module, built=True)
     warn_cross_node_writes(module)
     return module
 
 
-def _existing_used(module: Module, existing: dict) -> list:
+def _existing_used(module: Module, existing: set) -> list:
     """The blobs of ``existing`` that the module loads or stores, sorted, as symbols."""
     if not existing:
         return []  # nothing to look for: skip the walk over every op
