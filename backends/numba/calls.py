@@ -82,17 +82,21 @@ class IslandCall:
             raise self.sites.error(e) from None
 
     def with_counters(self, args):
-        """Counters go in as int64[1] arrays and their counts come back out."""
+        """Counters go in as int64[1] arrays and their counts come back out: one array per
+        counter, however many arguments hold it (two loads of one blob are two values of
+        one counter: a reset through one and a count down through the other both count)."""
         args = list(args)
-        held = []
+        held: dict = {}  # id(counter) -> (counter, its array)
         for i in self.counters:
             c = args[i]
-            args[i] = np.array([c.count], dtype=np.int64)
-            held.append((c, args[i]))
+            got = held.get(id(c))
+            if got is None:
+                got = held[id(c)] = (c, np.array([c.count], dtype=np.int64))
+            args[i] = got[1]
         try:
             res = self.call(tuple(args))
         finally:
-            for c, arr in held:
+            for c, arr in held.values():
                 c.count = int(arr[0])
         return self.results(res)
 
