@@ -18,11 +18,12 @@ import time
 
 import numpy as np
 
-from dslc import names
+from dslc import names, workspace
 from dslc.ir.gcpause import paused
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
 from dslc.lower import lower_group
 from dslc.net_builder import ops
+from dslc.session import LocalSession
 from dslc.task import Task, TaskGroup, final_output
 
 UNIT_OPS = 16  # recorded ops per generated unit (counted by the generator below)
@@ -75,8 +76,6 @@ def measure(n_ops: int) -> dict:
 
 def straight(n_ops: int) -> dict:
     """One task of ``n_ops`` ops in a line, compiled by a session on the interp backend."""
-    from dslc import workspace
-    from dslc.session import LocalSession
     names.reset()
     with paused():
         t0 = time.perf_counter()

@@ -129,18 +129,7 @@ class DeadCode(Pass):
             needed |= {str(s) for s in g.attrs.get("existing", [])}
         for t in tasks:
             needed |= {str(s) for s in t.attrs["outputs"]}
-        dropped: dict = {}  # region -> whether the workspace it writes is dropped afterwards
-        dead = set()
-        for op in stores:
-            if op.attrs["blob"] in needed:
-                continue
-            r = op.parent
-            in_dropped = dropped.get(r)
-            if in_dropped is None:
-                in_dropped = dropped[r] = _writes_dropped_workspace(r)
-            if in_dropped:
-                dead.add(op)
-        return dead
+        return set(_in_dropped_workspaces(op for op in stores if op.attrs["blob"] not in needed))
 
     # --- marking
     def removable(self, op: Operation) -> bool:
@@ -316,14 +305,25 @@ def dropped_stores(module: Module) -> frozenset:
     afterwards, and no task's output (outputs always stay; a blob read now may not be once
     ``promote-blobs`` forwards its stores). A compiled module holds only while each of
     them is present, or absent, as it was."""
-    stored, outputs = set(), set()
+    stores, outputs = [], set()
     for op in module.walk():
         if op.name == "store":
-            if _writes_dropped_workspace(op.parent):
-                stored.add(str(op.attrs["blob"]))
+            stores.append(op)
         elif op.name == "task":
             outputs.update(str(s) for s in op.attrs["outputs"])
-    return frozenset(stored - outputs)
+    return frozenset(str(op.attrs["blob"]) for op in _in_dropped_workspaces(stores)) - outputs
+
+
+def _in_dropped_workspaces(stores):
+    """The stores of ``stores`` that write a workspace dropped afterwards (each region asked once)."""
+    dropped: dict = {}  # region -> whether the workspace it writes is dropped afterwards
+    for op in stores:
+        r = op.parent
+        in_dropped = dropped.get(r)
+        if in_dropped is None:
+            in_dropped = dropped[r] = _writes_dropped_workspace(r)
+        if in_dropped:
+            yield op
 
 
 def _writes_dropped_workspace(r: Region) -> bool:
