@@ -8,16 +8,19 @@ input once (``prepare_input``: an FC over [T, N, D]), builds the step net and ha
 ``recurrent.recurrent_net``, which adds the RecurrentNetwork op. The weights have Caffe2's
 names: ``<scope>/i2h_w``, ``_b`` (input projection), ``<scope>/gates_t_w``, ``_b`` (recurrent).
 A step with ``seq_lengths`` keeps (or, with ``drop_states``, zeroes) the state of a sequence
-that has ended. Several layers (``dim_out`` a list) run as one recurrent op per layer, each
-reading the one below's outputs: the same numbers as Caffe2's MultiRNNCell, which steps
-every layer in one op.
+that has ended. Several layers (``dim_out`` a list) are a ``MultiRNNCell``: one recurrent op
+steps every layer, and every blob has Caffe2's name (layer 0's input projection is
+``<scope>/i2h_*``, projected once outside the loop; layer k's weights are
+``<scope>/layer_<k>/...``; its states ``<scope>/layer_<k>/hidden_state_all`` ...), so
+parameters set or loaded by Caffe2's names are the ones used.
 """
 from __future__ import annotations
 
 from dslc import brew, recurrent
-from dslc.blobref import BlobReference, NameScope
+from dslc.blobref import BlobReference, NameScope, ScopedBlobReference
 from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
+from dslc.modeling.initializers import Initializer
 from dslc.tracing import user_location
 
 
@@ -110,7 +113,9 @@ class RNNCell:
 
 
 def _ref(b):
-    return None if b is None else b if isinstance(b, BlobReference) else BlobReference(str(b))
+    """A blob named by a str is named in the NameScope current when the cell is applied (as
+    in Caffe2), so the cell's own scope, entered later, does not rename it."""
+    return None if b is None else b if isinstance(b, BlobReference) else ScopedBlobReference(str(b))
 
 
 class LSTMInitializer:
@@ -121,7 +126,7 @@ class LSTMInitializer:
 
     def create_states(self, model):
         return [model.create_param(param_name=name, shape=[self.hidden_size],
-                                   initializer=("ConstantFill", {"value": 0.0}))
+                                   initializer=Initializer("ConstantFill", value=0.0))
                 for name in ("initial_hidden_state", "initial_cell_state")]
 
 
@@ -204,11 +209,116 @@ class BasicRNNCell(RNNCell):
         return brew.fc(model, input_blob, self.scope("i2h"), dim_in=self.input_size, dim_out=self.hidden_size,
                        axis=2)
 
-    def get_state_names(self):
-        return (self.scope("hidden_t"),)
+    def get_state_names_override(self):
+        return ["hidden_t"]
 
     def get_output_dim(self):
         return self.hidden_size
+
+
+class MultiRNNCellInitializer:
+    """Each layer's initial states, from its own cell's initializer, under ``layer_<k>``."""
+
+    def __init__(self, cells):
+        self.cells = cells
+
+    def create_states(self, model):
+        states = []
+        for i, cell in enumerate(self.cells):
+            if cell.initializer is None:
+                raise RNNCellError(f"layer {i} of the stack has no initializer for its states", user_location(),
+                                   "pass initial_states=[...] (each layer's states in order)")
+            with NameScope(f"layer_{i}"), NameScope(cell.name):
+                states.extend(cell.initializer.create_states(model))
+        return states
+
+
+class MultiRNNCell(RNNCell):
+    """Cells stacked into one cell: layer k reads layer k - 1's output (its first state,
+    or, for k in ``residual_output_layers``, that output plus layer k - 1's own input).
+
+    Names are Caffe2's: the cell's states are ``<name>/layer_<k>/<state>``; layer 0's input
+    projection is made outside the loop under ``<name>`` (``<name>/i2h``), every other
+    layer's inside the step under ``<name>/layer_<k>``. The output is the last layer's (with
+    the residual layers' added in when the last layers are residual)."""
+
+    def __init__(self, cells, residual_output_layers=None, **kwargs):
+        super().__init__(**kwargs)
+        self.cells = list(cells)
+        # (layer 0 cannot be residual: its input is projected before the loop; as in Caffe2,
+        # listing it changes nothing)
+        self.residual_output_layers = list(residual_output_layers or [])
+        output_index, base = [], 0
+        for cell in self.cells:
+            output_index.append(base + cell.get_output_state_index())
+            base += len(cell.get_state_names())
+        # the layers whose outputs sum into the cell's: the last one and the unbroken run of
+        # residual layers just below it
+        self.output_connected_layers = [len(self.cells) - 1]
+        while (self.output_connected_layers[0] in self.residual_output_layers
+               and self.output_connected_layers[0] > 0):
+            self.output_connected_layers.insert(0, self.output_connected_layers[0] - 1)
+        self.state_names = [self.layer_scoper(i)(n) for i, cell in enumerate(self.cells)
+                            for n in cell.get_state_names()]
+        self.initializer = MultiRNNCellInitializer(self.cells)
+
+    def layer_scoper(self, layer_id):
+        # an unnamed stack's states are "None/layer_<k>/..." in Caffe2 too (the name is
+        # formatted as it is); the states blobs keep those names
+        return lambda name: f"{self.name}/layer_{layer_id}/{name}"
+
+    def prepare_input(self, model, input_blob):
+        input_blob = _ref(input_blob)
+        with NameScope(self.name):
+            return self.cells[0].prepare_input(model, input_blob)
+
+    def _apply(self, model, input_t, seq_lengths, states, timestep, extra_inputs=None):
+        input_t, seq_lengths, timestep = (_ref(b) for b in (input_t, seq_lengths, timestep))
+        states = [_ref(s) for s in states]
+        counts = [len(cell.get_state_names()) for cell in self.cells]
+        if len(states) != sum(counts):
+            raise RNNCellError(f"the stack has {sum(counts)} states, {len(states)} were given", user_location(),
+                               "give each layer's states in order")
+        next_states, layer_input, first = [], input_t, 0
+        for i, cell in enumerate(self.cells):
+            with NameScope(self.name), NameScope(f"layer_{i}"):
+                layer_states = states[first:first + counts[i]]
+                first += counts[i]
+                prepared = cell.prepare_input(model, layer_input) if i > 0 else layer_input
+                layer_next = cell._apply(model, prepared, seq_lengths, layer_states, timestep)
+                if i != len(self.cells) - 1:
+                    output = cell._prepare_output(model, layer_next)
+                    if i > 0 and i in self.residual_output_layers:
+                        layer_input = brew.sum(model, [output, layer_input], self.scope(f"residual_output_{i}"))
+                    else:
+                        layer_input = output
+                next_states.extend(layer_next)
+        return next_states
+
+    def get_state_names(self):
+        return self.state_names
+
+    def get_output_state_index(self):
+        return sum(len(c.get_state_names()) for c in self.cells[:-1]) + self.cells[-1].get_output_state_index()
+
+    def _connected_outputs(self, model, states, per_state, pick):
+        outputs, first = [], 0
+        for i, cell in enumerate(self.cells):
+            n = per_state * len(cell.get_state_names())
+            if i in self.output_connected_layers:
+                outputs.append(pick(cell, states[first:first + n]))
+            first += n
+        return outputs
+
+    def _prepare_output(self, model, states):
+        outputs = self._connected_outputs(model, states, 1, lambda cell, s: cell._prepare_output(model, s))
+        return brew.sum(model, outputs, self.scope("residual_output")) if len(outputs) > 1 else outputs[0]
+
+    def _prepare_output_sequence(self, model, state_outputs):
+        outputs = self._connected_outputs(model, state_outputs, 2,
+                                          lambda cell, s: cell._prepare_output_sequence(model, s))
+        return (brew.sum(model, outputs, self.scope("residual_output_sequence")) if len(outputs) > 1
+                else outputs[0])
 
 
 def _LSTM(cell_class, model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=None,
@@ -225,29 +335,25 @@ def _LSTM(cell_class, model, input_blob, seq_lengths, initial_states, dim_in, di
         raise RNNCellError("static_rnn_unroll_size: dslc does not unroll recurrent nets (its loop over time is "
                            "already compiled)", user_location(), "drop static_rnn_unroll_size")
     layers = len(dims)
-    n_states = None
-    results, x, cell = [], input_blob, None
-    for i, d in enumerate(dims):
-        name = scope if layers == 1 else (f"{scope}/layer_{i}" if scope else f"layer_{i}")
-        cell = cell_class(input_size=dim_in if i == 0 else dims[i - 1], hidden_size=d, forget_bias=forget_bias,
-                          memory_optimization=memory_optimization, name=name, forward_only=forward_only,
-                          drop_states=drop_states, **cell_kwargs)
-        n_states = len(cell.get_state_names())
-        init = None
-        if initial_states is not None:
-            if len(initial_states) != n_states * layers:
-                raise RNNCellError(f"{layers} layer(s) of {n_states} states need {n_states * layers} initial "
-                                   f"states, got {len(initial_states)}", user_location(),
-                                   "give each layer's states in order")
-            init = list(initial_states[n_states * i:n_states * (i + 1)])
-        with_grads = list(outputs_with_grads) if i == layers - 1 else [0]
-        x, per_step = cell.apply_over_sequence(model=model, inputs=x, seq_lengths=seq_lengths, initial_states=init,
-                                               outputs_with_grads=with_grads)
-        results.extend(per_step)
+    cells = [cell_class(input_size=dim_in if i == 0 else dims[i - 1], hidden_size=d, forget_bias=forget_bias,
+                        memory_optimization=memory_optimization, name=scope if layers == 1 else None,
+                        forward_only=forward_only, drop_states=drop_states, **cell_kwargs)
+             for i, d in enumerate(dims)]
+    cell = cells[0] if layers == 1 else MultiRNNCell(cells, name=scope, forward_only=forward_only)
+    # outputs_with_grads counts in the last layer's outputs (two per state)
+    below = 2 * (len(cell.get_state_names()) - len(cells[-1].get_state_names()))
+    _, results = cell.apply_over_sequence(model=model, inputs=input_blob, seq_lengths=seq_lengths,
+                                          initial_states=initial_states,
+                                          outputs_with_grads=[below + i for i in outputs_with_grads])
     if return_last_layer_only:
-        results = results[2 * n_states * (layers - 1):]
+        results = results[below:]
     if return_params:
-        results = list(results) + [{"input": cell.get_input_params(), "recurrent": cell.get_recurrent_params()}]
+        # the last layer's parameters (Caffe2 fails here for a stack: its MultiRNNCell has no
+        # get_input_params)
+        top = ((f"{scope}/" if scope else "") + f"layer_{layers - 1}/") if layers > 1 else ""
+        results = list(results) + [{kind: {k: top + v for k, v in names.items()} for kind, names in
+                                    (("input", cells[-1].get_input_params()),
+                                     ("recurrent", cells[-1].get_recurrent_params()))}]
     return tuple(results)
 
 

@@ -169,24 +169,215 @@ def test_lstm_gradients_match_finite_differences(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_lstm_layers_are_two_lstms_in_a_row(backend):
+    """A stack under Caffe2's names: layer 0's input projection is ``deep/i2h_*`` (made
+    before the loop), the rest ``deep/layer_<k>/...``."""
     T, N, D = 3, 2, 4
     model = ModelHelper(name="stacked")
     h_all, _, _, _ = rnn_cell.LSTM(model, "x", "lengths", ["h0", "c0", "h1", "c1"], D, [5, 3], scope="deep")
     x = RNG.randn(T, N, D).astype(np.float32)
     states = {n: (RNG.randn(1, N, d) * 0.3).astype(np.float32) for n, d in (("h0", 5), ("c0", 5), ("h1", 3),
                                                                             ("c1", 3))}
-    lengths = np.array([3, 3], np.int32)
+    lengths = np.array([3, 2], np.int32)
     for k, v in dict(states, x=x, lengths=lengths).items():
         workspace.FeedBlob(k, v)
     _run(model.param_init_net, backend)
     _run(model.net, backend)
 
     def layer(i):
-        return {k: workspace.FetchBlob(f"deep/layer_{i}/{k}").astype(np.float64)
-                for k in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
+        names = {"i2h_w": f"deep/layer_{i}/i2h_w" if i else "deep/i2h_w",
+                 "i2h_b": f"deep/layer_{i}/i2h_b" if i else "deep/i2h_b",
+                 "gates_t_w": f"deep/layer_{i}/gates_t_w", "gates_t_b": f"deep/layer_{i}/gates_t_b"}
+        return {k: workspace.FetchBlob(n).astype(np.float64) for k, n in names.items()}
     low, _ = _lstm_ref(layer(0), x.astype(np.float64), states["h0"], states["c0"], lengths)
     top, _ = _lstm_ref(layer(1), low, states["h1"], states["c1"], lengths)
     np.testing.assert_allclose(workspace.FetchBlob(h_all), top, rtol=1e-5, atol=1e-6)
+    assert not workspace.HasBlob("deep/layer_0/i2h_w")
+
+
+def _feed_params_by_name(model):
+    """Every parameter, in order of its name, set to a pattern: the i-th gets
+    (k % (5 + i)) / (5 + i) - 0.45 at flat position k (the programs run on Caffe2 do the same)."""
+    for i, p in enumerate(sorted(str(p) for p in model.params)):
+        shape = workspace.FetchBlob(p).shape
+        values = (np.arange(int(np.prod(shape))) % (5 + i)) / (5.0 + i) - 0.45
+        workspace.FeedBlob(p, values.astype(np.float32).reshape(shape))
+
+
+def _check_figures(figures):
+    for blob, (total, size, head) in figures.items():
+        got = workspace.FetchBlob(blob).ravel().astype(np.float64)
+        np.testing.assert_allclose([got.sum(), np.abs(got).sum()], [total, size], rtol=1e-5, atol=1e-7, err_msg=blob)
+        np.testing.assert_allclose(got[:3], head, rtol=1e-5, atol=1e-7, err_msg=blob)
+
+
+def _stacked(kind, backend):
+    """Two layers (3 then 2 units) over x [4, 3, 2], the states fed, the parameters set by
+    their (Caffe2) names, loss = sum of the top layer's hidden_all squared."""
+    T, N, D, dims = 4, 3, 2, [3, 2]
+    model = ModelHelper(name="m")
+    states = []
+    for i, d in enumerate(dims):
+        for j in range(2 if kind == "lstm" else 1):
+            states.append(f"s{i}{j}")
+            values = ((np.arange(N * d) + 3 * i + j) % 5) / 5.0 - 0.3
+            workspace.FeedBlob(states[-1], values.astype(np.float32).reshape(1, N, d))
+    if kind == "lstm":
+        outs = rnn_cell.LSTM(model, "x", "lengths", states, D, dims, scope="r", return_last_layer_only=False,
+                             forget_bias=0.5)
+    else:
+        outs = rnn_cell.BasicRNN(model, "x", None, states, D, dims, scope="r", return_last_layer_only=False,
+                                 activation="tanh")
+    loss = model.net.SumElements(model.net.Sqr(outs[len(outs) // 2]), "loss")
+    model.AddGradientOperators([loss])
+    workspace.FeedBlob("x", ((np.arange(T * N * D) % 7) / 7.0 - 0.4).astype(np.float32).reshape(T, N, D))
+    workspace.FeedBlob("lengths", np.array([4, 2, 3], np.int32))
+    _run(model.param_init_net, backend)
+    _feed_params_by_name(model)
+    _run(model.net, backend)
+    return model, outs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stacked_lstm_set_by_caffe2s_parameter_names_gives_caffe2s_values(backend):
+    """Figures read off the real Caffe2 (torch 1.10.2's caffe2): this program (rnn_cell.LSTM
+    with dim_out=[3, 2], scope "r", return_last_layer_only=False; parameters set in order of
+    their names) run there through shared/tools/caffe2-ref/run.sh, blobs printed as
+    (sum, sum of |.|, first three). Caffe2 steps both layers in one RecurrentNetwork op and
+    names layer 0's input projection r/i2h_*: dslc used to name it r/layer_0/i2h_*, so
+    the weights fed by Caffe2's names were never read."""
+    model, outs = _stacked("lstm", backend)
+    assert sorted(str(p) for p in model.params) == [
+        "r/i2h_b", "r/i2h_w", "r/layer_0/gates_t_b", "r/layer_0/gates_t_w", "r/layer_1/gates_t_b",
+        "r/layer_1/gates_t_w", "r/layer_1/i2h_b", "r/layer_1/i2h_w"]
+    assert [str(b) for b in outs] == [f"r/layer_{i}/{s}_{k}" for i in (0, 1) for s in ("hidden_state", "cell_state")
+                                      for k in ("all", "last")]
+    _check_figures({
+        "r/layer_0/hidden_state_all": (-0.15818781219, 2.9122090321, [0.0577238053, -0.0505138822, 0.0354808010]),
+        "r/layer_1/hidden_state_all": (2.5428973902, 2.5716912169, [0.1563084722, -0.0143969133, 0.0287756752]),
+        "r/layer_1/cell_state_last": (1.3292741776, 1.3292741776, [0.1608628482, 0.2611467242, 0.1027367860]),
+        "r/i2h_w_grad": (0.027393493201, 0.033820567140, [5.602203237e-05, 0.00016551259614, -0.0007348723011]),
+        "r/i2h_b_grad": (0.13789615256, 0.19659000, [0.00095518119633, -0.011606233194, -0.0063184872270]),
+        "r/layer_0/gates_t_w_grad": (0.025345661765, 0.045160650741, [0.00033037178218, 0.00021350212046,
+                                                                      -9.059051808e-05]),
+        "r/layer_1/i2h_w_grad": (0.019097671960, 0.29305625067, [0.0044426443055, -0.0050186114386, 0.00061813136563]),
+        "r/layer_1/gates_t_w_grad": (0.39924640674, 0.39924640674, [0.0047452291474, 0.0095902848989,
+                                                                     0.0091354064643]),
+        "x_grad": (0.050832261099, 0.054842524463, [0.0022712722421, 0.0032949864399, -0.0010557568166]),
+        "s01_grad": (0.10646659438, 0.11308369297, [-0.0033085492905, 0.0053972210735, 0.0091225504875]),
+    })
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stacked_basic_rnn_gives_caffe2s_values(backend):
+    """As above with rnn_cell.BasicRNN (tanh, no lengths). Caffe2 counts four outputs per
+    layer whatever the cell, so its default outputs_with_grads points past a BasicRNN stack's
+    top layer and its gradient fails; the figures were read with outputs_with_grads=(-2,)
+    (= the top layer's hidden_all there). dslc counts the cell's own outputs, so the default
+    is that output."""
+    model, outs = _stacked("basic", backend)
+    assert [str(b) for b in outs] == ["r/layer_0/hidden_t_all", "r/layer_0/hidden_t_last", "r/layer_1/hidden_t_all",
+                                      "r/layer_1/hidden_t_last"]
+    _check_figures({
+        "r/layer_1/hidden_t_all": (-7.4470269904, 7.6848348603, [-0.5971065164, -0.5950350165, -0.2300854325]),
+        "r/i2h_w_grad": (-0.48737472109, 0.75638781302, [-0.29818296433, -0.016328653321, -0.15765227377]),
+        "r/layer_0/gates_t_w_grad": (-1.9059602618, 1.9686733037, [-0.4683477282, -0.4460389912, -0.1869171709]),
+        "r/layer_1/i2h_w_grad": (13.223840594, 13.223840594, [1.451453686, 1.251560092, 0.8074607849]),
+        "x_grad": (-0.75962444115, 1.0297187781, [-0.19447633624, -0.015707939863, -0.023824250326]),
+        "s00_grad": (-0.42662051506, 0.57685751654, [-0.15845154226, -0.024375244975, -0.16128453612]),
+    })
+
+
+def test_a_stack_makes_caffe2s_blobs():
+    """Read off the real Caffe2: rnn_cell.LSTM(model, "x", "sl", None, 4, [5, 3], scope="r")
+    run there, its params, init net outputs and RecurrentNetwork op printed. Without initial
+    states each layer's come from its initializer, under the layer's scope."""
+    model = ModelHelper(name="m")
+    rnn_cell.LSTM(model, "x", "sl", None, 4, [5, 3], scope="r")
+    want = ["r/i2h_b", "r/i2h_w", "r/layer_0/gates_t_b", "r/layer_0/gates_t_w", "r/layer_0/initial_cell_state",
+            "r/layer_0/initial_hidden_state", "r/layer_1/gates_t_b", "r/layer_1/gates_t_w", "r/layer_1/i2h_b",
+            "r/layer_1/i2h_w", "r/layer_1/initial_cell_state", "r/layer_1/initial_hidden_state"]
+    assert sorted(str(p) for p in model.params) == want
+    assert sorted(o for op in model.param_init_net.Proto().op for o in op.output) == want
+    fc, rec = model.net.Proto().op
+    assert (fc.type, list(fc.input), list(fc.output)) == ("FC", ["x", "r/i2h_w", "r/i2h_b"], ["r/i2h"])
+    assert rec.type == "RecurrentNetwork"
+    assert list(rec.input) == [
+        "r/i2h", "r/layer_0/initial_hidden_state", "r/layer_0/initial_cell_state", "r/layer_1/initial_hidden_state",
+        "r/layer_1/initial_cell_state", "r/layer_0/gates_t_w", "r/layer_0/gates_t_b", "sl", "r/layer_1/i2h_w",
+        "r/layer_1/i2h_b", "r/layer_1/gates_t_w", "r/layer_1/gates_t_b"]
+    assert list(rec.output) == [f"r/layer_{i}/{s}_{k}" for i in (0, 1) for s in ("hidden_state", "cell_state")
+                                for k in ("all", "last")] + ["r/step_workspaces"]
+
+
+def test_an_unnamed_stack_has_caffe2s_names_and_return_params_names_the_top_layer():
+    """Read off the real Caffe2: rnn_cell.LSTM(model, "x", "sl", None, 4, [5, 3]) with no
+    scope; its recurrent_states argument names "None/layer_<k>/..." states (Caffe2 formats
+    the missing name). With return_params Caffe2 fails on a stack (MultiRNNCell has no
+    get_input_params); dslc names the top layer's parameters."""
+    model = ModelHelper(name="m")
+    *outs, params = rnn_cell.LSTM(model, "x", "sl", None, 4, [5, 3], return_params=True)
+    assert sorted(str(p) for p in model.params) == [
+        "i2h_b", "i2h_w", "layer_0/gates_t_b", "layer_0/gates_t_w", "layer_0/initial_cell_state",
+        "layer_0/initial_hidden_state", "layer_1/gates_t_b", "layer_1/gates_t_w", "layer_1/i2h_b", "layer_1/i2h_w",
+        "layer_1/initial_cell_state", "layer_1/initial_hidden_state"]
+    rec = model.net.Proto().op[-1]
+    states = next(list(a.strings) for a in rec.arg if a.name == "recurrent_states")
+    assert states == [f"m/recurrent/None/layer_{i}/{s}_t_prev_states".encode() for i in (0, 1)
+                      for s in ("hidden", "cell")]
+    assert [str(b) for b in outs] == [f"layer_1/{s}_{k}" for s in ("hidden_state", "cell_state")
+                                      for k in ("all", "last")]
+    assert params == {"input": {"weights": "layer_1/i2h_w", "biases": "layer_1/i2h_b"},
+                      "recurrent": {"weights": "layer_1/gates_t_w", "biases": "layer_1/gates_t_b"}}
+
+
+def test_a_single_lstm_without_initial_states_makes_them_as_parameters():
+    """Read off the real Caffe2 (as above, dim_out=5): zero-filled r/initial_hidden_state and
+    r/initial_cell_state of shape [5] are parameters made in the init net."""
+    model = ModelHelper(name="m")
+    h_all, *_ = rnn_cell.LSTM(model, "x", None, None, 2, 5, scope="r")
+    assert sorted(str(p) for p in model.params) == ["r/gates_t_b", "r/gates_t_w", "r/i2h_b", "r/i2h_w",
+                                                    "r/initial_cell_state", "r/initial_hidden_state"]
+    workspace.FeedBlob("x", np.ones((3, 1, 2), np.float32))
+    workspace.RunNetOnce(model.param_init_net)
+    np.testing.assert_array_equal(workspace.FetchBlob("r/initial_hidden_state"), np.zeros(5, np.float32))
+    workspace.RunNetOnce(model.net)
+    assert workspace.FetchBlob(h_all).shape == (3, 1, 5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_residual_layers_of_a_multi_rnn_cell(backend):
+    """MultiRNNCell with three LSTM layers of 3 units, layers 1 and 2 residual: the output is
+    the sum of all three layers' hidden_all. Forward figures read off the real Caffe2 (the
+    same program run there, parameters set by name). The gradient passes back through the
+    top layer's output only (outputs_with_grads' default); it is checked here against
+    finite differences of sum(G * top hidden_all), G = 2 * output held fixed. Caffe2's own
+    gradient misses part of it (its res/layer_1/initial_cell_state_grad starts -0.012049
+    where its own finite differences give -0.012341): docs/differences.md."""
+    T, N, D, H = 3, 2, 3, 3
+    model = ModelHelper(name="m")
+    cells = [rnn_cell.LSTMCell(input_size=D if i == 0 else H, hidden_size=H, forget_bias=0.0,
+                               memory_optimization=False) for i in range(3)]
+    multi = rnn_cell.MultiRNNCell(cells, name="res", residual_output_layers=[1, 2])
+    out, _ = multi.apply_over_sequence(model, "x", None, initial_states=None)
+    assert str(out) == "res/residual_output_sequence"
+    loss = model.net.SumElements(model.net.Sqr(out), "loss")
+    model.AddGradientOperators([loss])
+    workspace.FeedBlob("x", ((np.arange(T * N * D) % 7) / 7.0 - 0.4).astype(np.float32).reshape(T, N, D))
+    _run(model.param_init_net, backend)
+    _feed_params_by_name(model)
+    _run(model.net, backend)
+    _check_figures({str(out): (-1.3921655836, 2.4328007968, [-0.1644265354, -0.1874642074, -0.3850680888])})
+    grad = workspace.FetchBlob("res/layer_1/initial_cell_state_grad").astype(np.float64)
+    g_top = 2 * workspace.FetchBlob(str(out)).astype(np.float64)
+    h0 = workspace.FetchBlob("res/layer_1/initial_cell_state")
+
+    def f(v):
+        workspace.FeedBlob("res/layer_1/initial_cell_state", v.astype(np.float32))
+        workspace.RunNetOnce(model.net)
+        return float((g_top * workspace.FetchBlob("res/layer_2/hidden_state_all")).sum())
+    eps = 1e-2
+    num = np.array([(f(h0 + eps * e) - f(h0 - eps * e)) / (2 * eps) for e in np.eye(H, dtype=np.float64)])
+    np.testing.assert_allclose(grad, num, rtol=2e-3, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
