@@ -65,11 +65,33 @@ class ChildPlan:
         self.op, self.codes = op, codes
 
 
-def too_deep(e: SyntaxError, op) -> DSLError:
-    """The error for generated code Python refuses to compile (only nesting can do that)."""
-    return DSLError(f"the job nests loops and conditionals deeper than Python can run ({e.msg})",
-                    op.loc if op is not None else None,
-                    "nest fewer loops: move the inner ones into a net or task of their own")
+# What Python says when generated code nests too deeply (the only SyntaxError a valid
+# job can cause): 20 nested loops, 100 indents.
+NESTING_LIMITS = ("too many statically nested blocks", "too many levels of indentation")
+
+
+class GeneratedCodeError(Exception):
+    """A backend wrote Python that does not compile: dslc's bug, never the user's.
+
+    Not a ``DSLError``: the CLI reports it as an internal error (exit 1), naming the
+    backend, the generated line and the op it came from.
+    """
+
+    def __init__(self, backend: str, e: SyntaxError, op=None):
+        where = f" (from the op at {op.loc})" if op is not None and op.loc and op.loc.line else ""
+        super().__init__(f"the {backend} backend generated Python that does not compile: {e.msg}, "
+                         f"line {e.lineno}: {(e.text or '').strip()!r}{where}")
+        self.backend, self.op = backend, op
+
+
+def syntax_error(e: SyntaxError, op, backend: str) -> Exception:
+    """The error for generated code Python refuses to compile: the user's (located) when
+    the job nests deeper than Python can run, else ours (``GeneratedCodeError``)."""
+    if any(limit in (e.msg or "") for limit in NESTING_LIMITS):
+        return DSLError(f"the job nests loops and conditionals deeper than Python can run ({e.msg})",
+                        op.loc if op is not None else None,
+                        "nest fewer loops: move the inner ones into a net or task of their own")
+    return GeneratedCodeError(backend, e, op)
 
 
 def compile_region(region: Region, cfg, emitter=None) -> RegionCode:
@@ -81,6 +103,8 @@ def compile_region(region: Region, cfg, emitter=None) -> RegionCode:
 
 class Emitter:
     """Writes the Python function for one region; backends subclass it (see ``partition``)."""
+
+    backend = "interp"  # (named in the error for generated code that does not compile)
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -280,7 +304,7 @@ class Emitter:
         except SyntaxError as e:  # Python's own limits: 20 nested loops, 100 indents
             op = next((o for i, (_, o) in enumerate(self.body) if o is not None and len(head) + i + 1 >= (e.lineno or 0)),
                       None)
-            raise too_deep(e, op) from None
+            raise syntax_error(e, op, self.backend) from None
         exec(code_obj, ns)
         code = RegionCode()
         code.fn = ns["run"]

@@ -80,6 +80,8 @@ def module_for(source: str):
         if got is not None:
             return got
         path = cache_dir() / f"k_{key}.py"
+        # compiled first: a text Python refuses (SyntaxError, for emitter._module) is never written
+        code = compile(source, str(path), "exec")
         if not path.exists():
             _write(path, source)
         elif not _holds(path, source):
@@ -92,6 +94,6 @@ def module_for(source: str):
         mod = types.ModuleType(name)
         mod.__file__ = str(path)
         sys.modules[name] = mod
-        exec(compile(source, str(path), "exec"), mod.__dict__)  # (SyntaxError: see emitter.build_island)
+        exec(code, mod.__dict__)
         _modules[key] = mod
         return mod

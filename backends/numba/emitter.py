@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from dslc.backends.interp.codegen import Emitter, too_deep
+from dslc.backends.interp.codegen import Emitter, syntax_error
 from dslc.backends.interp.kernels_nn import op_stream
 
 from . import islands
@@ -26,6 +26,7 @@ from .source import Writer, fused_source
 
 
 class NumbaEmitter(Emitter):
+    backend = "numba"
     interpreting = False  # set while writing an island's interpreter fallback
 
     def kernel_entry(self, name: str):
@@ -54,8 +55,11 @@ class NumbaEmitter(Emitter):
         cond = " or ".join(f"{self.var(v)} is None" for v in args if v not in island.unread) or "False"
         self.emit(indent, f"if {cond}:", island.ops[0])
         self.interpreting = True
+        start = len(self.body)
         for op in island.ops:  # the interpreter's way, for unset inputs
             super().op(op, indent + 1, loop_targets)
+        if len(self.body) == start:  # (its ops bound constants only: no statement)
+            self.emit(indent + 1, "pass", island.ops[0])
         self.interpreting = False
         self.emit(indent, "else:", island.ops[0])
         outs = [self.var(v) for v in island.outputs]
@@ -91,10 +95,7 @@ def build_island(island, cfg):
     w = Writer(_source_file(island.ops[0]), cfg.namer())
     params = w.island(island)
     source = w.module("kernel", params)
-    try:
-        mod = module_for(source)
-    except SyntaxError as e:
-        raise too_deep(e, island.ops[0]) from None
+    mod = _module(source, island.ops[0])
     cfg.stats.sources.append(source)
     args = [v for v in island.inputs if v in w.names and w.names[v] in params]
     fn = mod.kernel
@@ -108,7 +109,7 @@ def build_island(island, cfg):
 def build_fused(op, cfg):
     sites = Sites()
     serial_src = _fused_module(op, False, sites)
-    mod = module_for(serial_src)
+    mod = _module(serial_src, op)
     cfg.stats.sources.append(serial_src)
     cfg.stats.fused += 1
     types = [v.type for v in op.operands] + [r.type for r in op.results]
@@ -116,7 +117,7 @@ def build_fused(op, cfg):
     parallel = None
     if cfg.parallel:
         par_src = _fused_module(op, True, Sites())  # the same sites again
-        par = module_for(par_src)
+        par = _module(par_src, op)
         cfg.stats.sources.append(par_src)
         cfg.stats.compile(par.kernel, types, [])
         parallel = par.kernel
@@ -127,6 +128,14 @@ def build_fused(op, cfg):
 def _fused_module(op, parallel: bool, sites) -> str:
     from .source import HEADER
     return HEADER.format(source=source_text(_source_file(op))) + "\n\n" + fused_source(op, "kernel", parallel, sites) + "\n"
+
+
+def _module(source: str, op):
+    """``module_for(source)``; a SyntaxError is the job's nesting depth or our bug (``syntax_error``)."""
+    try:
+        return module_for(source)
+    except SyntaxError as e:
+        raise syntax_error(e, op, "numba") from None
 
 
 def _fallback(op, cfg):

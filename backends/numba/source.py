@@ -64,6 +64,7 @@ class Writer:
         self.streams: list = []     # (parameter, op): the random ops' generators, arguments too
         self.sites = Sites()        # the checks that can fail, for KernelFail
         self.source_file = source_file
+        self.statements = 0         # lines written that are not comments (see ``region``)
 
     # --- names
     def name(self, v) -> str:
@@ -91,11 +92,13 @@ class Writer:
 
     def emit(self, indent: int, text: str) -> None:
         self.lines.append("    " * indent + text)
+        self.statements += 1
 
     def comment(self, indent: int, op: Operation) -> None:
         if op.loc.line:
             # (the file name is the input's text: escaped, it cannot end the comment)
-            self.emit(indent, f"# {source_text(os.path.basename(op.loc.file))}:{int(op.loc.line)} {op.name}")
+            self.lines.append("    " * indent +
+                              f"# {source_text(os.path.basename(op.loc.file))}:{int(op.loc.line)} {op.name}")
 
     # --- values that may be written in place (scalar constants become literals)
     def arg_or_literal(self, v) -> str | None:
@@ -124,8 +127,10 @@ class Writer:
     def region(self, r, indent: int, targets, loop_targets, go: str | None = None) -> None:
         """The region's ops at ``indent``; in a ``while {go}:`` loop, each break_if clears
         ``go`` and the ops after it run in its ``else:`` (where the values they use are
-        defined: numba cannot type a value defined under one ``if`` and used under another)."""
-        start = len(self.lines)
+        defined: numba cannot type a value defined under one ``if`` and used under another).
+        A block left without a statement (its ops wrote only comments: a ``must``, a
+        scalar ``Const``) gets a ``pass``: Python has no empty blocks."""
+        start = self.statements
         for op in r.ops:
             if op.name == "yield":
                 self.assign(indent, targets, op.operands)
@@ -135,10 +140,10 @@ class Writer:
                 self.assign(indent + 1, loop_targets, op.operands[1:])
                 self.emit(indent + 1, f"{go} = False")
                 self.emit(indent, "else:")
-                indent, start = indent + 1, len(self.lines)
+                indent, start = indent + 1, self.statements
             else:
                 self.op(op, indent, loop_targets)
-        if len(self.lines) == start:
+        if self.statements == start:
             self.emit(indent, "pass")
 
     def assign(self, indent, targets, values) -> None:
