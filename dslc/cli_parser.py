@@ -152,8 +152,8 @@ def _trust_options(p) -> None:
                    help="an IR file is code: let its Python ops import and call the functions it names "
                         "(without this, or --trust-module, such a file is refused)")
     p.add_argument("--trust-module", metavar="MODULE", action="append", default=[],
-                   help="let an IR file's Python ops import this module (and its submodules) or this "
-                        "absolute .py path; repeat for several")
+                   help="let an IR file's Python ops call the functions this module (and its submodules) "
+                        "or this absolute .py path defines, not what it imports; repeat for several")
 
 
 def _common(p, quiet: bool = False) -> None:

@@ -13,15 +13,24 @@ process registered (the job file it traced) resolve freely; importing one named 
 parsed file needs the user's consent first: ``trust()`` (the CLI's ``--trust``) or
 ``trust(["mylib.ops", "/abs/path/job.py"])`` (``--trust-module``). A ``.py`` source
 must be an absolute path: the text never names a file relative to where it is run.
+
+Consent to a module is consent to the functions (and classes) it defines, itself or in
+its submodules, not to everything reachable through it: ``pyref<"system", "mylib.ops">``
+is refused when ``mylib.ops`` merely imported ``os.system``, as are ``os.system`` named
+through it and a wrapper another module defined. Names are read from the namespaces'
+own dictionaries, so naming a property, a descriptor or a missing attribute runs no code
+of the module's. ``trust()`` without sources admits whatever the text names.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
 import threading
+import types
 from dataclasses import dataclass
 
 from .diagnostics import DSLError
@@ -115,11 +124,16 @@ def _address(fn) -> tuple[str, str]:
 
 
 def _lookup(mod, qualname: str):
+    """What ``qualname`` names in ``mod``, read from the namespaces' own dictionaries: the
+    name may come from a file, so no property, descriptor or module ``__getattr__`` runs."""
     obj = mod
     for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
+        try:
+            obj = inspect.getattr_static(obj, part)
+        except AttributeError:
             return None
+        if isinstance(obj, staticmethod):
+            obj = obj.__func__
     return obj
 
 
@@ -139,11 +153,14 @@ def resolve(ref: PyRef):
     obj = _by_address.get(key)
     if obj is None:
         _check_consent(ref)
-        fn = _lookup(_import(ref.source), ref.name)
+        mod = _import(ref.source)
+        fn = _lookup(mod, ref.name)
         if fn is None:
             raise DSLError(f"the Python op function {ref.name!r} is not in {ref.source}",
                            hint="the IR names a function that the file no longer defines: "
                                 "write the IR again (dslc ir -o)")
+        if _consent is not None:  # (consent to some sources: to what they define, no more)
+            _check_defined(ref, mod, fn)
         obj = fn
         if ref.args:
             args, kwargs = json.loads(ref.args)
@@ -165,6 +182,40 @@ def _check_consent(ref: PyRef) -> None:
                             "it would run code named by the IR file, which you have not allowed",
                             hint=f"if you trust this file, pass --trust (every function it names) or "
                                  f"--trust-module {src} (session API: dslc.ir.pyrefs.trust)")
+
+
+def _check_defined(ref: PyRef, mod, fn) -> None:
+    """Raise UntrustedCode unless ``fn`` is a function or class that a module the user
+    trusts defines: the module imported for ``ref`` itself, or a trusted module (or
+    submodule) by name. ``__globals__`` (a function's) and ``__self__`` (a built-in's)
+    say where it was defined; a name it was imported under says nothing."""
+    if isinstance(fn, types.FunctionType):
+        home = _module_named(fn.__globals__.get("__name__"))
+        ok = home is not None and vars(home) is fn.__globals__
+        what = f"a function of {_name_of(home, fn.__globals__.get('__name__'))}"
+    elif isinstance(fn, types.BuiltinFunctionType):
+        home = fn.__self__ if isinstance(fn.__self__, types.ModuleType) else None
+        ok, what = home is not None, f"a built-in function of {_name_of(home, None)}"
+    elif isinstance(fn, type):
+        home = _module_named(fn.__module__)
+        ok, what = home is not None, f"a class of {_name_of(home, fn.__module__)}"
+    else:
+        home, ok, what = None, False, f"a {type(fn).__name__} object, not a function"
+    if ok and (home is mod or (not ref.source.endswith(".py") and _allowed(home.__name__))):
+        return
+    where = "the file" if ref.source.endswith(".py") else "the module"
+    raise UntrustedCode(f"the IR calls {ref.name!r} through {where} {ref.source!r}, but that is {what}, "
+                        f"which {ref.source!r} did not define: trusting a module admits only its own functions",
+                        hint="if you trust everything the IR file names, pass --trust")
+
+
+def _module_named(name):
+    return sys.modules.get(name) if isinstance(name, str) else None
+
+
+def _name_of(module, fallback) -> str:
+    name = getattr(module, "__name__", None) or fallback
+    return repr(name) if name else "no module"
 
 
 def _import(source: str):

@@ -87,6 +87,73 @@ def test_an_allowed_module_does_not_allow_another(tmp_path):
     assert not (tmp_path / "MARK").exists()
 
 
+TRUSTED = textwrap.dedent("""\
+    import os
+    import shutil
+    from os import system
+    from subprocess import run
+    from functools import partial
+
+
+    def own(inputs, outputs):
+        outputs[0].feed(7)
+
+
+    class Box:
+        @property
+        def poke(self):
+            open("MARK", "w").write("property code ran")
+            return own
+
+
+    box = Box()
+    touch = partial(os.system, "touch MARK")
+
+
+    def __getattr__(name):
+        open("MARK", "w").write("module __getattr__ ran")
+        return own
+""")
+
+
+@pytest.mark.parametrize("name, what", [
+    ("system", "a built-in function of 'posix'"),  # imported by name
+    ("os.system", "a built-in function of 'posix'"),  # reached through an imported module
+    ("shutil.rmtree", "a function of 'shutil'"),
+    ("run", "a function of 'subprocess'"),  # a Python function another module defined
+    ("touch", "a partial object"),
+    ("box.poke", "a property object"),  # named without running the property
+    ("missing", ""),  # not defined: the module's __getattr__ does not run either
+])
+@pytest.mark.parametrize("by_path", [False, True])
+def test_a_trusted_module_admits_only_the_functions_it_defines(tmp_path, name, what, by_path):
+    """--trust-module M (a module, or a job file by its absolute path) admits M's own
+    functions, never what M imported or what is reachable through it (issue 38)."""
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "mymod.py").write_text(TRUSTED)
+    source = str(tmp_path / "mymod.py") if by_path else "mymod"
+    args = '[[\\"touch MARK\\"], {}]' if "system" in name else '[[\\"victim\\"], {}]' if "rmtree" in name else ""
+    ref = f'"{name}", "{source}"' + (f', "{args}"' if args else "")
+    (tmp_path / "evil.dslir").write_text(module(PYTHON_OP.format(ref=ref)))
+    code, out, err, _ = dslc(tmp_path, "run", "evil.dslir", "--trust-module", source)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert (what in err and "trusting a module admits only its own functions" in err) if what else \
+        "is not in" in err, err
+    assert not (tmp_path / "MARK").exists() and (tmp_path / "victim").is_dir()
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+@pytest.mark.parametrize("by_path", [False, True])
+def test_a_trusted_modules_own_function_runs(tmp_path, backend, by_path):
+    (tmp_path / "mymod.py").write_text(TRUSTED)
+    source = str(tmp_path / "mymod.py") if by_path else "mymod"
+    (tmp_path / "job.dslir").write_text(module(PYTHON_OP.format(ref=f'"own", "{source}"'))
+                                        .replace("module {", 'module {outputs = [["y", @"y"]]} {', 1))
+    code, out, err, _ = dslc(tmp_path, "run", "job.dslir", "--backend", backend, "--trust-module", source)
+    assert code == 0 and out.strip().endswith("y = 7"), out + err
+    assert not (tmp_path / "MARK").exists()
+
+
 # ----------------------------------------------------------------------------- generated source
 
 PAYLOAD = 'x.py\\nopen(\\"MARK\\", \\"w\\").write(\\"injected\\")\\n#'  # (no slash: survives basename)
