@@ -149,8 +149,11 @@ def accuracy(model, blob_in, blob_out, **kwargs):
 
 
 def add_weight_decay(model, weight_decay):
-    """L2 regularization: every weight's gradient gets ``weight_decay * weight`` added (after
-    AddGradientOperators, before the optimizer). Biases and other 1-D parameters are skipped."""
+    """L2 regularization: the gradient of every parameter tagged a weight (biases are not)
+    gets ``weight_decay * weight`` added (after AddGradientOperators, before the optimizer);
+    nothing when ``weight_decay <= 0``, as in Caffe2."""
+    if weight_decay <= 0.0:
+        return
     from dslc.optimizer import add_weight_decay as add
     add(model, weight_decay, one="ONE", wd="wd")
 

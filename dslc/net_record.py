@@ -11,7 +11,7 @@ import numpy as np
 from dslc import netdef
 from dslc import blobref
 from dslc import devices as _devices
-from dslc.blobref import BlobReference, CurrentNameScope, _blob_names, _blob_ref
+from dslc.blobref import BlobReference, CurrentNameScope, GradientSlice, _blob_names, _blob_ref
 from dslc.devices import CurrentDeviceScope
 from dslc.ir.diagnostics import TraceError, UnknownOperatorError
 from dslc.ir.opdef import OPS
@@ -199,6 +199,24 @@ class NetRecording:
                                 {**fixed, **kwargs}, user_location())
 
         return record
+
+    def DeduplicateGradientSlices(self, g, aggregator="sum"):
+        """A sparse gradient with each row once: ``Unique`` of its indices, then its values
+        summed (``aggregator="sum"``) or averaged (``"mean"``) per row with
+        ``UnsortedSegmentSum`` / ``UnsortedSegmentMean``, as Caffe2's Net method records it.
+        The optimizers' ``sparse_dedup_aggregator`` puts it before a sparse update, so a row
+        the batch reads several times takes one update."""
+        loc = user_location()
+        if not isinstance(g, GradientSlice):
+            raise TraceError(f"DeduplicateGradientSlices takes a sparse gradient (GradientSlice), got "
+                             f"{type(g).__name__}", loc)
+        ops = {"sum": "UnsortedSegmentSum", "mean": "UnsortedSegmentMean"}
+        op = ops.get(str(aggregator).lower())
+        if op is None:
+            raise TraceError(f"sparse_dedup_aggregator {aggregator!r} is not supported", loc,
+                             "use 'sum' or 'mean'")
+        unique, remapping = self._record("Unique", [g.indices], 2, {"engine": "SparseHash"}, loc)
+        return GradientSlice(indices=unique, values=self._record(op, [g.values, remapping], 1, {}, loc))
 
     def LogInfo(self, *msgs):
         for m in msgs:

@@ -5,6 +5,11 @@ iteration counter ``optimizer_iteration`` (counted by ``Iter`` each run), the le
 rate ``<Optimizer>_<k>_lr_cpu``, the constant ``ONE_0_0``, and per parameter ``w``:
 ``w_momentum``, ``w_squared_sum``, ``w_first_moment``, ``w_second_moment``. Since the
 net minimizes, learning rates are negative where the update adds them.
+
+``sparse_dedup_aggregator`` ("sum" or "mean"; SGD, Adagrad, Adam, WNGrad, STORM,
+Adadelta, FTRL) puts ``net.DeduplicateGradientSlices`` before a sparse update, so a row
+the batch reads several times is updated once, by its gradients' sum or mean; without it
+the update runs once per occurrence, in order (as in Caffe2).
 """
 from __future__ import annotations
 
@@ -68,6 +73,22 @@ class Optimizer:
             self._local_lr_multiplier = model.net.Lars(inputs, self.get_cpu_blob_name(f"{param}_lars"),
                                                        offset=self.lars, lr_min=0.0)
         self.update(model, param, grad)
+
+    sparse_dedup_aggregator = None  # (the optimizers that take one set it)
+
+    @staticmethod
+    def dedup(net, sparse_dedup_aggregator, grad):
+        """``grad`` (sparse) with each row once when an aggregator is named, else as it is."""
+        if not isinstance(grad, GradientSlice):
+            raise OptimizerError(f"dedup takes a sparse gradient (GradientSlice), got {type(grad).__name__}",
+                                 user_location())
+        if not sparse_dedup_aggregator:
+            return grad
+        return net.DeduplicateGradientSlices(grad, aggregator=sparse_dedup_aggregator)
+
+    def _rows(self, model, grad):
+        """The sparse gradient the update reads: deduplicated when this optimizer says so."""
+        return self.dedup(model.net, self.sparse_dedup_aggregator, grad)
 
     def get_cpu_blob_name(self, base_str, node_name=""):
         """The name of this optimizer's blob ``base_str`` (Caffe2's: ``SgdOptimizer_0_lr_cpu``)."""
@@ -137,14 +158,18 @@ class _Nets:
 class SgdOptimizer(Optimizer):
     kind = "SgdOptimizer"
 
-    def __init__(self, base_learning_rate=0.01, policy="fixed", momentum=0.0, nesterov=1, **kwargs):
+    def __init__(self, base_learning_rate=0.01, policy="fixed", momentum=0.0, nesterov=1,
+                 sparse_dedup_aggregator=None, **kwargs):
         super().__init__(policy, **kwargs)
-        if base_learning_rate <= 0:
-            raise OptimizerError(f"build_sgd needs base_learning_rate > 0, got {base_learning_rate}",
+        if base_learning_rate < 0:
+            raise OptimizerError(f"build_sgd needs base_learning_rate >= 0, got {base_learning_rate}",
                                  user_location())
         self.base_lr, self.momentum, self.nesterov = base_learning_rate, momentum, nesterov
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
 
     def update(self, model, param, grad):
+        if self.base_lr == 0:  # (no update, as in Caffe2)
+            return
         init, net = model.param_init_net, model.net
         # WeightedSum adds lr * grad, so lr is negative; MomentumSGDUpdate subtracts, so positive
         lr, _ = self.build_lr(model, -self.base_lr if self.momentum else self.base_lr)
@@ -153,6 +178,7 @@ class SgdOptimizer(Optimizer):
             m = init.ConstantFill([param], f"{param}_momentum", value=0.0)
             self._local(m)
         if isinstance(grad, GradientSlice):  # only the rows the gradient has
+            grad = self._rows(model, grad)
             if self.momentum > 0:
                 net.SparseMomentumSGDUpdate([grad.values, m, lr, param, grad.indices], [grad.values, m, param],
                                             momentum=self.momentum, nesterov=self.nesterov)
@@ -169,18 +195,24 @@ class AdagradOptimizer(Optimizer):
     kind = "AdagradOptimizer"
 
     def __init__(self, alpha=0.01, epsilon=1e-4, policy="fixed", decay=1.0, rowWise=False, weight_decay=0.0,
-                 counter_halflife=-1, engine="", **kwargs):
+                 counter_halflife=-1, engine="", sparse_dedup_aggregator=None, **kwargs):
         super().__init__(policy, **kwargs)
         self.alpha, self.epsilon, self.decay, self.row_wise = alpha, epsilon, decay, bool(rowWise)
         self.weight_decay, self.counter_halflife = float(weight_decay), counter_halflife
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
 
     def update(self, model, param, grad):
+        if self.alpha <= 0:  # (no update, as in Caffe2)
+            return
         lr, it = self.build_lr(model, self.alpha)
-        decay = {"weight_decay": self.weight_decay} if self.weight_decay else {}
+        # (Caffe2 decays no rank-1 parameter, dense or sparse: biases, 1-D tables)
+        weight_decay = self.weight_decay if self.weight_decay and _param_rank(model, param) != 1 else 0.0
+        decay = {"weight_decay": weight_decay} if weight_decay else {}
         if isinstance(grad, GradientSlice):
             if self.decay != 1.0:
                 raise OptimizerError("Adagrad's decay needs a dense gradient", user_location(3),
                                      "leave decay at 1 for sparse parameters")
+            grad = self._rows(model, grad)
             if self.row_wise:  # one moment per row
                 s = _row_moment(model, param)
                 op = "RowWiseSparseAdagrad"
@@ -194,7 +226,7 @@ class AdagradOptimizer(Optimizer):
                 prev, counter = _row_counters(model, param)
                 if self.row_wise:
                     inputs.append(counter)
-                    if self.weight_decay:
+                    if weight_decay:
                         decay["counter_halflife"] = self.counter_halflife
             getattr(model.net, op)(inputs, [param, s], epsilon=self.epsilon, **decay)
             if self.counter_halflife > 0:
@@ -210,12 +242,21 @@ class AdamOptimizer(Optimizer):
     kind = "AdamOptimizer"
 
     def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, policy="fixed", rowWise=False,
-                 use_smart_decay=False, engine="", **kwargs):
+                 use_smart_decay=False, engine="", sparse_dedup_aggregator=None, enableRAdam=False, **kwargs):
         super().__init__(policy, **kwargs)
         self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
         self.row_wise, self.smart_decay = bool(rowWise), bool(use_smart_decay)
+        self.sparse_dedup_aggregator, self.radam = sparse_dedup_aggregator, bool(enableRAdam)
+        if self.smart_decay and (self.row_wise or self.radam):
+            raise OptimizerError("use_smart_decay cannot be combined with " + ("rowWise" if self.row_wise else
+                                 "enableRAdam") + " (nor in Caffe2)", user_location(), "drop one of them")
 
     def update(self, model, param, grad):
+        if self.alpha <= 0:  # (no update, as in Caffe2)
+            return
+        if self.row_wise and self.radam and isinstance(grad, GradientSlice):
+            raise OptimizerError("RAdam of a row-wise Adam is not supported (nor in Caffe2)", user_location(),
+                                 "drop rowWise or enableRAdam")
         if self.row_wise and not isinstance(grad, GradientSlice):
             raise OptimizerError(f"row-wise Adam of {param} needs a sparse gradient (as in Caffe2)",
                                  user_location(3), "use rowWise only for parameters read by Gather / SparseLengthsSum")
@@ -234,14 +275,16 @@ class AdamOptimizer(Optimizer):
         self._share(it)  # (the step count its bias correction reads)
         args = {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
         if isinstance(grad, GradientSlice):
+            grad = self._rows(model, grad)
             if self.row_wise:
                 model.net.RowWiseSparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
                                             **args)
             elif self.smart_decay:
                 model.net.SmartDecaySparseAdam([param, m1, m2, last_seen, grad.indices, grad.values, lr, it],
                                                [param, m1, m2, last_seen], **args)
-            else:
-                model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2], **args)
+            else:  # (RAdam rectifies the sparse update only, as in Caffe2; a dense parameter gets Adam)
+                model.net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, it], [param, m1, m2],
+                                     enableRAdam=int(self.radam), **args)
             return
         model.net.Adam([param, m1, m2, grad, lr, it], [param, m1, m2], beta1=self.beta1,
                        beta2=self.beta2, epsilon=self.epsilon)
@@ -292,12 +335,16 @@ class WngradOptimizer(Optimizer):
         super().__init__(policy, lars=lars, **kwargs)
         self.alpha, self.epsilon, self.moment_init = alpha, epsilon, moment_init
         self.outputs = 2 if output_effective_lr_and_update else 1 if output_effective_lr else 0
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
 
     def update(self, model, param, grad):
+        if self.alpha <= 0:  # (no update, as in Caffe2)
+            return
         lr, _ = self.build_lr(model, self.alpha)
         b = model.param_init_net.ConstantFill([], f"{param}_moment", shape=[1], value=self.moment_init)
         self._local(b)
         if isinstance(grad, GradientSlice):
+            grad = self._rows(model, grad)
             model.net.SparseWngrad([param, b, grad.indices, grad.values, lr], [param, b], epsilon=self.epsilon)
             return
         extra = [f"{param}_effective_lr", f"{param}_update"][:self.outputs]
@@ -313,8 +360,11 @@ class StormOptimizer(Optimizer):
                  sparse_dedup_aggregator=None, lars=None, **kwargs):
         super().__init__(policy, lars=lars, **kwargs)
         self.lr, self.momentum, self.beta, self.grad_sq_init = lr, momentum, beta, grad_sq_init
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
 
     def update(self, model, param, grad):
+        if self.lr <= 0:  # (no update, as in Caffe2)
+            return
         lr, _ = self.build_lr(model, self.lr)
         init = model.param_init_net
         moment = init.ConstantFill([param], f"{param}_moment", value=0.0)
@@ -322,6 +372,7 @@ class StormOptimizer(Optimizer):
         self._local(moment, sq)
         args = {"momentum": self.momentum, "beta": self.beta}
         if isinstance(grad, GradientSlice):
+            grad = self._rows(model, grad)
             model.net.SparseStorm([param, moment, sq, grad.values, grad.indices, lr], [param, moment, sq], **args)
             return
         model.net.Storm([param, moment, sq, grad, lr], [param, moment, sq], **args)
@@ -362,9 +413,10 @@ class FtrlOptimizer(Optimizer):
 
     kind = "FtrlOptimizer"
 
-    def __init__(self, alpha=0.01, beta=1e-4, lambda1=0, lambda2=0, **kwargs):
+    def __init__(self, alpha=0.01, beta=1e-4, lambda1=0, lambda2=0, sparse_dedup_aggregator=None, **kwargs):
         super().__init__("fixed", **kwargs)
         self.alpha, self.beta, self.lambda1, self.lambda2 = alpha, beta, lambda1, lambda2
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
 
     def update(self, model, param, grad):
         if self.alpha <= 0:
@@ -372,6 +424,7 @@ class FtrlOptimizer(Optimizer):
         nz = model.param_init_net.ConstantFill([param], f"{param}_ftrl_nz", extra_shape=[2], value=0.0)
         self._local(nz)
         if isinstance(grad, GradientSlice):
+            grad = self._rows(model, grad)
             model.net.SparseFtrl([param, nz, grad.indices, grad.values], [param, nz], alpha=self.alpha,
                                  beta=self.beta, lambda1=self.lambda1, lambda2=self.lambda2)
             return
@@ -404,9 +457,11 @@ class GFtrlOptimizer(Optimizer):
 class AdadeltaOptimizer(Optimizer):
     kind = "AdadeltaOptimizer"
 
-    def __init__(self, alpha=0.01, epsilon=1e-4, decay=0.95, policy="fixed", **kwargs):
+    def __init__(self, alpha=0.01, epsilon=1e-4, decay=0.95, policy="fixed", sparse_dedup_aggregator=None, engine="",
+                 **kwargs):
         super().__init__(policy, **kwargs)
         self.alpha, self.epsilon, self.decay = alpha, epsilon, decay
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
 
     def update(self, model, param, grad):
         if self.alpha <= 0:
@@ -417,6 +472,7 @@ class AdadeltaOptimizer(Optimizer):
         update = init.ConstantFill([param], f"{param}_squared_moment_update", value=0.0)
         self._local(moment, update)
         if isinstance(grad, GradientSlice):
+            grad = self._rows(model, grad)
             model.net.SparseAdadelta([param, moment, update, grad.indices, grad.values, lr], [param, moment, update],
                                      epsilon=self.epsilon, decay=self.decay)
             return
@@ -448,6 +504,21 @@ def _row_counters(model, param):
     counter = _per_row(model, param, f"{param}_update_counter", 0.0, core.DataType.DOUBLE)
     prev = _per_row(model, param, f"{param}_prev_update_iter", 0, core.DataType.INT64)
     return prev, counter
+
+
+def _param_rank(model, param):
+    """The rank of ``param``: from the shape the model recorded for it, else from the init net's
+    shapes given the current workspace (as Caffe2 infers it); an error when neither knows."""
+    info = _param_info(model, param)
+    if info is not None and info.shape is not None:
+        return len(info.shape)
+    from dslc import workspace
+    shapes, _ = workspace.InferShapesAndTypes([model.param_init_net])
+    if str(param) not in shapes:
+        raise OptimizerError(f"weight_decay: the shape of {param} is unknown when the optimizer is built (it decays "
+                             "no rank-1 parameter, so it needs the rank)", user_location(),
+                             "make the parameter with a shape in param_init_net, or feed it before building")
+    return len(shapes[str(param)])
 
 
 def _param_info(model, param):
@@ -621,11 +692,16 @@ def build_decay_adagrad(model, base_learning_rate, parameters=None, max_gradient
 
 
 def add_weight_decay(model, weight_decay, one=ONE, wd="wd_0_0"):
-    """grad += weight_decay * w for every weight (2-D and up; Caffe2 skips 1-D parameters too)."""
+    """grad += weight_decay * w for every parameter tagged a weight (biases are not), of any
+    rank, as in Caffe2; a weight with a sparse gradient is an error there and here."""
     init = model.param_init_net
     for param, grad in _params_with_grads(model):
-        if param not in model.weights or isinstance(grad, GradientSlice):
+        if param not in model.weights:
             continue
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"add_weight_decay: {param} has a sparse gradient (weight decay takes dense "
+                                 "ones, as in Caffe2)", user_location(),
+                                 "use Adagrad's weight_decay for tables read by Gather / SparseLengthsSum")
         o = _ensure(init, one, shape=[1], value=1.0)
         w = _ensure(init, wd, shape=[1], value=float(weight_decay))
         model.net.WeightedSum([grad, o, param, w], grad)

@@ -6,6 +6,8 @@ them itself. Shapes and dtypes were checked by type inference before anything ru
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .numeric import legacy_align
@@ -674,10 +676,12 @@ def sparse_momentum_sgd_update(g, m, lr, p, indices, momentum=0.0, nesterov=0, i
     return out.reshape(g.shape), m, p
 
 
-def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5, inplace=False,
+def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5, enableRAdam=0, inplace=False,
                 row_wise=False, **_):
     """SparseAdam; ``row_wise`` (RowWiseSparseAdam): one second moment per row, from the mean
-    of the row's squared gradient."""
+    of the row's squared gradient. ``enableRAdam`` (SparseAdam only, as in Caffe2): RAdam's
+    rectified step, or while the second moment's variance is not yet tractable (rho_t <= 5)
+    the first moment's bias-corrected value alone (no denominator)."""
     idx = indices.astype(np.int64).reshape(-1)
     rows = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
@@ -686,18 +690,38 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
     b1, b2 = dt(beta1), dt(beta2)
     t = float(np.asarray(it).reshape(-1)[0]) + 1
     correction = dt(np.sqrt(1.0 - float(b2) ** t) / (1.0 - float(b1) ** t))
+    rectifier = _radam_rectifier(float(b2), t) if enableRAdam and not row_wise else 1.0
+    if rectifier is None:  # (RAdam's early steps: momentum SGD with a bias-corrected moment)
+        unrectified = dt(1.0 / (1.0 - float(b1) ** t))
+    elif enableRAdam and not row_wise:
+        correction = dt(float(correction) * rectifier)
     step = lr.reshape(()) * correction
     steps = np.empty_like(rows)  # (each grad row's step before the learning rate: a 4th output)
     for at in _occurrences(idx):
         r, gi = idx[at], rows[at]
         m1[r] = b1 * m1[r] + (1 - b1) * gi
         m2[r] = b2 * m2[r] + (1 - b2) * (_row_means(gi * gi) if row_wise else gi * gi)
+        if rectifier is None:
+            steps[at] = unrectified * m1[r]
+            p[r] += lr.reshape(()) * steps[at]
+            continue
         denom = np.sqrt(m2[r]) + dt(epsilon)
         if row_wise:  # (one per row: along the rows' other axes)
             denom = denom.reshape(denom.shape + (1,) * (p.ndim - 1))
         steps[at] = correction * m1[r] / denom
         p[r] += step * m1[r] / denom
     return p, m1, m2, steps.reshape(g.shape)
+
+
+def _radam_rectifier(beta2, t):
+    """RAdam's rectification r_t at step t, or None while rho_t <= 5 (rho: the length of the
+    second moment's approximated simple moving average; rho_inf = 2 / (1 - beta2) - 1)."""
+    rho_inf = 2.0 / (1.0 - beta2) - 1.0
+    b2t = beta2 ** t
+    rho = rho_inf - 2.0 * t * b2t / (1.0 - b2t)
+    if not rho > 5.0:
+        return None
+    return math.sqrt((rho - 4.0) * (rho - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho))
 
 
 def smart_decay_sparse_adam(p, m1, m2, last_seen, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1e-5,
@@ -719,8 +743,10 @@ def smart_decay_sparse_adam(p, m1, m2, last_seen, indices, g, lr, it, beta1=0.9,
         k = (t - last_seen[r]).astype(np.float64)
         b1k = np.power(float(beta1), k)
         b2k = np.power(dt(beta2), k.astype(p.dtype))  # (in the parameter's precision, as Caffe2's)
-        # (1 + beta1 + ... : the m1 factors of the k steps, beta1^1 .. beta1^k)
+        # (beta1 + ... + beta1^k: the m1 factors of the k steps; a row met again in the same
+        # batch (k = 0) takes a step with its new m1, as Caffe2's kernel does: factor 1)
         total = k if beta1 == 1 else beta1 * (1 - b1k) / (1 - beta1)
+        total = np.where(k == 0, 1.0, total)
         m2[r] = (b2k.reshape(shape) * m2[r] + (1 - dt(beta2)) * gi * gi).astype(p.dtype)
         denom = np.sqrt(m2[r]) + dt(epsilon)
         p[r] += (lr * (m1[r] * total.astype(p.dtype).reshape(shape) + (1 - dt(beta1)) * gi) / denom).astype(p.dtype)

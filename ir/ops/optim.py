@@ -315,7 +315,9 @@ def _sparse_adam(types, attrs, n):
 declare("SparseAdam", 7, _sparse_adam, results=(3, 4), attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5,
                                                           "enableRAdam": 0, "engine": ""},
         updates=(0, 1, 2), traits={PURE}, doc="(param, m1, m2, INDICES, grad rows, lr, iter) -> (param, m1, m2[, the step of "
-                           "each grad row]), per index in order: Adam's update of that row (t = iter + 1)")
+                           "each grad row]), per index in order: Adam's update of that row (t = iter + 1); "
+                           "enableRAdam: RAdam's (m1' / (1 - beta1^t) while rho_t <= 5, else Adam's step times the "
+                           "rectifier)")
 
 
 def _smart_decay_sparse_adam(types, attrs, n):
@@ -331,7 +333,7 @@ declare("SmartDecaySparseAdam", 8, _smart_decay_sparse_adam, results=(4, 5),
         doc="(param, m1, m2, last_seen, INDICES, grad rows, lr, iter) -> (param, m1, m2, last_seen[, "
             "effective grad]): Adam on the rows read, each row catching up the k = t - last_seen[r] "
             "steps it missed (m2 decays by beta2^k; param takes the k steps of the decaying m1), "
-            "t = iter + 1; no bias correction")
+            "t = iter + 1; no bias correction; a row read again in the batch (k = 0) steps by its new m1")
 
 
 def _row_wise_sparse_adam(types, attrs, n):
