@@ -111,7 +111,7 @@ def _dense_grad(grad, input_name):
     """A gradient's value; a GradientSlice made dense (SparseToDense) first."""
     if isinstance(grad, core.GradientSlice):
         workspace.RunOperatorOnce(core.CreateOperator("SparseToDense", [grad.indices, grad.values, input_name],
-                                                      ["_dense_grad"]))
+                                                      ["_dense_grad"], wrap_indices=1))
         return workspace.FetchBlob("_dense_grad")
     return workspace.FetchBlob(str(grad))
 

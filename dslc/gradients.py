@@ -173,8 +173,9 @@ class _Reverse:
         if not isinstance(grad, GradientSlice):
             return grad
         name = f"{key[0]}_grad_dense"
-        self.records.append((GradOp("SparseToDense", [grad.indices, grad.values, key[0]], [name]), loc, True,
-                             device))
+        # (wrap_indices: a Gather's negative id names a row from the end, and its gradient goes there)
+        self.records.append((GradOp("SparseToDense", [grad.indices, grad.values, key[0]], [name],
+                                    {"wrap_indices": 1}), loc, True, device))
         return name
 
     def part_name(self, key) -> str:

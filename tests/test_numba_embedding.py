@@ -56,7 +56,7 @@ def test_bags_and_their_gradients_compile_and_match_numpy():
     net.SparseLengthsWeightedSum(["data", "weights", "ids", "lengths"], "slws")
     net.LengthsSumGradient(["dy", "lengths"], "g_sum")
     net.LengthsMeanGradient(["dy", "lengths"], "g_mean")
-    net.LengthsWeightedSumGradient(["dy", "lengths", "weights"], "g_weighted")
+    net.LengthsWeightedSumGradient(["weights", "dy", "lengths"], "g_weighted")
     s = LocalSession(ws, backend="numba")
     s.run(net)
     compiled, why = _compiled(s, net)
@@ -140,12 +140,14 @@ BAD = {  # a failing op, its inputs, and a part of the interpreter's message
                                 {"bad_ids": np.array([1, 2, 50, 3, 0, 0, 0, 0], np.int64)}, "outside DATA's 50 rows"),
     "lengths not adding up": (lambda n: n.SparseLengthsMean(["data", "ids", "short"], "y"),
                               {"short": np.array([3, 1], np.int32)}, "LENGTHS add up to 4"),
-    "weights not one per id": (lambda n: n.SparseLengthsWeightedSum(["data", "w3", "ids", "lengths"], "y"),
-                               {"w3": np.ones(3, np.float32)}, "SparseLengthsWeightedSum failed"),
+    # (weights of a length known only at run time: 4 from LengthsToWeights for 8 ids)
+    "weights not one per id": (lambda n: n.SparseLengthsWeightedSum(["data", n.LengthsToWeights("short"), "ids",
+                                                                     "lengths"], "y"),
+                               {"short": np.array([3, 1], np.int32)}, "WEIGHTS has shape [4], but there are 8 ids"),
     "a negative length": (lambda n: n.LengthsSumGradient(["dy", "neg"], "y"),
                           {"neg": np.array([2, -1, 1, 0], np.int32)}, "LengthsSumGradient failed"),
     "a gathered id outside the table": (lambda n: n.Gather(["data", "far"], "y"),
-                                        {"far": np.array([[1, 2], [3, -51]], np.int64)}, "Gather failed"),
+                                        {"far": np.array([[1, 2], [3, -51]], np.int64)}, "Gather: id -51 is outside DATA's 50 rows"),
     "split sizes": (lambda n: n.Split(["dy", "sizes"], ["y", "z"], axis=1),
                     {"sizes": np.array([2, 5], np.int32)}, "do not cut an axis of 6 into 2 parts"),
 }

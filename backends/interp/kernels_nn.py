@@ -28,7 +28,7 @@ FUNCTIONS = {
     "ResizeLike": nm.resize_like, "Flatten": nm.flatten, "FlattenToVec": lambda x: x.reshape(-1).copy(),
     "NHWC2NCHW": lambda x: nm.transpose(x, (0, 3, 1, 2)), "NCHW2NHWC": lambda x: nm.transpose(x, (0, 2, 3, 1)),
     "ExpandDims": nm.expand_dims, "Squeeze": nm.squeeze, "Slice": nm.slice_, "SliceGradient": nm.slice_grad,
-    "Gather": nm.gather, "BatchGather": nm.gather, "BatchGatherGradient": nm.batch_gather_grad,
+    "Gather": nm.gather, "BatchGather": nm.batch_gather, "BatchGatherGradient": nm.batch_gather_grad,
     "SparseToDense": nm.sparse_to_dense,
     "SumElements": nm.sum_elements, "SumElementsInt": nm.sum_elements, "SumElementsGradient": nm.sum_elements_grad,
     "ReduceSum": nm.reduce_sum, "ReduceMean": nm.reduce_mean,

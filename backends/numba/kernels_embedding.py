@@ -13,6 +13,7 @@ with the op's own inputs; the interpreter's kernel then runs on them and reports
 """
 from __future__ import annotations
 
+from dslc.ir.ops.ids import wraps
 from dslc.ir.ops.shape import given_axis
 
 from .failures import CHECKS, interpreted
@@ -137,19 +138,19 @@ def _bag_rows(dy, lengths, weights, mode, site):
 
 @_register("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGradient")
 def _bag_rows_kernel(op, a, site):
-    dy, lengths = op.operands[:2]
-    weighted = op.name == "LengthsWeightedSumGradient"
+    weighted = op.name == "LengthsWeightedSumGradient"  # (WEIGHTS, dY, LENGTHS), as Caffe2's
+    dy, lengths = op.operands[1:3] if weighted else op.operands[:2]
     if not _floats(dy, ranks=(2,)) or not _ints(lengths) or \
-            (weighted and not _floats(op.operands[2], ranks=(1,)) and not _ints(op.operands[2])):
+            (weighted and not _floats(op.operands[0], ranks=(1,)) and not _ints(op.operands[0])):
         return None
     if weighted:
-        return f"_bag_rows({a[0]}, {a[1]}, {a[2]}, {WEIGHTED}, {site('bag_rows')})"
+        return f"_bag_rows({a[1]}, {a[2]}, {a[0]}, {WEIGHTED}, {site('bag_rows')})"
     mode = MEAN if op.name == "LengthsMeanGradient" else SUM
     return f"_bag_rows({a[0]}, {a[1]}, {a[0]}.ravel()[:0], {mode}, {site('bag_rows')})"
 
 
 def _check_bag_rows(op, mode, dy, lengths, weights):
-    interpreted(op, *((dy, lengths, weights) if mode == WEIGHTED else (dy, lengths)))
+    interpreted(op, *((weights, dy, lengths) if mode == WEIGHTED else (dy, lengths)))
 
 
 CHECKS["bag_rows"] = _check_bag_rows
@@ -160,12 +161,15 @@ CHECKS["bag_rows"] = _check_bag_rows
 # the bag axis; Gather's gradient is sparse (the rows of dY at the ids), ReduceSum's
 # spreads dY back over the bag.
 helper(("Gather",), """
-def _gather_rows(data, idx, site):
-    # DATA's rows at the (flat) indices; a negative index counts from the end, as numpy's
+def _gather_rows(data, idx, wrap, site):
+    # DATA's rows at the (flat) indices; with ``wrap`` a negative index counts from the end
+    # (ir/ops/ids.py); nothing is checked when nothing moves (rows of no elements)
     rows, d = data.shape
     out = np.empty((idx.size, d), data.dtype)
+    if d == 0:
+        return out
     for k in range(idx.size):
-        r = idx[k] + rows if idx[k] < 0 else idx[k]
+        r = idx[k] + rows if wrap and idx[k] < 0 else idx[k]
         if r < 0 or r >= rows:
             raise KernelFail(site, data, idx)
         for j in range(d):
@@ -181,7 +185,8 @@ def _gather(op, a, site):
     if int(op.attrs["axis"]) != 0 or op.attrs["match_outer"] or not _floats(data, ranks=(2,)) or \
             t is None or not t.dtype.startswith(("i", "u")) or not t.shape:
         return None
-    return f"_gather_rows({a[0]}, {a[1]}.ravel(), {site('gather')}).reshape({a[1]}.shape + ({a[0]}.shape[1],))"
+    wrap = wraps(op.attrs["axis"], op.attrs["wrap_indices"])
+    return f"_gather_rows({a[0]}, {a[1]}.ravel(), {wrap}, {site('gather')}).reshape({a[1]}.shape + ({a[0]}.shape[1],))"
 
 
 CHECKS["gather"] = interpreted

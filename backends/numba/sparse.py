@@ -16,17 +16,18 @@ import numpy as np
 from numba import njit
 
 from dslc.backends.interp import kernels_nn as ik
-from dslc.ir.diagnostics import DSLError
+from dslc.ir.ops.ids import updated_rows
 
 from . import kernels_embedding as ke
 from .cache import module_for
 from .failures import KernelFail
 
 
+# (an id may be negative, counting from the end, as in the interpreter: ir/ops/ids.py)
 @njit(cache=True, nogil=True)
 def _add_rows(out, idx, rows, w):
     for i in range(idx.size):
-        r = idx[i]
+        r = idx[i] + out.shape[0] if idx[i] < 0 else idx[i]
         for j in range(rows.shape[1]):
             out[r, j] += rows[i, j] * w
 
@@ -34,7 +35,7 @@ def _add_rows(out, idx, rows, w):
 @njit(cache=True, nogil=True)
 def _adagrad_rows(p, m, idx, g, lr, eps):
     for i in range(idx.size):
-        r = idx[i]
+        r = idx[i] + p.shape[0] if idx[i] < 0 else idx[i]
         for j in range(g.shape[1]):
             gi = g[i, j]
             m[r, j] += gi * gi
@@ -45,7 +46,7 @@ def _adagrad_rows(p, m, idx, g, lr, eps):
 def _row_wise_adagrad_rows(p, m, idx, g, lr, eps):
     n = g.shape[1]
     for i in range(idx.size):
-        r = idx[i]
+        r = idx[i] + p.shape[0] if idx[i] < 0 else idx[i]
         s = g.dtype.type(0)
         for j in range(n):
             s += g[i, j] * g[i, j]
@@ -57,21 +58,21 @@ def _row_wise_adagrad_rows(p, m, idx, g, lr, eps):
 
 @njit(cache=True, nogil=True)
 def _outside(idx, rows) -> bool:
-    """Whether an index is outside 0..rows-1 (one compiled pass: numpy's min and max are
+    """Whether an index is outside -rows..rows-1 (one compiled pass: numpy's min and max are
     two passes and most of a small batch's cost)."""
     for i in range(idx.size):
-        if idx[i] < 0 or idx[i] >= rows:
+        if idx[i] < -rows or idx[i] >= rows:
             return True
     return False
 
 
-def _checked(name, indices, rows):
+def _checked(name, indices, table):
     """The indices as a flat int64 array, every one checked before any row is touched (an
-    update that fails leaves the parameter as it was)."""
+    update that fails leaves the parameter as it was): the interpreter's error if one is
+    outside the table."""
     idx = np.ascontiguousarray(indices.reshape(-1), dtype=np.int64)
-    if _outside(idx, rows):
-        raise DSLError(f"{name}: an index is outside the parameter's {rows} rows "
-                       f"(got {idx.min()}..{idx.max()})", hint="indices are row numbers 0..rows-1")
+    if _outside(idx, table.shape[0]):
+        updated_rows(name, idx, table)  # (raises)
     return idx
 
 
@@ -98,7 +99,7 @@ def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
     out = data if inplace else data.copy()  # (contiguous either way: see ik._owned)
     rows = _flat(np.ascontiguousarray(pairs[0]).reshape((indices.size,) + data.shape[1:]), indices.size)
     if not _add_rows_checked(_flat(out), indices.reshape(-1), rows, data.dtype.type(pairs[1].reshape(-1)[0])):
-        _checked("ScatterWeightedSum", indices, data.shape[0])  # (raises the error)
+        _checked("ScatterWeightedSum", indices, data)  # (raises the error)
     return out
 
 
@@ -108,7 +109,7 @@ def _adagrad(loop, name):
             extra = {"counter_halflife": counter_halflife} if counter else {}
             return ik.IN_PLACE[name](p, m, indices, g, lr, *counter, epsilon=epsilon, weight_decay=weight_decay,
                                         inplace=inplace, **extra)
-        idx = _checked(name, indices, p.shape[0])
+        idx = _checked(name, indices, p)
         if not inplace:
             p, m = p.copy(), m.copy()
         rows = _flat(np.ascontiguousarray(g).reshape((idx.size,) + p.shape[1:]), idx.size)
@@ -136,7 +137,7 @@ def _sparse_lengths(name, weighted=False, mean=False):
 
     def run(data, *rest):
         weights, indices, lengths = rest if weighted else (None, *rest)
-        if data.ndim == 0:
+        if data.ndim == 0 or (weighted and np.ndim(weights) != 1):
             return ik.segments.FUNCTIONS[name](data, *rest)
         table = _flat(np.ascontiguousarray(data))
         w = np.ascontiguousarray(weights).reshape(-1) if weighted else table.reshape(-1)[:0]

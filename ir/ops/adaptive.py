@@ -20,6 +20,7 @@ import numpy as np
 from ..gradients import no_gradient
 from ..opdef import PURE, declare
 from ..types import TensorType
+from .ids import updated_rows
 from .infer import tensors
 from .nn import floats
 
@@ -66,7 +67,7 @@ def wngrad(param, b, grad, lr, epsilon=1e-5, n_out=2):
 
 
 def sparse_wngrad(param, b, indices, grad, lr, epsilon=1e-5):
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("SparseWngrad", indices, param)
     rows = grad.reshape((idx.size,) + param.shape[1:])
     b0 = float(_f64(b).reshape(-1)[0])
     out = param.copy()
@@ -92,7 +93,7 @@ def storm(param, moment, s, grad, lr, momentum=10.0, beta=0.1):
 
 
 def sparse_storm(param, moment, s, grad, indices, lr, momentum=10.0, beta=0.1):
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("SparseStorm", indices, param)
     rows = grad.reshape((idx.size,) + param.shape[1:])
     s_out, k, a = _storm_rates(s, rows, lr, momentum, beta)
     p, m = param.copy(), moment.copy()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..gradients import SparseGrad, GradOp, gradient, no_gradient, unary
 from ..opdef import ELEMENTWISE, PURE, REQUIRED, Effect, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
+from .ids import wraps
 from .infer import common_dtype, require, tensors
 
 PURE_EW = {PURE, ELEMENTWISE}
@@ -375,45 +376,62 @@ def _gather(types, attrs, n, name="Gather"):
     return [TensorType(data.dtype, tuple(data.shape[:a]) + tuple(idx.shape) + tuple(data.shape[a + 1:]))]
 
 
-declare("Gather", 2, _gather, attrs={"axis": 0, "match_outer": 0}, traits={PURE},
+declare("Gather", 2, _gather, attrs={"axis": 0, "match_outer": 0, "wrap_indices": -1}, traits={PURE},
         doc="Y = DATA[INDICES] along `axis` (numpy's take); match_outer: the indices' outer dims pair "
-            "with the data's, Y[i, ...] = DATA[i, INDICES[i, ...]]")
-declare("BatchGather", 2, lambda t, a, n: _gather(t, a, n, "BatchGather"), attrs={"axis": 1, "match_outer": 0},
-        traits={PURE}, doc="Gather along axis 1 (the rows of every batch item)")
+            "with the data's, Y[i, ...] = DATA[i, INDICES[i, ...]]; a negative id counts from the end "
+            "where `wrap_indices` says so (-1, the default: along axis 0 only, as in Caffe2); any other "
+            "id outside the axis is an error")
+declare("BatchGather", 2, lambda t, a, n: _gather(t, dict(a, axis=1), n, "BatchGather"), attrs={"match_outer": 0},
+        traits={PURE}, doc="Gather along axis 1 (the rows of every batch item); every id in 0..dim-1")
 declare("BatchGatherGradient", 3, lambda t, a, n: [tensors("BatchGatherGradient", t)[0]],
-        attrs={"axis": 1, "match_outer": 0}, traits={PURE},
-        doc="dDATA of a Gather along `axis` from (DATA, INDICES, dY): zeros, dY added at the gathered places")
+        attrs={"axis": 1, "match_outer": 0, "wrap_indices": 0}, traits={PURE},
+        doc="dDATA of a Gather along `axis` from (DATA, INDICES, dY): zeros, dY added at the gathered places "
+            "(wrap_indices: a negative id counts from the end, else it is an error)")
 no_gradient("BatchGatherGradient")
 
 
 @gradient("Gather")
 def _(g):  # along the first axis, dDATA is sparse: the rows of dY, at INDICES
-    if int(g.args.get("axis", 0)) == 0 and not g.args.get("match_outer", 0):
+    axis = int(g.args.get("axis", 0))
+    if axis == 0 and not g.args.get("match_outer", 0):
         return [SparseGrad(0, g.I[1], g.GO[0])]
+    # (a negative id the forward wrapped lands where it read; Caffe2's gradient refuses it)
     return [GradOp("BatchGatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]],
-                   {"axis": g.args.get("axis", 0), "match_outer": g.args.get("match_outer", 0)})]
+                   {"axis": axis, "match_outer": g.args.get("match_outer", 0),
+                    "wrap_indices": int(wraps(axis, g.args.get("wrap_indices", -1)))})]
 
 
 @gradient("BatchGather")
 def _(g):
-    return [GradOp("BatchGatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]], g.pick("axis", "match_outer"))]
+    return [GradOp("BatchGatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]], {"axis": 1, **g.pick("match_outer")})]
 
 
 def _sparse_to_dense(types, attrs, n):
-    idx, values, data = tensors("SparseToDense", types)
+    idx, values, *data = tensors("SparseToDense", types)
     indices("SparseToDense", idx, "indices")
-    if values.dtype is not None and data.dtype is not None and values.dtype != data.dtype:
-        type_error(f"SparseToDense's values are {values.dtype}, its data {data.dtype}",
-                   "the values are rows of a tensor like the data")
-    shape = None
-    if data.shape is not None and values.shape is not None and idx.shape is not None:
-        shape = (data.shape[0],) + tuple(values.shape[len(idx.shape):])
-    return [TensorType(values.dtype, shape)]
+    if values.shape is not None and idx.shape is not None:
+        k = len(idx.shape)
+        if len(values.shape) < max(k, 1) or (None not in values.shape[:k] + idx.shape
+                                              and values.shape[:k] != idx.shape):
+            type_error(f"SparseToDense has {list(idx.shape)} indices and values of shape {list(values.shape)}",
+                       "give one row of VALUES per index (VALUES' first dims are the indices' shape)")
+    if data and data[0].shape is not None and len(data[0].shape) == 0:
+        type_error("SparseToDense's DATA (whose first dim the output takes) is a scalar",
+                   "pass a tensor with as many rows as the output, or leave it out")
+    if data and int(attrs["output_first_dim"]) > 0:
+        type_error("SparseToDense takes output_first_dim only without a third input",
+                   "leave out DATA or output_first_dim (as Caffe2)")
+    if values.shape is None or idx.shape is None:
+        return [TensorType(values.dtype, None)]
+    rows = data[0].shape[0] if data and data[0].shape is not None else \
+        int(attrs["output_first_dim"]) if not data and int(attrs["output_first_dim"]) > 0 else None
+    return [TensorType(values.dtype, (rows,) + tuple(values.shape[len(idx.shape):]))]
 
 
-declare("SparseToDense", 3, _sparse_to_dense, traits={PURE},
-        doc="zeros with data's rows, VALUES' rows added at INDICES (repeats add up); inputs "
-            "(INDICES, VALUES, DATA): a sparse gradient made dense")
+declare("SparseToDense", (2, 3), _sparse_to_dense, attrs={"output_first_dim": 0, "wrap_indices": 0}, traits={PURE},
+        doc="(INDICES, VALUES[, DATA]) -> zeros with VALUES' rows added at INDICES (repeats add up): "
+            "as many rows as DATA has, else `output_first_dim`, else the largest index + 1 (a sparse "
+            "gradient made dense); each index in 0..rows-1 (wrap_indices: -rows..-1 count from the end)")
 no_gradient("SparseToDense")
 
 

@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from .numeric import legacy_align
+from .ids import checked, updated_rows, wraps
+from .numeric import check_size, legacy_align
 
 LOG_THRESHOLD = 1e-20  # Caffe2's kLOG_THRESHOLD: LabelCrossEntropy never takes log(0)
 
@@ -141,31 +142,53 @@ def slice_grad(x, dy, starts=(), ends=()):
     return dx
 
 
-def gather(data, indices, axis=0, match_outer=0):
-    idx = indices.astype(np.int64)
-    if axis == 0 and not match_outer:
-        return data[idx]
+def _gathered(name, data, indices, a, wrap):
+    """Gather's ids along axis ``a``, checked."""
+    what = "DATA's {n} rows" if a == 0 else f"the {{n}} entries of DATA's axis {a}"
+    return checked(name, indices, data.shape[a], wrap=wrap, what=what)
+
+
+def gather(data, indices, axis=0, match_outer=0, wrap_indices=-1):
+    return _gather("Gather", data, indices, axis, match_outer, wraps(axis, wrap_indices))
+
+
+def _gather(name, data, indices, axis, match_outer, wrap):
     a = axis % data.ndim
+    outer = data.shape[:a]
+    n = _prod(outer)
+    out_shape = outer + (indices.shape[a:] if match_outer else indices.shape) + data.shape[a + 1:]
+    if not _prod(out_shape):  # (nothing moves, nothing is checked: an empty batch, as in Caffe2)
+        return np.zeros(out_shape, data.dtype)
+    idx = _gathered(name, data, indices, a, wrap)
+    if a == 0 and not match_outer:
+        return data[idx]
     if not match_outer:
         return np.take(data, idx, axis=a)
-    outer = data.shape[:a]
-    n = int(np.prod(outer, dtype=np.int64))
     d2, i2 = data.reshape((n,) + data.shape[a:]), idx.reshape((n,) + idx.shape[a:])
     out = np.empty((n,) + idx.shape[a:] + data.shape[a + 1:], data.dtype)
     for k in range(n):
         out[k] = d2[k][i2[k]]
-    return out.reshape(outer + out.shape[1:])
+    return out.reshape(out_shape)
 
 
-def batch_gather_grad(data, indices, dy, axis=1, match_outer=0):
-    """dDATA of a gather along ``axis``: dY added where each element came from (repeats add up)."""
-    idx = indices.astype(np.int64)
+def batch_gather(data, indices, match_outer=0):
+    """Gather along axis 1, never wrapping a negative id (Caffe2's BatchGather takes no
+    ``axis`` and no ``wrap_indices``)."""
+    return _gather("BatchGather", data, indices, 1, match_outer, False)
+
+
+def batch_gather_grad(data, indices, dy, axis=1, match_outer=0, wrap_indices=0):
+    """dDATA of a gather along ``axis``: dY added where each element came from (repeats add
+    up); ``wrap_indices``: the forward Gather took a negative id as counting from the end."""
     a = axis % data.ndim
     out = np.zeros_like(data)
+    if not dy.size or not data.size:  # (nothing moves, nothing is checked, as in Caffe2)
+        return out
+    idx = _gathered("BatchGatherGradient", data, indices, a, bool(wrap_indices))
     if not match_outer:
         np.add.at(out, (slice(None),) * a + (idx,), dy)
         return out
-    n = int(np.prod(data.shape[:a], dtype=np.int64))
+    n = _prod(data.shape[:a])
     o2, i2 = out.reshape((n,) + data.shape[a:]), idx.reshape((n,) + idx.shape[a:])
     d2 = dy.reshape((n,) + dy.shape[a:])
     for k in range(n):
@@ -173,12 +196,23 @@ def batch_gather_grad(data, indices, dy, axis=1, match_outer=0):
     return out
 
 
-def sparse_to_dense(indices, values, data):
-    """Zeros with data's rows; the rows of values added at indices (a sparse gradient made dense)."""
-    idx = indices.astype(np.int64).reshape(-1)
-    rows = values.reshape((idx.size,) + values.shape[indices.ndim:])
-    dense = np.zeros((data.shape[0],) + rows.shape[1:], dtype=values.dtype)
-    add_rows(dense, idx, rows)
+def sparse_to_dense(indices, values, data=None, output_first_dim=0, wrap_indices=0):
+    """Zeros with VALUES' shape but for the first dim (DATA's first dim; without DATA,
+    ``output_first_dim``, or else the largest id + 1); the rows of VALUES added at the
+    ids (repeats add up). ``wrap_indices``: a negative id counts from the end (a sparse
+    gradient of a Gather made dense)."""
+    flat = np.asarray(indices).astype(np.int64).reshape(-1)
+    if data is not None:
+        rows = data.shape[0]
+    elif output_first_dim > 0:
+        rows = int(output_first_dim)
+    else:
+        rows = int(flat.max()) + 1 if flat.size and flat.max() >= 0 else 0
+    idx = checked("SparseToDense", flat, rows, wrap=bool(wrap_indices), what="the output's {n} rows")
+    shape = (rows,) + values.shape[indices.ndim:]
+    check_size("SparseToDense", shape, values.dtype)
+    dense = np.zeros(shape, dtype=values.dtype)
+    add_rows(dense, idx, values.reshape((idx.size,) + shape[1:]))
     return dense
 
 
@@ -486,8 +520,9 @@ def _occurrences(idx):
 # The sparse updates write into their parameter (and moment) arrays when ``inplace``: the
 # caller promises nothing else holds them (backends/interp/kernels_nn.py checks).
 
+
 def scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("ScatterWeightedSum", indices, data)
     out = data if inplace else data.copy()
     scale = w0.reshape(())
     if scale != 1:
@@ -511,7 +546,7 @@ def add_rows(out, idx, rows):
 
 
 def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("SparseAdagrad", indices, p)
     g = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
         p, m = p.copy(), m.copy()
@@ -527,7 +562,7 @@ def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace
 
 def row_wise_sparse_adagrad(p, m, indices, g, lr, counter=None, epsilon=1e-5, weight_decay=0.0,
                             counter_halflife=-1, inplace=False):
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("RowWiseSparseAdagrad", indices, p)
     g = g.reshape((idx.size, int(np.prod(p.shape[1:], dtype=np.int64))))  # (an empty batch has no -1 to infer)
     if not inplace:
         p, m = p.copy(), m.copy()
@@ -550,15 +585,17 @@ def row_wise_sparse_adagrad(p, m, indices, g, lr, counter=None, epsilon=1e-5, we
 
 def row_wise_counter(prev, counter, indices, it, counter_halflife=-1, inplace=False):
     """(prev_iter, counter) after the rows at ``indices`` were updated at iteration ``it``."""
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("RowWiseCounter", indices, prev)
     if not inplace:
         prev, counter = prev.copy(), counter.copy()
+    if counter_halflife <= 0:  # (Caffe2's counter counts only with a half-life)
+        return prev, counter
     now = int(np.asarray(it).reshape(-1)[0])
-    rho = np.log(2.0) / counter_halflife if counter_halflife > 0 else 0.0
+    rho = np.log(2.0) / counter_halflife
     for at in _occurrences(idx):  # (a row listed twice is counted twice, the second time at once)
         rows = idx[at]
-        counter[rows] = 1.0 + counter[rows] * np.exp(-rho * (now - prev[rows]))
-        prev[rows] = now
+        counter[rows] = 1.0 + counter[rows] * np.exp(-rho * np.maximum(now - prev[rows], 0))
+        prev[rows] = np.maximum(prev[rows], now)  # (an earlier iteration does not move it back)
     return prev, counter
 
 
@@ -659,7 +696,7 @@ def gftrl(w, nz, g, alpha=0.01, beta=1e-4, lambda1=0.0, lambda2=0.0):
 
 
 def sparse_momentum_sgd_update(g, m, lr, p, indices, momentum=0.0, nesterov=0, inplace=False):
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("SparseMomentumSGDUpdate", indices, p)
     rows = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
         m, p = m.copy(), p.copy()
@@ -682,7 +719,7 @@ def sparse_adam(p, m1, m2, indices, g, lr, it, beta1=0.9, beta2=0.999, epsilon=1
     of the row's squared gradient. ``enableRAdam`` (SparseAdam only, as in Caffe2): RAdam's
     rectified step, or while the second moment's variance is not yet tractable (rho_t <= 5)
     the first moment's bias-corrected value alone (no denominator)."""
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("RowWiseSparseAdam" if row_wise else "SparseAdam", indices, p)
     rows = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
         p, m1, m2 = p.copy(), m1.copy(), m2.copy()
@@ -729,7 +766,7 @@ def smart_decay_sparse_adam(p, m1, m2, last_seen, indices, g, lr, it, beta1=0.9,
     """SmartDecaySparseAdam: row r, last updated at step last_seen[r], catches up the k
     steps since in closed form: m2 = beta2^k m2 + (1 - beta2) g^2; m1 decays k times and
     takes the gradient at the last, param moving by each of those k values of m1."""
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows("SmartDecaySparseAdam", indices, p)
     rows = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
         p, m1, m2, last_seen = p.copy(), m1.copy(), m2.copy(), last_seen.copy()
@@ -765,10 +802,10 @@ def row_wise_sparse_adam(*xs, **kw):
     return sparse_adam(*xs, row_wise=True, **kw)
 
 
-def _row_by_row(dense, arrays, indices, g, inplace, *args):
+def _row_by_row(name, dense, arrays, indices, g, inplace, *args):
     """``dense``'s update (the arrays' rows, then the gradient rows, then ``args``) applied to
     each indexed row of ``arrays``, a repeated row once per occurrence, in order."""
-    idx = indices.astype(np.int64).reshape(-1)
+    idx = updated_rows(name, indices, arrays[0])
     rows = g.reshape((idx.size,) + arrays[0].shape[1:])
     if not inplace:
         arrays = [a.copy() for a in arrays]
@@ -781,12 +818,12 @@ def _row_by_row(dense, arrays, indices, g, inplace, *args):
 
 def sparse_adadelta(p, ms, delta, indices, g, lr, epsilon=1e-5, decay=0.95, inplace=False, **_):
     """Adadelta's update of each indexed row, a repeated row once per occurrence, in order."""
-    return _row_by_row(adadelta, [p, ms, delta], indices, g, inplace, lr, epsilon, decay)
+    return _row_by_row("SparseAdadelta", adadelta, [p, ms, delta], indices, g, inplace, lr, epsilon, decay)
 
 
 def sparse_ftrl(w, nz, indices, g, alpha=0.01, beta=1e-4, lambda1=0.0, lambda2=0.0, inplace=False, **_):
     """FTRL's update of each indexed row, a repeated row once per occurrence, in order."""
-    return _row_by_row(ftrl, [w, nz], indices, g, inplace, alpha, beta, lambda1, lambda2)
+    return _row_by_row("SparseFtrl", ftrl, [w, nz], indices, g, inplace, alpha, beta, lambda1, lambda2)
 
 
 def abs_grad(x, dy):

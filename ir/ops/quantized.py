@@ -64,6 +64,8 @@ def _lookup(name, weighted=False):
         _table(name, q)
         indices(name, idx, "indices")
         indices(name, lengths, "lengths")
+        if weighted:
+            segments.weights_per_id(name, ts[1], idx)
         rows = None if lengths.shape is None else lengths.shape[0]
         return [TensorType("f32", (rows, _cols(q)))]
     return infer
@@ -141,9 +143,9 @@ def _bags(name, q, idx, lengths, weights=None, mean=False):
     picked = segments._picked(q, flat, name)
     starts, lens = segments._starts(np.asarray(lengths), flat.size, name)
     scale, bias = _scale_bias(picked)
+    if weights is not None:
+        segments.check_weights(name, weights, flat.size)
     w = np.ones(flat.size, np.float32) if weights is None else np.asarray(weights, np.float32).reshape(-1)
-    if w.size != flat.size:
-        raise segments.SegmentError(f"{name}: {w.size} weights for {flat.size} indices")
     ws_scale, ws_bias = (w * scale).astype(np.float32), (w * bias).astype(np.float32)
     owner = np.repeat(np.arange(lens.size), lens)
     pos = np.arange(flat.size) - np.repeat(starts, lens)

@@ -32,6 +32,7 @@ import numpy as np
 from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, declare, type_error
 from ..types import INT_DTYPES
+from .ids import checked
 from .infer import lowered_away, tensors
 from .nn import floats
 
@@ -113,9 +114,7 @@ no_gradient("ScatterAssign")
 
 
 def scatter_assign(data, indices, slices):
-    idx = np.asarray(indices).astype(np.int64)
-    if idx.size and (idx.min() < -data.shape[0] or idx.max() >= data.shape[0]):
-        raise IndexError(f"ScatterAssign index out of range for {data.shape[0]} rows")
+    idx = checked("ScatterAssign", indices, data.shape[0], wrap=True)
     out = data.copy()
     out[idx] = slices
     return out

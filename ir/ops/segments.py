@@ -14,6 +14,7 @@ import numpy as np
 from ..gradients import GradOp, SparseGrad, gradient, no_gradient
 from ..opdef import OPS, PURE, declare, type_error
 from ..types import TensorType
+from .ids import checked
 from .infer import tensors
 from .nn import indices
 
@@ -40,21 +41,38 @@ def _lengths_reduce(name):
     return infer
 
 
-def _sparse_reduce(name, weighted=False):
+def _sparse_reduce(name, weighted=False, per_id=True):
+    """``weighted``: WEIGHTS is the second input, one per id when ``per_id``."""
     def infer(types, attrs, n):
         ts = tensors(name, types)
         data, idx, lengths = (ts[0], ts[2], ts[3]) if weighted else ts
         indices(name, idx, "indices")
         if idx.shape is not None and len(idx.shape) != 1:
             type_error(f"{name}'s INDICES must be 1-D, got shape {list(idx.shape)}", "flatten the bags' ids")
+        if weighted and per_id:
+            weights_per_id(name, ts[1], idx)
         return [_segment_shape(name, data, lengths)]
     return infer
 
 
-def _tiled(name):
+def weights_per_id(name, weights, idx):
+    """A weighted bag's WEIGHTS: a vector with one weight per id (as Caffe2 requires; one
+    weight is not spread over all the ids)."""
+    if weights.shape is None:
+        return
+    if len(weights.shape) != 1:
+        type_error(f"{name}'s WEIGHTS must be a vector, got shape {list(weights.shape)}",
+                   "give one weight per id, as a 1-D tensor")
+    if idx.shape is not None and None not in weights.shape + idx.shape and weights.shape[0] != idx.shape[0]:
+        type_error(f"{name} has {weights.shape[0]} weights for {idx.shape[0]} ids", "give one weight per id")
+
+
+def _tiled(name, weighted=False):
+    """dDATA's rows from (dY, LENGTHS, ...); ``weighted``: from (WEIGHTS, dY, LENGTHS, ...), as
+    Caffe2 orders a weighted bag's gradient inputs."""
     def infer(types, attrs, n):
         ts = tensors(name, types)
-        dy, lengths = ts[0], ts[1]
+        dy, lengths = (ts[1], ts[2]) if weighted else (ts[0], ts[1])
         _lengths(name, lengths)
         return [TensorType(dy.dtype, None if dy.shape is None else (None,) + tuple(dy.shape[1:]))]
     return infer
@@ -76,8 +94,9 @@ declare("LengthsSumGradient", 2, _tiled("LengthsSumGradient"), traits={PURE},
         doc="the rows of dY repeated by LENGTHS (row s LENGTHS[s] times); inputs (dY, LENGTHS)")
 declare("LengthsMeanGradient", 2, _tiled("LengthsMeanGradient"), traits={PURE},
         doc="the rows of dY / LENGTHS[s] repeated by LENGTHS; inputs (dY, LENGTHS)")
-declare("LengthsWeightedSumGradient", 3, _tiled("LengthsWeightedSumGradient"), traits={PURE},
-        doc="the rows of dY repeated by LENGTHS, row k times WEIGHTS[k]; inputs (dY, LENGTHS, WEIGHTS)")
+declare("LengthsWeightedSumGradient", 3, _tiled("LengthsWeightedSumGradient", weighted=True), traits={PURE},
+        doc="the rows of dY repeated by LENGTHS, row k times WEIGHTS[k]; inputs (WEIGHTS, dY, LENGTHS), "
+            "in Caffe2's order")
 no_gradient("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGradient")
 # Caffe2's older names of the same gradients (its SparseLengths* gradients before they
 # were split): the same ops
@@ -88,6 +107,11 @@ for _kind in ("Sum", "Mean"):  # (dY, LENGTHS, INDICES): INDICES only says the r
     declare(_name, 3, _tiled(_name), traits={PURE},
             doc=f"Lengths{_kind}Gradient of (dY, LENGTHS), with the INDICES the rows are for as a third input")
     no_gradient(_name)
+_name = "SparseLengthsIndicesInGradientWeightedSumGradient"  # (Caffe2's name for SLWS's gradient)
+declare(_name, 4, _tiled(_name, weighted=True), traits={PURE},
+        doc="LengthsWeightedSumGradient of (WEIGHTS, dY, LENGTHS), with the INDICES the rows are for as a "
+            "fourth input")
+no_gradient(_name)
 
 
 # --- lengths and segment ids
@@ -194,7 +218,8 @@ for _kind, _what in _RANGES.items():
     no_gradient(_name + "Gradient")
     gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.I[0], g.O[0], g.GO[0], g.I[1]], [g.GI[0]])])
 
-declare("SparseLengthsPositionalWeightedSum", 4, _sparse_reduce("SparseLengthsPositionalWeightedSum", weighted=True),
+declare("SparseLengthsPositionalWeightedSum", 4,
+        _sparse_reduce("SparseLengthsPositionalWeightedSum", weighted=True, per_id=False),
         traits={PURE}, doc="Y[s] = the sum of WEIGHTS[j] DATA[INDICES[k]] over segment s, j the position "
                            "of k in its segment; inputs (DATA, WEIGHTS, INDICES, LENGTHS); no gradient, "
                            "as in Caffe2")
@@ -239,7 +264,7 @@ def _(g):
 @gradient("SparseLengthsWeightedSum")
 def _(g):  # (no gradient for WEIGHTS, as in Caffe2 by default)
     rows = _tmp(g, "slws_grad")
-    return [GradOp("LengthsWeightedSumGradient", [g.GO[0], g.I[3], g.I[1]], [rows]),
+    return [GradOp("LengthsWeightedSumGradient", [g.I[1], g.GO[0], g.I[3]], [rows]),
             SparseGrad(0, g.I[2], rows)]
 
 
@@ -267,11 +292,14 @@ def _segment_sums(rows, lengths, name):
 
 
 def _picked(data, idx, name):
-    idx = idx.astype(np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[0]):
-        raise SegmentError(f"{name}: an index is outside DATA's {data.shape[0]} rows "
-                           f"(got {idx.min()}..{idx.max()})")
-    return data[idx]
+    return data[checked(name, idx, data.shape[0])]
+
+
+def check_weights(name, weights, n):
+    """One weight per id, in a vector (Caffe2 refuses anything else)."""
+    if np.ndim(weights) != 1 or np.size(weights) != n:
+        raise SegmentError(f"{name}: WEIGHTS has shape {list(np.shape(weights))}, but there are {n} ids "
+                           "(one weight per id, in a vector)")
 
 
 def _mean(sums, lengths):
@@ -298,27 +326,41 @@ def sparse_lengths_mean(data, idx, lengths):
     return _mean(*_segment_sums(_picked(data, idx, "SparseLengthsMean"), lengths, "SparseLengthsMean"))
 
 
-def sparse_lengths_weighted_sum(data, weights, idx, lengths):
-    rows = _picked(data, idx, "SparseLengthsWeightedSum")
+def sparse_lengths_weighted_sum(data, weights, idx, lengths, name="SparseLengthsWeightedSum"):
+    check_weights(name, weights, np.size(idx))
+    rows = _picked(data, idx, name)
     w = weights.astype(rows.dtype, copy=False).reshape((-1,) + (1,) * (rows.ndim - 1))
-    return _segment_sums(rows * w, lengths, "SparseLengthsWeightedSum")[0]
+    return _segment_sums(rows * w, lengths, name)[0]
+
+
+def _counts(name, lengths, segments=None):
+    """LENGTHS as int64, none negative (and one per segment, when ``segments`` is given)."""
+    lengths = np.asarray(lengths).astype(np.int64).reshape(-1)
+    if lengths.size and lengths.min() < 0:
+        raise SegmentError(f"{name}: LENGTHS holds a negative length ({int(lengths.min())})")
+    if segments is not None and lengths.size != segments:
+        raise SegmentError(f"{name}: {lengths.size} LENGTHS for {segments} segments")
+    return lengths
 
 
 def lengths_sum_grad(dy, lengths):
-    return np.repeat(dy, lengths.astype(np.int64), axis=0)
+    return np.repeat(dy, _counts("LengthsSumGradient", lengths, dy.shape[0]), axis=0)
 
 
 def lengths_mean_grad(dy, lengths):
-    return np.repeat(_mean(dy, lengths.astype(np.int64)), lengths.astype(np.int64), axis=0)
+    lengths = _counts("LengthsMeanGradient", lengths, dy.shape[0])
+    return np.repeat(_mean(dy, lengths), lengths, axis=0)
 
 
-def lengths_weighted_sum_grad(dy, lengths, weights):
-    rows = np.repeat(dy, lengths.astype(np.int64), axis=0)
+def lengths_weighted_sum_grad(weights, dy, lengths):
+    lengths = _counts("LengthsWeightedSumGradient", lengths, dy.shape[0])
+    check_weights("LengthsWeightedSumGradient", weights, int(lengths.sum()))
+    rows = np.repeat(dy, lengths, axis=0)
     return (rows * weights.astype(dy.dtype, copy=False).reshape((-1,) + (1,) * (dy.ndim - 1))).astype(dy.dtype)
 
 
 def lengths_to_segment_ids(lengths):
-    lengths = lengths.astype(np.int64)
+    lengths = _counts("LengthsToSegmentIds", lengths)
     return np.repeat(np.arange(lengths.size, dtype=np.int32), lengths)
 
 
@@ -330,17 +372,25 @@ def lengths_to_ranges(lengths):
     return np.stack([lengths_to_offsets(lengths), lengths.astype(np.int32)], axis=1).reshape(-1, 2)
 
 
-def segment_ids_to_lengths(ids):
-    ids = ids.astype(np.int64)
-    return np.bincount(ids, minlength=int(ids.max()) + 1 if ids.size else 0).astype(np.int32)
+def segment_ids_to_lengths(ids, name="SegmentIdsToLengths"):
+    ids = ids.astype(np.int64).reshape(-1)
+    if ids.size and (ids[0] < 0 or np.any(ids[1:] < ids[:-1])):
+        raise SegmentError(f"{name}: segment ids must be sorted and not negative (got {_quoted(ids)})")
+    return np.bincount(ids, minlength=int(ids[-1]) + 1 if ids.size else 0).astype(np.int32)
+
+
+def _quoted(ids, most=8):
+    """The first few of ``ids`` as text (an error message quotes no unbounded list)."""
+    head = ", ".join(str(int(v)) for v in ids[:most])
+    return f"[{head}{', ...' if ids.size > most else ''}]"
 
 
 def segment_ids_to_ranges(ids):
-    return lengths_to_ranges(segment_ids_to_lengths(ids))
+    return lengths_to_ranges(segment_ids_to_lengths(ids, "SegmentIdsToRanges"))
 
 
 def lengths_to_weights(lengths, power=0.5):
-    lengths = lengths.astype(np.int64)
+    lengths = _counts("LengthsToWeights", lengths)
     w = 1.0 / np.power(np.maximum(lengths, 1).astype(np.float64), power)
     return np.repeat(w, lengths).astype(np.float32)
 
@@ -442,7 +492,8 @@ def sparse_lengths_positional_weighted_sum(data, weights, idx, lengths):
     if pos.size and pos.max() >= weights.shape[0]:
         raise SegmentError(f"SparseLengthsPositionalWeightedSum: a segment of {int(lens.max())} ids needs "
                            f"that many WEIGHTS, there are {weights.shape[0]}")
-    return sparse_lengths_weighted_sum(data, weights.reshape(-1)[pos], idx, lengths)
+    return sparse_lengths_weighted_sum(data, weights.reshape(-1)[pos], idx, lengths,
+                                       "SparseLengthsPositionalWeightedSum")
 
 
 def lengths_max(data, lengths):
@@ -489,6 +540,8 @@ FUNCTIONS = {
     "SparseLengthsPositionalWeightedSum": sparse_lengths_positional_weighted_sum,
     "SparseLengthsIndicesInGradientSumGradient": lambda dy, lengths, idx: lengths_sum_grad(dy, lengths),
     "SparseLengthsIndicesInGradientMeanGradient": lambda dy, lengths, idx: lengths_mean_grad(dy, lengths),
+    "SparseLengthsIndicesInGradientWeightedSumGradient":
+        lambda w, dy, lengths, idx: lengths_weighted_sum_grad(w, dy, lengths),
     "LengthsMax": lengths_max,
     "LengthsSum": lengths_sum, "LengthsMean": lengths_mean, "SparseLengthsSum": sparse_lengths_sum,
     "SparseLengthsMean": sparse_lengths_mean, "SparseLengthsWeightedSum": sparse_lengths_weighted_sum,

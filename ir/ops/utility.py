@@ -69,10 +69,24 @@ declare("Size", 1, lambda t, a, n: [TensorType("i64", ())], traits={PURE},
 
 def _shape(types, attrs, n):
     x = tensors("Shape", types)[0]
-    return [TensorType("i64", (None if x.shape is None else len(x.shape),))]
+    axes = list(attrs["axes"])
+    if axes and x.shape is not None:
+        shape_axes(x.shape, axes)
+    return [TensorType("i64", (len(axes),) if axes else (None if x.shape is None else len(x.shape),))]
 
 
-declare("Shape", 1, _shape, traits={PURE}, doc="the dims of X (1-D int64)")
+def shape_axes(shape, axes):
+    """The dims of ``shape`` at ``axes``, each in 0..rank-1 (Caffe2 takes no negative axis
+    here), a repeated one repeated."""
+    for a in axes:
+        if not 0 <= a < len(shape):
+            type_error(f"Shape axis {a} is outside the rank-{len(shape)} input's axes",
+                       f"give axes in 0..{len(shape) - 1} (Shape takes no negative axis)")
+    return [shape[a] for a in axes]
+
+
+declare("Shape", 1, _shape, attrs={"axes": []}, traits={PURE},
+        doc="the dims of X (1-D int64); with `axes`, the dims at those axes, in their order (repeats repeat)")
 
 
 def _range(types, attrs, n):
@@ -218,8 +232,9 @@ def size(x):
     return np.int64(np.asarray(x).size)
 
 
-def shape(x):
-    return np.asarray(np.shape(x), np.int64)
+def shape(x, axes=()):
+    dims = np.shape(x)
+    return np.asarray(shape_axes(dims, list(axes)) if len(axes) else dims, np.int64)
 
 
 def range_(*args):
