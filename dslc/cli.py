@@ -22,6 +22,7 @@ import traceback
 import dslc
 from dslc import progress
 from dslc.cli_parser import build_parser
+from dslc.ir import settings
 from dslc.ir.diagnostics import DSLError, Location
 
 from . import cli_output as out
@@ -403,6 +404,7 @@ def main(argv=None) -> int:
               " (usage: dslc COMMAND JOB.py ...); dslc --help explains them", file=sys.stderr)
         return 2
     try:
+        settings.check_all()  # (a bad DSLC_* value: one line, before anything runs)
         _consent(args)
         return COMMANDS[args.command](args)
     except DSLError as e:

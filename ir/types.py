@@ -5,11 +5,11 @@ Text forms: ``i64`` (scalar), ``f32[3]``, ``f32[?,4]``, ``f32[*]`` (unknown rank
 """
 from __future__ import annotations
 
-import os
 from dataclasses import FrozenInstanceError
 
 import numpy as np
 
+from .budget import check_bytes, over
 from .diagnostics import DSLTypeError
 
 # Our dtype names and the numpy dtypes they stand for.
@@ -107,31 +107,19 @@ class TensorType(Type):
 _TENSOR_TYPES: dict = {}  # (dtype, shape) -> its one TensorType
 
 
-def _memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 40
-
-
-# No value may be larger than this (bytes): the machine's memory, or DSLC_MAX_TENSOR_BYTES.
-# A shape an input asks for is refused where its type is made, before anything allocates.
-MAX_TENSOR_BYTES = int(os.environ.get("DSLC_MAX_TENSOR_BYTES", 0) or 0) or _memory_bytes()
-
-
 def _check_size(dtype, shape) -> None:
+    """A shape an input asks for is refused where its type is made, before anything
+    allocates (ir/budget.py: DSLC_MAX_TENSOR_BYTES, else the machine's memory)."""
     n = 1
     for d in shape:
         if d is not None:
             if d < 0:
                 raise DSLTypeError(f"a tensor cannot have a negative dimension ({list(shape)})")
             n *= d
-    size = n * (np.dtype(NUMPY_DTYPES[dtype]).itemsize if dtype in NUMPY_DTYPES else 1)
-    if size > MAX_TENSOR_BYTES:
-        raise DSLTypeError(
-            f"a {dtype or '?'}{list(shape)} tensor would take {size / 2**30:.4g} GiB, more than "
-            f"the {MAX_TENSOR_BYTES / 2**30:.4g} GiB one value may take here",
-            hint="use a smaller shape (or set DSLC_MAX_TENSOR_BYTES if this machine can hold it)")
+    need = n * (np.dtype(NUMPY_DTYPES[dtype]).itemsize if dtype in NUMPY_DTYPES else 1)
+    if over(need):
+        dims = ",".join("?" if d is None else str(d) for d in shape)
+        check_bytes("", need, f"a {dtype or '?'}[{dims}] tensor", error=DSLTypeError)
 
 
 def _new_tensor_type(cls, dtype, shape) -> TensorType:

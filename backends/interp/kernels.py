@@ -25,6 +25,7 @@ from dslc.backends.runtime.ieee import user_numpy
 from dslc.backends.runtime.resources import Counter, Timer
 from dslc.backends.runtime.workspace import to_value
 from dslc.ir import pyrefs
+from dslc.ir.budget import foldable
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.opdef import OPS
 from dslc.ir.ops import numeric as num
@@ -145,8 +146,11 @@ def _const(op, cfg):
 
 @kernel("ConstantFill")
 def _constant_fill(op, cfg):
-    if not op.operands:  # the lowering folds these into Const; a parsed module may not
-        return Constant(to_value(op.opdef.fold(**op.opdef.known_attrs(op.attrs))))
+    if not op.operands:  # the lowering folds the small ones into Const; a parsed module may not
+        fill = functools.partial(op.opdef.fold, **op.opdef.known_attrs(op.attrs))
+        if foldable(op.result.type.shape):
+            return Constant(to_value(fill()))
+        return lambda: to_value(fill())  # (a large one is made when it runs, each time, as Caffe2 does)
     dt = _dtype(op)
     value = fill_value(op.attrs, dt)
     extra, as_shape = tuple(op.attrs["extra_shape"] or ()), bool(op.attrs["input_as_shape"])

@@ -20,7 +20,7 @@ from dslc.ir.cores import usable_cpus
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
 from dslc.backends.runtime.memory import keep_freed_memory
-from dslc.ir import Module
+from dslc.ir import Module, settings
 
 from dslc.ir.passes.analysis import volatile_blobs
 from dslc.ir.types import COUNTER
@@ -113,8 +113,8 @@ class Config:
     local_counters: frozenset = frozenset()
     module: Module | None = None
     seed: int = 0  # as the interpreter's: random ops run its kernels
-    min_work: float = islands.MIN_WORK  # regions estimated to do less run on the interpreter
-    nn_min_work: float = islands.NN_MIN_WORK
+    min_work: float = 5000  # regions estimated to do less run on the interpreter
+    nn_min_work: float = 100_000  # (the backend passes its own: DSLC_NUMBA_MIN_WORK...)
     _names: object = None
 
     def namer(self):
@@ -132,8 +132,9 @@ class Config:
 class NumbaProgram:
     """A module compiled for the numba backend; ``run(ws)`` runs it."""
 
-    def __init__(self, module: Module, executor: Executor, stats: Stats):
+    def __init__(self, module: Module, executor: Executor, stats: Stats, min_work: float = 5000):
         self.module, self.executor, self.stats = module, executor, stats
+        self.min_work = min_work  # (the threshold it was compiled with, for the summary)
 
     def run(self, ws, token=None) -> None:
         self.executor.run(ws, token)
@@ -144,7 +145,7 @@ class NumbaProgram:
         why = Counter()
         for (reason, name), n in s.interp.items():
             why[f"{name}: {reason}" if reason != "cold" else
-                f"compilable, but under the work threshold ({islands.MIN_WORK})"] += n
+                f"compilable, but under the work threshold ({self.min_work})"] += n
         summary = {
             "ops": len(self.module.walk()) - 1,  # as `dslc ir` prints them: the module op is not one
             "regions compiled": [f"from {island.ops[0].name} at {island.ops[0].loc}: {len(island.ops)} "
@@ -158,7 +159,7 @@ class NumbaProgram:
             "ops interpreted, and why": dict(why.most_common()),
         }
         if any(reason == "cold" for reason, _ in s.interp):
-            summary["note"] = (f"regions whose estimated work is under {islands.MIN_WORK} op executions "
+            summary["note"] = (f"regions whose estimated work is under {self.min_work} op executions "
                                "run on the interpreter (compiling them would cost more than it saves); "
                                "set DSLC_NUMBA_MIN_WORK=0 to compile every compilable region")
         return summary
@@ -200,19 +201,19 @@ class NumbaBackend:
         ``nn_min_work``: compile regions estimated to do at least this much (default
         DSLC_NUMBA_MIN_WORK and DSLC_NUMBA_NN_MIN_WORK; 0 compiles every compilable region)."""
         if parallel is None:
-            parallel = usable_cpus() > 2 or bool(os.environ.get("DSLC_NUMBA_PARALLEL"))
+            parallel = usable_cpus() > 2 or settings.switch("DSLC_NUMBA_PARALLEL")
         self.log = log or sys.stderr
         self.parallel = parallel
         self.seed = int(seed)
-        self.min_work = islands.MIN_WORK if min_work is None else min_work
-        self.nn_min_work = islands.NN_MIN_WORK if nn_min_work is None else nn_min_work
+        self.min_work = islands.min_work_default() if min_work is None else min_work
+        self.nn_min_work = islands.nn_min_work_default() if nn_min_work is None else nn_min_work
         keep_freed_memory()
 
     def compile(self, module: Module) -> NumbaProgram:
         cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,
                      seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work)
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
-        return NumbaProgram(module, executor, cfg.stats)
+        return NumbaProgram(module, executor, cfg.stats, cfg.min_work)
 
     def run(self, module: Module, ws) -> None:
         self.compile(module).run(ws)

@@ -23,12 +23,14 @@ import types
 import warnings
 from pathlib import Path
 
+from dslc.ir import settings
+
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("DSLC_CACHE_DIR")
+    root = settings.directory("DSLC_CACHE_DIR")  # (a path that cannot be one: the user's error)
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "dslc")

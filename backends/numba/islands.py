@@ -11,26 +11,36 @@ count counts as ``UNKNOWN_TRIPS``).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
-from dslc.ir import Operation, Region
+from dslc.ir import Operation, Region, settings
 
 from . import kernels_embedding  # noqa: F401  (registers its kernels before NN_OPS is made)
 from .kernels import ElementView, supported, tensor
 from .kernels_nn import ACTIVATION_FORMS, NN_HELPERS, elements
 
 UNKNOWN_TRIPS = 1000
-MIN_WORK = int(os.environ.get("DSLC_NUMBA_MIN_WORK", 5000))   # estimated op executions
+# The thresholds below are read from the environment when first needed (ir/settings.py:
+# a bad value is the user's error, never an import failure); set one of these names to
+# a number to override it (tests do).
+MIN_WORK = None     # estimated op executions: DSLC_NUMBA_MIN_WORK, default 5000
 # a straight run of training ops (no loop) is compiled when its arrays are this large
 # (element operations; a matrix product counts M N sqrt(K)): smaller ones gain less than
 # numba's compile time
-NN_MIN_WORK = int(os.environ.get("DSLC_NUMBA_NN_MIN_WORK", 100_000))
-MAX_OPS = int(os.environ.get("DSLC_NUMBA_MAX_OPS", 400))      # ops per generated function
+NN_MIN_WORK = None  # DSLC_NUMBA_NN_MIN_WORK, default 100_000
+MAX_OPS = None      # ops per generated function: DSLC_NUMBA_MAX_OPS, default 400
 STRUCTURE = ("for", "loop", "if")
 EXITS = ("yield", "break_if")
 HOISTED = ("load", "must")  # interpreted ops that may run before an island they sit in
 MAX_BREAKS = 40  # break_ifs in one loop body: each nests the generated code one level deeper
+
+
+def min_work_default() -> int:
+    return MIN_WORK if MIN_WORK is not None else settings.count("DSLC_NUMBA_MIN_WORK", 5000)
+
+
+def nn_min_work_default() -> int:
+    return NN_MIN_WORK if NN_MIN_WORK is not None else settings.count("DSLC_NUMBA_NN_MIN_WORK", 100_000)
 
 
 @dataclass
@@ -124,8 +134,8 @@ def partition(r: Region, local=frozenset(), min_work=None, nn_min_work=None) -> 
     before the island instead (see ``_Gathered.takes``), so a training step whose
     parameters are loaded where each layer first uses them is still one function.
     """
-    min_work = MIN_WORK if min_work is None else min_work
-    nn_min_work = NN_MIN_WORK if nn_min_work is None else nn_min_work
+    min_work = min_work_default() if min_work is None else min_work
+    nn_min_work = nn_min_work_default() if nn_min_work is None else nn_min_work
     out, run = [], []
     gathered = _Gathered()
 
@@ -191,9 +201,10 @@ class _Gathered:
 def _chunks(run: list):
     """Split a run into functions of at most about MAX_OPS ops (compile time grows with size)."""
     chunk, size = [], 0
+    most = MAX_OPS if MAX_OPS is not None else settings.count("DSLC_NUMBA_MAX_OPS", 400, lo=1)
     for op in run:
         n = 0 if op.name in HOISTED else nested_ops(op)
-        if chunk and size + n > MAX_OPS:
+        if chunk and size + n > most:
             yield chunk
             chunk, size = [], 0
         chunk.append(op)

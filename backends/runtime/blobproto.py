@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslc.ir.diagnostics import DSLError
-from dslc.ir.ops.numeric import check_size
+from dslc.ir.budget import check_size
 from dslc.proto import caffe2_pb2
 
 T = caffe2_pb2.TensorProto

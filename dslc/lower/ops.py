@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslc.core import FILL_ALIASES, OpRecord
+from dslc.ir.budget import foldable
 from dslc.ir.diagnostics import DSLError, UnknownOperatorError, VerifyError, warn_unused_args
 from dslc.ir.opdef import OPS
 from dslc.ir.ops.infer import dtype_from_code
@@ -57,7 +58,9 @@ def _lower_special(blk: Block, rec: OpRecord) -> None:
     if rec.type in FILL_ALIASES:
         return _write(blk, rec, [blk.const(_given_fill(rec), rec.loc)])
     if rec.type == "ConstantFill" and not rec.inputs:
-        return _write(blk, rec, [blk.const(_constant_fill(rec), rec.loc)])
+        value = _constant_fill(rec)
+        if value is not None:
+            return _write(blk, rec, [blk.const(value, rec.loc)])
     if rec.type in ("RecurrentNetwork", "RecurrentNetworkGradient"):  # (nets in arguments: a loop)
         from .recurrent import lower_recurrent
         return lower_recurrent(blk, rec)
@@ -148,16 +151,20 @@ def _check_strings(rec: OpRecord, arr: np.ndarray) -> None:
                           rec.loc, "give Const a str, a number that fits int64, a float, or a bool")
 
 
-def _constant_fill(rec: OpRecord) -> np.ndarray:
-    """The constant an input-less ConstantFill makes (its type comes from the op table)."""
+def _constant_fill(rec: OpRecord) -> np.ndarray | None:
+    """The constant an input-less ConstantFill makes (its type comes from the op table),
+    or None when it is larger than a constant may be (ir/budget.py): then it stays an
+    op, and fills its tensor when the program runs."""
     opdef = OPS["ConstantFill"]
     attrs = opdef.full_attrs(rec.args)
+    (t,) = opdef.infer([], attrs, 1)
+    if not foldable(t.shape):
+        return None
     if len(attrs) > len(opdef.attrs):  # folded to a constant below: warn here, where the op goes
         warn_unused_args(rec.type, opdef.unused_attrs(attrs), rec.loc)
-    (t,) = opdef.infer([], attrs, 1)
     value = fill_value(attrs, t.dtype)
     try:
         return np.full(t.shape, value, dtype=NUMPY_DTYPES[t.dtype])
-    except (TypeError, ValueError, MemoryError) as e:
+    except (TypeError, ValueError) as e:
         raise VerifyError(f"ConstantFill cannot fill {t} with {value!r}: {e}", rec.loc,
-                          "give a value of the tensor's dtype and a shape that fits in memory") from None
+                          "give a value of the tensor's dtype") from None

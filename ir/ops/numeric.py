@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import functools
 import operator
-import os
 
 import numpy as np
 
+from ..budget import check_size
 from ..diagnostics import DSLError
 from ..types import NUMPY_DTYPES
 
@@ -120,24 +120,3 @@ def fill_like(x, value, dtype: str, extra=(), as_shape=False):
     check_size("ConstantFill", shape, NUMPY_DTYPES[dtype])
     out = np.full(shape, value, dtype=NUMPY_DTYPES[dtype])
     return out[()] if out.ndim == 0 else out
-
-
-def _memory() -> int:
-    """This machine's physical memory in bytes (0 if unknown)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def check_size(name: str, shape, dtype) -> None:
-    """Refuse to make a tensor larger than the machine's memory (numpy would raise a
-    MemoryError, or start filling it until the system kills the process)."""
-    n = 1
-    for d in shape:
-        n *= int(d)
-    need, have = n * np.dtype(dtype).itemsize, _memory()
-    if need > (have or 1 << 62):
-        raise DSLError(f"{name}: a tensor of shape {list(shape)} needs {need / 2**30:.3g} GiB, "
-                       f"more than this machine's {have / 2**30:.3g} GiB",
-                       hint="check the shape (a dim too large, or dims multiplied by mistake)")

@@ -14,7 +14,7 @@ from ..opdef import OPS, PURE, declare, type_error
 from ..types import NUMPY_DTYPES, TensorType
 from .infer import dtype_from_code, tensors
 from .nn import indices
-from .numeric import check_size
+from ..budget import check_size
 
 
 def _one_hot(types, attrs, n):

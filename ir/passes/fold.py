@@ -19,25 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..budget import MAX_FOLD_ELEMENTS, foldable
 from ..core import Module, Operation, OpResult, Region
 from ..opdef import OPS
 from .analysis import set_ops
 from .infer import InferTypes
 from .manager import Pass, register
-
-MAX_FOLD_ELEMENTS = 1 << 16  # larger constants stay computed at run time
-
-
-def _small(t) -> bool:
-    """Whether a value of type ``t`` surely has at most MAX_FOLD_ELEMENTS elements (its
-    shape known), so computing it now costs nothing an input could make huge."""
-    shape = getattr(t, "shape", None)
-    if shape is None or None in shape:
-        return False
-    n = 1
-    for d in shape:
-        n *= d
-    return n <= MAX_FOLD_ELEMENTS
 
 
 def const_value(v):
@@ -200,7 +187,7 @@ class FoldConstants(Pass):
         for v in values:
             if v is None or v.size > MAX_FOLD_ELEMENTS:
                 return None
-        if not _small(op.result.type):  # a fill (no inputs) or a broadcast may be far larger
+        if not foldable(getattr(op.result.type, "shape", None)):  # a fill or a broadcast may be far larger
             return None
         try:  # floating-point errors raise here: see run()
             out = np.asarray(d.fold(*[v[()] if v.ndim == 0 else v for v in values], **d.known_attrs(op.attrs)))
