@@ -23,7 +23,7 @@ import dslc
 from dslc import progress
 from dslc.cli_parser import build_parser
 from dslc.ir import settings
-from dslc.ir.diagnostics import DSLError, Location
+from dslc.ir.diagnostics import DSLError, Location, one_line
 
 from . import cli_output as out
 
@@ -418,7 +418,7 @@ def main(argv=None) -> int:
     except Exception as e:
         line = (f"dslc: internal error: {type(e).__name__}: {e}; this is a bug in dslc, "
                 "not in the job: rerun with --debug for the traceback")
-        return _report(args, " ".join(line.split()), 1, out.internal_json(e))
+        return _report(args, one_line(line), 1, out.internal_json(e))
 
 
 def _consent(args) -> None:

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from dslc.ir.diagnostics import DSLError, UNKNOWN_LOC
-from dslc.ir.escape import printable, printable_lines
+from dslc.ir.escape import cut, printable, printable_lines
 
 GRAPH_FORMATS = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
 
@@ -48,13 +48,13 @@ def emit_json(obj, stream=None) -> None:
 
 def error_json(e: DSLError, code: int) -> dict:
     loc = e.loc if e.loc is not None and e.loc != UNKNOWN_LOC else None
-    return {"error": {"kind": e.kind, "message": e.message, "hint": e.hint,
+    return {"error": {"kind": e.kind, "message": cut(e.message), "hint": e.hint and cut(e.hint),
                       "file": loc.file if loc else None, "line": loc.line if loc else None},
             "exit_code": code}
 
 
 def internal_json(e: Exception) -> dict:
-    return {"error": {"kind": "internal error", "message": f"{type(e).__name__}: {e}",
+    return {"error": {"kind": "internal error", "message": cut(f"{type(e).__name__}: {e}"),
                       "hint": "this is a bug in dslc: rerun with --debug for the traceback",
                       "file": None, "line": None}, "exit_code": 1}
 

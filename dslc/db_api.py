@@ -147,10 +147,16 @@ class _LmdbDB(_DB):
     """An lmdb environment (keys sorted, as lmdb keeps them)."""
 
     def __init__(self, path, mode):
-        import lmdb
         super().__init__(path, mode)
-        self._env = lmdb.open(path, map_size=1 << 40, subdir=True, readonly=mode == Mode.read,
-                              create=mode != Mode.read, lock=mode != Mode.read)
+        self._env = self._db = None
+        if mode == Mode.read:  # (read by pread with every page checked, not through lmdb's mapping)
+            from dslc.backends.runtime.lmdbfile import LmdbFile
+            self._db = _checked(LmdbFile, path)
+        else:
+            import lmdb
+            from dslc.backends.runtime.lmdbfile import check_existing
+            _checked(check_existing, path)  # (the library would fault on a damaged file it writes to)
+            self._env = lmdb.open(path, map_size=1 << 40, subdir=True, create=True)
 
     def _write(self, pairs) -> None:
         with self._env.begin(write=True) as txn:
@@ -158,13 +164,24 @@ class _LmdbDB(_DB):
                 txn.put(k, v)
 
     def _read_all(self) -> list:
-        with self._env.begin() as txn:
-            return [(bytes(k), bytes(v)) for k, v in txn.cursor()]
+        return _checked(lambda: [(k, self._db.read(v)) for k, v in self._db.records()])
 
     def _close(self) -> None:
         if self._env is not None:
             self._env.close()
             self._env = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _checked(fn, *args):
+    """``fn(*args)``, a database's error as this API's, located at the user's line."""
+    from dslc.backends.runtime.blobdb import DBError
+    try:
+        return fn(*args)
+    except DBError as e:
+        raise DBApiError(e.message, user_location(), e.hint) from None
 
 
 def _bytes(x, what) -> bytes:

@@ -19,11 +19,13 @@ from anywhere else (a file) names nothing and is refused, never imported.
 from __future__ import annotations
 
 from collections import OrderedDict
+from sys import intern
 
 import numpy as np
 from google.protobuf.message import Message
 
 from dslc.ir.diagnostics import DSLError, Location
+from dslc.ir.escape import brief
 from dslc.ir.pyrefs import PyRef
 from dslc.oprecord import OpRecord
 from dslc.proto import caffe2_pb2
@@ -36,6 +38,28 @@ _TOKEN = "dslc.object:"
 
 class ProtoError(DSLError, ValueError):
     """A message that cannot become an op record: an argument dslc cannot read, an unknown token."""
+
+
+def parse_message(cls, data, what: str, loc: Location | None = None, hint: str | None = None):
+    """A ``cls`` message from ``data``: bytes in protobuf's wire form, or a str in its text
+    form. Bytes or text that are not one, or that nest deeper than protobuf's limit or
+    Python's stack, are a ProtoError at ``loc`` naming ``what`` (never protobuf's own error)."""
+    msg = cls()
+    kind = cls.DESCRIPTOR.name
+    try:
+        if isinstance(data, str):
+            from google.protobuf import text_format
+            text_format.Parse(data, msg)
+        else:
+            msg.ParseFromString(bytes(data))
+    except RecursionError:
+        raise ProtoError(f"{what} nests messages deeper than dslc reads", loc,
+                         "flatten it: no net or plan nests this deep") from None
+    except Exception as e:  # (DecodeError, text_format.ParseError: protobuf's word on bad input)
+        form = f"{kind} in text form" if isinstance(data, str) else f"serialized {kind}"
+        raise ProtoError(f"{what} is not a {form}: {brief(e)}", loc,
+                         hint or f"pass a {kind} (or what its SerializeToString() gave)") from None
+    return msg
 
 
 # ----------------------------------------------------------------------------- records -> messages
@@ -176,12 +200,22 @@ def _utf8(b: bytes) -> bool:
         return False
 
 
+_NOTHING: dict = {}  # the args and extra of a record that has none (shared: records are never changed)
+
+
 def op_record(msg, loc: Location | None) -> OpRecord:
     """The op record of an OperatorDef: the record it was made from if it still matches one,
     else a new record at ``loc`` (where the message entered dslc)."""
-    known = _known.get(msg.SerializeToString(deterministic=True))
-    if known is not None:
-        return known
+    if _known:
+        known = _known.get(msg.SerializeToString(deterministic=True))
+        if known is not None:
+            return known
+    if not msg.arg and not msg.name and not msg.engine and not msg.control_input and not msg.is_gradient_op \
+            and not msg.debug_info and not msg.HasField("device_option"):
+        # (most ops of a NetDef from a file: no argument, no name; blob names interned, so
+        # each is held once however many ops name it; a NetDef of 200k ops is 200k records)
+        return OpRecord(intern(msg.type), tuple(map(intern, msg.input)), tuple(map(intern, msg.output)), _NOTHING, loc,
+                        _NOTHING)
     args = {}
     for arg in msg.arg:
         value = argument_value(arg)
@@ -208,8 +242,9 @@ def op_record(msg, loc: Location | None) -> OpRecord:
         option = caffe2_pb2.DeviceOption()
         option.CopyFrom(msg.device_option)
         extra["device_option"] = option
-    return OpRecord(msg.type, tuple(msg.input), tuple(msg.output), args, loc, extra)
+    return OpRecord(intern(msg.type), tuple(map(intern, msg.input)), tuple(map(intern, msg.output)), args or _NOTHING, loc,
+                    extra or _NOTHING)
 
 
-__all__ = ["ProtoError", "argument_value", "fill_net", "fill_op", "op_message", "op_record",
+__all__ = ["ProtoError", "argument_value", "fill_net", "fill_op", "op_message", "op_record", "parse_message",
            "register_object", "set_argument"]

@@ -15,7 +15,9 @@ message form here: ``Proto()`` of a plan holding one is a located error.
 """
 from __future__ import annotations
 
+from dslc.ir.core import MAX_NESTING
 from dslc.ir.diagnostics import DSLError
+from dslc.ir.escape import brief
 from dslc.proto import caffe2_pb2
 from dslc.tracing import user_location
 
@@ -77,8 +79,11 @@ def plan_from_message(msg: caffe2_pb2.PlanDef):
     return plan
 
 
-def _step_from_message(msg, nets: dict, plan_name: str):
+def _step_from_message(msg, nets: dict, plan_name: str, depth: int = 0):
     from dslc.steps import ExecutionStep
+    if depth >= MAX_NESTING:  # (a message from a file may nest its steps without end)
+        raise PlanProtoError(f"the steps of plan {brief(plan_name)!r} nest more than {MAX_NESTING} deep",
+                             user_location(), "flatten the plan: no job nests its steps this deep")
     if msg.HasField("criteria_network"):
         raise PlanProtoError(f"step {msg.name!r} of plan {plan_name!r} has a criteria_network, which Caffe2 "
                              "itself no longer runs", user_location(), "use should_stop_blob instead")
@@ -90,7 +95,7 @@ def _step_from_message(msg, nets: dict, plan_name: str):
                                  "does not hold", user_location(), "add the net to the PlanDef's network list")
         step.AddNet(net)
     for sub in msg.substep:
-        step.AddSubstep(_step_from_message(sub, nets, plan_name))
+        step.AddSubstep(_step_from_message(sub, nets, plan_name, depth + 1))
     if msg.HasField("num_iter"):
         step.SetIter(msg.num_iter)
     if msg.HasField("should_stop_blob"):

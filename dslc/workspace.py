@@ -134,7 +134,7 @@ class Workspace(_rt.Workspace):
         before writing must exist already (Caffe2 makes each op at this point, and an op
         whose input is missing fails). Type errors wait for the run, as in Caffe2."""
         if isinstance(net, (bytes, bytearray)):
-            net = caffe2_pb2.NetDef.FromString(bytes(net))
+            net = _parsed(caffe2_pb2.NetDef, net, "the net")
         name = _net_name(net)  # (a NetDef's own name, even if its Net is named apart)
         net = _as_net(net)
         if not hasattr(net, "_ops"):
@@ -215,7 +215,7 @@ def _as_net(net):
     """``net``, or the Net a NetDef message (or its serialized bytes) describes (the same Net
     for the same message)."""
     if isinstance(net, (bytes, bytearray)):
-        net = caffe2_pb2.NetDef.FromString(bytes(net))
+        net = _parsed(caffe2_pb2.NetDef, net, "the net")
     if not isinstance(net, caffe2_pb2.NetDef):
         return net
     from dslc import core
@@ -339,6 +339,12 @@ def RunPlanInBackground(plan) -> _BackgroundPlan:
 _runtime_kinds: dict = {}
 
 
+def _parsed(cls, data, what: str):
+    """A message from the bytes a caller passed (a located error for bytes that are none)."""
+    from dslc.netdef import parse_message
+    return parse_message(cls, data, what, user_location())
+
+
 def _raises_runtime_error(fn):
     """Caffe2's workspace calls raise RuntimeError for whatever goes wrong in an op or net.
     A DSLError that is not one (an op's type error found while compiling, an unknown
@@ -449,7 +455,7 @@ def RunOperatorOnce(operator) -> bool:
     workspace, on the backend its device option names (devices.BackendOption; default
     DSLC_BACKEND, else interp)."""
     if isinstance(operator, (bytes, bytearray)):
-        operator = caffe2_pb2.OperatorDef.FromString(bytes(operator))
+        operator = _parsed(caffe2_pb2.OperatorDef, operator, "the operator")
     return RunOperatorsOnce([operator])
 
 
@@ -558,7 +564,12 @@ def SerializeBlob(name) -> bytes:
 def DeserializeBlob(name, serialized) -> bool:
     """Set blob ``name`` to the value of BlobProto bytes (``SerializeBlob``'s)."""
     from dslc.backends.runtime import blobproto
-    current().feed(str(name), blobproto.deserialize(serialized)[1])
+    try:
+        value = blobproto.deserialize(serialized)[1]
+    except DSLError as e:
+        e.loc = e.loc or user_location()  # (bytes from anywhere: the error is the caller's line)
+        raise
+    current().feed(str(name), value)
     return True
 
 
@@ -601,7 +612,7 @@ def RunNetOnce(net) -> bool:
 def RunPlan(plan_or_step) -> bool:
     """Run a Plan or ExecutionStep, or a PlanDef message (or its serialized bytes)."""
     if isinstance(plan_or_step, (bytes, bytearray)):
-        plan_or_step = caffe2_pb2.PlanDef.FromString(bytes(plan_or_step))
+        plan_or_step = _parsed(caffe2_pb2.PlanDef, plan_or_step, "the plan")
     if isinstance(plan_or_step, caffe2_pb2.PlanDef):
         from dslc.plan_proto import plan_from_message
         plan_or_step = plan_from_message(plan_or_step)

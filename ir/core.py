@@ -70,6 +70,11 @@ class RegionArg(Value):
         self.index = index
 
 
+# Regions inside regions, at most: what the IR text reads back and lowering makes
+# (generated code nests one block per level, and Python's compiler stops at 100)
+MAX_NESTING = 48
+
+
 class Region:
     """A single block: arguments, then ops in order."""
 

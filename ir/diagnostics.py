@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .escape import printable
+from .escape import LINE_LIMIT, cut, printable
 
 _NEWLINES = re.compile(r"\s*\n\s*")
 
@@ -28,6 +28,12 @@ class Location:
 UNKNOWN_LOC = Location("<unknown>", 0)
 
 
+def one_line(text: str) -> str:
+    """``text`` as one printable line of at most ``LINE_LIMIT`` characters."""
+    text = cut(str(text), 4 * LINE_LIMIT)  # (before escaping: bounded work on a huge message)
+    return cut(printable(_NEWLINES.sub(" ", text)), LINE_LIMIT)
+
+
 class DSLError(Exception):
     """A user-facing error: what went wrong, where, and what to do about it."""
 
@@ -40,11 +46,12 @@ class DSLError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
-        """``file:line: error: message; hint`` on a single line."""
+        """``file:line: error: message; hint`` on a single line of at most ``LINE_LIMIT``
+        characters (a message may quote an input of any size: its middle is left out)."""
         where = f"{self.loc}: " if self.loc and self.loc != UNKNOWN_LOC else ""
         hint = f"; {self.hint}" if self.hint else ""
         # a message quoting an exception may span lines; the CLI promises one
-        return printable(_NEWLINES.sub(" ", f"{where}{self.kind}: {self.message}{hint}"))
+        return one_line(f"{where}{self.kind}: {self.message}{hint}")
 
     def __str__(self) -> str:
         return self.one_line()

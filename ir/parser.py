@@ -14,8 +14,8 @@ import os
 import lark
 import numpy as np
 
-from .core import Module, Operation, Region, Symbol
-from .diagnostics import UNKNOWN_LOC, DSLError, Location
+from .core import MAX_NESTING, Module, Operation, Region, Symbol
+from .diagnostics import UNKNOWN_LOC, DSLError, Location, one_line
 from .opdef import OPS
 from .pyrefs import PyRef
 from .types import ANY, NUMPY_DTYPES, HandleType, TensorType
@@ -35,7 +35,6 @@ TOKEN_NAMES = {
 }
 
 
-MAX_NESTING = 48  # regions inside regions (generated code nests one block per level)
 
 
 class ParseError(DSLError):
@@ -47,7 +46,7 @@ class ParseError(DSLError):
 
     def one_line(self) -> str:
         where = f"{self.loc.file}:{self.loc.line}:{self.col}: " if self.loc else ""
-        return f"{where}{self.kind}: {self.message}" + (f"; {self.hint}" if self.hint else "")
+        return one_line(f"{where}{self.kind}: {self.message}" + (f"; {self.hint}" if self.hint else ""))
 
 
 def _a(word: str) -> str:

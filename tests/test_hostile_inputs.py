@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -17,8 +18,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from dslc.backends.runtime import blobcodec, blobdb
+from dbtypes import HAVE_PLYVEL
+from dslc.backends.runtime import blobcodec, blobdb, lmdbfile
 from dslc.backends.runtime.blobcodec import Encoded
+from dslc.ir.diagnostics import DSLError, Location
 
 GIB = 1 << 30
 
@@ -304,3 +307,335 @@ def test_a_tensor_shape_the_file_cannot_hold_is_refused_without_allocating(tmp_p
     crafted(tmp_path / "c.db", [("w", Encoded("tensor", "<f4", (1 << 40, 1 << 20), memoryview(b"\0" * 16)))])
     with pytest.raises(blobdb.CorruptDBError, match="does not decode"):
         blobdb.get("dslcdb").read(str(tmp_path / "c.db"))
+
+
+# ----------------------------------------------------------------------------- readers: declared sizes
+
+# A child process per test: each read starts from a fresh peak (/proc/self/clear_refs resets
+# VmHWM to what the process holds now), so the figure is what the read itself took.
+READ_IN_CHILD = """
+import json, sys, tracemalloc
+from dslc import workspace
+from dslc.ir.diagnostics import DSLError
+from dslc.backends.runtime import blobdb, dbreader, lmdbfile
+from dslc.predictor import predictor_exporter
+
+def kib(field):
+    return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1]) * 1024
+
+def measured(code):
+    try:
+        open("/proc/self/clear_refs", "w").write("5")
+        base, traced = kib("VmRSS"), False
+    except OSError:  # (no clear_refs: Python's own count, numpy's arrays included)
+        tracemalloc.start()
+        traced = True
+    try:
+        exec(code, {"workspace": workspace, "blobdb": blobdb, "dbreader": dbreader,
+                    "predictor_exporter": predictor_exporter})
+        error = None
+    except DSLError as e:
+        error = e.one_line()
+    peak = tracemalloc.get_traced_memory()[1] if traced else kib("VmHWM") - base
+    tracemalloc.stop()
+    return {"error": error, "peak": peak}
+
+cases = json.loads(open(sys.argv[1]).read())
+json.dump({name: measured(code) for name, code in cases.items()}, open(sys.argv[2], "w"))
+"""
+MIB = 1 << 20
+
+
+def read_in_child(tmp_path, cases: dict, budget: int | None = None) -> dict:
+    """{case: {"error": its one-line error or None, "peak": bytes its read took}}, read in a
+    fresh process (a read that kills its process fails the test, not the test run)."""
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    env = dict(os.environ, **({"DSLC_MAX_TENSOR_BYTES": str(budget)} if budget else {}))
+    done = subprocess.run([sys.executable, "-c", READ_IN_CHILD, str(tmp_path / "cases.json"),
+                           str(tmp_path / "results.json")], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"the reader's process ended with {done.returncode}: {done.stderr[-2000:]}"
+    return json.loads((tmp_path / "results.json").read_text())
+
+
+def blob_proto(dims, data_type, **fields) -> bytes:
+    """A BlobProto holding one TensorProto (chunk) of ``dims``: its bytes as Caffe2's ``Save``."""
+    from dslc.proto import caffe2_pb2
+    p = caffe2_pb2.BlobProto(name="x", type="Tensor")
+    p.tensor.dims.extend(dims)
+    p.tensor.data_type = data_type
+    for k, v in fields.items():
+        if k == "segment":
+            p.tensor.segment.begin, p.tensor.segment.end = v
+        else:
+            getattr(p.tensor, k).extend(v)
+    return p.SerializeToString()
+
+
+def minidb(path, records) -> int:
+    """A minidb file of (key, value) records (Caffe2's layout: i32 key and value lengths); its size."""
+    raw = b"".join(struct.pack("<ii", len(k), len(v)) + k + v for k, v in records)
+    path.write_bytes(raw)
+    return len(raw)
+
+
+def lmdb_db(path, records: dict, map_size=1 << 22) -> None:
+    import lmdb
+    with lmdb.open(str(path), map_size=map_size) as env, env.begin(write=True) as txn:
+        for k, v in records.items():
+            txn.put(k, v)
+
+
+def tensor_protos(dims, data_type=1, **fields) -> bytes:
+    from dslc.proto import caffe2_pb2
+    tp = caffe2_pb2.TensorProtos()
+    t = tp.protos.add(data_type=data_type)
+    t.dims.extend(dims)
+    for k, v in fields.items():
+        getattr(t, k).extend(v)
+    return tp.SerializeToString()
+
+
+def checkpoint_manifest(rows) -> bytes:
+    return json.dumps({"format": 2, "chunk": 1 << 20, "blobs": rows}).encode()
+
+
+def lying_checkpoint_records(length: int, shape) -> dict:
+    """A key-value checkpoint (lmdb, leveldb) whose manifest says blob 'w' is a float32
+    tensor of ``shape`` taking ``length`` bytes; the database holds 16 bytes for it."""
+    row = {"name": "w", "kind": "tensor", "dtype": "<f4", "shape": list(shape), "length": length, "xxh3": 0}
+    return {b"manifest": checkpoint_manifest([row]), b"blob/w": bytes(16)}
+
+
+STRING, FLOAT = 4, 1  # TensorProto data types
+
+
+def declared_more_than_held(tmp_path) -> dict:
+    """Files that each declare far more than they hold, with the read of each."""
+    cases = {}
+    p = tmp_path / "strings.minidb"  # the issue's 32-byte file: 150M strings, none there
+    assert minidb(p, [(b"x#%0", blob_proto([150_000_000], STRING))]) < 40
+    cases["minidb strings"] = f"blobdb.get('minidb').read({str(p)!r})"
+    p = tmp_path / "floats.minidb"
+    minidb(p, [(b"x#%0", blob_proto([1 << 27], FLOAT, float_data=[1.0, 2.0, 3.0]))])
+    cases["minidb floats"] = f"blobdb.get('minidb').read({str(p)!r})"
+    p = tmp_path / "segment.minidb"  # a chunk saying it holds elements [0, 2^40) of 2^40
+    minidb(p, [(b"x#%0", blob_proto([1 << 40], FLOAT, float_data=[1.0, 2.0], segment=(0, 1 << 40)))])
+    cases["minidb chunk"] = f"blobdb.get('minidb').read({str(p)!r})"
+    cases["BlobProto bytes"] = f"workspace.DeserializeBlob('x', {blob_proto([150_000_000], STRING)!r})"
+    p = tmp_path / "texts.dslcdb"  # 2^28 strings in an 8-byte payload
+    crafted(p, [("s", raw("strings", (1 << 28,), bytes(8)))])
+    cases["dslcdb strings"] = f"blobdb.get('dslcdb').read({str(p)!r})"
+    p = tmp_path / "tensor.dslcdb"
+    crafted(p, [("w", Encoded("tensor", "<f4", (1 << 40, 1 << 20), memoryview(b"\0" * 16)))])
+    cases["dslcdb tensor"] = f"blobdb.get('dslcdb').read({str(p)!r})"
+    lmdb_db(tmp_path / "ck.lmdb", lying_checkpoint_records(4 << 30, [1 << 30]))
+    cases["lmdb checkpoint"] = f"blobdb.get('lmdb').read({str(tmp_path / 'ck.lmdb')!r})"
+    if HAVE_PLYVEL:
+        import plyvel
+        db = plyvel.DB(str(tmp_path / "ck.leveldb"), create_if_missing=True)
+        for k, v in lying_checkpoint_records(4 << 30, [1 << 30]).items():
+            db.put(k, v)
+        db.close()
+        cases["leveldb checkpoint"] = f"blobdb.get('leveldb').read({str(tmp_path / 'ck.leveldb')!r})"
+    for name, dims in (("records", [1 << 28]), ("records wrapping", [1 << 32, 1 << 32])):
+        lmdb_db(tmp_path / name, {b"0": tensor_protos(dims, float_data=[1.0])})
+        cases[name] = (f"dbreader.read_tensor_protos(dbreader.KeyValueReader({str(tmp_path / name)!r}, 'lmdb'), "
+                       "2, 1)")
+    for op_type, values in (("GivenTensorFill", "values=[1.0]"), ("GivenTensorStringFill", "values=['a']")):
+        cases[op_type] = ("from dslc import core\n"
+                          f"workspace.RunOperatorOnce(core.CreateOperator('{op_type}', [], ['y'], "
+                          f"shape=[1 << 28], {values}).SerializeToString())")
+    cases["ConstantFill"] = ("from dslc import core\nworkspace.RunOperatorOnce(core.CreateOperator("
+                             "'ConstantFill', [], ['y'], shape=[1 << 20, 1 << 20], value=1.0))")
+    p = tmp_path / "model.minidb"  # an exported model whose description is 150M strings
+    assert minidb(p, [(b"!!META_NET_DEF#%0", blob_proto([150_000_000], STRING))]) < 600
+    cases["exported model"] = f"predictor_exporter.prepare_prediction_net({str(p)!r}, 'minidb')"
+    return cases
+
+
+def test_every_reader_refuses_a_file_declaring_more_than_it_holds_before_allocating(tmp_path):
+    cases = declared_more_than_held(tmp_path)
+    results = read_in_child(tmp_path, cases)
+    for name, got in results.items():
+        assert got["error"] is not None, f"{name}: read without an error"
+        assert "\n" not in got["error"] and len(got["error"]) < 2100, name
+        assert "cases.json" not in got["error"]
+        if "minidb" in name or "db " in name or "checkpoint" in name or "records" in name or "model" in name:
+            assert str(tmp_path) in got["error"], f"{name}: the error does not name the file: {got['error']}"
+        assert got["peak"] < 64 * MIB, f"{name}: the read took {got['peak'] / MIB:.0f} MiB: {got['error']}"
+    assert "has dims [150000000] but 0 values" in results["minidb strings"]["error"]
+    assert "record b'0' of" in results["records wrapping"]["error"]
+    assert "does not decode" in results["dslcdb strings"]["error"]
+    assert "missing or has the wrong length" in results["lmdb checkpoint"]["error"]
+
+
+def test_no_reader_allocates_past_the_tensor_budget(tmp_path):
+    """Files that do hold what they declare, 2 MiB each, under a budget of 1 MiB per value."""
+    big = np.arange(1 << 19, dtype=np.float32)  # 2 MiB
+    cases = {}
+    for db_type in ["minidb", "dslcdb", "lmdb"] + (["leveldb"] if HAVE_PLYVEL else []):
+        path = str(tmp_path / f"big.{db_type}")
+        blobdb.get(db_type).write(path, [("w", blobcodec.encode("w", big))])
+        cases[db_type] = f"blobdb.get({db_type!r}).read({path!r})"
+    lmdb_db(tmp_path / "records", {b"%d" % i: tensor_protos([1 << 16], float_data=big[:1 << 16].tolist())
+                                   for i in range(2)})  # 256 KiB records, a batch of 8 of them
+    cases["records"] = f"dbreader.read_tensor_protos(dbreader.KeyValueReader({str(tmp_path / 'records')!r}, 'lmdb'), 8, 1)"
+    results = read_in_child(tmp_path, cases, budget=MIB)
+    for name, got in results.items():
+        assert got["error"] is not None and "one value may take (DSLC_MAX_TENSOR_BYTES)" in got["error"], (name, got)
+        assert got["peak"] < 64 * MIB, name
+    assert str(tmp_path) in results["minidb"]["error"] and "'w'" in results["minidb"]["error"]
+
+
+def test_a_huge_argument_makes_a_bounded_error_line(tmp_path):
+    """A 4 MB shape argument once made a 4 MB error line."""
+    (tmp_path / "job.py").write_text(textwrap.dedent("""
+        from caffe2.python import core, workspace
+        op = core.CreateOperator("GivenTensorFill", [], ["y"], shape=list(range(1, 500_000)), values=[1.0])
+        workspace.RunOperatorOnce(op)
+        """))
+    code, out, err, _ = dslc(tmp_path, "exec", "job.py")
+    assert code == 2 and len(err.splitlines()) == 1 and len(err) < 2100, err[:3000]
+    assert "job.py:3" in err and "GivenTensorFill" in err and "(499999 items)" in err  # (the op's line)
+    # every error line is capped where it is printed, whatever its message quotes
+    line = DSLError("a message quoting " + "[1, 2]\n" * 500_000, Location("job.py", 7), "a hint").one_line()
+    assert len(line) <= 2000 and "\n" not in line and line.startswith("job.py:7: error: a message quoting [1, 2]")
+    assert line.endswith("[1, 2] ; a hint") and "characters left out" in line
+
+
+# ----------------------------------------------------------------------------- lmdb files
+
+PAGE = 4096
+
+
+def lmdb_leaf_node(data: bytearray, page: int) -> int:
+    """The byte offset of the first node on ``page`` (LMDB's layout: a 16-byte page header
+    holding lower, then the node offsets from byte 16)."""
+    return page * PAGE + struct.unpack_from("<H", data, page * PAGE + 16)[0]
+
+
+def crafted_lmdbs(tmp_path) -> dict:
+    """{name: database directory}: lmdb files cut short or edited byte by byte."""
+    out = {}
+    value = tensor_protos([3000], float_data=[0.5] * 3000)  # 12 KB: on overflow pages 3..5
+    cut = tmp_path / "cut"
+    lmdb_db(cut, {b"0": value})
+    with open(cut / "data.mdb", "r+b") as f:
+        f.truncate(3 * PAGE)  # the issue's 12 KiB: meta, meta, leaf; the value's pages gone
+    out["cut short"] = cut
+    for name, edit in (("inline size", "size"), ("overflow size", "overflow"), ("root page", "root")):
+        d = tmp_path / name.replace(" ", "_")
+        lmdb_db(d, {b"0": tensor_protos([4], float_data=[1, 2, 3, 4]) if edit == "size" else value})
+        data = bytearray((d / "data.mdb").read_bytes())
+        node = lmdb_leaf_node(data, 2)
+        if edit in ("size", "overflow"):  # the node's data size (u16 lo, u16 hi): 1 GiB
+            struct.pack_into("<HH", data, node, 0, 1 << 14)
+        else:  # each meta page's main db root (page header 16 + magic, version, address, mapsize 24
+            for meta in (0, PAGE):  # + the free db 48 + 40 bytes into the main db)
+                struct.pack_into("<Q", data, meta + 16 + 24 + 48 + 40, 1000)
+        (d / "data.mdb").write_bytes(bytes(data))
+        out[name] = d
+    return out
+
+
+def test_crafted_lmdb_files_are_errors_never_signals(tmp_path):
+    """Each once killed the process with SIGBUS (exit 135): the data reader, the checkpoint
+    reader and a save over the file each read pages the file does not hold."""
+    cases = {}
+    for name, d in crafted_lmdbs(tmp_path).items():
+        assert (d / "data.mdb").stat().st_size <= 6 * PAGE
+        cases[f"{name}: records"] = f"dbreader.read_tensor_protos(dbreader.KeyValueReader({str(d)!r}, 'lmdb'), 1, 1)"
+        cases[f"{name}: load"] = f"blobdb.get('lmdb').read({str(d)!r})"
+        cases[f"{name}: save over"] = ("import numpy as np\nfrom dslc.backends.runtime import blobcodec\n"
+                                       f"blobdb.get('lmdb').write({str(d)!r}, [('x', blobcodec.encode('x', np.ones(3)))])")
+        cases[f"{name}: create_db"] = (f"c = workspace.C.create_db('lmdb', {str(d)!r}, workspace.C.Mode.read)"
+                                       ".new_cursor()")
+    for name, got in read_in_child(tmp_path, cases).items():
+        assert got["error"] is not None and str(tmp_path) in got["error"], (name, got)
+        assert "damaged" in got["error"] or "no manifest" in got["error"], (name, got)
+
+
+def test_a_crafted_lmdb_through_create_db_is_a_located_error_on_the_cli(tmp_path):
+    d = crafted_lmdbs(tmp_path)["inline size"]
+    (tmp_path / "job.py").write_text(textwrap.dedent(f"""
+        from caffe2.python import brew, workspace
+        from caffe2.python.model_helper import ModelHelper
+        model = ModelHelper(name="read")
+        brew.db_input(model, ["data"], batch_size=1, db={str(d)!r}, db_type="lmdb")
+        workspace.RunNetOnce(model.param_init_net)
+        workspace.RunNetOnce(model.net)
+        """))
+    code, _, err, _ = dslc(tmp_path, "exec", "job.py")
+    assert code == 2, (code, err)  # (135: SIGBUS)
+    assert len(err.splitlines()) == 1 and "job.py:5" in err and str(d) in err and "runs past the page" in err
+
+
+def test_lmdb_files_dslc_reads_are_what_lmdb_wrote(tmp_path):
+    """Our reader against the lmdb library's own cursor: records in key order, inline and
+    on overflow pages, across branch pages (a tree of depth 3)."""
+    import lmdb
+    rng = np.random.default_rng(5)
+    records = {rng.bytes(int(rng.integers(1, 40))): rng.bytes(int(rng.choice([0, 7, 900, 9000], p=[.1, .1, .7, .1])))
+               for _ in range(4000)}
+    lmdb_db(tmp_path / "db", records, map_size=1 << 30)
+    with lmdb.open(str(tmp_path / "db"), readonly=True) as env, env.begin() as txn:
+        theirs = [(bytes(k), bytes(v)) for k, v in txn.cursor()]
+    assert theirs == sorted(records.items())
+    with lmdbfile.LmdbFile(str(tmp_path / "db")) as db:
+        assert db.main[2] == 3  # (LMDB's md_depth)
+        assert [(k, db.read(v)) for k, v in db.records()] == theirs
+        for k in list(records)[:500]:
+            assert db.read(db.get(k)) == records[k]
+        assert db.get(b"\xff" * 50) is None
+
+
+# ----------------------------------------------------------------------------- messages
+
+def test_a_predictor_given_bytes_that_are_no_netdef_is_a_located_error(tmp_path):
+    (tmp_path / "serve.py").write_text(textwrap.dedent("""
+        from caffe2.python import workspace
+        workspace.Predictor(b"\\xff\\xff\\xff not a NetDef", b"")
+        """))
+    code, _, err, _ = dslc(tmp_path, "exec", "serve.py")
+    assert code == 2 and len(err.splitlines()) == 1 and "serve.py:3" in err and "init net" in err, err
+
+
+def nested_step_net(depth: int) -> str:
+    inner = 'op { type: "Relu" input: "x" output: "x" }'
+    for k in range(depth):
+        inner = f'op {{ type: "If" input: "c" arg {{ name: "then_net" n {{ name: "n{k}" {inner} }} }} }}'
+    return 'name: "top" ' + inner
+
+
+@pytest.mark.parametrize("depth", [400, 60])
+def test_nets_nested_deep_in_text_form_are_a_located_error(tmp_path, depth):
+    (tmp_path / "deep.py").write_text(textwrap.dedent(f"""
+        import numpy as np
+        from caffe2.python import core, workspace
+        workspace.FeedBlob("x", np.ones(3, np.float32))
+        workspace.FeedBlob("c", np.array(True))
+        net = core.Net("outer")
+        net.If(["c"], [], then_net={nested_step_net(depth)!r})
+        workspace.RunNetOnce(net)
+        """))
+    code, _, err, _ = dslc(tmp_path, "exec", "deep.py")
+    assert code == 2 and len(err.splitlines()) == 1 and "deep.py:" in err and "nest" in err, err
+
+
+def test_steps_nested_deep_in_a_plan_are_a_located_error(tmp_path):
+    step = 'name: "s0" network: "n"'
+    for k in range(400):
+        step = f'name: "s{k + 1}" substep {{ {step} }}'
+    (tmp_path / "plan.py").write_text(textwrap.dedent(f"""
+        import sys
+        from google.protobuf import text_format
+        from caffe2.python import workspace
+        from caffe2.proto import caffe2_pb2
+        plan = caffe2_pb2.PlanDef()
+        sys.setrecursionlimit(20000)  # (protobuf's text parser recurses: the user's own parse)
+        text_format.Parse({('name: "p" network { name: "n" } execution_step { ' + step + ' }')!r}, plan)
+        sys.setrecursionlimit(1000)
+        workspace.RunPlan(plan)
+        """))
+    code, _, err, _ = dslc(tmp_path, "exec", "plan.py")
+    assert code == 2 and len(err.splitlines()) == 1 and "plan.py:10" in err and "nest more than" in err, err

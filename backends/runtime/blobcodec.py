@@ -22,7 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dslc.ir import budget
 from dslc.ir.diagnostics import DSLError
+from dslc.ir.escape import brief
 
 from .resources import Counter
 
@@ -138,21 +140,24 @@ def decode(name: str, kind: str, dtype: str, shape, data) -> object:
         if codec is None:
             raise ValueError(f"unknown blob kind {kind!r}")
         return codec.decode(bytes(data))
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError, OverflowError) as e:
-        raise BlobEncodingError(f"blob {name!r} does not decode: {e}",
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, OverflowError, RecursionError) as e:
+        raise BlobEncodingError(f"blob {name!r} does not decode: {brief(e)}",
                                 hint="the checkpoint was written by an incompatible program or is damaged") from None
 
 
 def allocate(name: str, kind: str, dtype: str, shape, length: int) -> np.ndarray:
     """Where a stored payload of ``length`` bytes is read to: for a tensor, the array it
-    becomes (so the read is its only copy), else a byte buffer for ``from_buffer``."""
+    becomes (so the read is its only copy), else a byte buffer for ``from_buffer``.
+    ``length`` is what the file holds (its reader checked that first); no buffer is
+    larger than one value may take (ir/budget.py)."""
+    _check_budget(name, length)
     if kind != "tensor":
         return np.empty(length, dtype=np.uint8)
     try:
         dt, shape = _plain_dtype(dtype), tuple(int(d) for d in shape)
         # (checked before allocating: the shape is the file's word, the length the file's size)
         if min(shape, default=0) < 0 or math.prod(shape) * dt.itemsize != length:
-            raise ValueError(f"{length} bytes for shape {list(shape)} of {dt}")
+            raise ValueError(f"{length} bytes for shape {brief(list(shape))} of {dt}")
         arr = np.empty(shape, dtype=dt)
     except (ValueError, TypeError, OverflowError) as e:
         raise BlobEncodingError(f"blob {name!r} does not decode: {e}",
@@ -163,9 +168,9 @@ def allocate(name: str, kind: str, dtype: str, shape, length: int) -> np.ndarray
 def allocate_all(names: list, kinds: list, dtypes: list, shapes: list, lengths: list) -> list:
     """``allocate`` for many blobs at once (a checkpoint may hold thousands of small ones):
     the common case, a tensor whose shape is a list, in one step each."""
-    out, empty = [], np.empty
+    out, empty, over = [], np.empty, budget.over
     for name, kind, dtype, shape, length in zip(names, kinds, dtypes, shapes, lengths):
-        if kind == "tensor" and type(shape) is list:
+        if kind == "tensor" and type(shape) is list and not over(length):
             try:
                 dt = _plain_dtype(dtype)
                 if all(type(d) is int and d >= 0 for d in shape) and math.prod(shape) * dt.itemsize == length:
@@ -175,6 +180,11 @@ def allocate_all(names: list, kinds: list, dtypes: list, shapes: list, lengths: 
                 pass
         out.append(allocate(name, kind, dtype, shape, length))  # (the others, and the errors)
     return out
+
+
+def _check_budget(name: str, length: int) -> None:
+    if budget.over(length):
+        budget.check_bytes("", length, f"blob {name!r}", error=BlobEncodingError)
 
 
 def from_buffer(name: str, kind: str, dtype: str, shape, buf: np.ndarray) -> object:
@@ -195,9 +205,9 @@ def _plain_dtype(dtype: str) -> np.dtype:
 def _decode_tensor(dtype: str, shape: tuple, data) -> object:
     dt = _plain_dtype(dtype)
     buf = np.frombuffer(data, dtype=np.uint8)
+    if min(shape, default=0) < 0 or math.prod(shape) * dt.itemsize != buf.size:  # (before any array)
+        raise ValueError(f"{buf.size} bytes for shape {brief(list(shape))} of {dt}")
     arr = buf.view(dt).reshape(shape) if buf.size else np.zeros(shape, dt)
-    if arr.size * dt.itemsize != buf.size:
-        raise ValueError(f"{buf.size} bytes for shape {list(shape)} of {dt}")
     return arr[()] if arr.ndim == 0 else arr
 
 

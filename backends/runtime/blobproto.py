@@ -8,10 +8,13 @@ against its dims and the memory bound first: nothing named by the bytes runs.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.budget import check_size
+from dslc.ir.escape import brief
 from dslc.proto import caffe2_pb2
 
 T = caffe2_pb2.TensorProto
@@ -130,14 +133,16 @@ def deserialize(data: bytes):
 
 def assemble(name: str, protos: list):
     """The value stored as the chunks ``protos`` (BlobProtos of one blob, in any order):
-    every element must be covered once."""
+    every element must be covered once. Every chunk is checked before anything is
+    allocated: the dims are the file's word, the values it holds are what it has (a
+    file of a few bytes may declare a tensor of any size)."""
     first = protos[0]
     if first.type == "std::string" or (not first.HasField("tensor") and first.HasField("content")):
         return first.content
     t = first.tensor
     dims = tuple(int(d) for d in t.dims)
     if any(d < 0 for d in dims):
-        raise BlobSerdeError(f"blob {name!r} has negative dims {list(dims)}")
+        raise BlobSerdeError(f"blob {name!r} has negative dims {brief(list(dims))}")
     if t.data_type == T.STRING:
         field, dtype = "string_data", np.dtype(object)
     else:
@@ -146,25 +151,37 @@ def assemble(name: str, protos: list):
             raise BlobSerdeError(f"blob {name!r} has TensorProto data type {t.data_type}, which dslc "
                                  "does not read")
         field, dtype = got
-    check_size("Load", dims, np.dtype(np.float64) if dtype.kind == "O" else dtype)
-    size = int(np.prod(dims, dtype=np.int64))
+    size = math.prod(dims)
+    spans = _spans(name, protos, field, dims, t.data_type, size)
+    try:
+        check_size("Load", dims, np.dtype(np.float64) if dtype.kind == "O" else dtype)
+    except DSLError as e:
+        raise BlobSerdeError(f"blob {name!r}: {e.message}", hint=e.hint) from None
     out = np.empty(size, dtype=dtype)
-    spans = []
-    for p in protos:
-        c = p.tensor
-        if tuple(c.dims) != dims or c.data_type != t.data_type:
-            raise BlobSerdeError(f"the chunks of blob {name!r} disagree on its dims or data type")
-        raw = getattr(c, field)
-        begin, end = (c.segment.begin, c.segment.end) if c.HasField("segment") else (0, len(raw))
-        if not 0 <= begin <= end <= size or end - begin != len(raw):
-            raise BlobSerdeError(f"a chunk of blob {name!r} holds {len(raw)} values for elements "
-                                 f"[{begin}, {end}) of {size}")
+    for p, (begin, end) in zip(protos, spans):
+        raw = getattr(p.tensor, field)
         if dtype.kind == "O":
             out[begin:end] = [s.decode("utf-8", "surrogateescape") for s in raw]
         elif dtype == np.float16:
             out[begin:end] = np.asarray(raw, dtype=np.uint16).view(np.float16)
         else:
             out[begin:end] = np.asarray(raw, dtype=dtype)
+    return out.reshape(dims)
+
+
+def _spans(name: str, protos: list, field: str, dims: tuple, data_type: int, size: int) -> list:
+    """The [begin, end) element range of each chunk, after checking that the chunks agree
+    on the dims and the data type and hold each of the ``size`` elements exactly once."""
+    spans = []
+    for p in protos:
+        c = p.tensor
+        if tuple(c.dims) != dims or c.data_type != data_type:
+            raise BlobSerdeError(f"the chunks of blob {name!r} disagree on its dims or data type")
+        held = len(getattr(c, field))
+        begin, end = (c.segment.begin, c.segment.end) if c.HasField("segment") else (0, held)
+        if not 0 <= begin <= end <= size or end - begin != held:
+            raise BlobSerdeError(f"a chunk of blob {name!r} holds {held} values for elements "
+                                 f"[{begin}, {end}) of {size}")
         spans.append((begin, end))
     at = 0
     for begin, end in sorted(spans):  # (every element once: no gap, no overlap)
@@ -173,6 +190,6 @@ def assemble(name: str, protos: list):
         at = end
     if at != size or len(spans) > 1 and any(b == e for b, e in spans):
         held = sum(e - b for b, e in spans)
-        raise BlobSerdeError(f"blob {name!r} has dims {list(dims)} but {held} values (its chunks must "
+        raise BlobSerdeError(f"blob {name!r} has dims {brief(list(dims))} but {held} values (its chunks must "
                              "hold each element once)")
-    return out.reshape(dims)
+    return spans

@@ -19,7 +19,6 @@ before Load returns anything. ``dbio`` moves the bytes.
 """
 from __future__ import annotations
 
-import json
 import os
 import struct
 import zlib
@@ -27,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import blobdb, dbio, partials
+from . import blobdb, dbio, manifest, partials
 from .blobcodec import BlobEncodingError, allocate_all, from_buffer
 from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingDBError
 from .manifest import Index, rows_text
@@ -153,7 +152,7 @@ class FileDB:
             raise CorruptDBError(f"the manifest (the index of blob names, dtypes and shapes) of the "
                                  f"checkpoint {path} is damaged", hint=_CORRUPT_HINT)
         try:
-            doc = json.loads(raw)
+            doc = manifest.parse(raw)
             index = Index(doc["blobs"], fmt.payload.field, placed=True)
         except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise CorruptDBError(f"the manifest of the checkpoint {path} is not valid: {e}",

@@ -12,15 +12,14 @@ manifest, which Load reports as incomplete. LevelDB checksums its own blocks
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 
 import numpy as np
 import plyvel
 
-from . import blobdb, dbio
-from .blobcodec import BlobEncodingError, allocate_all, from_buffer
+from . import blobdb, dbio, manifest
+from .blobcodec import BlobEncodingError, allocate, from_buffer
 from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
 from .manifest import Index, rows_text
 
@@ -115,7 +114,7 @@ def _read(snap, path: str, names, values: bool):
         raise IncompleteDBError(f"the leveldb checkpoint {path} has no manifest: its save did not finish",
                                 hint="load an earlier epoch's checkpoint")
     try:
-        doc = json.loads(raw)
+        doc = manifest.parse(raw)
         rows = doc["blobs"]
         if not values:
             return list(dict.fromkeys(str(b["name"]) for b in rows))
@@ -129,19 +128,19 @@ def _read(snap, path: str, names, values: bool):
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
         raise CorruptDBError(f"the manifest of the leveldb checkpoint {path} is not valid: {e}", hint=_HINT) from None
     wanted, pick = index.select(f"the checkpoint {path}", names)
-    try:
-        bufs = allocate_all(*index.take(pick))
-    except BlobEncodingError as e:
-        raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
     out, of = {}, scheme.of
-    for n, i, buf in zip(wanted, pick.tolist(), bufs):
+    for n, i in zip(wanted, pick.tolist()):
+        # (the bytes first: the manifest's shape and length are only its word, checked
+        # against what the database holds before anything is allocated for them)
         data = snap.get(PREFIX + n.encode("utf-8"), verify_checksums=True)
-        if data is None or len(data) != buf.nbytes or of(memoryview(data)) != int(index.digest[i]):
+        if data is None or len(data) != int(index.length[i]) or of(memoryview(data)) != int(index.digest[i]):
             raise CorruptDBError(f"blob {n!r} in the leveldb checkpoint {path} is damaged: it is missing or "
                                  "its length or checksum does not match", hint=_HINT)
-        buf.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
         kind = index.kinds[i]
         try:
+            buf = allocate(n, kind, index.dtypes[i], index.shapes[i], len(data))
+            buf.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+            del data
             out[n] = (buf if buf.ndim else buf[()]) if kind == "tensor" else \
                 from_buffer(n, kind, index.dtypes[i], index.shapes[i], buf)
         except BlobEncodingError as e:

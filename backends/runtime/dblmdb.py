@@ -7,22 +7,24 @@ writer that dies mid-save leaves the previous checkpoint, or, for a new one, an
 environment without a manifest, which Load reports as incomplete.
 
 LMDB checksums none of its pages; the per-blob checksum catches changed payloads
-(format 2: XXH3-64 in chunks, as dslcdb's format 2; format 1, still read: CRC-32),
-and the file size is checked against LMDB's last page before anything is read
-through its memory map (reading past the end of a cut-short file would crash).
+(format 2: XXH3-64 in chunks, as dslcdb's format 2; format 1, still read: CRC-32).
+Reading goes through lmdbfile.py, not the lmdb library: every page is read with pread
+and checked against the file first (the library maps the file, and a page it
+believes is there and the file lacks kills the process with SIGBUS).
 """
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import threading
 
 import lmdb
 import numpy as np
 
-from . import blobdb, dbio
+from . import blobdb, dbio, manifest
 from .blobcodec import BlobEncodingError, allocate_all, from_buffer
 from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
+from .lmdbfile import LmdbFile, check_existing
 from .manifest import Index, rows_text
 
 MANIFEST = b"manifest"
@@ -47,6 +49,11 @@ class LmdbDB(KeyValueDB):
         # room for the old pages (freed only at commit) and the new ones, with slack for the tree
         map_size = old + 2 * total + (64 << 20)
         with _lock:
+            try:
+                check_existing(path)  # (the library would fault on a damaged file it writes to)
+            except DBError as e:
+                raise DBError(f"cannot save over the lmdb checkpoint {path}: {e.message}",
+                              hint="remove the damaged checkpoint first, or save to another path") from None
             try:
                 env = lmdb.open(path, map_size=map_size, subdir=True, max_dbs=0, readahead=False)
             except lmdb.Error as e:
@@ -79,19 +86,8 @@ class LmdbDB(KeyValueDB):
 
     def read(self, path: str, names=None, values: bool = True):
         self._check_path(path)
-        with _lock:
-            try:
-                env = lmdb.open(path, readonly=True, create=False, subdir=True, max_dbs=0, readahead=False)
-            except lmdb.Error as e:
-                raise CorruptDBError(f"{path} cannot be opened as an lmdb checkpoint: {e}", hint=_HINT) from None
-            try:
-                self._check_size(env, path)
-                with env.begin(buffers=True) as txn:
-                    return self._read(txn, path, names, values)
-            except lmdb.Error as e:
-                raise CorruptDBError(f"the lmdb checkpoint {path} is damaged: {e}", hint=_HINT) from None
-            finally:
-                env.close()
+        with _lock, _pinned(path), LmdbFile(path) as db:  # (read by pread, never through a mapping)
+            return self._read(db, path, names, values)
 
     def _check_path(self, path: str) -> None:
         if not os.path.exists(path):
@@ -119,19 +115,13 @@ class LmdbDB(KeyValueDB):
             raise CorruptDBError(f"the manifest of the lmdb checkpoint {path} is not valid: {e}",
                                  hint=_HINT) from None
 
-    def _check_size(self, env, path: str) -> None:
-        need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-        have = os.path.getsize(os.path.join(path, "data.mdb"))
-        if have < need:
-            raise CorruptDBError(f"the lmdb checkpoint {path} is cut short ({have} of {need} bytes)", hint=_HINT)
-
-    def _read(self, txn, path: str, names, values: bool):
-        raw = txn.get(MANIFEST)
-        if raw is None:
+    def _read(self, db: LmdbFile, path: str, names, values: bool):
+        found = db.get(MANIFEST)
+        if found is None:
             raise IncompleteDBError(f"the lmdb checkpoint {path} has no manifest: its save did not finish",
                                     hint="load an earlier epoch's checkpoint")
         try:
-            doc = json.loads(bytes(raw))
+            doc = manifest.parse(db.read(found))
             rows = doc["blobs"]
             if not values:
                 return list(dict.fromkeys(str(b["name"]) for b in rows))
@@ -145,19 +135,24 @@ class LmdbDB(KeyValueDB):
             raise CorruptDBError(f"the manifest of the lmdb checkpoint {path} is not valid: {e}",
                                  hint=_HINT) from None
         wanted, pick = index.select(f"the checkpoint {path}", names)
+        # where each blob lies, its length checked against the manifest's, before any buffer
+        # is allocated for it (the manifest's shapes and lengths are only its word)
+        keys = [PREFIX + n.encode("utf-8") for n in wanted]
+        if len(keys) > 16:  # (one pass over the tree finds many faster than a search each)
+            found = dict(db.records())
+            places = [found.get(k) for k in keys]
+        else:
+            places = [db.get(k) for k in keys]
+        for n, place, length in zip(wanted, places, index.length[pick].tolist()):
+            if place is None or place.size != length:
+                raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is missing or has the wrong "
+                                     "length", hint=_HINT)
         try:
             bufs = allocate_all(*index.take(pick))
         except BlobEncodingError as e:
             raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
-        digests, get, of = [], txn.get, scheme.of
-        for n, buf in zip(wanted, bufs):
-            mv = get(PREFIX + n.encode("utf-8"))
-            if mv is None or len(mv) != buf.nbytes:
-                raise CorruptDBError(f"blob {n!r} in the lmdb checkpoint {path} is missing or has the wrong "
-                                     "length", hint=_HINT)
-            dest = buf.reshape(-1).view(np.uint8)
-            dest[:] = mv  # (the view dies with the transaction)
-            digests.append(of(dest))
+        of = scheme.of
+        digests = [of(db.read(place, buf.reshape(-1).view(np.uint8))) for place, buf in zip(places, bufs)]
         bad = np.flatnonzero(np.array(digests, dtype=np.uint64) != index.digest[pick])
         if bad.size:
             raise CorruptDBError(f"blob {wanted[bad[0]]!r} in the lmdb checkpoint {path} is damaged: its checksum "
@@ -173,6 +168,26 @@ class LmdbDB(KeyValueDB):
             except BlobEncodingError as e:
                 raise CorruptDBError(f"{e.message} (in the checkpoint {path})", hint=e.hint) from None
         return out
+
+
+@contextlib.contextmanager
+def _pinned(path: str):
+    """A read transaction of the lmdb library held open: LMDB then reuses none of the pages
+    of what is committed now, so a save to the checkpoint in another process, meanwhile,
+    changes nothing this read sees. Opening one reads only the two meta pages (with
+    pread, checked by the library) and maps the file; the pages are read by lmdbfile.
+    A database the library will not open (a read-only directory, damaged meta pages) is
+    read unpinned: lmdbfile says what is wrong with it."""
+    try:
+        env = lmdb.open(path, readonly=True, create=False, subdir=True, max_dbs=0, readahead=False)
+    except lmdb.Error:
+        yield
+        return
+    try:
+        with env.begin():
+            yield
+    finally:
+        env.close()
 
 
 blobdb.register(LmdbDB.name, LmdbDB())

@@ -162,7 +162,7 @@ def _value(path: str, name: str, protos: list):
     try:
         value = blobproto.assemble(name, protos)
     except DSLError as e:  # (bytes that are no tensor, or dims beyond the memory bound)
-        raise CorruptDBError(f"the minidb {path}: {e.message}", hint=_CORRUPT_HINT) from None
+        raise CorruptDBError(f"the minidb {path}: {e.message}", hint=e.hint or _CORRUPT_HINT) from None
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]  # (a scalar, as every db type gives rank 0 back)
     return value

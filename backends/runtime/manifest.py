@@ -17,6 +17,18 @@ import numpy as np
 from .blobdb import MissingBlobError
 
 
+def parse(raw) -> dict:
+    """A manifest's JSON document; ValueError if it is not a JSON object (a nesting deeper
+    than Python's stack included: the file is any program's word)."""
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise ValueError("its JSON nests too deep") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"it is a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
 class Index:
     """A manifest's blob rows as columns, in their order: ``names``, ``kinds``, ``dtypes``,
     ``shapes`` (lists), ``length`` (int64) and ``digest`` (uint64, the row's ``field``);

@@ -13,7 +13,8 @@ import re
 import numpy as np
 
 from dslc.ir import Builder, Region, Symbol
-from dslc.ir.diagnostics import TraceError
+from dslc.ir.core import MAX_NESTING
+from dslc.ir.diagnostics import TraceError, VerifyError
 from dslc.ir.opdef import OPS
 from dslc.ir.passes.analysis import is_barrier
 
@@ -81,11 +82,17 @@ class Block:
         self.dirty: dict[str, object] = {}
         # In a loop body: the values a break_if passes as the loop's results.
         self.break_values: tuple = ()
+        self.depth = 0  # regions it sits in
 
     def child(self, region: Region, inherit: bool, iters=None, scope="same") -> "Block":
         """A block for a nested region; ``inherit`` forwards this block's (clean) values."""
-        return Block(self.ctx, region, self.iters if iters is None else iters,
-                     self.scope if scope == "same" else scope, self if inherit else None)
+        if self.depth >= MAX_NESTING:  # (nets in arguments may nest without end: located by lower_op)
+            raise VerifyError(f"nets, loops and conditionals nest more than {MAX_NESTING} deep",
+                              None, "flatten the program: no job nests nets this deep")
+        blk = Block(self.ctx, region, self.iters if iters is None else iters,
+                    self.scope if scope == "same" else scope, self if inherit else None)
+        blk.depth = self.depth + 1
+        return blk
 
     def lookup(self, key: str):
         """The value blob slot ``key`` holds in this region now, or None (not known here)."""

@@ -1,8 +1,6 @@
 """Nets given as operator arguments (RecurrentNetwork's step net, If's branches...)."""
 from __future__ import annotations
 
-from google.protobuf import text_format
-
 from dslc import netdef
 from dslc.ir.diagnostics import VerifyError
 from dslc.oprecord import OpRecord
@@ -16,20 +14,9 @@ def net_message(value, rec: OpRecord, arg: str = "step_net") -> caffe2_pb2.NetDe
         return value
     if isinstance(value, Net):
         return value.Proto()
-    if isinstance(value, (bytes, bytearray)):
-        try:
-            return caffe2_pb2.NetDef.FromString(bytes(value))
-        except Exception:
-            raise VerifyError(f"{rec.type}: {arg} is not a serialized NetDef", rec.loc,
-                              f"pass {arg}=<net>.Proto()") from None
-    if isinstance(value, str):
-        msg = caffe2_pb2.NetDef()
-        try:
-            text_format.Parse(value, msg)
-        except text_format.ParseError as e:
-            raise VerifyError(f"{rec.type}: {arg} is not a NetDef in text form: {e}", rec.loc,
-                              f"pass {arg}=<net>.Proto()") from None
-        return msg
+    if isinstance(value, (bytes, bytearray, str)):
+        return netdef.parse_message(caffe2_pb2.NetDef, value, f"{rec.type}'s {arg}", rec.loc,
+                                    f"pass {arg}=<net>.Proto()")
     raise VerifyError(f"{rec.type} needs {arg} (a NetDef), got {type(value).__name__}", rec.loc,
                       f"pass {arg}=<net>.Proto()")
 

@@ -6,6 +6,7 @@ import numpy as np
 from dslc.core import FILL_ALIASES, OpRecord
 from dslc.ir.budget import foldable
 from dslc.ir.diagnostics import DSLError, UnknownOperatorError, VerifyError, warn_unused_args
+from dslc.ir.escape import brief
 from dslc.ir.opdef import OPS
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.ops.tensor import fill_value
@@ -135,7 +136,7 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
     try:
         return arr.reshape(shape)
     except ValueError:
-        raise VerifyError(f"{rec.type}: {arr.size} values do not fill shape {shape}", rec.loc,
+        raise VerifyError(f"{rec.type}: {arr.size} values do not fill shape {brief(shape)}", rec.loc,
                           "give as many values as the shape has elements") from None
 
 

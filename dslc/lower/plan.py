@@ -42,6 +42,7 @@ class LowerContext:
         self.opaque_writes = False      # a Python op with the workspace may write any blob
         self.ephemeral: set = set()     # blobs kept as SSA values only (If-chain conditions)
         self.stored_inside: dict = {}   # structured op -> the blobs stored in it (Block.forget)
+        self.step_depth = 0             # execution steps being lowered, one inside the next
         self._tags = 0
 
     @property

@@ -16,7 +16,9 @@ from collections import Counter
 
 from dslc.core import FILL_ALIASES, DataType, ExecutionStep, Net
 from dslc.ir import Region, Symbol
+from dslc.ir.core import MAX_NESTING
 from dslc.ir.diagnostics import DSLTypeError, TraceError
+from dslc.ir.escape import brief
 from dslc.ir.opdef import OPS
 from dslc.ir.types import I64, INT_DTYPES, TensorType
 from dslc.net_builder import NetBuilder, StopIf
@@ -345,6 +347,18 @@ _BLOCKS = {"block": lower_block, "loop": lower_loop, "if": lower_if, "guard": lo
 
 def lower_step(blk: Block, step: ExecutionStep) -> None:
     """A raw execution step (or a NetBuilder turned into one)."""
+    ctx = blk.ctx
+    if ctx.step_depth >= MAX_NESTING:  # (a plan from a file may nest its steps without end)
+        raise TraceError(f"execution steps nest more than {MAX_NESTING} deep (step {brief(step.Name())!r})",
+                         step._loc, "flatten the plan: no job nests its steps this deep")
+    ctx.step_depth += 1
+    try:
+        _lower_step(blk, step)
+    finally:
+        ctx.step_depth -= 1
+
+
+def _lower_step(blk: Block, step: ExecutionStep) -> None:
     items = [i for i in step._items if not _is_reporter(i)]
     reporters = [i for i in step._items if _is_reporter(i)]
     if step._report_net is not None:
@@ -445,6 +459,7 @@ def _isolated(blk: Block, items, fill) -> Region:
     blk.flush()
     region = Region()
     inner = Block(blk.ctx, region, scope=blk.scope)
+    inner.depth = blk.depth + 1  # (a region all the same: it counts toward the nesting bound)
     fill(inner)
     inner.flush()
     return region

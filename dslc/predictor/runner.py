@@ -12,6 +12,7 @@ parameters are the others), in the net's order.
 from __future__ import annotations
 
 from dslc.ir.diagnostics import DSLError
+from dslc.netdef import parse_message
 from dslc.proto import caffe2_pb2
 from dslc.tracing import user_location
 
@@ -20,11 +21,16 @@ class PredictorError(DSLError, RuntimeError):
     """Inputs that do not fit the predict net."""
 
 
-def _netdef(net) -> caffe2_pb2.NetDef:
+def _netdef(net, what: str) -> caffe2_pb2.NetDef:
+    if isinstance(net, str):  # (Python 2's str of the bytes, as Caffe2's tests pass them)
+        try:
+            net = net.encode("latin-1")
+        except UnicodeEncodeError:
+            raise PredictorError(f"the {what} is a str that is not serialized bytes", user_location(),
+                                 "pass net.Proto() or net.Proto().SerializeToString()") from None
     if isinstance(net, (bytes, bytearray)):
-        return caffe2_pb2.NetDef.FromString(bytes(net))
-    if isinstance(net, str):
-        return caffe2_pb2.NetDef.FromString(net.encode("latin-1"))
+        return parse_message(caffe2_pb2.NetDef, net, f"the {what}", user_location(),
+                             "pass net.Proto() or net.Proto().SerializeToString()")
     return net.Proto() if hasattr(net, "Proto") else net
 
 
@@ -32,7 +38,7 @@ class Predictor:
     def __init__(self, init_net, predict_net):
         from dslc import core, workspace
         self._ws = workspace.Workspace()
-        init, predict = _netdef(init_net), _netdef(predict_net)
+        init, predict = _netdef(init_net, "init net"), _netdef(predict_net, "predict net")
         self._ws.run(core.Net(init))
         self._net = core.Net(predict)
         self.input_names = [b for b in predict.external_input if not self._ws.has_blob(b)]
