@@ -81,6 +81,31 @@ def run_text(text: str, backend: str, passes: str = "default") -> dict:
     return LocalSession(Workspace(), backend=backend, passes=passes).run_module(parse(text))
 
 
+def assert_floats_close(got: dict, want: dict, dtype: str, how: str) -> None:
+    """Each of ``want`` in ``got`` with its dtype and shape, to 2e-5 relative in float32 (1e-11
+    in float64), absolute at the scale of the largest value."""
+    tol = 2e-5 if dtype == "float32" else 1e-11
+    for name, w in want.items():
+        g = np.asarray(got[name])
+        assert g.dtype == w.dtype and g.shape == w.shape, \
+            f"{how}: {name} is {g.dtype}{list(g.shape)}, want {w.dtype}{list(w.shape)}"
+        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale, err_msg=f"{how}: {name}")
+
+
+def dense_gradient(grad, x):
+    """A gradient blob's value; a sparse one (a table's rows, core.GradientSlice; a negative
+    id counts from the end) added up into a dense array of ``x``'s shape."""
+    from dslc import core, workspace
+
+    if not isinstance(grad, core.GradientSlice):
+        return workspace.FetchBlob(str(grad))
+    dense = np.zeros_like(x)
+    idx = workspace.FetchBlob(str(grad.indices)).reshape(-1)
+    np.add.at(dense, idx, workspace.FetchBlob(str(grad.values)).reshape((idx.size,) + x.shape[1:]))
+    return dense
+
+
 def fresh() -> None:
     """What conftest does per test, done per example: fresh names and workspace."""
     from dslc import names, workspace

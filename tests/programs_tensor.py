@@ -222,7 +222,10 @@ class _Drawer:
         in bags of given lengths, or gathered; the ids and lengths are attributes (int
         constants the recording makes), the weights a new constant."""
         op = self.pick(BAGS)
-        ids = tuple(self.draw(st.lists(st.integers(0, shape[0] - 1), min_size=1, max_size=6)))
+        # (Gather along axis 0 takes a negative id as counting from the end, as Caffe2's; the
+        # bags refuse one: tests/programs_lookup.py draws those, and ids out of range)
+        low = -shape[0] if op == "Gather" else 0
+        ids = tuple(self.draw(st.lists(st.integers(low, shape[0] - 1), min_size=1, max_size=6)))
         if op == "Gather":
             return Stmt(dst, op, (x,), (("ids", ids),)), (len(ids),) + shape[1:]
         cuts = sorted(self.draw(st.lists(st.integers(0, len(ids)), max_size=2)))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import programs as P
 import programs_tensor as T
-from dslc import core, workspace
+from dslc import workspace
 from dslc.ir.gradients import GRADIENTS
 from dslc.session import LocalSession
 
@@ -29,14 +29,7 @@ def _settings():
     return P.hypothesis_settings(int(os.environ.get("DSLC_TENSOR_EXAMPLES", "12")))
 
 
-def _close(got: dict, want: dict, dtype: str, how: str) -> None:
-    tol = 2e-5 if dtype == "float32" else 1e-11
-    for name, w in want.items():
-        g = np.asarray(got[name])
-        assert g.dtype == w.dtype and g.shape == w.shape, \
-            f"{how}: {name} is {g.dtype}{list(g.shape)}, want {w.dtype}{list(w.shape)}"
-        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale, err_msg=f"{how}: {name}")
+_close = P.assert_floats_close
 
 
 @_settings()
@@ -49,17 +42,6 @@ def test_tensor_programs_agree_with_the_evaluator(backend, program):
     for passes in ("default", "none"):
         _close(P.run_task(task, outputs, backend, passes), want, program.dtype, f"{backend}, {passes}")
     _close(P.run_text(P.ir_text(task), backend), want, program.dtype, f"{backend}, the IR text")
-
-
-def _dense(grad, x):
-    """A gradient blob's value; a sparse one (a table's rows, core.GradientSlice) added up
-    into a dense array of ``x``'s shape."""
-    if not isinstance(grad, core.GradientSlice):
-        return workspace.FetchBlob(str(grad))
-    dense = np.zeros_like(x)
-    idx = workspace.FetchBlob(str(grad.indices)).reshape(-1)
-    np.add.at(dense, idx, workspace.FetchBlob(str(grad.values)).reshape((idx.size,) + x.shape[1:]))
-    return dense
 
 
 def _numeric_grad(program, values, name, project):
@@ -101,7 +83,7 @@ def test_tensor_program_gradients_match_finite_differences(backend, program, inl
     for name in values:
         if name not in grads:
             continue
-        got = _dense(grads[name], values[name])
+        got = P.dense_gradient(grads[name], values[name])
         want = _numeric_grad(program, dict(values), name, project)
         scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * scale, err_msg=f"d loss / d {name}")

@@ -513,9 +513,7 @@ def lengths_max_grad(data, lengths, y, dy):
 
 def lengths_gather(items, lengths, idx):
     starts, lengths = _starts(lengths, items.shape[0], "LengthsGather")
-    idx = idx.astype(np.int64).reshape(-1)
-    if idx.size and (idx.min() < 0 or idx.max() >= lengths.size):
-        raise SegmentError(f"LengthsGather: an index is outside the {lengths.size} segments")
+    idx = checked("LengthsGather", idx, lengths.size, what="the {n} segments").reshape(-1)
     if not idx.size:
         return items[:0].copy()
     return np.concatenate([items[starts[i]:starts[i] + lengths[i]] for i in idx])
