@@ -139,6 +139,19 @@ def test_a_negative_ids_sparse_gradient_lands_on_the_row_it_read(backend, passes
     np.testing.assert_array_equal(d, T - 0.5 * want)
 
 
+def test_gather_with_dense_gradient(backend, passes):
+    def build(n):
+        n.Gather(["d", "i"], "y", dense_gradient=1)
+        n.SumElements(["y"], "loss")
+        grads = n.AddGradientOperators(["loss"])
+        assert grads["d"] == "d_grad"  # (Caffe2: a dense 'd_grad', SparseToDense's output)
+    (dd,) = run(backend, passes, build, {"d": T, "i": i64(2, 0, 2)}, ["d_grad"])
+    np.testing.assert_array_equal(dd, [[1] * 4, [0] * 4, [2] * 4])  # Caffe2: [[1..], [0..], [2..]]
+    # (a -1 lands on the last row; Caffe2's SparseToDense refuses it, "idx >= 0")
+    (dd,) = run(backend, passes, build, {"d": T, "i": i64(-1, 0, 2)}, ["d_grad"])
+    np.testing.assert_array_equal(dd, [[1] * 4, [0] * 4, [2] * 4])
+
+
 def test_gather_from_an_empty_table(backend, passes):
     # Caffe2: Gather(zeros[0, 4], []) is float32[0, 4]; an id into no rows is refused here
     # (Caffe2 gives float32[0, 4] for any ids: docs/differences.md)
@@ -205,6 +218,9 @@ def test_sparse_to_dense_with_two_inputs(backend, passes):
           "SparseToDense: id 4 is outside the output's 3 rows")
     fails(backend, passes, s2d(), {"i": i64(2, -1), "v": np.ones((2, 2), np.float32)},
           "SparseToDense: id -1 is outside the output's 3 rows")
+    # (rows from the largest id: a huge one is refused before anything is allocated)
+    fails(backend, passes, s2d(), {"i": i64(10**12), "v": np.ones((1, 2), np.float32)},
+          "SparseToDense: a float32[1000000000001, 2] tensor needs")
 
 
 def test_sparse_to_dense_with_three_inputs(backend, passes):

@@ -376,11 +376,12 @@ def _gather(types, attrs, n, name="Gather"):
     return [TensorType(data.dtype, tuple(data.shape[:a]) + tuple(idx.shape) + tuple(data.shape[a + 1:]))]
 
 
-declare("Gather", 2, _gather, attrs={"axis": 0, "match_outer": 0, "wrap_indices": -1}, traits={PURE},
+declare("Gather", 2, _gather, attrs={"axis": 0, "match_outer": 0, "wrap_indices": -1, "dense_gradient": 0},
+        traits={PURE},
         doc="Y = DATA[INDICES] along `axis` (numpy's take); match_outer: the indices' outer dims pair "
             "with the data's, Y[i, ...] = DATA[i, INDICES[i, ...]]; a negative id counts from the end "
             "where `wrap_indices` says so (-1, the default: along axis 0 only, as in Caffe2); any other "
-            "id outside the axis is an error")
+            "id outside the axis is an error. Along axis 0 its gradient is sparse, unless dense_gradient")
 declare("BatchGather", 2, lambda t, a, n: _gather(t, dict(a, axis=1), n, "BatchGather"), attrs={"match_outer": 0},
         traits={PURE}, doc="Gather along axis 1 (the rows of every batch item); every id in 0..dim-1")
 declare("BatchGatherGradient", 3, lambda t, a, n: [tensors("BatchGatherGradient", t)[0]],
@@ -393,12 +394,14 @@ no_gradient("BatchGatherGradient")
 @gradient("Gather")
 def _(g):  # along the first axis, dDATA is sparse: the rows of dY, at INDICES
     axis = int(g.args.get("axis", 0))
-    if axis == 0 and not g.args.get("match_outer", 0):
-        return [SparseGrad(0, g.I[1], g.GO[0])]
     # (a negative id the forward wrapped lands where it read; Caffe2's gradient refuses it)
+    wrap = int(wraps(axis, g.args.get("wrap_indices", -1)))
+    if axis == 0 and not g.args.get("match_outer", 0):
+        if g.args.get("dense_gradient", 0):  # (Caffe2's: the rows of dY added into zeros like DATA)
+            return [GradOp("SparseToDense", [g.I[1], g.GO[0], g.I[0]], [g.GI[0]], {"wrap_indices": wrap})]
+        return [SparseGrad(0, g.I[1], g.GO[0])]
     return [GradOp("BatchGatherGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]],
-                   {"axis": axis, "match_outer": g.args.get("match_outer", 0),
-                    "wrap_indices": int(wraps(axis, g.args.get("wrap_indices", -1)))})]
+                   {"axis": axis, "match_outer": g.args.get("match_outer", 0), "wrap_indices": wrap})]
 
 
 @gradient("BatchGather")

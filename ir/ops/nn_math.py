@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 
+from ..budget import check_size
 from .ids import checked, updated_rows, wraps
-from .numeric import check_size, legacy_align
+from .numeric import legacy_align
 
 LOG_THRESHOLD = 1e-20  # Caffe2's kLOG_THRESHOLD: LabelCrossEntropy never takes log(0)
 
