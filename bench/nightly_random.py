@@ -1,9 +1,9 @@
 """The nightly-style run of our own generators, with a larger budget than CI's.
 
 Runs the random-program tests (tests/test_random_programs.py, tests/test_random_numeric.py,
-tests/test_random_tensor.py, tests/test_random_lookup.py: every backend, both pipelines, the
-IR text, tensor gradients against finite differences, lookups at negative and edge ids)
-with DSLC_HYPOTHESIS_EXAMPLES random
+tests/test_random_tensor.py, tests/test_random_lookup.py, tests/test_random_control.py: every
+backend, both pipelines, the IR text, tensor gradients against finite differences, lookups
+at negative and edge ids, If/While nets nested every way) with DSLC_HYPOTHESIS_EXAMPLES random
 examples each (not derandomized: each night draws new ones), and the IR mutation
 fuzzer (tests/test_ir_fuzz.py) with DSLC_FUZZ_MUTANTS mutants from a new seed.
 Prints, per test, how many examples ran and whether one failed (hypothesis then prints
@@ -24,7 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = ["tests/test_random_numeric.py", "tests/test_random_programs.py", "tests/test_random_tensor.py",
-         "tests/test_random_lookup.py", "tests/test_ir_fuzz.py"]
+         "tests/test_random_lookup.py", "tests/test_random_control.py", "tests/test_ir_fuzz.py"]
 
 
 def main(argv=None) -> int:

@@ -126,13 +126,16 @@ class NetBuilder(Managed):
         return self._init_scope_cache
 
     def _scope_upto(self, k: int) -> set:
-        """Names available after this builder's first ``k`` children."""
+        """Names available after this builder's first ``k`` children: those of its nets.
+
+        An IfNet/WhileNet child adds none (as in Caffe2, whose closed control-op builder
+        keeps only the scope it started with): a blob first written inside it is local
+        to it, and stays local to a later block that writes the same name.
+        """
         scope = set(self._init_lexical_scope)
         for child in self._children[:k]:
             if isinstance(child, Net):
                 scope |= child.UsedBlobNames()
-            elif isinstance(child, NetBuilder) and child._use_control_ops:
-                scope |= child._lexical_scope
         return scope
 
     @property

@@ -250,7 +250,7 @@ class _RunIfNet(_ControlBuilder):
         from dslc.control_ops_util import add_if_op
         then_net = self._control_net(Net(f"{net.Name()}/then"))
         else_net = None if self.else_branch is None else self.else_branch._control_net(Net(f"{net.Name()}/else"))
-        add_if_op(net, self.cond, self.outer_scope, then_net, else_net)
+        add_if_op(net, self.cond, self.outer_scope, then_net, else_net, loc=self._loc)
 
 
 class _RunElseNet(_ControlBuilder):
@@ -296,7 +296,7 @@ class _RunWhileNet(_ControlBuilder):
         from dslc.control_ops_util import add_while_op
         body = self._control_net(Net(f"{net.Name()}/body"))
         cond = self.condition._control_net(Net(f"{net.Name()}/condition"))
-        add_while_op(net, self.condition.cond, self.outer_scope, body, cond)
+        add_while_op(net, self.condition.cond, self.outer_scope, body, cond, loc=self._loc)
 
 
 class _RunWhileCondition(_ControlBuilder):

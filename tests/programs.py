@@ -7,7 +7,11 @@ are bounded when generated (``MAX_TOTAL_ITERATIONS``), so every program ends fas
 
 * ``programs()`` draws one; ``render(p)`` shows it as pseudo-Python for failure notes.
 * ``build(p)`` records it with ``ops`` inside ``with Task():`` and returns the task
-  and a ``final_output`` per name in ``output_names(p)``.
+  and a ``final_output`` per name in ``output_names(p)``. A ``private`` program's task
+  runs in a PRIVATE workspace (its group is returned), where dce drops the stores
+  nothing reads: a body whose statements only copy into ``scratch`` (``Scratch``) is
+  left holding only the checks of what it read; with ``in_init``, the variables are
+  set in the task's init phase.
 * ``evaluate(p)`` computes those outputs in plain Python from the semantics of
   ../shared/spec/caffe2-semantics.md, without any dslc code: int64 wraps around,
   floats are ``numpy.float32``, an If chain's Elif condition is computed after the
@@ -17,6 +21,7 @@ are bounded when generated (``MAX_TOTAL_ITERATIONS``), so every program ends fas
 from __future__ import annotations
 
 import operator
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,7 +30,7 @@ from hypothesis import strategies as st
 
 from dslc.core import BlobReference
 from dslc.net_builder import ops
-from dslc.task import Task, final_output
+from dslc.task import Task, TaskGroup, WorkspaceType, final_output
 
 INT_OPS = ("Add", "Sub", "Mul", "Max", "Min")
 FLOAT_OPS = ("Add", "Sub", "Mul")
@@ -239,6 +244,11 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Scratch:
+    src: int  # scratch = v[src]: a blob nothing reads (dce removes the copy where it can)
+
+
+@dataclass(frozen=True)
 class Break:
     cond: object  # ops.stop_if: leaves the innermost loop or If branch
 
@@ -286,6 +296,8 @@ class Program:
     counters: tuple  # init counts
     guards: int
     body: tuple
+    private: bool = False  # the task's workspace is PRIVATE (dropped after the run)
+    in_init: bool = False  # the variables are set in ops.task_init()
 
 
 def output_names(p: Program) -> list[str]:
@@ -372,10 +384,12 @@ def _clamped(ctx: _Ctx, stmt, dst) -> list:
 
 
 def _simple(draw, ctx: _Ctx) -> list:
-    kinds = ["int", "int", "int"] + (["float", "scale"] if ctx.n_floats else []) \
+    kinds = ["int", "int", "int", "scratch"] + (["float", "scale"] if ctx.n_floats else []) \
         + (["bool"] if ctx.n_bools else []) + (["countup", "retrieve", "reset"] if ctx.n_counters else [])
     kind = draw(st.sampled_from(kinds))
     var = st.integers(0, ctx.n_ints - 1)
+    if kind == "scratch":
+        return [Scratch(draw(var))]
     if kind == "int" and ctx.bounded and draw(st.booleans()):
         return _recount(draw, ctx)
     if kind == "int":
@@ -516,22 +530,25 @@ def programs(draw) -> Program:
     counters = tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=2)))
     ctx = _Ctx(len(ints), len(floats), len(bools), len(counters), _Left())
     body = _body(draw, ctx, 2, 6)
-    return Program(ints, floats, bools, counters, ctx.left.guards, body)
+    return Program(ints, floats, bools, counters, ctx.left.guards, body, draw(st.booleans()), draw(st.booleans()))
 
 
 # ----------------------------------------------------------------------------- recording with the DSL
 
 
 def build(p: Program):
-    """Record ``p`` with ``ops`` in a new Task: (task, {output name: TaskOutput})."""
-    with Task() as task:
+    """Record ``p`` with ``ops`` in a new Task: (the task, or its group if ``p.private``,
+    {output name: TaskOutput})."""
+    group = TaskGroup(workspace_type=WorkspaceType.PRIVATE) if p.private else nullcontext()
+    with group, Task(workspace_type=WorkspaceType.PRIVATE if p.private else None) as task:
         rec = _Recorder()
-        for k, x in enumerate(p.ints):
-            ops.Const(x, blob_out=f"v{k}")
-        for k, x in enumerate(p.floats):
-            ops.Const(float(x), blob_out=f"f{k}")
-        for k, x in enumerate(p.bools):
-            ops.Const(bool(x), blob_out=f"b{k}")
+        with ops.task_init() if p.in_init else nullcontext():
+            for k, x in enumerate(p.ints):
+                ops.Const(x, blob_out=f"v{k}")
+            for k, x in enumerate(p.floats):
+                ops.Const(float(x), blob_out=f"f{k}")
+            for k, x in enumerate(p.bools):
+                ops.Const(bool(x), blob_out=f"b{k}")
         for k in range(p.guards):
             ops.Const(0, blob_out=f"g{k}")
         for k, n in enumerate(p.counters):
@@ -540,7 +557,7 @@ def build(p: Program):
         for k in range(len(p.counters)):
             ops.RetrieveCount([f"c{k}"], [f"count{k}"])
         outputs = {name: final_output(name) for name in output_names(p)}
-    return task, outputs
+    return (group if p.private else task), outputs
 
 
 class _Recorder:
@@ -602,6 +619,9 @@ class _Recorder:
 
     def do_Retrieve(self, s):
         ops.RetrieveCount([f"c{s.counter}"], [f"v{s.dst}"])
+
+    def do_Scratch(self, s):
+        ops.Copy([f"v{s.src}"], ["scratch"])
 
     def do_Reset(self, s):
         ops.ResetCounter([f"c{s.counter}"], [] if s.dst is None else [f"v{s.dst}"], init_count=s.init)
@@ -736,6 +756,9 @@ class _Machine:
     def do_Retrieve(self, s):
         self.ints[s.dst] = self.counts[s.counter]
 
+    def do_Scratch(self, s):
+        pass  # (nothing reads it)
+
     def do_Reset(self, s):
         if s.dst is not None:
             self.ints[s.dst] = self.counts[s.counter]
@@ -807,7 +830,8 @@ def evaluate(p: Program) -> dict:
 
 def render(p: Program) -> str:
     """``p`` as indented pseudo-Python (for hypothesis notes on failure)."""
-    lines = [", ".join(f"{n} = {x!r}" for n, x in zip(output_names(p), p.ints + p.floats + p.bools))]
+    lines = [", ".join(f"{n} = {x!r}" for n, x in zip(output_names(p), p.ints + p.floats + p.bools))
+             + ("  # in task_init" if p.in_init else "") + ("  # PRIVATE workspace" if p.private else "")]
     lines += [f"c{k} = CreateCounter(init_count={n})" for k, n in enumerate(p.counters)]
     _render_block(p.body, 0, 0, lines)
     return "\n".join(lines)
@@ -874,6 +898,8 @@ def _render_simple(s) -> str:
         return f"b{s.dst} = {_show(s.cond)}"
     if isinstance(s, (CountUp, Retrieve)):
         return f"v{s.dst} = {type(s).__name__}(c{s.counter})"
+    if isinstance(s, Scratch):
+        return f"scratch = v{s.src}"
     if isinstance(s, Reset):
         return f"{'' if s.dst is None else f'v{s.dst} = '}ResetCounter(c{s.counter}, {s.init})"
     return f"stop_if({_show(s.cond)})"

@@ -155,3 +155,150 @@ def test_a_control_op_netbuilder_gives_one_net_with_if_and_while_ops(backend):
         _run(net, backend)
         assert float(workspace.FetchBlob("y")) == want
         assert int(workspace.FetchBlob("n")) == 24
+
+
+# ----------------------------------------------------------------------------- nesting (37.4)
+# Control-op NetBuilders nested in each way. Every figure was read off the real Caffe2
+# (torch 1.10.2's caffe2.python): the same builder code run through
+# ../shared/tools/caffe2-ref/run.sh, workspace.RunNetOnce, then FetchBlob / HasBlob.
+# A blob listed as None is not in the workspace afterwards (local to a branch).
+
+
+def _run_builder(build, backend, names, **feed):
+    from dslc.net_builder import NetBuilder
+    for name, v in feed.items():
+        workspace.FeedBlob(name, np.array(v, np.int64))
+    with NetBuilder(_use_control_ops=True, initial_scope=list(feed)) as nb:
+        build()
+    (net,) = nb.get()
+    _run(net, backend)
+    return {n: int(workspace.FetchBlob(n)) if workspace.HasBlob(n) else None for n in names}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_while_with_its_condition_inside_an_ifnet(backend):
+    """The issue's case: the condition blob (LT's output) is made inside the branch.
+    n = 0 steps by 2 while n < 5: 6."""
+    from dslc.net_builder import ops
+
+    def build():
+        with ops.IfNet(ops.GT(["n", ops.Const(-1)])):
+            with ops.WhileNet():
+                with ops.Condition():
+                    ops.LT(["n", ops.Const(5)])
+                ops.Add(["n", ops.Const(2)], "n")
+    assert _run_builder(build, backend, ["n"], n=0) == {"n": 6}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_while_in_a_while_reads_the_outer_body_s_blob(backend):
+    """acc = sum of i * j for i < 3, j < 4 = 6 * 3 = 18; j is local to the outer body."""
+    from dslc.net_builder import ops
+
+    def build():
+        ops.Const(0, blob_out="i")
+        with ops.WhileNet():
+            with ops.Condition():
+                ops.LT(["i", ops.Const(3)])
+            ops.Const(0, blob_out="j")
+            with ops.WhileNet():
+                with ops.Condition():
+                    ops.LT(["j", ops.Const(4)])
+                ops.Add(["acc", ops.Mul(["i", "j"])], "acc")
+                ops.Add(["j", ops.Const(1)], "j")
+            ops.Add(["i", ops.Const(1)], "i")
+    assert _run_builder(build, backend, ["acc", "i", "j"], acc=0) == {"acc": 18, "i": 3, "j": None}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_if_else_chain_in_a_while_with_conditions_made_in_the_body(backend):
+    """k = 0..5: k < 2 adds 1 to a, k < 4 adds 10 to b, else 100 to a: a = 202, b = 20."""
+    from dslc.net_builder import ops
+
+    def build():
+        ops.Const(0, blob_out="k")
+        with ops.WhileNet():
+            with ops.Condition():
+                ops.LT(["k", ops.Const(6)])
+            with ops.IfNet(ops.LT(["k", ops.Const(2)])):
+                ops.Add(["a", ops.Const(1)], "a")
+            with ops.Else():
+                with ops.IfNet(ops.LT(["k", ops.Const(4)])):
+                    ops.Add(["b", ops.Const(10)], "b")
+                with ops.Else():
+                    ops.Add(["a", ops.Const(100)], "a")
+            ops.Add(["k", ops.Const(1)], "k")
+    assert _run_builder(build, backend, ["a", "b", "k"], a=0, b=0) == {"a": 202, "b": 20, "k": 6}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_branch_local_written_by_a_nested_if_is_read_after_it(backend):
+    """t = 30 is local to the branch; the inner If (t > 20) makes it 31; y = t + x = 34."""
+    from dslc.net_builder import ops
+
+    def build():
+        with ops.IfNet(ops.GT(["x", ops.Const(0)])):
+            ops.Mul(["x", ops.Const(10)], "t")
+            with ops.IfNet(ops.GT(["t", ops.Const(20)])):
+                ops.Add(["t", ops.Const(1)], "t")
+            ops.Add(["t", "x"], "y")
+        with ops.Else():
+            ops.Const(-1, blob_out="y")
+    assert _run_builder(build, backend, ["x", "y", "t"], x=3, y=0) == {"x": 3, "y": 34, "t": None}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_blob_first_written_in_a_branch_stays_local_to_it(backend):
+    """z is local to each IfNet (the second does not write the first's): v = 7 + 9 = 16,
+    no z after. Once the top level writes w, w is outer for the next IfNet: 5 + 1."""
+    from dslc.net_builder import ops
+
+    def build():
+        with ops.IfNet(ops.GT(["v", ops.Const(0)])):
+            ops.Add(["v", ops.Const(1)], "z")
+        with ops.IfNet(ops.GT(["v", ops.Const(0)])):
+            ops.Add(["v", ops.Const(2)], "z")
+            ops.Add(["z", "v"], "v")
+        with ops.IfNet(ops.GT(["v", ops.Const(0)])):
+            ops.Const(50, blob_out="w")
+        ops.Const(5, blob_out="w")
+        with ops.IfNet(ops.GT(["v", ops.Const(0)])):
+            ops.Add(["w", ops.Const(1)], "w")
+    assert _run_builder(build, backend, ["v", "z", "w"], v=7) == {"v": 16, "z": None, "w": 6}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_if_in_a_while_whose_condition_writes_an_outer_blob(backend):
+    """m counts 1..5 in the condition (runs while m <= 4); s adds 5 when m == 2, else m:
+    1 + 5 + 3 + 4 = 13."""
+    from dslc.net_builder import ops
+
+    def build():
+        with ops.WhileNet():
+            with ops.Condition():
+                ops.Add(["m", ops.Const(1)], "m")
+                ops.LE(["m", ops.Const(4)])
+            with ops.IfNet(ops.EQ(["m", ops.Const(2)])):
+                ops.Add(["s", ops.Const(5)], "s")
+            with ops.Else():
+                ops.Add(["s", "m"], "s")
+    assert _run_builder(build, backend, ["s", "m"], s=0, m=0) == {"s": 13, "m": 5}
+
+
+def test_a_branch_local_read_after_its_block_is_a_located_error():
+    """Caffe2 fails when the net runs ("Encountered a non-existing input blob: u");
+    dslc names the read's line before running."""
+    from dslc.ir.diagnostics import DSLError
+    from dslc.net_builder import ops
+
+    def build():
+        with ops.IfNet(ops.GT(["v", ops.Const(0)])):
+            ops.Const(50, blob_out="u")
+        ops.Add(["u", ops.Const(1)], "r")  # @read-u
+    with pytest.raises(DSLError) as err:
+        _run_builder(build, "interp", ["r"], v=1)
+    e = err.value
+    assert "blob 'u' is local to the IfNet/WhileNet block" in e.message and e.hint, e
+    with open(__file__) as f:
+        line = next(n for n, text in enumerate(f, 1) if text.rstrip().endswith("# @read-u"))
+    assert (e.loc.file.endswith("test_control_ops.py"), e.loc.line) == (True, line)

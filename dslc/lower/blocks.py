@@ -136,7 +136,7 @@ class Block:
 
     def _check_not_branch_local(self, key: str, loc) -> None:
         """A name made only inside an IfNet/WhileNet branch, read after it: say so."""
-        made = getattr(self.ctx, "branch_locals", {}).get(key)
+        made = self.ctx.branch_locals.get(key)
         if made is None or key in self.ctx.stored or key in self.ctx.assumed:
             return
         raise TraceError(f"blob {key!r} is local to the IfNet/WhileNet block at {made}: it is not "

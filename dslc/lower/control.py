@@ -6,6 +6,13 @@ dslc's structured ``if`` and ``loop``: their nets' ops become the regions' ops.
     Do {net = [X], inner_blobs = [a], outer_blobs_idx = [0]} (inputs: [p, ws])
                                             -> X with a read and written as p, its other blobs
                                                renamed apart (name@doK) and never stored
+
+An If's or While's nets run in the workspace of the If or While itself (each holds a Do
+that makes the child workspace), so inside a Do their ops are renamed as the Do's own
+are: a While whose condition blob is local to an enclosing branch reads that local.
+A Do's locals are SSA values only, except those a nested If writes or a nested While
+reads or writes: what a region writes reaches the ops after it, and a loop's body sees
+what was written before it (or by its last iteration), through the workspace only.
 """
 from __future__ import annotations
 
@@ -71,14 +78,44 @@ def _do(blk: Block, rec: OpRecord, lower_op) -> None:
                           "index the op's inputs, then outputs, without the workspace blob")
     bound = {i: outer[k] for i, k in zip(inner, idx)}
     tag = blk.ctx.fresh_tag("do")
+    records = net_records(rec.args.get("net"), rec, "net")
+    stored = _reached_in_regions(records)
 
     def name(b: str) -> str:
         if b in bound:
             return bound[b]
         local = f"{b}@{tag}"
-        blk.ctx.ephemeral.add(local)
+        blk.ctx.branch_locals.setdefault(b, rec.loc)  # (a read of b after the block: say why it fails)
+        if b not in stored:
+            blk.ctx.ephemeral.add(local)
         return local
 
-    for r in net_records(rec.args.get("net"), rec, "net"):
-        lower_op(blk, OpRecord(r.type, tuple(map(name, r.inputs)), tuple(map(name, r.outputs)), r.args, r.loc,
-                               r.extra))
+    def lower_inner(b: Block, r: OpRecord) -> None:
+        r = OpRecord(r.type, tuple(map(name, r.inputs)), tuple(map(name, r.outputs)), r.args, r.loc, r.extra)
+        if r.type in ("If", "While"):  # (their nets are in this Do's namespace too)
+            lower_control(b, r, lower_inner)
+        else:
+            lower_op(b, r)
+
+    for r in records:
+        lower_inner(blk, r)
+
+
+_NETS = ("then_net", "else_net", "cond_net", "loop_net")
+
+
+def _reached_in_regions(records, in_if: bool = False, in_loop: bool = False) -> set:
+    """The blob names of a Do's namespace that an If in ``records`` writes or a While
+    reads or writes (with the If and While nets they hold: the same namespace)."""
+    names = set()
+    for r in records:
+        if in_loop or r.type == "While":
+            names.update(r.inputs, r.outputs)
+        elif in_if or r.type == "If":
+            names.update(r.outputs)
+        if r.type in ("If", "While"):
+            for arg in _NETS:
+                if r.args.get(arg) is not None:
+                    names |= _reached_in_regions(net_records(r.args[arg], r, arg), in_if or r.type == "If",
+                                                 in_loop or r.type == "While")
+    return names

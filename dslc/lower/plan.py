@@ -41,6 +41,7 @@ class LowerContext:
         self.if_ran: dict = {}          # If chain -> SSA value "an earlier branch ran"
         self.opaque_writes = False      # a Python op with the workspace may write any blob
         self.ephemeral: set = set()     # blobs kept as SSA values only (If-chain conditions)
+        self.branch_locals: dict = {}   # blob -> the block it is local to (IfNet, WhileNet, Do)
         self.stored_inside: dict = {}   # structured op -> the blobs stored in it (Block.forget)
         self.step_depth = 0             # execution steps being lowered, one inside the next
         self._tags = 0

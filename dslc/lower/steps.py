@@ -310,8 +310,6 @@ def lower_ifnet(blk: Block, item) -> None:
 
 def _scope(blk: Block, outer, kind: str, loc) -> Scope:
     """The name scope of one IfNet/WhileNet region, nested in the enclosing one."""
-    if not hasattr(blk.ctx, "branch_locals"):
-        blk.ctx.branch_locals = {}  # name -> the block that made it local
     return Scope(outer, blk.ctx.fresh_tag(kind), blk.scope, blk.ctx.branch_locals, loc)
 
 
