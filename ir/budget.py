@@ -53,6 +53,11 @@ def limit() -> tuple[int, str]:
     return _limit
 
 
+def max_tensor_bytes() -> int:
+    """The most bytes one value may take (what compiled kernels compare against)."""
+    return max(limit()[0], FLOOR)
+
+
 def over(need: int) -> bool:
     """Whether ``need`` bytes are more than one value may take."""
     return need > FLOOR and need > (_limit or limit())[0]
@@ -93,6 +98,13 @@ def check_size(name: str, shape, dtype, error=BudgetError) -> None:
     itemsize = np.dtype(dtype).itemsize
     if over(n * itemsize):
         check_bytes(name, n * itemsize, f"a {np.dtype(dtype).name}{_shape_text(shape)} tensor", error)
+
+
+def total(values) -> int:
+    """The sum of an integer array, for a budget check: summed in float64, exact below
+    2**53 and never wrapped around (numpy's int64 sum wraps, and lengths made to wrap to
+    a small total would pass a check of it)."""
+    return int(np.add.reduce(values, axis=None, dtype=np.float64))
 
 
 def foldable(shape) -> bool:

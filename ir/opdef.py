@@ -27,6 +27,7 @@ TERMINATOR = "terminator"    # ends a region (yield)
 CONTROL = "control"          # structured control flow (for, loop, if, break_if)
 PLAN = "plan"                # execution-plan structure (group, task, parallel, scope)
 BLOB = "blob"                # reads or writes a named workspace slot
+SIZED_BY_VALUES = "sized-by-values"  # a result's size comes from operand values or attributes
 
 TRAIT_DOCS = {  # what each trait promises, for passes and for docs/ir.md
     PURE: "no effects: may be folded, CSE'd, removed when unused; an op that may fail "
@@ -37,6 +38,9 @@ TRAIT_DOCS = {  # what each trait promises, for passes and for docs/ir.md
     CONTROL: "structured control flow (for, loop, if, break_if)",
     PLAN: "execution-plan structure (group, task, parallel, scope)",
     BLOB: "reads or writes a named workspace slot",
+    SIZED_BY_VALUES: "a result's size comes from operand values or attributes (a fill's shape, a "
+                     "one-hot's width, a sum of lengths), not from the operands' sizes: every kernel "
+                     "checks it against the memory budget (ir/budget.py) before allocating",
 }
 
 

@@ -639,3 +639,19 @@ def test_steps_nested_deep_in_a_plan_are_a_located_error(tmp_path):
         """))
     code, _, err, _ = dslc(tmp_path, "exec", "plan.py")
     assert code == 2 and len(err.splitlines()) == 1 and "plan.py:10" in err and "nest more than" in err, err
+
+
+@pytest.mark.parametrize("attr, value, says, command", [
+    ("func", '"os.system"', "func must name a Python function", "run"),
+    ("func", '"os.system"', "func must name a Python function", "compile"),
+    ("func", "3", "func must name a Python function", "run"),
+    ("grad_func", '"x"', "grad_func must name a Python function", "run"),
+])
+def test_a_python_op_naming_no_function_is_a_located_error(tmp_path, attr, value, says, command):
+    """(issue 38.10: a func given as a string was an internal AttributeError)"""
+    func = 'pyref<"f", "mod">' if attr == "grad_func" else value
+    extra = f", grad_func = {value}" if attr == "grad_func" else ""
+    (tmp_path / "evil.dslir").write_text(module(
+        f'%y = Python() {{func = {func}, name = "f"{extra}}} : any\nstore @"y"(%y)'))
+    code, _, err, _ = dslc(tmp_path, command, "evil.dslir", "--trust")
+    assert code == 2 and err.startswith("evil.dslir:4: error: Python: " + says) and len(err.splitlines()) == 1, err

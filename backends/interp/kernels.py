@@ -25,7 +25,7 @@ from dslc.backends.runtime.ieee import user_numpy
 from dslc.backends.runtime.resources import Counter, Timer
 from dslc.backends.runtime.workspace import to_value
 from dslc.ir import pyrefs
-from dslc.ir.budget import foldable
+from dslc.ir.budget import check_size, foldable
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.opdef import OPS
 from dslc.ir.ops import numeric as num
@@ -362,12 +362,14 @@ class TensorCPU:
 
     def reshape(self, dims):
         dtype = np.asarray(self._v).dtype if self._v is not None else np.float32
+        check_size("Python op: reshape", dims, dtype)
         self._v = np.zeros(tuple(dims), dtype=dtype)
 
     def init(self, dims, dtype=np.float32):
         """Allocate zeros of shape ``dims``; ``dtype`` is a core.DataType code or a numpy dtype."""
         if isinstance(dtype, (int, np.integer)):  # Caffe2 passes DataType codes here
             dtype = NUMPY_DTYPES[dtype_from_code("init", dtype)]
+        check_size("Python op: init", dims, dtype)
         self._v = np.zeros(tuple(dims), dtype=dtype)
 
     def value(self):

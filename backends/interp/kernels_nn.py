@@ -14,6 +14,7 @@ import numpy as np
 
 from dslc.backends.runtime import collectives
 from dslc.backends.runtime.streams import stream
+from dslc.ir.budget import check_size
 from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, products, quantized,
                         recurrent, reductions, segments, utility)
 from dslc.ir.ops import nn_math as nm
@@ -211,6 +212,7 @@ def op_stream(op, cfg):
 
 def _draw(name, attrs, gen, shape):
     dt = NUMPY_DTYPES[dtype_from_code(name, attrs["dtype"])]
+    check_size(name, shape, np.float64)  # (numpy draws 8-byte values, then casts)
     if name == "GaussianFill":
         out = gen.normal(attrs["mean"], attrs["std"], shape)
     elif name in ("UniformFill", "Float16UniformFill"):

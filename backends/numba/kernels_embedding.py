@@ -13,6 +13,7 @@ with the op's own inputs; the interpreter's kernel then runs on them and reports
 """
 from __future__ import annotations
 
+from dslc.ir.budget import max_tensor_bytes
 from dslc.ir.ops.ids import wraps
 from dslc.ir.ops.shape import given_axis
 
@@ -107,16 +108,20 @@ CHECKS["bags"] = _check_bags
 
 
 helper(("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGradient"), """
-def _bag_rows(dy, lengths, weights, mode, site):
+def _bag_rows(dy, lengths, weights, mode, site, most):
     # the rows of dY repeated by LENGTHS (numpy's repeat); mode 1 scales row s by
-    # 1 / LENGTHS[s] rounded to dY's dtype first, mode 2 multiplies row k by WEIGHTS[k]
+    # 1 / LENGTHS[s] rounded to dY's dtype first, mode 2 multiplies row k by WEIGHTS[k];
+    # more than ``most`` bytes (the memory budget; counted in float64, which cannot wrap
+    # around) is the interpreter's error
     total = 0
+    rows = 0.0
     bad = lengths.size != dy.shape[0]
     for s in range(lengths.size):
         if lengths[s] < 0:
             bad = True
         total += lengths[s]
-    if bad or (mode == 2 and weights.size != total):
+        rows += lengths[s]
+    if bad or rows * dy.shape[1] * dy.itemsize > most or (mode == 2 and weights.size != total):
         raise KernelFail(site, mode, dy, lengths, weights)
     d = dy.shape[1]
     out = np.empty((total, d), dy.dtype)
@@ -144,9 +149,9 @@ def _bag_rows_kernel(op, a, site):
             (weighted and not _floats(op.operands[0], ranks=(1,)) and not _ints(op.operands[0])):
         return None
     if weighted:
-        return f"_bag_rows({a[1]}, {a[2]}, {a[0]}, {WEIGHTED}, {site('bag_rows')})"
+        return f"_bag_rows({a[1]}, {a[2]}, {a[0]}, {WEIGHTED}, {site('bag_rows')}, {max_tensor_bytes()})"
     mode = MEAN if op.name == "LengthsMeanGradient" else SUM
-    return f"_bag_rows({a[0]}, {a[1]}, {a[0]}.ravel()[:0], {mode}, {site('bag_rows')})"
+    return f"_bag_rows({a[0]}, {a[1]}, {a[0]}.ravel()[:0], {mode}, {site('bag_rows')}, {max_tensor_bytes()})"
 
 
 def _check_bag_rows(op, mode, dy, lengths, weights):

@@ -19,6 +19,8 @@ import threading
 
 import numpy as np
 
+from dslc.ir.budget import check_size
+
 from .cxxorder import sort_and_shuffle
 
 
@@ -160,6 +162,8 @@ def read_rows(cursor: TreeCursor, indices, offsets, data, batch_size: int, loop_
         r = int(r)
         for i, d in enumerate(tree.domain):
             parts[i].append(data[i][offsets[r][d]:offsets[r + 1][d]])
+    for p, field in zip(parts, data):  # (the indices may pick a long row many times)
+        check_size("ReadRandomBatch", (sum(map(len, p)),) + np.shape(field)[1:], np.asarray(field).dtype)
     return [np.concatenate(p) if p else np.array(data[i][:0]) for i, p in enumerate(parts)]
 
 

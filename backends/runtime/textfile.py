@@ -11,7 +11,11 @@ import threading
 
 import numpy as np
 
+from dslc.ir.budget import check_bytes
 from dslc.ir.types import NUMPY_DTYPES
+
+CHUNK = 4 << 20  # bytes of rows read before they become arrays (and the batch is checked)
+_STR_OBJECT = 56  # what CPython's str object of a short text takes besides its characters
 
 
 class TextFileError(ValueError):
@@ -69,17 +73,36 @@ class TextFileReader:
                                 f"{self.dtypes[bad]}") from None
 
     def read(self, batch_size: int) -> list:
-        """Up to ``batch_size`` rows, one array per field (empty once every pass is read)."""
-        rows = []
+        """Up to ``batch_size`` rows, one array per field (empty once every pass is read).
+
+        Rows become arrays about ``CHUNK`` bytes at a time (as Python objects they take
+        several times more), and the batch so far is checked against the memory budget
+        after each chunk: a huge batch_size over many passes of a small file is refused
+        before it outgrows the budget. A string field counts its text and a str object."""
+        parts, rows, done, size, chunk = [], [], 0, 0, 0
+        fixed = sum(np.dtype(NUMPY_DTYPES[dt]).itemsize + (_STR_OBJECT if dt == "str" else 0)
+                    for dt in self.dtypes)
+        texts = "str" in self.dtypes
         with self.lock:
-            while len(rows) < batch_size:
+            while done + len(rows) < batch_size:
                 line = self._next_line()
                 if line is None:
                     break
                 rows.append(self._row(line))
                 self.rows_read += 1
-        return [np.array([r[i] for r in rows], dtype=NUMPY_DTYPES[dt])
-                for i, dt in enumerate(self.dtypes)]
+                chunk += fixed + (len(line) if texts else 0)
+                if chunk >= CHUNK:
+                    done, size, chunk = done + len(rows), size + chunk, 0
+                    check_bytes("TextFileReaderRead", size, f"a batch of {done} rows or more")
+                    parts.append(self._arrays(rows))
+                    rows = []
+        parts.append(self._arrays(rows))
+        if len(parts) == 1:
+            return parts[0]
+        return [np.concatenate([p[i] for p in parts]) for i in range(len(self.dtypes))]
+
+    def _arrays(self, rows: list) -> list:
+        return [np.array([r[i] for r in rows], dtype=NUMPY_DTYPES[dt]) for i, dt in enumerate(self.dtypes)]
 
     def __repr__(self):
         return f"TextFileReader({self.path!r}, rows_read={self.rows_read})"

@@ -18,7 +18,7 @@ treats it as writing the workspace.
 """
 from __future__ import annotations
 
-from ..opdef import Effect, declare, type_error
+from ..opdef import SIZED_BY_VALUES, Effect, declare, type_error
 from ..types import ANY, BOOL, CURSOR, MUTEX, QUEUE, HandleType, TensorType
 from .infer import tensors
 
@@ -207,6 +207,7 @@ def _read_random(types, attrs, n):
 
 declare("ReadRandomBatch", (4, None), _read_random, results=(1, None),
         attrs={"batch_size": 1, "enforce_batch_size": 0, "loop_over": 0}, effects=W_CURSOR,
+        traits={SIZED_BY_VALUES},
         doc="the rows at the next batch_size entries of the indices (operand 1), using the "
             "offsets (operand 2); loop_over starts again at the end")
 

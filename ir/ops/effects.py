@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..gradients import GradOp, gradient
 from ..opdef import REQUIRED, Effect, declare, type_error
+from ..pyrefs import PyRef
 from ..types import ANY, BOOL, COUNTER, I64, TIMER, HandleType, TensorType
 
 W_COUNTER = (Effect("counter", "write"),)
@@ -81,7 +82,17 @@ declare("Print", 1, _print, results=(0, 0),
         doc="write `blob: values` to the backend's log (LocalSession(log=...), default stderr) on "
             "runs 1, every_n+1, ...; at most `limit` values if limit > 0")
 
-declare("Python", (0, None), lambda t, a, n: [ANY] * n, results=(0, None),
+def _python(types, attrs, n):
+    for key in ("func", "grad_func"):  # (IR text or a NetDef may put anything there)
+        if not isinstance(attrs[key], PyRef) and (key == "func" or attrs[key] is not None):
+            type_error(f"{key} must name a Python function (pyref<\"name\", \"module\">), "
+                       f"got {type(attrs[key]).__name__} {str(attrs[key])[:80]!r}",
+                       "write it as pyref<\"f\", \"mymodule\"> (dslc ir -o writes it so), or build the op "
+                       "with ops.Python(f) in a job file")
+    return [ANY] * n
+
+
+declare("Python", (0, None), _python, results=(0, None),
         attrs={"func": REQUIRED, "name": "", "pass_workspace": 0, "grad_func": None,
                "grad_output_indices": None, "grad_input_indices": None},
         effects=(Effect("python", "write"),),

@@ -7,7 +7,7 @@ dropout are in ``ir/ops/losses.py``; fills and optimizers in ``ir/ops/optim.py``
 from __future__ import annotations
 
 from ..gradients import SparseGrad, GradOp, gradient, no_gradient, unary
-from ..opdef import ELEMENTWISE, PURE, REQUIRED, Effect, declare, type_error
+from ..opdef import ELEMENTWISE, PURE, REQUIRED, SIZED_BY_VALUES, Effect, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
 from .ids import wraps
 from .infer import common_dtype, require, tensors
@@ -431,7 +431,8 @@ def _sparse_to_dense(types, attrs, n):
     return [TensorType(values.dtype, (rows,) + tuple(values.shape[len(idx.shape):]))]
 
 
-declare("SparseToDense", (2, 3), _sparse_to_dense, attrs={"output_first_dim": 0, "wrap_indices": 0}, traits={PURE},
+declare("SparseToDense", (2, 3), _sparse_to_dense, attrs={"output_first_dim": 0, "wrap_indices": 0},
+        traits={PURE, SIZED_BY_VALUES},
         doc="(INDICES, VALUES[, DATA]) -> zeros with VALUES' rows added at INDICES (repeats add up): "
             "as many rows as DATA has, else `output_first_dim`, else the largest index + 1 (a sparse "
             "gradient made dense); each index in 0..rows-1 (wrap_indices: -rows..-1 count from the end)")

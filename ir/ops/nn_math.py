@@ -343,8 +343,11 @@ def softmax_with_loss_grad(logits, labels, *rest, label_prob=0, axis=1, scale=1.
     p2 = as_2d(p, axis)
     n = p2.shape[0]
     w = _loss_weights(n, weights, p2.dtype)
-    target = labels.reshape(p2.shape).astype(p2.dtype) if label_prob else \
-        np.eye(p2.shape[1], dtype=p2.dtype)[labels.reshape(n).astype(np.int64)]
+    if label_prob:
+        target = labels.reshape(p2.shape).astype(p2.dtype)
+    else:  # (one-hot rows, made in place: np.eye of the classes was classes^2, 10 GB for 50000)
+        target = np.zeros_like(p2)
+        target[np.arange(n), labels.reshape(n).astype(np.int64)] = 1
     total = w.sum()
     coef = np.asarray(dloss).reshape(()) * p2.dtype.type(scale) / total if total > 0 else 0
     return ((p2 - target) * w[:, None] * coef).astype(p2.dtype).reshape(logits.shape)

@@ -8,7 +8,7 @@ gives the same parameters.
 from __future__ import annotations
 
 from ..gradients import no_gradient
-from ..opdef import PURE, declare, type_error
+from ..opdef import PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import FLOAT_DTYPES, TensorType
 from .infer import dtype_from_code, require, tensors
 from .nn import RANDOM, floats, indices
@@ -45,7 +45,7 @@ def _fill(name, _ints=False, _f16=False, **params):
     # (2: Caffe2's INT32, 12: its FLOAT16)
     attrs = dict(_FILL, **params, **({"dtype": 2} if _ints else {"dtype": 12} if _f16 else {}))
     declare(name, (0, 3 if name.startswith("Uniform") else 1), infer, attrs=attrs, effects=RANDOM,
-            doc=attrs.pop("_doc"))
+            traits={SIZED_BY_VALUES}, doc=attrs.pop("_doc"))
     no_gradient(name)  # (its input, if any, gives only the shape)
 
 

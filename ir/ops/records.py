@@ -12,7 +12,7 @@ of every field for that row (``pack_to_single_shared_ptr``: one entry for all ro
 """
 from __future__ import annotations
 
-from ..opdef import REQUIRED, Effect, declare, type_error
+from ..opdef import REQUIRED, SIZED_BY_VALUES, Effect, declare, type_error
 from ..types import ANY, CAFFE2_DTYPE_CODES, HandleType, TensorType
 from .infer import tensors
 
@@ -69,7 +69,7 @@ def _read_text(types, attrs, n):
 
 
 declare("TextFileReaderRead", 1, _read_text, results=(1, None), attrs={"batch_size": 1},
-        effects=(Effect("textfile", "write"),),
+        effects=(Effect("textfile", "write"),), traits={SIZED_BY_VALUES},
         doc="the next batch_size rows of the file, one 1-D tensor per column; empty tensors "
             "once every pass is read")
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..budget import check_size
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import PURE, declare, type_error
+from ..opdef import PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import INT_DTYPES, TensorType
 from . import nn_math as nm
 from .nn import floats, indices, reduce_type, tensors
@@ -53,7 +54,7 @@ for _side, _front in (("Front", True), ("Back", False)):
                     f"of only the {_which.replace('last', 'first')} LENGTHS[j] of each of the reduced slices")
         _grad_inputs = ["dY", "X", "Y"] if _what == "Max" else ["dY", "X or its shape"]
         declare(_name + "Gradient", (len(_grad_inputs), len(_grad_inputs) + 1), _infer_grad(_name + "Gradient"),
-                attrs=dict(_ARGS), traits={PURE},
+                attrs=dict(_ARGS), traits={PURE} if _what == "Max" else {PURE, SIZED_BY_VALUES},
                 doc=f"dX from ({', '.join(_grad_inputs)}[, LENGTHS]) of {_name}"
                     + (": dY to every element equal to its max" if _what == "Max" else ""))
         no_gradient(_name + "Gradient")
@@ -127,6 +128,8 @@ def _reduce_grad(what, front):
         k = int(num_reduce_dim)
         y, rest = (rest[0], rest[1:]) if what == "Max" else (None, rest)
         shape = tuple(int(d) for d in x) if x.dtype.kind in "iu" else x.shape
+        if x.dtype.kind in "iu":  # (a shape given as values: what it asks for must fit, in float64)
+            check_size(f"Reduce{'Front' if front else 'Back'}{what}Gradient", shape, np.float64)
         rows, cols = _matrix_shape(shape, k, front)
         mask = _kept_mask(shape, k, front, rest[0] if rest else None)
         axis = 0 if front else 1

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..budget import check_size, total
 from ..gradients import GradOp, SparseGrad, gradient, no_gradient
-from ..opdef import OPS, PURE, declare, type_error
+from ..opdef import OPS, PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import TensorType
 from .ids import checked
 from .infer import tensors
@@ -90,11 +91,12 @@ declare("SparseLengthsMean", 3, _sparse_reduce("SparseLengthsMean"), traits={PUR
 declare("SparseLengthsWeightedSum", 4, _sparse_reduce("SparseLengthsWeightedSum", weighted=True),
         traits={PURE}, doc="Y[s] = the sum of WEIGHTS[k] DATA[INDICES[k]] over segment s; inputs "
                            "(DATA, WEIGHTS, INDICES, LENGTHS)")
-declare("LengthsSumGradient", 2, _tiled("LengthsSumGradient"), traits={PURE},
+declare("LengthsSumGradient", 2, _tiled("LengthsSumGradient"), traits={PURE, SIZED_BY_VALUES},
         doc="the rows of dY repeated by LENGTHS (row s LENGTHS[s] times); inputs (dY, LENGTHS)")
-declare("LengthsMeanGradient", 2, _tiled("LengthsMeanGradient"), traits={PURE},
+declare("LengthsMeanGradient", 2, _tiled("LengthsMeanGradient"), traits={PURE, SIZED_BY_VALUES},
         doc="the rows of dY / LENGTHS[s] repeated by LENGTHS; inputs (dY, LENGTHS)")
-declare("LengthsWeightedSumGradient", 3, _tiled("LengthsWeightedSumGradient", weighted=True), traits={PURE},
+declare("LengthsWeightedSumGradient", 3, _tiled("LengthsWeightedSumGradient", weighted=True),
+        traits={PURE, SIZED_BY_VALUES},
         doc="the rows of dY repeated by LENGTHS, row k times WEIGHTS[k]; inputs (WEIGHTS, dY, LENGTHS), "
             "in Caffe2's order")
 no_gradient("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGradient")
@@ -104,11 +106,11 @@ OPS.alias("SparseLengthsSumGradient", "LengthsSumGradient")
 OPS.alias("SparseLengthsMeanGradient", "LengthsMeanGradient")
 for _kind in ("Sum", "Mean"):  # (dY, LENGTHS, INDICES): INDICES only says the rows' count
     _name = f"SparseLengthsIndicesInGradient{_kind}Gradient"
-    declare(_name, 3, _tiled(_name), traits={PURE},
+    declare(_name, 3, _tiled(_name), traits={PURE, SIZED_BY_VALUES},
             doc=f"Lengths{_kind}Gradient of (dY, LENGTHS), with the INDICES the rows are for as a third input")
     no_gradient(_name)
 _name = "SparseLengthsIndicesInGradientWeightedSumGradient"  # (Caffe2's name for SLWS's gradient)
-declare(_name, 4, _tiled(_name, weighted=True), traits={PURE},
+declare(_name, 4, _tiled(_name, weighted=True), traits={PURE, SIZED_BY_VALUES},
         doc="LengthsWeightedSumGradient of (WEIGHTS, dY, LENGTHS), with the INDICES the rows are for as a "
             "fourth input")
 no_gradient(_name)
@@ -131,7 +133,8 @@ for _name, _cols, _doc in [
         ("LengthsToOffsets", None, "each segment's first row: the sums of the lengths before it (int32)"),
         ("SegmentIdsToLengths", None, "the rows of each segment 0 .. max id (0 for a gap; int32)"),
         ("SegmentIdsToRanges", 2, "[offset, length] of each segment 0 .. max id (sorted ids; int32)")]:
-    declare(_name, 1, _int_vector(_name, _cols, per_length=_name == "LengthsToRanges"), traits={PURE}, doc=_doc)
+    _traits = {PURE} if _name in ("LengthsToRanges", "LengthsToOffsets") else {PURE, SIZED_BY_VALUES}
+    declare(_name, 1, _int_vector(_name, _cols, per_length=_name == "LengthsToRanges"), traits=_traits, doc=_doc)
     no_gradient(_name)
 
 
@@ -142,7 +145,7 @@ def _lengths_gather(types, attrs, n):
     return [TensorType(items.dtype, None if items.shape is None else (None,) + tuple(items.shape[1:]))]
 
 
-declare("LengthsGather", 3, _lengths_gather, traits={PURE},
+declare("LengthsGather", 3, _lengths_gather, traits={PURE, SIZED_BY_VALUES},
         doc="(ITEMS, LENGTHS, INDICES) -> the rows of the segments at INDICES, joined in that order")
 no_gradient("LengthsGather")
 
@@ -153,7 +156,7 @@ def _lengths_to_weights(types, attrs, n):
     return [TensorType("f32", (None,))]
 
 
-declare("LengthsToWeights", 1, _lengths_to_weights, attrs={"power": 0.5}, traits={PURE},
+declare("LengthsToWeights", 1, _lengths_to_weights, attrs={"power": 0.5}, traits={PURE, SIZED_BY_VALUES},
         doc="1 / LENGTHS[s]^power for each row of segment s (float32)")
 no_gradient("LengthsToWeights")
 
@@ -189,8 +192,9 @@ def _segment_rows(name):
 for _name, _what in [("SortedSegmentSum", "sum"), ("SortedSegmentMean", "mean"),
                      ("UnsortedSegmentSum", "sum"), ("UnsortedSegmentMean", "mean")]:
     _sorted = _name.startswith("Sorted")
+    _traits = {PURE} if _sorted else {PURE, SIZED_BY_VALUES}  # (unsorted ids: as many rows as the largest)
     _ids = "ids sorted, without gaps)" if _sorted else "any order; 0 for an id no row has)"
-    declare(_name, 2, _segment_ids_reduce(_name), traits={PURE},
+    declare(_name, 2, _segment_ids_reduce(_name), traits=_traits,
             doc=f"Y[k] = the {_what} of DATA's rows whose SEGMENT_IDS is k (k = 0 .. max id; " + _ids)
     declare(_name + "Gradient", 2, _segment_rows(_name + "Gradient"), traits={PURE},
             doc=f"dDATA of {_name} from (dY, SEGMENT_IDS): row i gets dY[ids[i]]"
@@ -199,7 +203,7 @@ for _name, _what in [("SortedSegmentSum", "sum"), ("SortedSegmentMean", "mean"),
     gradient(_name)(lambda g, _n=_name: [GradOp(_n + "Gradient", [g.GO[0], g.I[1]], [g.GI[0]])])
     # the sparse form: the rows DATA[INDICES] reduced by SEGMENT_IDS; its gradient the same
     # rows' gradient, at INDICES (a GradientSlice, as Caffe2's)
-    declare("Sparse" + _name, 3, _sparse_segment_ids_reduce("Sparse" + _name), traits={PURE},
+    declare("Sparse" + _name, 3, _sparse_segment_ids_reduce("Sparse" + _name), traits=_traits,
             doc=f"Y[k] = the {_what} of DATA[INDICES[i]] over the i whose SEGMENT_IDS is k; inputs "
                 f"(DATA, INDICES, SEGMENT_IDS; " + _ids)
     gradient("Sparse" + _name)(lambda g, _n=_name: [
@@ -343,25 +347,32 @@ def _counts(name, lengths, segments=None):
     return lengths
 
 
-def lengths_sum_grad(dy, lengths):
-    return np.repeat(dy, _counts("LengthsSumGradient", lengths, dy.shape[0]), axis=0)
+def _repeated(name, rows, lengths):
+    """Row s of ``rows`` LENGTHS[s] times (lengths checked by ``_counts``), once the
+    result is known to fit the memory budget."""
+    check_size(name, (total(lengths),) + rows.shape[1:], rows.dtype)
+    return np.repeat(rows, lengths, axis=0)
 
 
-def lengths_mean_grad(dy, lengths):
-    lengths = _counts("LengthsMeanGradient", lengths, dy.shape[0])
-    return np.repeat(_mean(dy, lengths), lengths, axis=0)
+def lengths_sum_grad(dy, lengths, name="LengthsSumGradient"):
+    return _repeated(name, dy, _counts(name, lengths, dy.shape[0]))
 
 
-def lengths_weighted_sum_grad(weights, dy, lengths):
-    lengths = _counts("LengthsWeightedSumGradient", lengths, dy.shape[0])
-    check_weights("LengthsWeightedSumGradient", weights, int(lengths.sum()))
-    rows = np.repeat(dy, lengths, axis=0)
+def lengths_mean_grad(dy, lengths, name="LengthsMeanGradient"):
+    lengths = _counts(name, lengths, dy.shape[0])
+    return _repeated(name, _mean(dy, lengths), lengths)
+
+
+def lengths_weighted_sum_grad(weights, dy, lengths, name="LengthsWeightedSumGradient"):
+    lengths = _counts(name, lengths, dy.shape[0])
+    check_weights(name, weights, int(lengths.sum()))
+    rows = _repeated(name, dy, lengths)
     return (rows * weights.astype(dy.dtype, copy=False).reshape((-1,) + (1,) * (dy.ndim - 1))).astype(dy.dtype)
 
 
 def lengths_to_segment_ids(lengths):
     lengths = _counts("LengthsToSegmentIds", lengths)
-    return np.repeat(np.arange(lengths.size, dtype=np.int32), lengths)
+    return _repeated("LengthsToSegmentIds", np.arange(lengths.size, dtype=np.int32), lengths)
 
 
 def lengths_to_offsets(lengths):
@@ -376,6 +387,7 @@ def segment_ids_to_lengths(ids, name="SegmentIdsToLengths"):
     ids = ids.astype(np.int64).reshape(-1)
     if ids.size and (ids[0] < 0 or np.any(ids[1:] < ids[:-1])):
         raise SegmentError(f"{name}: segment ids must be sorted and not negative (got {_quoted(ids)})")
+    check_size(name, (int(ids[-1]) + 1 if ids.size else 0,), np.int64)
     return np.bincount(ids, minlength=int(ids[-1]) + 1 if ids.size else 0).astype(np.int32)
 
 
@@ -392,7 +404,7 @@ def segment_ids_to_ranges(ids):
 def lengths_to_weights(lengths, power=0.5):
     lengths = _counts("LengthsToWeights", lengths)
     w = 1.0 / np.power(np.maximum(lengths, 1).astype(np.float64), power)
-    return np.repeat(w, lengths).astype(np.float32)
+    return _repeated("LengthsToWeights", w, lengths).astype(np.float32)
 
 
 def _segment_counts(ids, k):
@@ -413,6 +425,8 @@ def _ids_reduce(name, mean, sorted_):
         if sorted_:
             _check_sorted(ids, name)
         k = int(ids.max()) + 1 if ids.size else 0
+        check_size(name, (k,) + data.shape[1:], data.dtype)
+        check_size(name, (k,), np.int64)  # (the rows' counts)
         out = np.zeros((k,) + data.shape[1:], dtype=data.dtype)
         add_rows_sorted = np.argsort(ids, kind="stable")
         starts = np.r_[0, np.flatnonzero(np.diff(ids[add_rows_sorted])) + 1] if ids.size else np.array([], int)
@@ -516,6 +530,7 @@ def lengths_gather(items, lengths, idx):
     idx = checked("LengthsGather", idx, lengths.size, what="the {n} segments").reshape(-1)
     if not idx.size:
         return items[:0].copy()
+    check_size("LengthsGather", (total(lengths[idx]),) + items.shape[1:], items.dtype)
     return np.concatenate([items[starts[i]:starts[i] + lengths[i]] for i in idx])
 
 
@@ -536,10 +551,13 @@ FUNCTIONS = {
     **{"SortedSegmentRange" + k: _range_reduce(k) for k in _RANGES},
     **{f"SortedSegmentRange{k}Gradient": _range_reduce_grad(k) for k in _RANGES},
     "SparseLengthsPositionalWeightedSum": sparse_lengths_positional_weighted_sum,
-    "SparseLengthsIndicesInGradientSumGradient": lambda dy, lengths, idx: lengths_sum_grad(dy, lengths),
-    "SparseLengthsIndicesInGradientMeanGradient": lambda dy, lengths, idx: lengths_mean_grad(dy, lengths),
+    "SparseLengthsIndicesInGradientSumGradient":
+        lambda dy, lengths, idx: lengths_sum_grad(dy, lengths, "SparseLengthsIndicesInGradientSumGradient"),
+    "SparseLengthsIndicesInGradientMeanGradient":
+        lambda dy, lengths, idx: lengths_mean_grad(dy, lengths, "SparseLengthsIndicesInGradientMeanGradient"),
     "SparseLengthsIndicesInGradientWeightedSumGradient":
-        lambda w, dy, lengths, idx: lengths_weighted_sum_grad(w, dy, lengths),
+        lambda w, dy, lengths, idx: lengths_weighted_sum_grad(
+            w, dy, lengths, "SparseLengthsIndicesInGradientWeightedSumGradient"),
     "LengthsMax": lengths_max,
     "LengthsSum": lengths_sum, "LengthsMean": lengths_mean, "SparseLengthsSum": sparse_lengths_sum,
     "SparseLengthsMean": sparse_lengths_mean, "SparseLengthsWeightedSum": sparse_lengths_weighted_sum,

@@ -9,7 +9,7 @@ import operator
 import numpy as np
 
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, declare, type_error
+from ..opdef import COMMUTATIVE, ELEMENTWISE, PURE, REQUIRED, SIZED_BY_VALUES, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
 from . import failing
 from . import numeric as num
@@ -122,7 +122,7 @@ def _fill_fold(*xs, **attrs):
 
 declare("ConstantFill", (0, 1), _constant_fill,
         attrs={"value": None, "dtype": None, "shape": None, "extra_shape": None, "input_as_shape": 0},
-        traits={PURE}, fold=_fill_fold, may_fail=failing.constant_fill,
+        traits={PURE, SIZED_BY_VALUES}, fold=_fill_fold, may_fail=failing.constant_fill,
         doc="a tensor filled with `value` (default 0); shape from `shape`, or the input's shape "
             "(+ `extra_shape`), or the input's values (`input_as_shape`)")
 no_gradient("ConstantFill")  # (its input, if any, gives only the shape)

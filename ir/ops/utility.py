@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import OPS, PURE, declare, type_error
+from ..opdef import OPS, PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import NUMPY_DTYPES, TensorType
 from .infer import dtype_from_code, tensors
 from .nn import indices
-from ..budget import check_size
+from ..budget import check_size, total
 
 
 def _one_hot(types, attrs, n):
@@ -25,7 +25,7 @@ def _one_hot(types, attrs, n):
     return [TensorType("f32", (None if idx.shape is None else idx.shape[0], None))]
 
 
-declare("OneHot", 2, _one_hot, traits={PURE},
+declare("OneHot", 2, _one_hot, traits={PURE, SIZED_BY_VALUES},
         doc="Y[i, INDICES[i]] = 1 in a float32 [len(INDICES), INDEX_SIZE] of zeros")
 
 
@@ -36,7 +36,7 @@ def _batch_one_hot(types, attrs, n):
     return [TensorType(x.dtype, (None if x.shape is None else x.shape[0], None))]
 
 
-declare("BatchOneHot", 3, _batch_one_hot, traits={PURE},
+declare("BatchOneHot", 3, _batch_one_hot, traits={PURE, SIZED_BY_VALUES},
         doc="(X [N, D], LENS [D], VALS) -> Y [N, sum LENS]: column j of feature d is X[:, d] == its VALS "
             "value (VALS holds LENS[d] values per feature)")
 
@@ -49,7 +49,7 @@ def _batch_bucket_one_hot(types, attrs, n):
     return [TensorType(x.dtype, (None if x.shape is None else x.shape[0], width))]
 
 
-declare("BatchBucketOneHot", 3, _batch_bucket_one_hot, traits={PURE},
+declare("BatchBucketOneHot", 3, _batch_bucket_one_hot, traits={PURE, SIZED_BY_VALUES},
         doc="(X [N, D], LENS [D], BOUNDARIES [sum LENS]) -> Y [N, D + sum LENS]: feature d's LENS[d] "
             "sorted boundaries cut it into LENS[d] + 1 buckets, and Y is 1 at X's bucket")
 
@@ -60,7 +60,7 @@ def _segment_one_hot(types, attrs, n):
     return [TensorType("f32", (None if lengths.shape is None else lengths.shape[0], None))]
 
 
-declare("SegmentOneHot", 3, _segment_one_hot, traits={PURE},
+declare("SegmentOneHot", 3, _segment_one_hot, traits={PURE, SIZED_BY_VALUES},
         doc="(LENGTHS, INDICES, SIZE) -> Y [len(LENGTHS), SIZE] float32: row s is 1 at every index of segment s")
 
 declare("Size", 1, lambda t, a, n: [TensorType("i64", ())], traits={PURE},
@@ -97,7 +97,7 @@ def _range(types, attrs, n):
     return [TensorType(dt, (None,))]
 
 
-declare("Range", (1, 3), _range, traits={PURE},
+declare("Range", (1, 3), _range, traits={PURE, SIZED_BY_VALUES},
         doc="[start, start + step, ...) below stop, from (stop), (start, stop) or (start, stop, step)")
 
 
@@ -111,7 +111,7 @@ def _lengths_op(name, out):
     return infer
 
 
-declare("LengthsRangeFill", 1, _lengths_op("LengthsRangeFill", lambda t: (None,)), traits={PURE},
+declare("LengthsRangeFill", 1, _lengths_op("LengthsRangeFill", lambda t: (None,)), traits={PURE, SIZED_BY_VALUES},
         doc="0, 1, ..., LENGTHS[i] - 1 for each segment i, one after another")
 declare("LengthsToShape", 1, _lengths_op("LengthsToShape", lambda t: (2,)), traits={PURE},
         doc="[len(LENGTHS), the length] for LENGTHS all equal (a ragged batch that is not ragged)")
@@ -131,7 +131,7 @@ def _diagonal_fill(types, attrs, n):
     return [TensorType(dt, shape)]
 
 
-declare("DiagonalFill", (0, 1), _diagonal_fill, attrs={"shape": None, "value": 0.0, "dtype": 1}, traits={PURE},
+declare("DiagonalFill", (0, 1), _diagonal_fill, attrs={"shape": None, "value": 0.0, "dtype": 1}, traits={PURE, SIZED_BY_VALUES},
         doc="zeros of `shape` (or the input's) with `value` where every index is the same")
 no_gradient("OneHot", "BatchOneHot", "BatchBucketOneHot", "SegmentOneHot", "Size", "Shape", "Range", "LengthsRangeFill", "LengthsToShape",
             "DiagonalFill")
@@ -194,6 +194,7 @@ def batch_one_hot(x, lens, vals):
     if x.shape[1] != lens.size or int(lens.sum()) != vals.size:
         raise ValueError(f"BatchOneHot: X has {x.shape[1]} features, LENS {lens.size}, and LENS add up to "
                          f"{int(lens.sum())} for {vals.size} values")
+    check_size("BatchOneHot", (x.shape[0], vals.size), x.dtype)
     feature = np.repeat(np.arange(lens.size), lens)
     return (x[:, feature] == vals[None, :]).astype(x.dtype)
 
@@ -203,6 +204,7 @@ def batch_bucket_one_hot(x, lens, bounds):
     if x.shape[1] != lens.size or int(lens.sum()) != bounds.size:
         raise ValueError(f"BatchBucketOneHot: X has {x.shape[1]} features, LENS {lens.size}, and LENS add up to "
                          f"{int(lens.sum())} for {bounds.size} boundaries")
+    check_size("BatchBucketOneHot", (x.shape[0], lens.size + bounds.size), x.dtype)
     out = np.zeros((x.shape[0], lens.size + bounds.size), dtype=x.dtype)
     start = col = 0
     rows = np.arange(x.shape[0])
@@ -250,10 +252,10 @@ def lengths_range_fill(lengths):
     lengths = np.asarray(lengths).astype(np.int64).reshape(-1)
     if lengths.size and lengths.min() < 0:
         raise ValueError(f"LengthsRangeFill: a length is negative ({int(lengths.min())})")
-    total = int(lengths.sum())
-    check_size("LengthsRangeFill", (total,), np.int32)
+    n = total(lengths)
+    check_size("LengthsRangeFill", (n,), np.int64)  # (np.arange's int64, then int32)
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return (np.arange(total) - starts).astype(np.int32)
+    return (np.arange(n) - starts).astype(np.int32)
 
 
 def lengths_to_shape(lengths):
