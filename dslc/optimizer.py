@@ -204,6 +204,9 @@ class AdagradOptimizer(Optimizer):
     def update(self, model, param, grad):
         if self.alpha <= 0:  # (no update, as in Caffe2)
             return
+        if self.row_wise and not isinstance(grad, GradientSlice):
+            raise OptimizerError(f"row-wise Adagrad of {param} needs a sparse gradient (as in Caffe2)",
+                                 user_location(), "use rowWise only for parameters read by Gather / SparseLengthsSum")
         lr, it = self.build_lr(model, self.alpha)
         # (Caffe2 decays no rank-1 parameter, dense or sparse: biases, 1-D tables)
         weight_decay = self.weight_decay if self.weight_decay and _param_rank(model, param) != 1 else 0.0

@@ -190,19 +190,27 @@ class BasicRNNCell(RNNCell):
         hidden_prev = states[0]
         gates = brew.fc(model, hidden_prev, "gates_t", dim_in=self.hidden_size, dim_out=self.hidden_size, axis=2)
         brew.sum(model, [gates, input_t], gates)
-        hidden = getattr(model.net, "Tanh" if self.activation == "tanh" else "Relu")(gates, "hidden_t")
+        # (with lengths kept, the state is hidden_t = the masked sum, as in Caffe2, which writes it
+        # over the activation in place; that loses the value Mul's gradient needs, so Caffe2
+        # cannot train it: the activation gets a name of its own, inside the step)
+        masked = seq_lengths is not None and not self.drop_states
+        hidden = getattr(model.net, "Tanh" if self.activation == "tanh" else "Relu")(
+            gates, "hidden_t_unmasked" if masked else "hidden_t")
         if seq_lengths is not None:
             # an ended sequence keeps its state (or drops it): hidden * valid + hidden_prev * invalid
             valid_b = model.net.GT([seq_lengths, timestep], "valid_b", broadcast=1)
-            valid = model.net.Cast(valid_b, "valid", to="float")
+            # (the masks pass no gradient back: StopGradient in place keeps Caffe2's blob names;
+            # Caffe2's gradient of this step fails)
+            valid = model.net.StopGradient(model.net.Cast(valid_b, "valid", to="float"), "valid")
             hidden_valid = model.net.Mul([hidden, valid], "hidden_valid", broadcast=1, axis=1)
             if self.drop_states:
                 hidden = hidden_valid
             else:
                 invalid = model.net.Cast(model.net.LE([seq_lengths, timestep], "invalid_b", broadcast=1),
                                          "invalid", to="float")
+                invalid = model.net.StopGradient(invalid, "invalid")
                 kept = model.net.Mul([hidden_prev, invalid], "hidden_invalid", broadcast=1, axis=1)
-                hidden = model.net.Add([hidden_valid, kept], hidden)
+                hidden = model.net.Add([hidden_valid, kept], "hidden_t")
         return (hidden,)
 
     def prepare_input(self, model, input_blob):

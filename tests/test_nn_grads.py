@@ -163,6 +163,20 @@ def test_broadcast_binary(session, op, np_fn):
 def test_legacy_broadcast_add(session):
     check(session, "Add", {"A": rand(2, 3, 4), "B": rand(3)}, lambda A, B: A + B[:, None], ["A", "B"],
           {"broadcast": 1, "axis": 1})
+    check(session, "Sub", {"A": rand(1, 3, 1), "B": rand(3)}, lambda A, B: A - B[:, None], ["A", "B"],
+          {"broadcast": 1, "axis": 1})
+
+
+@pytest.mark.parametrize("op,np_fn", [("Mul", lambda A, B: A * B[:, None]), ("Div", lambda A, B: A / B[:, None])])
+def test_legacy_broadcast_mul_and_div_with_an_axis(session, op, np_fn):
+    """B [3] against A [2, 3, 4] at axis 1 (rnn_cell's sequence masks do this): B's gradient
+    multiplies dY by A, which already has the output's shape (Mul's used to broadcast A at
+    axis 1 again, a type error)."""
+    check(session, op, {"A": rand(2, 3, 4), "B": rand(3, lo=0.5, hi=1.5)}, np_fn, ["A", "B"],
+          {"broadcast": 1, "axis": 1})
+    # (A with outer 1s, [1, 3, 1]: its own gradient used to be aligned at axis 1 as B's is)
+    check(session, op, {"A": rand(1, 3, 1), "B": rand(3, lo=0.5, hi=1.5)}, np_fn, ["A", "B"],
+          {"broadcast": 1, "axis": 1})
 
 
 def test_label_cross_entropy(session):

@@ -188,6 +188,17 @@ def test_radam_refuses_what_caffe2_refuses():
         optimizer.build_adam(model, base_learning_rate=0.1, rowWise=True, enableRAdam=True)
 
 
+def test_row_wise_adagrad_of_a_dense_parameter_is_refused_as_in_caffe2():
+    """Caffe2 asserts "If SparseAdagrad with rowWise=True, gradient must be a gradientslice";
+    dslc used to run plain Adagrad there."""
+    model = ModelHelper(name="m")
+    brew.fc(model, "x", "fc", dim_in=2, dim_out=1)
+    model.net.AveragedLoss(model.net.SumElements("fc", "s"), "loss")
+    model.AddGradientOperators(["loss"])
+    with pytest.raises(DSLError, match="row-wise Adagrad of fc_w needs a sparse gradient"):
+        optimizer.build_adagrad(model, base_learning_rate=0.1, rowWise=True)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_smart_decay_sparse_adam_with_a_row_twice_gives_caffe2s_rows(backend):
     """Row 0 read twice at t = 5 (last seen 0): the second time k = 0, and Caffe2 then steps

@@ -399,6 +399,53 @@ def test_basic_rnn_with_tanh(backend):
     np.testing.assert_allclose(workspace.FetchBlob(h_all), np.stack(want), rtol=1e-5, atol=1e-6)
 
 
+def _basic_rnn_ref(w, x, h0, lengths):
+    h, out = h0[0], []
+    for t in range(x.shape[0]):
+        new = np.tanh(x[t] @ w["i2h_w"].T + w["i2h_b"] + h @ w["gates_t_w"].T + w["gates_t_b"])
+        h = np.where((lengths > t)[:, None], new, h)
+        out.append(h)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_basic_rnn_with_sequence_lengths_trains(backend):
+    """Values read off the real Caffe2 (this program there with forward_only=True: Caffe2
+    cannot build this cell's gradient, its step overwrites the activation the mask's Mul
+    needs). dslc builds it (it used to fail as Caffe2 does); the gradients match finite
+    differences of a numpy BasicRNN."""
+    T, N, D, H = 3, 3, 2, 2
+    model = ModelHelper(name="m")
+    h_all, _ = rnn_cell.BasicRNN(model, "x", "lengths", ["h0"], D, H, scope="rnn", activation="tanh")
+    loss = model.net.SumElements(model.net.Sqr(h_all), "loss")
+    model.AddGradientOperators([loss])
+    x = ((np.arange(T * N * D) % 7) / 7.0 - 0.4).astype(np.float32).reshape(T, N, D)
+    h0 = ((np.arange(N * H) % 5) / 5.0 - 0.3).astype(np.float32).reshape(1, N, H)
+    lengths = np.array([3, 1, 2], np.int32)
+    for k, v in dict(x=x, h0=h0, lengths=lengths).items():
+        workspace.FeedBlob(k, v)
+    _run(model.param_init_net, backend)
+    _feed_params_by_name(model)
+    _run(model.net, backend)
+    np.testing.assert_allclose(workspace.FetchBlob(h_all).ravel()[:8],  # Caffe2
+                               [-0.4406967759132385, -0.40352892875671387, -0.7564470767974854, -0.4877435863018036,
+                                -0.8394433856010437, -0.5969102382659912, -0.5804013013839722, -0.5279749631881714],
+                               rtol=1e-6)
+    w = {k: workspace.FetchBlob(f"rnn/{k}").astype(np.float64) for k in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
+    np.testing.assert_allclose(workspace.FetchBlob(h_all), _basic_rnn_ref(w, x, h0, lengths), rtol=1e-5, atol=1e-6)
+    eps = 1e-6
+    for name in ("gates_t_w", "i2h_b"):
+        num = np.zeros(w[name].shape)
+        for idx in np.ndindex(w[name].shape):
+            vals = []
+            for sign in (1, -1):
+                q = {k: v.copy() for k, v in w.items()}
+                q[name][idx] += sign * eps
+                vals.append(float((_basic_rnn_ref(q, x, h0, lengths) ** 2).sum()))
+            num[idx] = (vals[0] - vals[1]) / (2 * eps)
+        np.testing.assert_allclose(workspace.FetchBlob(f"rnn/{name}_grad"), num, rtol=1e-3, atol=1e-4, err_msg=name)
+
+
 LOOP_IR = """\
       %h_prev_states = Concat(%h0, %7) {axis = 0} : f32[?,2,3]
       store @"rnn/h_prev_states"(%h_prev_states)

@@ -22,8 +22,10 @@ declare("SumReduceLike", 2, _sum_reduce_like, attrs={"broadcast": 0, "axis": -1}
 
 
 def _reduce(g, k, src):
-    """The gradient of input k: ``src`` (shaped like the output) summed back to input k's shape."""
-    return GradOp("SumReduceLike", [src, g.I[k]], [g.GI[k]], g.pick("broadcast", "axis"))
+    """The gradient of input k: ``src`` (shaped like the output) summed back to input k's shape.
+    (Under Caffe2's broadcast=1 only B is broadcast: A has the output's shape, and aligning it
+    by ``axis`` as if it were B goes wrong where A has outer 1s, [1, N, 1].)"""
+    return GradOp("SumReduceLike", [src, g.I[k]], [g.GI[k]], g.pick("broadcast", "axis") if k == 1 else {})
 
 
 def _tmp(g, k, what):
@@ -45,8 +47,9 @@ def _(g):  # d(a - b): dY and -dY
 def _(g):  # d(a * b): dY b and dY a
     bc = g.pick("broadcast", "axis")
     da, db = _tmp(g, 0, "full"), _tmp(g, 1, "full")
+    # (dY a without the legacy arguments: under broadcast=1, a has dY's shape already)
     return [GradOp("Mul", [g.GO[0], g.I[1]], [da], bc), _reduce(g, 0, da),
-            GradOp("Mul", [g.GO[0], g.I[0]], [db], bc), _reduce(g, 1, db)]
+            GradOp("Mul", [g.GO[0], g.I[0]], [db]), _reduce(g, 1, db)]
 
 
 @gradient("Div")
