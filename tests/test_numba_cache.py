@@ -1,20 +1,40 @@
 """The numba kernel cache trusts a file only if it holds the text its name was made from
-(issue 23): an edited kernel never runs, an empty one is written again, with a warning."""
+(issue 23): an edited kernel never runs, an empty one is written again, with a warning.
+It loads no pickle, and uses only a directory that is the user's alone (issue 38): the
+hostile files and directories below are made by the tests."""
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import warnings
 
+import numpy as np
 import pytest
 
-from dslc.backends.numba import cache
+from dslc.backends.numba import cache, compiled
 
 SOURCE = '''
 from numba import njit
 
 
-@njit(cache=True)
+@njit
 def kernel(x):
     return x * 3 + 1
+'''
+ARRAYS = '''
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True)
+def kernel(x, k):
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = x[i] * k + i
+    return out, (x.sum(), k)
 '''
 
 
@@ -22,7 +42,27 @@ def kernel(x):
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DSLC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cache, "_modules", {})  # as a new process would start
+    monkeypatch.setattr(cache, "_dirs", {})
     return tmp_path / "numba"
+
+
+def _hits(fn) -> int:
+    return sum(fn.stats.cache_hits.values())
+
+
+def _compiled(directory):
+    return sorted(p for p in directory.iterdir() if p.suffix == ".dslck")
+
+
+def _run_arrays(monkeypatch):
+    """Compile ARRAYS's kernel as a new process would, run it; (hits, out, (sum, k))."""
+    monkeypatch.setattr(cache, "_modules", {})
+    fn = cache.module_for(ARRAYS).kernel
+    x = np.arange(5, dtype=np.float32)
+    out, (total, k) = fn(x, 3)
+    np.testing.assert_array_equal(out, x * 3 + np.arange(5))  # (by hand: x k + i)
+    assert (total, k) == (10.0, 3)
+    return _hits(fn)
 
 
 def _file(directory):
@@ -47,3 +87,141 @@ def test_an_edited_or_empty_kernel_file_is_written_again_not_run(fresh_cache, mo
         mod = cache.module_for(SOURCE)
     assert mod.kernel(2) == 7  # the text dslc generated ran, not the file's
     assert path.read_text() == SOURCE
+
+
+# ----------------------------------------------------------------------------- compiled code, no pickle
+
+def test_compiled_code_comes_back_from_the_cache_without_unpickling(fresh_cache, monkeypatch):
+    assert _run_arrays(monkeypatch) == 0
+    (made,) = _compiled(fresh_cache)
+    assert not made.read_bytes().startswith(b"\x80") and made.read_bytes().startswith(compiled.MAGIC)
+    assert oct(made.stat().st_mode & 0o777) == oct(0o600)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the kernel cache unpickled something")
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    assert _run_arrays(monkeypatch) == 1  # loaded, and right
+    assert not [p for p in fresh_cache.rglob("*") if p.suffix in (".nbi", ".nbc")]
+
+
+NUMBA_INDEX_BOMB = b"cos\nsystem\n(S'touch MARK'\ntR."  # (a pickle that runs a command)
+
+
+def test_a_planted_numba_index_is_never_loaded(tmp_path):
+    """numba's own cache would load ``.nbi`` files beside the kernel's source (in
+    ``__pycache__``): a crafted one runs its command the moment it is read. dslc's cache
+    never reads them, here in a fresh process whose kernel is in the cache already."""
+    import numba
+    from numba.core.caching import FunctionCache
+
+    env = dict(os.environ, DSLC_CACHE_DIR=str(tmp_path / "cache"))  # (numba's settings as this process's)
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from dslc.backends.numba import cache
+        fn = cache.module_for({ARRAYS!r}).kernel
+        out, _ = fn(np.arange(4, dtype=np.float32), 2)
+        print(sum(fn.stats.cache_hits.values()), *out.tolist())
+    """)
+    run = [sys.executable, "-c", script]
+    first = subprocess.run(run, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0 and first.stdout.split()[0] == "0", first.stderr
+    (source,) = (tmp_path / "cache" / "numba").glob("k_*.py")
+    namespace = {}
+    exec(compile(source.read_text(), str(source), "exec"), namespace)
+    numba_files = FunctionCache(numba.njit(namespace["kernel"].py_func).py_func)._cache_file
+    os.makedirs(os.path.dirname(numba_files._index_path), exist_ok=True)
+    with open(numba_files._index_path, "wb") as f:  # (the old cache ran the command here: touched MARK)
+        pickle.dump(numba.__version__, f, protocol=2)
+        f.write(NUMBA_INDEX_BOMB)
+    again = subprocess.run(run, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["1", "0.0", "3.0", "6.0", "9.0"]  # (x k + i, by hand)
+    assert not (tmp_path / "MARK").exists()
+
+
+@pytest.mark.parametrize("spoil", ["cut short", "a flipped byte", "writable by others", "a symlink", "garbage"])
+def test_a_damaged_or_unsafe_compiled_file_is_compiled_again(fresh_cache, monkeypatch, spoil):
+    assert _run_arrays(monkeypatch) == 0
+    (made,) = _compiled(fresh_cache)
+    data = made.read_bytes()
+    if spoil == "cut short":
+        made.write_bytes(data[:len(data) // 2])
+    elif spoil == "a flipped byte":
+        made.write_bytes(data[:-100] + bytes([data[-100] ^ 1]) + data[-99:])
+    elif spoil == "writable by others":
+        made.chmod(0o666)
+    elif spoil == "a symlink":  # (a whole, valid file, but reached through a link)
+        (fresh_cache.parent / "elsewhere").write_bytes(data)
+        made.unlink()
+        made.symlink_to(fresh_cache.parent / "elsewhere")
+    else:
+        made.write_bytes(compiled.MAGIC + (10 ** 9).to_bytes(8, "little") + b"{}")
+    assert _run_arrays(monkeypatch) == 0  # compiled again, and right
+    assert not made.is_symlink() and made.read_bytes() != b"" and oct(made.stat().st_mode & 0o777) == oct(0o600)
+    assert _run_arrays(monkeypatch) == 1  # the file written again is whole
+
+
+def test_dslcs_own_kernels_use_the_same_cache(fresh_cache):
+    import numba
+    from numba import types as nt
+
+    from dslc.backends.numba import conv
+    sig = (nt.float32[:, ::1],) + (nt.int64,) * 14
+    for expected_hits in (0, 1):
+        fn = cache.attach(numba.njit(nogil=True)(conv._scatter_matrix_2d.py_func))
+        fn.compile(sig)
+        assert _hits(fn) == expected_hits
+    dm = np.arange(2 * 4, dtype=np.float32).reshape(2, 4)  # c=2 k=1x1 windows of a 1x[2x2] image
+    dx = fn(dm, 1, 2, 2, 2, 1, 1, 2, 2, 1, 1, 1, 1, 0, 0)
+    np.testing.assert_array_equal(dx, dm.reshape(1, 2, 2, 2))  # (a 1x1 kernel scatters back as it is)
+
+
+# ----------------------------------------------------------------------------- the directory
+
+def _refused(tmp_path, monkeypatch, root):
+    """Compile through a cache at ``root``; the warnings raised, and where the code went."""
+    monkeypatch.setenv("DSLC_CACHE_DIR", str(root))
+    monkeypatch.setattr(cache, "_dirs", {})
+    monkeypatch.setattr(cache, "_modules", {})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cache.module_for(SOURCE).kernel(2) == 7
+        _run_arrays(monkeypatch)
+        used = cache.cache_dir()
+    return [w for w in caught if issubclass(w.category, cache.KernelCacheWarning)], used
+
+
+OTHER_UID = 65534  # (nobody)
+
+
+@pytest.mark.parametrize("how", ["others may write", "its group may write", "another user owns it",
+                                 "anyone may write above it", "another user owns the one above"])
+def test_a_cache_directory_not_the_users_alone_is_refused_with_one_warning(tmp_path, monkeypatch, how):
+    root = tmp_path / "shared"
+    hostile = root / "numba"
+    hostile.mkdir(parents=True)
+    if how in ("another user owns it", "another user owns the one above"):
+        if os.geteuid() != 0:
+            pytest.skip("making a directory another user owns needs root")
+        os.chown(hostile if how == "another user owns it" else root, OTHER_UID, OTHER_UID)
+    else:
+        target, mode = {"others may write": (hostile, 0o777), "its group may write": (hostile, 0o770),
+                        "anyone may write above it": (root, 0o777)}[how]
+        target.chmod(mode)
+        hostile.chmod(0o700) if target is root else None
+    before = sorted(hostile.iterdir())
+    caught, used = _refused(tmp_path, monkeypatch, root)
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    message = str(caught[0].message)
+    assert str(hostile) in message and "not used" in message and "\n" not in message
+    assert used != hostile and os.stat(used).st_uid == os.geteuid() and oct(os.stat(used).st_mode & 0o777) == oct(0o700)
+    assert _compiled(used) and sorted(hostile.iterdir()) == before  # nothing written there, nothing read
+
+
+def test_a_sticky_world_writable_directory_above_is_fine(tmp_path, monkeypatch):
+    root = tmp_path / "tmp-like"
+    root.mkdir()
+    root.chmod(0o1777)  # as /tmp: others may not rename what is ours
+    caught, used = _refused(tmp_path, monkeypatch, root / "mine")
+    assert caught == [] and used == root / "mine" / "numba" and _compiled(used)

@@ -1,21 +1,30 @@
-"""Where generated kernels live: content-addressed source files numba can cache.
+"""Where generated kernels live: content-addressed source files and compiled code.
 
-numba's on-disk cache needs a real source file whose modification time and size
-never change, so each generated module is written once, to a file named by the
-hash of its text (and of the numba version), and imported from there. The second
-run of a job finds the same files and numba loads the compiled code instead of
-compiling again. The directory is ``$DSLC_CACHE_DIR``, else ``$XDG_CACHE_HOME/dslc``,
-else ``~/.cache/dslc`` (made private to the user).
+Each generated module is written once, to a file named by the hash of its text (and of
+the numba version), and run from the text dslc holds; its functions' machine code is kept
+by ``compiled.KernelCache`` (one file per function and signature, no pickle anywhere),
+so the second run of a job loads the code instead of compiling again. dslc's own kernels
+(``jit``) use the same cache. The directory is ``$DSLC_CACHE_DIR/numba``, else
+``$XDG_CACHE_HOME/dslc/numba``, else ``~/.cache/dslc/numba`` (made private to the user).
 
-A file is trusted only if it holds exactly the text its name was made from: an edited,
-empty or truncated one (a crash mid-write on another machine, a hand edit) is written
-again, with a warning, before anything imports it. Files are written whole: to a
+Code in the cache runs, so the directory must be the user's alone: one that another user
+owns, that others may write to, or that sits in a directory another user owns or anyone
+may write to (without the sticky bit) is refused, with one warning, and kernels compile
+in a private temporary directory for the process instead.
+
+A source file is trusted only if it holds exactly the text its name was made from: an
+edited, empty or truncated one (a crash mid-write on another machine, a hand edit) is
+written again, with a warning, before anything uses it. Files are written whole: to a
 temporary file, synced, then renamed over the name.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import os
+import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -27,34 +36,108 @@ from dslc.ir import settings
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
+_dirs_lock = threading.Lock()
+_dirs: dict[str, Path] = {}  # the configured directory -> the one used (itself, or a private one)
+
+
+class KernelCacheWarning(UserWarning):
+    """A cached kernel file did not hold the text its name promises (it was written again),
+    or the cache directory was not private (a private one was used instead)."""
 
 
 def cache_dir() -> Path:
+    """The directory kernels are kept in (checked once per process and configured path)."""
     root = settings.directory("DSLC_CACHE_DIR")  # (a path that cannot be one: the user's error)
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "dslc")
-    path = Path(root) / "numba"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    got = _dirs.get(root)
+    if got is None or not got.is_dir():
+        with _dirs_lock:
+            got = _dirs[root] = _checked(Path(root) / "numba")
+    return got
+
+
+def _checked(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        why = not_private(path)
+    except OSError as e:
+        why = f"cannot be used ({e.strerror or e})"
+    if not why:
+        return path
+    # (one line, located at the directory: the user's job has no line to do with it)
+    warnings.warn_explicit(f"the kernel cache directory {path} {why}: it is not used, kernels compile in "
+                           "a private directory for this process (make it yours with chown and chmod 700, "
+                           "or set DSLC_CACHE_DIR)", KernelCacheWarning, str(path), 0)
+    return _private_dir()
+
+
+def not_private(path: Path) -> str:
+    """Why the directory ``path`` is not this user's alone, or "": it must be owned by the
+    user and writable by no one else, and no directory above it (as named, and after
+    symlinks) may let another user replace it."""
+    me = os.geteuid()
+    st = os.stat(path)
+    if st.st_uid != me:
+        return f"is owned by user {st.st_uid}, not by you ({me})"
+    if st.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    named, real = Path(os.path.abspath(path)), Path(os.path.realpath(path))
+    for above in dict.fromkeys([*named.parents, *real.parents]):
+        st = os.stat(above)
+        if st.st_uid not in (me, 0):
+            return f"is inside {above}, which user {st.st_uid} owns"
+        if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
+            return f"is inside {above}, which anyone may write to (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+@functools.cache
+def _private_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="dslc-kernels-"))  # (0700, new, ours)
+    atexit.register(_remove, path, os.getpid())
     return path
 
 
-class KernelCacheWarning(UserWarning):
-    """A cached kernel file did not hold the text its name promises; it was written again."""
+def _remove(path: Path, pid: int) -> None:
+    if os.getpid() == pid:  # (not from a forked child that exits through atexit)
+        shutil.rmtree(path, ignore_errors=True)
 
 
-def _write(path: Path, source: str) -> None:
+def attach(dispatcher, identity: str = ""):
+    """Give a numba dispatcher dslc's kernel cache (``compiled``), not numba's pickles."""
+    from .compiled import KernelCache
+    dispatcher._cache = KernelCache(dispatcher, cache_dir, identity)
+    return dispatcher
+
+
+def jit(**options):
+    """``numba.njit(**options)`` whose compiled code is kept in dslc's kernel cache."""
+    def wrap(fn):
+        import numba
+        return attach(numba.njit(**options)(fn))
+    return wrap
+
+
+def write_whole(path: Path, data: bytes, sync: bool = True) -> None:
+    """Write ``data`` to a private temporary file beside ``path`` and rename it over
+    ``path``; with ``sync``, so that it survives a power cut (a compiled file need not:
+    its checksum tells a cut one, which compiles again)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(source)
-            f.flush()
-            os.fsync(f.fileno())
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic: another process may be writing the same file
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    if not sync:
+        return
     try:  # the rename itself survives a power cut once the directory is synced
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -85,17 +168,20 @@ def module_for(source: str):
         # compiled first: a text Python refuses (SyntaxError, for emitter._module) is never written
         code = compile(source, str(path), "exec")
         if not path.exists():
-            _write(path, source)
+            write_whole(path, source.encode())
         elif not _holds(path, source):
             warnings.warn(f"the cached kernel {path} does not hold the text it was written from "
                           "(edited or cut short); writing it again", KernelCacheWarning, stacklevel=2)
-            _write(path, source)  # (a new mtime: numba compiles it afresh)
-        # run the text we hold, under the file's name (numba's cache keys on the file): what
-        # runs is ours even if the file changes after the check
+            write_whole(path, source.encode())
+        # run the text we hold, under the file's name (for tracebacks and numba's messages):
+        # what runs is ours even if the file changes after the check
         name = f"dslc_numba_{key}"
         mod = types.ModuleType(name)
         mod.__file__ = str(path)
         sys.modules[name] = mod
         exec(code, mod.__dict__)
+        for v in list(vars(mod).values()):
+            if isinstance(v, numba.core.dispatcher.Dispatcher) and v.py_func.__module__ == name:
+                attach(v, key)
         _modules[key] = mod
         return mod

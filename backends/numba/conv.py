@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit
 
 from dslc.backends.interp.kernels_nn import bound
 from dslc.ir.ops import conv_math as C
 
+from .cache import jit
 
-@njit(cache=True, nogil=True)
+
+@jit(nogil=True)
 def _scatter_matrix_2d(dm, n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw):
     # dm: [c * kh * kw, n * oh * ow], row (ci, ky, kx), column (b, oy, ox); dx[b, ci, iy, ix]
     # gets every value whose window position reads it (iy = oy sh + ky dh - ph), kernel
@@ -42,7 +43,7 @@ def _scatter_matrix_2d(dm, n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw):
     return dx
 
 
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _columns_2d(x, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow):
     # [n, c * kh * kw, oh * ow]: column (ci, ky, kx) holds what each window reads there
     # (0 in the padding), written in order
@@ -64,7 +65,7 @@ def _columns_2d(x, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow):
     return cols
 
 
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _matrix_2d(x, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow):
     # [c * kh * kw, n * oh * ow]: row (ci, ky, kx) holds what every window of the batch
     # reads there (0 in the padding), written in order
@@ -111,7 +112,7 @@ def _scatter_matrix(dm, g, x_shape):
 WINDOWS = C.Windows(_compiled(C.columns, _columns_2d), _compiled(C.matrix, _matrix_2d), _scatter_matrix)
 
 
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _max_pool_grad_2d(x, y, dy, kh, kw, sh, sw, dh, dw, ph, pw):
     # every element of a window equal to the window's max gets the window's gradient
     n, c, h, w = x.shape

@@ -38,7 +38,7 @@ TIE_SECOND = {"Max": bool(np.signbit(np.maximum(np.float32(0.0), np.float32(-0.0
 
 HELPERS = {
     "_idiv": '''
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _idiv(a, b, site):
     # C++ integer division: truncate toward zero; MIN / -1 wraps to MIN (as numpy)
     if b == 0:
@@ -58,7 +58,7 @@ def _cast_helper(bits: int) -> str:
     cvttss2si): NaN and values out of range give the minimum; narrower ints truncate the int32."""
     lo = -(1 << (bits - 1))
     return f'''
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _f2i{bits}(x):
     # as numpy on x86-64: NaN and values out of range give INT{bits}_MIN (LLVM: poison)
     if x >= {float(lo)!r} and x < {float(-lo)!r}:
@@ -77,13 +77,13 @@ def _pick_helpers() -> dict:
         cmp = (">" if name == "Max" else "<") + ("" if TIE_SECOND[name] else "=")
         tie = "the second" if TIE_SECOND[name] else "the first"
         out[f"_{fn}"] = f'''
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _{fn}(a, b):
     # numpy's {fn}imum: NaN wins; of equal operands (0.0 and -0.0), {tie}
     return a if (a {cmp} b or a != a) else b
 '''
         out[f"_a{fn}"] = f'''
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _a{fn}(a, b):
     # numpy's {fn}imum of arrays: NaN wins; of equal operands (0.0 and -0.0), {tie}
     return np.where((a {cmp} b) | (a != a), a, b)
@@ -91,7 +91,7 @@ def _a{fn}(a, b):
         # an array against a scalar of its dtype (Relu): one loop, no temporaries (np.where
         # over two masks costs 20 times the loop)
         out[f"_a{fn}s"] = f'''
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _a{fn}s(a, b):
     # _a{fn} of an array and a scalar of its dtype
     out = np.empty(a.shape, a.dtype)

@@ -207,7 +207,7 @@ def _as_3d(x, k):
     return np.ascontiguousarray(x).reshape(outer, x.shape[k], inner)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _sum_middle(x):
     # [a, n, b] -> [a, b]: the n slices added in order (numpy's order over an axis that is
     # not the last: the first slice, then each next one added to it)
@@ -223,7 +223,7 @@ def _sum_middle(x):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _spread_middle(dy, n):
     # [a, b] -> [a, n, b]: dY copied into each of the n slices
     a, b = dy.shape

@@ -46,7 +46,7 @@ def helper(names, source: str):
     tuple of them) call; the writer adds the text to a module whose code calls any of its
     functions (kernels.HELPERS, by function name). The ops count as training ops for the
     islands' work threshold."""
-    text = "\n\n@njit(cache=True, nogil=True)\n" + source.strip("\n") + "\n"
+    text = "\n\n@njit(nogil=True)\n" + source.strip("\n") + "\n"
     for name in (names,) if isinstance(names, str) else names:
         NN_HELPERS[name] = text
     for part in text.split("def ")[1:]:

@@ -4,7 +4,7 @@ Each function is written into its own module file (named by a hash of its text, 
 ``cache``), with one name per SSA value taken from the blob it came from, and the
 user's line in a comment on every statement::
 
-    @njit(cache=True, nogil=True, error_model="numpy")
+    @njit(nogil=True, error_model="numpy")
     def kernel(total_0, large_1, n_2):
         # examples/loops.py:12 for
         if n_2 < 0:
@@ -35,8 +35,8 @@ from numba import njit, prange
 
 from dslc.backends.numba.failures import KernelFail
 '''
-DECORATOR = '@njit(cache=True, nogil=True, error_model="numpy")'
-PARALLEL_DECORATOR = '@njit(cache=True, nogil=True, error_model="numpy", parallel=True)'
+DECORATOR = '@njit(nogil=True, error_model="numpy")'
+PARALLEL_DECORATOR = '@njit(nogil=True, error_model="numpy", parallel=True)'
 
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
 

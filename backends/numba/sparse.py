@@ -13,18 +13,17 @@ import functools
 import math
 
 import numpy as np
-from numba import njit
 
 from dslc.backends.interp import kernels_nn as ik
 from dslc.ir.ops.ids import updated_rows
 
 from . import kernels_embedding as ke
-from .cache import module_for
+from .cache import jit, module_for
 from .failures import KernelFail
 
 
 # (an id may be negative, counting from the end, as in the interpreter: ir/ops/ids.py)
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _add_rows(out, idx, rows, w):
     for i in range(idx.size):
         r = idx[i] + out.shape[0] if idx[i] < 0 else idx[i]
@@ -32,7 +31,7 @@ def _add_rows(out, idx, rows, w):
             out[r, j] += rows[i, j] * w
 
 
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _adagrad_rows(p, m, idx, g, lr, eps):
     for i in range(idx.size):
         r = idx[i] + p.shape[0] if idx[i] < 0 else idx[i]
@@ -42,7 +41,7 @@ def _adagrad_rows(p, m, idx, g, lr, eps):
             p[r, j] += lr * gi / (np.sqrt(m[r, j]) + eps)
 
 
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _row_wise_adagrad_rows(p, m, idx, g, lr, eps):
     n = g.shape[1]
     for i in range(idx.size):
@@ -56,7 +55,7 @@ def _row_wise_adagrad_rows(p, m, idx, g, lr, eps):
             p[r, j] += step * g[i, j]
 
 
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _outside(idx, rows) -> bool:
     """Whether an index is outside -rows..rows-1 (one compiled pass: numpy's min and max are
     two passes and most of a small batch's cost)."""
@@ -82,7 +81,7 @@ def _flat(x, rows=None):
     return x.reshape(x.shape[0] if rows is None else rows, math.prod(x.shape[1:]))
 
 
-@njit(cache=True, nogil=True)
+@jit(nogil=True)
 def _add_rows_checked(out, idx, rows, w) -> bool:
     """``_add_rows`` if every index is a row of ``out`` (else False, nothing written)."""
     if _outside(idx, out.shape[0]):
