@@ -160,9 +160,9 @@ class JobRunner:
         if not job.stop_conditions:
             raise TraceError("this Job has no stop condition, so its epochs would never end", job.loc,
                              "add one with job.add_stop_condition(blob) or epoch_limiter(job, n)")
-        if cm is None or not hasattr(cm, "lock_directories"):
+        if cm is None or not hasattr(cm, "lock_checkpoints"):
             return self._epochs(session, timed)
-        with cm.lock_directories(job.nodes_to_checkpoint()):  # one runner per directory
+        with cm.lock_checkpoints(job.nodes_to_checkpoint()):  # one runner per node's checkpoints
             return self._epochs(session, timed)
 
     def _epochs(self, session, timed: bool) -> int:

@@ -225,9 +225,9 @@ class CheckpointManager(_MetadataHooks):
         """Remove what saves killed mid-write left of this manager's checkpoints; returns the paths."""
         return _remove_partial_saves(self._db_name)
 
-    def lock_directories(self, nodes=None) -> "DirectoryLocks":
-        """Lock the directory this manager's checkpoints go to, for one runner at a time."""
-        return DirectoryLocks([self._db_name], getattr(self, "loc", None))
+    def lock_checkpoints(self, nodes=None) -> "CheckpointLocks":
+        """Lock this manager's checkpoints, for one runner at a time."""
+        return CheckpointLocks([self._db_name], getattr(self, "loc", None))
 
 
 class SnapshotManager(CheckpointManager):
@@ -344,40 +344,47 @@ class MultiNodeCheckpointManager(_MetadataHooks):
         return [path for node in nodes for path in _remove_partial_saves(
             lambda e, n=str(node): db_name(e, n, self._db_prefix, self._path_prefix))]
 
-    def lock_directories(self, nodes) -> "DirectoryLocks":
-        """Lock the directories the checkpoints of ``nodes`` go to, for one runner at a time."""
-        return DirectoryLocks([lambda e, n=str(node): db_name(e, n, self._db_prefix, self._path_prefix)
+    def lock_checkpoints(self, nodes) -> "CheckpointLocks":
+        """Lock the checkpoints of ``nodes``, for one runner at a time."""
+        return CheckpointLocks([lambda e, n=str(node): db_name(e, n, self._db_prefix, self._path_prefix)
                                for node in nodes], getattr(self, "loc", None))
 
 
 class CheckpointDirectoryBusy(DSLError):
-    """Another running job saves its checkpoints into the same directory."""
+    """Another running job writes the same checkpoints (a node's, in the same directory)."""
 
 
-class DirectoryLocks:
-    """Advisory locks (``flock``) on checkpoint directories, held while a JobRunner runs.
+class CheckpointLocks:
+    """Locks on the checkpoints a JobRunner writes, held while it runs.
 
-    A runner removes the unfinished saves other processes left in its directory when it
-    starts (they are a killed writer's) and writes its own; two runners sharing one
-    directory would delete each other's saves in progress. The second one is refused.
-    Directories that do not exist yet are not locked (the first save reports them).
+    A runner removes the unfinished saves other processes left of its own checkpoints when
+    it starts (a killed writer's: ``_remove_partial_saves``) and writes its own; two runners
+    writing one node's checkpoints (``<node>.<epoch>`` in one directory) would delete each
+    other's saves in progress and overwrite each other's files, so the second is refused.
+    Runners whose checkpoints differ (other nodes, other names) share a directory freely:
+    each cleanup matches only its own names. The lock is an ``flock`` on a file beside the
+    checkpoints, ``.<node>.EPOCH.lock``, removed when the runner ends. Directories that do
+    not exist yet are not locked (the first save reports them).
     """
 
     def __init__(self, names_of_epoch: list, loc=None):
-        self.fds: list[int] = []
-        dirs = dict.fromkeys(os.path.dirname(os.path.abspath(f(0))) for f in names_of_epoch)
+        self.held: list[tuple[str, int]] = []
         try:
-            for d in dirs:
-                if os.path.isdir(d):
-                    self.fds.append(_lock(d, loc))
+            for directory, head, tail in dict.fromkeys(map(_family, names_of_epoch)):
+                if os.path.isdir(directory):
+                    self.held.append(_lock(directory, head, tail, loc))
         except BaseException:
             self.release()
             raise
 
     def release(self) -> None:
-        for fd in self.fds:
-            os.close(fd)  # (closing the file drops its lock)
-        self.fds = []
+        for path, fd in self.held:
+            try:
+                os.unlink(path)  # (while still holding it: whoever opens it next makes a new one)
+            except OSError:
+                pass
+            os.close(fd)
+        self.held = []
 
     def __enter__(self):
         return self
@@ -386,28 +393,54 @@ class DirectoryLocks:
         self.release()
 
 
-def _lock(directory: str, loc) -> int:
+def _family(name_of_epoch) -> tuple[str, str, str]:
+    """(directory, head, tail): the checkpoints ``name_of_epoch`` names are
+    ``<directory>/<head><epoch><tail>``."""
+    head, _, tail = os.path.basename(name_of_epoch("\0")).partition("\0")
+    return os.path.dirname(os.path.abspath(name_of_epoch(0))), head, tail
+
+
+def _lock(directory: str, head: str, tail: str, loc) -> tuple[str, int]:
     import fcntl
 
-    fd = os.open(directory, os.O_RDONLY)  # (the directory itself: no file of ours appears in it)
+    path = os.path.join(directory, f".{head}EPOCH{tail}.lock")
+    what = f"the checkpoints {head}<epoch>{tail} in {directory}"
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise CheckpointDirectoryBusy(f"cannot lock {what}: {path}: {e.strerror}", loc,
+                                          "give this job a checkpoint directory (db_prefix) of its own") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
+        except OSError:
+            locked = False
+        if _still_named(fd, path):
+            if locked:
+                return path, fd
+            os.close(fd)
+            raise CheckpointDirectoryBusy(
+                f"{what} are being written by another running job", loc,
+                "wait for that job to end, or give this one a checkpoint directory (db_prefix) or "
+                "node names of its own") from None
+        os.close(fd)  # (its holder ended and removed it as this opened it: take the next one)
+
+
+def _still_named(fd: int, path: str) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise CheckpointDirectoryBusy(
-            f"the checkpoint directory {directory} is in use by another running job",
-            loc, "wait for that job to end, or give this one a checkpoint directory (db_prefix) of its own") from None
-    return fd
+        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+    except FileNotFoundError:
+        return False
 
 
 def _remove_partial_saves(name_of_epoch) -> list:
     """Remove the partial files of every epoch's checkpoint named by ``name_of_epoch``
     (any process but this one wrote them: the runner that owns the directory starts)."""
     from dslc.backends.runtime import partials  # the runner drives sessions; only it cleans
-    head, _, tail = os.path.basename(name_of_epoch("\0")).partition("\0")
+    directory, head, tail = _family(name_of_epoch)
     epoch_file = re.compile(re.escape(head) + r"\d+" + re.escape(tail) + r"\Z")
-    removed = partials.remove_stale_in(os.path.dirname(os.path.abspath(name_of_epoch(0))),
-                                       epoch_file.match)
+    removed = partials.remove_stale_in(directory, epoch_file.match)
     for path in removed:
         logger.info("removed %s, left by a save that did not finish", path)
     return removed

@@ -360,39 +360,78 @@ def test_blob_list_before_init_ran_is_a_clear_error():
 
 
 HOLD_LOCK = """
-import fcntl, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDONLY)
-fcntl.flock(fd, fcntl.LOCK_EX)
+import sys, time
+from dslc.checkpoint import CheckpointManager
+locks = CheckpointManager(sys.argv[1], sys.argv[2], "minidb").lock_checkpoints()  # (as a runner does)
 print("locked", flush=True)
 time.sleep(60)
 """
 
 
-@pytest.mark.parametrize("make_manager", [lambda d: CheckpointManager(d, "n", "minidb"),
-                                          lambda d: MultiNodeCheckpointManager(d, "minidb")])
-def test_a_second_runner_on_a_checkpoint_directory_in_use_is_refused(tmp_path, make_manager):
-    # issue 23: a runner removes the unfinished saves other processes left in its directory,
-    # so two at once would delete each other's saves in progress; the second is refused
+def _other_runner(directory, node: str):
     import subprocess
     import sys
+    other = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(directory), node], stdout=subprocess.PIPE,
+                             text=True)
+    assert other.stdout.readline().strip() == "locked"
+    partial = directory / f"{node}.3.tmp-{other.pid}-0123abcd"  # the other runner's save in progress
+    partial.write_bytes(b"DSLCDB2\n")
+    return other, partial
 
+
+@pytest.mark.parametrize("make_manager", [lambda d: CheckpointManager(d, "trainer_0", "minidb"),
+                                          lambda d: MultiNodeCheckpointManager(d, "minidb")])
+def test_a_second_runner_on_the_same_checkpoints_is_refused(tmp_path, make_manager):
+    # issue 23: a runner removes the unfinished saves other processes left of its checkpoints,
+    # so two at once would delete each other's saves in progress; the second is refused
     from dslc.checkpoint_managers import CheckpointDirectoryBusy
-    other = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    other, partial = _other_runner(tmp_path, "trainer_0")
     try:
-        assert other.stdout.readline().strip() == "locked"
-        partial = tmp_path / f"n.3.tmp-{other.pid}-0123abcd"  # the other runner's save in progress
-        partial.write_bytes(b"DSLCDB2\n")
         with Cluster():
             job, _ = make_job()
             ws, session = fresh_session()
             with pytest.raises(CheckpointDirectoryBusy) as e:
                 JobRunner(job, make_manager(str(tmp_path))).train(session)
-        assert str(tmp_path) in e.value.message and e.value.hint
-        assert partial.exists() and not (tmp_path / "n.0").exists()  # nothing touched
+        assert str(tmp_path) in e.value.message and "trainer_0.<epoch>" in e.value.message and e.value.hint
+        assert partial.exists() and not (tmp_path / "trainer_0.0").exists()  # nothing touched
     finally:
         other.kill()
         other.wait()
-    with Cluster():  # once the other runner is gone, the directory is usable again
+    with Cluster():  # once the other runner is gone, the checkpoints are free again
         job, fetcher = make_job()
         ws, session = fresh_session()
         assert JobRunner(job, make_manager(str(tmp_path))).train(session) == EPOCHS
+    assert not partial.exists()  # (a killed writer's: removed by the runner that owns them)
+    assert sorted(os.listdir(tmp_path)) == [f"trainer_0.{e}" for e in range(EPOCHS + 1)]  # (no lock left)
+
+
+@pytest.mark.parametrize("make_manager", [lambda d: CheckpointManager(d, "trainer_0", "minidb"),
+                                          lambda d: MultiNodeCheckpointManager(d, "minidb")])
+def test_runners_writing_other_checkpoints_share_a_directory(tmp_path, make_manager):
+    # issue 38: the lock is as strict as the conflict: another node's checkpoints in the same
+    # directory are neither refused nor touched
+    other, partial = _other_runner(tmp_path, "trainer_1")
+    try:
+        with Cluster():
+            job, fetcher = make_job()
+            ws, session = fresh_session()
+            assert JobRunner(job, make_manager(str(tmp_path))).train(session) == EPOCHS
+            assert fetch(session, fetcher) == [total_after(EPOCHS)]
+        assert partial.exists()  # the other job's save in progress is left alone
+        assert sorted(p for p in os.listdir(tmp_path) if p.startswith("trainer_0")) == \
+            [f"trainer_0.{e}" for e in range(EPOCHS + 1)]
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_second_runner_in_the_same_process_is_refused_too(tmp_path):
+    from dslc.checkpoint_managers import CheckpointDirectoryBusy
+    with CheckpointManager(str(tmp_path), "n", "minidb").lock_checkpoints():
+        with pytest.raises(CheckpointDirectoryBusy, match=r"n\.<epoch>"):
+            CheckpointManager(str(tmp_path), "n", "minidb").lock_checkpoints()
+        with CheckpointManager(str(tmp_path), "m", "minidb").lock_checkpoints():
+            pass
+    with CheckpointManager(str(tmp_path), "n", "minidb").lock_checkpoints():  # (released: free again)
+        pass
+    assert os.listdir(tmp_path) == []

@@ -59,6 +59,35 @@ def test_a_larger_payload_gets_a_new_segment_and_odd_payloads_go_by_value():
             inbox.unpack(shm.ShmPayload(path, 8, "array", [("<f4", (2,), 0)]))
 
 
+@pytest.mark.parametrize("planted", ["a symlink to a file of ours", "a symlink to a segment",
+                                     "a file others may read", "a fifo", "a file shorter than said"])
+def test_a_file_planted_under_a_segments_name_is_not_mapped(tmp_path, monkeypatch, planted):
+    """In the cluster's own directory a segment-named entry is opened without following a
+    symlink and mapped only if it is a regular file private to this user, as long as the
+    message says (issue 38: defence in depth, the directory is 0700 already)."""
+    d = tmp_path / "shm"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("DSLC_SHM_DIR", str(d))
+    secret = tmp_path / "secret"
+    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    out = shm.Outbox()
+    real = out.pack("g", 0, np.arange(4, dtype=np.float32))
+    name = d / "dslc-1-0123456789abcdef"
+    if planted == "a symlink to a file of ours":
+        name.symlink_to(secret)
+    elif planted == "a symlink to a segment":
+        name.symlink_to(real.path)
+    elif planted == "a fifo":
+        os.mkfifo(name, 0o600)
+    else:
+        name.write_bytes(bytes(16 if planted == "a file others may read" else 8))
+        name.chmod(0o644 if planted == "a file others may read" else 0o600)
+    with pytest.raises(ValueError, match="not a collective segment"):
+        shm.Inbox().unpack(shm.ShmPayload(str(name), 16, "array", [("<f4", (4,), 0)]))
+    np.testing.assert_array_equal(shm.Inbox().unpack(real), np.arange(4, dtype=np.float32))  # (the control)
+    out.close()
+
+
 def test_a_cluster_directory_someone_else_could_enter_is_not_used(tmp_path, monkeypatch):
     d = tmp_path / "shm"
     d.mkdir(mode=0o755)

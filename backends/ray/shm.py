@@ -150,13 +150,30 @@ class Inbox:
             # only a segment a peer of this cluster made: never any other file a message names
             if os.path.dirname(path) != root() or not _NAME.fullmatch(os.path.basename(path)):
                 raise ValueError(f"not a collective segment: {path!r}")
-            fd = os.open(path, os.O_RDONLY)
+            try:  # (never through a symlink, even in the cluster's own directory; a fifo never blocks)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as e:
+                raise ValueError(f"not a collective segment: {path!r} ({e.strerror})") from None
             try:
+                why = _not_a_segment(os.fstat(fd), size)
+                if why:
+                    raise ValueError(f"not a collective segment: {path!r} ({why})")
                 m = self._maps[path] = mmap.mmap(fd, size, prot=mmap.PROT_READ)
             finally:
                 os.close(fd)
         arrays = [np.ndarray(shape, np.dtype(dt), buffer=m, offset=off) for dt, shape, off in metas]
         return None if kind == "none" else arrays[0] if kind == "array" else arrays
+
+
+def _not_a_segment(st, size: int) -> str:
+    """Why the opened file is not a segment a peer of this user made as ``_Segment`` does, or ""."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        return "not this user's private file"
+    if st.st_size < size:
+        return f"{st.st_size} bytes, not {size}"
+    return ""
 
 
 class ShmPayload(NamedTuple):
