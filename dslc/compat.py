@@ -12,6 +12,12 @@ module would, naming the dslc module it looked for.
 A real Caffe2 installed next to dslc is never shadowed unless asked: ``install()``
 refuses while ``caffe2`` is importable from elsewhere, unless ``force=True``
 (``dslc exec --shadow``).
+
+Under ``dslc exec`` the script's multiprocessing children see the same names, whatever
+the start method. ``fork`` children are copies; ``spawn`` and ``forkserver`` children
+start a fresh Python that unpickles the parent's preparation data and then runs the
+script again as ``__mp_main__``: that data carries an ``_InChildren`` whose unpickling
+installs the aliases (and this same hook, for their own children) first.
 """
 from __future__ import annotations
 
@@ -116,6 +122,7 @@ def run_script(path: str, args, force: bool = False) -> int:
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [path] + list(args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    restore = _aliases_in_children(force)
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
@@ -123,6 +130,62 @@ def run_script(path: str, args, force: bool = False) -> int:
             return e.code or 0
         print(e.code, file=sys.stderr)
         return 1
+    except Exception as e:
+        if isinstance(e, DSLError):
+            raise  # (dslc's own located error: one line, exit 2)
+        _print_script_traceback(e, path)  # the script's exception, as `python script.py` shows it
+        return 1
     finally:
+        restore()
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
+
+
+def _print_script_traceback(e: BaseException, path: str) -> None:
+    import traceback
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != path:
+        tb = tb.tb_next  # (runpy's and dslc's frames above the script's are not the user's)
+    traceback.print_exception(type(e), e, tb or e.__traceback__, file=sys.stderr)
+
+
+class _InChildren:
+    """Travels in the preparation data of a ``spawn`` or ``forkserver`` child, which
+    unpickles it before it imports the script again: there it installs the aliases."""
+
+    def __init__(self, force: bool):
+        self.force = force
+
+    def __reduce__(self):
+        return _install_in_child, (self.force,)
+
+
+def _install_in_child(force: bool) -> None:
+    install(force)
+    _aliases_in_children(force)  # (and in the children it starts in turn)
+
+
+def _aliases_in_children(force: bool):
+    """Make the ``spawn`` and ``forkserver`` children of this process install the aliases;
+    returns what undoes it."""
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+
+    def with_aliases(name):
+        data = original(name)
+        if name == "ignore":
+            # the forkserver's own start (multiprocessing asks under this name): a server that
+            # imported the script would do so without the aliases; every child it forks gets
+            # the whole data below and imports the script itself
+            data.pop("init_main_from_path", None)
+            data.pop("main_path", None)
+            return data
+        data["dslc_compat"] = _InChildren(force)  # (prepare() reads only the keys it knows)
+        return data
+
+    spawn.get_preparation_data = with_aliases
+
+    def restore():
+        spawn.get_preparation_data = original
+    return restore

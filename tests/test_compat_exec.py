@@ -2,10 +2,13 @@
 Caffe2 next to dslc is not shadowed unless asked."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -26,9 +29,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _dslc(tmp_path, *args, env=None):
+def _dslc(tmp_path, *args, env=None, timeout=300):
     dslc = os.path.join(os.path.dirname(sys.executable), "dslc")
-    return subprocess.run([dslc, *map(str, args)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    return subprocess.run([dslc, *map(str, args)], cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
 
 
@@ -56,3 +59,57 @@ def test_a_real_caffe2_is_not_shadowed_unless_asked(tmp_path):
 def test_a_missing_script_is_a_user_error(tmp_path):
     done = _dslc(tmp_path, "exec", "nope.py")
     assert done.returncode == 2 and "no script 'nope.py'" in done.stderr
+
+
+POOL = textwrap.dedent("""
+    import multiprocessing as mp
+    import sys
+    import numpy as np
+    from caffe2.python import core, workspace
+    import helper  # (a module next to the script)
+
+
+    def work(k):
+        import caffe2.python.workspace as ws
+        import dslc.workspace
+        ws.FeedBlob("x", np.array([k, k + 1], np.float32))
+        ws.RunOperatorOnce(core.CreateOperator("Scale", ["x"], ["y"], scale=helper.SCALE))
+        return ws.FetchBlob("y").tolist(), ws is dslc.workspace and workspace is dslc.workspace
+
+
+    def nested(q):  # (a child's own children: the aliases hold there too)
+        with mp.get_context(sys.argv[1]).Pool(1) as pool:
+            q.put(pool.apply(work, (5,)))
+
+
+    if __name__ == "__main__":
+        ctx = mp.get_context(sys.argv[1])
+        with ctx.Pool(1) as pool:
+            print(pool.map(work, [1, 2]))
+        q = ctx.Queue()
+        p = ctx.Process(target=nested, args=(q,))
+        p.start()
+        print(q.get(timeout=100))
+        p.join()
+""")
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_multiprocessing_children_see_the_aliases_and_the_scripts_modules(tmp_path, method):
+    """Issue 38: a spawn or forkserver pool under dslc exec hung (its children could not
+    import caffe2 and were restarted forever). x * 3 for x = [k, k + 1], by hand."""
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method} start method here")
+    (tmp_path / "train.py").write_text(POOL)
+    (tmp_path / "helper.py").write_text("SCALE = 3.0\n")
+    done = _dslc(tmp_path, "exec", "train.py", method, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[([3.0, 6.0], True), ([6.0, 9.0], True)]", "([15.0, 18.0], True)"]
+
+
+def test_an_exception_in_the_script_is_the_scripts_traceback_not_an_internal_error(tmp_path):
+    (tmp_path / "train.py").write_text("from caffe2.python import core\n\n\ndef f():\n    raise KeyError('x')\n\n\nf()\n")
+    done = _dslc(tmp_path, "exec", "train.py")
+    assert done.returncode == 1 and "internal error" not in done.stderr, done.stderr
+    assert done.stderr.startswith("Traceback") and 'train.py", line 5, in f' in done.stderr
+    assert done.stderr.strip().endswith("KeyError: 'x'") and "runpy" not in done.stderr
