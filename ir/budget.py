@@ -95,7 +95,7 @@ def check_size(name: str, shape, dtype, error=BudgetError) -> None:
     n = 1
     for d in shape:
         n *= max(int(d), 0)
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = dtype.itemsize if isinstance(dtype, np.dtype) else np.dtype(dtype).itemsize
     if over(n * itemsize):
         check_bytes(name, n * itemsize, f"a {np.dtype(dtype).name}{_shape_text(shape)} tensor", error)
 

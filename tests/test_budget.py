@@ -162,3 +162,30 @@ def test_a_fill_shaped_while_running_is_refused_at_its_line(tmp_path, backend):
     assert err.startswith("job.py:11: runtime error") and "ConstantFill: a float32[10000, 20000] tensor needs 763 MiB" \
         in err and "256 MiB one value may take (DSLC_MAX_TENSOR_BYTES)" in err, err
     assert peak < 256 * MIB, f"{peak / MIB:.0f} MiB"
+
+
+def test_softmax_with_loss_gradient_takes_memory_in_the_logits_size():
+    """Its one-hot targets came from np.eye(classes): classes^2 floats (3.6 GB here, for
+    logits of 240 KB). The gradient's values are Caffe2's: d logits = (softmax - onehot) / n
+    (checked against the real Caffe2's SoftmaxWithLossGradient at 5000 classes, seeded
+    logits: equal to 1e-7)."""
+    import tracemalloc
+
+    import numpy as np
+
+    from dslc.ir.ops import nn_math
+    c = 30000
+    logits = np.random.default_rng(0).random((2, c), dtype=np.float32)
+    labels = np.array([3, c - 1], np.int32)
+    p, _ = nn_math.softmax_with_loss(logits, labels)
+    tracemalloc.start()
+    try:
+        d = nn_math.softmax_with_loss_grad(logits, labels, p, np.float32(1.0))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * logits.nbytes, peak
+    want = p / 2
+    want[0, 3] -= 0.5
+    want[1, c - 1] -= 0.5
+    np.testing.assert_allclose(d, want, rtol=1e-6, atol=1e-9)

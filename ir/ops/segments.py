@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..budget import check_size, total
+from ..budget import check_size, over, total
 from ..gradients import GradOp, SparseGrad, gradient, no_gradient
 from ..opdef import OPS, PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import TensorType
@@ -350,7 +350,9 @@ def _counts(name, lengths, segments=None):
 def _repeated(name, rows, lengths):
     """Row s of ``rows`` LENGTHS[s] times (lengths checked by ``_counts``), once the
     result is known to fit the memory budget."""
-    check_size(name, (total(lengths),) + rows.shape[1:], rows.dtype)
+    n = total(lengths)
+    if over(n * rows.itemsize * (rows.size // max(rows.shape[0], 1))):  # (the check, inlined: a hot op)
+        check_size(name, (n,) + rows.shape[1:], rows.dtype)
     return np.repeat(rows, lengths, axis=0)
 
 
