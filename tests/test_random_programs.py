@@ -127,3 +127,30 @@ def test_ir_text_round_trips_after_lowering_and_after_every_pass(program):
         PassManager([name]).run(module)
         if print_module(module) != text:  # the same text again would parse the same
             text = assert_round_trips(module, f"after {name}")
+
+
+def _in_pieces(backend, program, monkeypatch):
+    from dslc.backends.interp import codegen
+    monkeypatch.setattr(codegen, "PIECE_LINES", 2)
+    fresh()
+    note(P.render(program))
+    task, outputs = P.build(program)
+    want = P.evaluate(program)
+    assert_same(run_task(task, outputs, backend, "default")[0], want, "default pipeline, in pieces")
+    assert_same(run_task(task, outputs, backend, "none")[0], want, "no passes, in pieces")
+
+
+@P.hypothesis_settings(12)
+@given(program=P.programs())
+def test_regions_compiled_in_pieces_give_the_evaluators_answers(program, monkeypatch):
+    """A region's function is compiled in pieces of PIECE_LINES lines (a NetDef of 200k ops
+    is one region): here of 2, so every construct meets a cut, and the values a piece
+    makes reach the pieces after it through their list, loop-carried ones included."""
+    _in_pieces("interp", program, monkeypatch)
+
+
+@P.hypothesis_settings(2)
+@given(program=P.programs())
+def test_numba_regions_compiled_in_pieces_give_the_evaluators_answers(program, monkeypatch):
+    """The same with numba's islands among the pieces (fewer examples: each compiles)."""
+    _in_pieces("numba", program, monkeypatch)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import re
 import weakref
 
 import numpy as np
@@ -23,7 +24,7 @@ from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, ExecutionError
 from .kernels import Constant, kernel_entry
 from .together import together
 
-SOURCES: "weakref.WeakValueDictionary[str, RegionCode]" = weakref.WeakValueDictionary()
+SOURCES: "weakref.WeakValueDictionary[str, _Part]" = weakref.WeakValueDictionary()  # (its parts keep them)
 _ids = itertools.count()
 PLAN_OPS = ("parallel", "scope", "reporting")
 
@@ -31,7 +32,7 @@ PLAN_OPS = ("parallel", "scope", "reporting")
 class RegionCode:
     """A compiled region: its function, the blobs it binds, its per-instance op makers."""
 
-    __slots__ = ("fn", "names", "eager", "makers", "filename", "line_ops", "source", "empty", "__weakref__")
+    __slots__ = ("fn", "names", "eager", "makers", "parts", "empty", "__weakref__")
 
     def bind(self, ws, inst) -> "Bound":
         """Resolve the region's blobs in ``ws`` (creating missing ones) and build op state."""
@@ -289,35 +290,111 @@ class Emitter:
         # the kernels and constants are the module's globals, not names bound by an outer
         # function: CPython compiles a function that closes over n names in O(n^2) (4.1 s
         # at 30,000 kernels, against 0.23 s as globals), and reads a global as fast
-        head = ["def run(_cells, _states, rt, ws):"]
-        if self.blobs:
-            head.append(f"        ({', '.join(self.blobs.values())},) = _cells")
-        if self.makers:
-            head.append(f"        ({', '.join(f's{i}' for i in range(len(self.makers)))},) = _states")
-        head.append("        _cx = rt.cancel")
-        lines = head + [text for text, _ in self.body] + [""]
-        source = "\n".join(lines)
-        filename = f"<dslc-region-{next(_ids)}>"
         ns = {"np": np, **self.env}
-        try:
-            code_obj = compile(source, filename, "exec")
-        except SyntaxError as e:  # Python's own limits: 20 nested loops, 100 indents
-            op = next((o for i, (_, o) in enumerate(self.body) if o is not None and len(head) + i + 1 >= (e.lineno or 0)),
-                      None)
-            raise syntax_error(e, op, self.backend) from None
-        exec(code_obj, ns)
+        pieces = _pieces(self.body, PIECE_LINES)
         code = RegionCode()
-        code.fn = ns["run"]
+        if len(pieces) == 1:
+            code.fn, part = _compiled(ns, "run", "", self.body, [], [], self.blobs, len(self.makers), self.backend)
+            code.parts = [part]
+        else:
+            loads, stores, n = _carried(pieces)
+            code.parts = []
+            calls = []
+            for k, piece in enumerate(pieces):
+                _, part = _compiled(ns, f"run_{k}", ", _x", piece, loads[k], stores[k], self.blobs, len(self.makers),
+                                    self.backend)
+                code.parts.append(part)
+                calls.append(f"    run_{k}(_cells, _states, rt, ws, _x)")
+            main = "\n".join(["def run(_cells, _states, rt, ws):", f"    _x = [None] * {n}", *calls, ""])
+            exec(compile(main, f"<dslc-region-{next(_ids)}>", "exec"), ns)
+            code.fn = ns["run"]
         code.names = list(self.blobs)
         code.eager = self.eager
         code.makers = self.makers
         # (nothing to bind or run: the executor skips it, e.g. a plain net's empty task phases)
         code.empty = not self.blobs and not self.eager and not self.makers and \
             all(text.strip() == "pass" for text, _ in self.body)
-        code.filename = filename
-        code.source = source
-        code.line_ops = {len(head) + i + 1: op for i, (_, op) in enumerate(self.body) if op is not None}
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        SOURCES[filename] = code
-        weakref.finalize(code, linecache.cache.pop, filename, None)
         return code
+
+
+# A region's function is compiled in pieces of about this many lines, each a function of
+# its own, called in turn: CPython's compiler holds some 4 KB per line of the function it
+# compiles (830 MB for a straight-line region of 200k ops), and a piece's is freed before
+# the next. Values one piece makes and a later one reads pass through a list (_x).
+PIECE_LINES = 1000
+TOP = "        "  # the indent of a region's top-level lines
+_LOCALS = re.compile(r"\b(?:v\d+(?:_\w*)?|_pg)\b")  # the function's own variables (Emitter.var, op_for)
+_CELL, _STATE = re.compile(r"\bb(\d+)\b"), re.compile(r"\bs(\d+)\b")
+
+
+class _Part:
+    """One compiled function of a region: its source's name and the op of each line."""
+
+    __slots__ = ("filename", "line_ops", "__weakref__")
+
+
+def _pieces(body: list, limit: int) -> list:
+    """``body``'s lines cut into pieces of at least ``limit`` lines, each cut before a
+    top-level statement (a loop or a conditional stays whole)."""
+    if len(body) <= limit:
+        return [body]
+    out, cur = [], []
+    for line in body:
+        text = line[0]
+        if len(cur) >= limit and text.startswith(TOP) and text[len(TOP)] != " " and \
+                not text.startswith(TOP + "else:"):
+            out.append(cur)
+            cur = []
+        cur.append(line)
+    out.append(cur)
+    return out
+
+
+def _carried(pieces: list) -> tuple:
+    """What each piece reads from ``_x`` at its start and writes to it at its end: every
+    variable a later piece names, by its slot. (A variable may be assigned again in a
+    later piece, a loop's carried value: each piece that names it writes it back.)"""
+    names = [set(_LOCALS.findall("\n".join(text for text, _ in p))) for p in pieces]
+    first, last = {}, {}
+    for k, got in enumerate(names):
+        for n in got:
+            first.setdefault(n, k)
+            last[n] = k
+    slots = {n: i for i, n in enumerate(sorted(n for n in first if last[n] > first[n]))}
+    loads = [[(n, slots[n]) for n in sorted(got) if n in slots and first[n] < k] for k, got in enumerate(names)]
+    stores = [[(n, slots[n]) for n in sorted(got) if n in slots and last[n] > k] for k, got in enumerate(names)]
+    return loads, stores, len(slots)
+
+
+def _compiled(ns: dict, name: str, extra: str, body: list, loads: list, stores: list, blobs: dict,
+              n_makers: int, backend: str) -> tuple:
+    """Compile ``body`` as the function ``name`` in the namespace ``ns``: (the function,
+    its _Part). A piece (``extra``: its ``_x``) unpacks only the cells and states it uses."""
+    head = [f"def {name}(_cells, _states, rt, ws{extra}):"]
+    if not extra:
+        if blobs:
+            head.append(f"{TOP}({', '.join(blobs.values())},) = _cells")
+        if n_makers:
+            head.append(f"{TOP}({', '.join(f's{i}' for i in range(n_makers))},) = _states")
+    else:
+        text = "\n".join(t for t, _ in body)
+        head += [f"{TOP}b{i} = _cells[{i}]" for i in sorted({int(i) for i in _CELL.findall(text)})]
+        head += [f"{TOP}s{i} = _states[{i}]" for i in sorted({int(i) for i in _STATE.findall(text)})]
+        head += [f"{TOP}{n} = _x[{i}]" for n, i in loads]
+    head.append(f"{TOP}_cx = rt.cancel")
+    lines = head + [text for text, _ in body] + [f"{TOP}_x[{i}] = {n}" for n, i in stores] + [""]
+    source = "\n".join(lines)
+    filename = f"<dslc-region-{next(_ids)}>"
+    try:
+        code_obj = compile(source, filename, "exec")
+    except SyntaxError as e:  # Python's own limits: 20 nested loops, 100 indents
+        op = next((o for i, (_, o) in enumerate(body) if o is not None and len(head) + i + 1 >= (e.lineno or 0)), None)
+        raise syntax_error(e, op, backend) from None
+    exec(code_obj, ns)
+    part = _Part()
+    part.filename = filename
+    part.line_ops = {len(head) + i + 1: op for i, (_, op) in enumerate(body) if op is not None}
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    SOURCES[filename] = part
+    weakref.finalize(part, linecache.cache.pop, filename, None)
+    return ns[name], part
