@@ -204,6 +204,8 @@ def _blob_names(blobs, op_type: str, role: str, loc, scope: str) -> tuple[str, .
             out.append(str(b))
         elif isinstance(b, str):
             out.append(scope + str(b))
+        elif isinstance(b, bytes):  # (a name fetched from a string blob: Caffe2's protos take bytes too)
+            out.append(scope + b.decode("utf-8"))
         else:
             raise TraceError(f"{op_type} {role} must be blob names or BlobReferences, got {type(b).__name__}",
                              loc, "make a constant with ops.Const(value) and pass its blob")

@@ -227,11 +227,11 @@ def lrn(model, blob_in, blob_out, order="NCHW", use_cudnn=False, **kwargs):
 
 # ----------------------------------------------------------------------------- data input
 
-def db_input(model, blobs_out, batch_size, db, db_type):
+def db_input(model, blobs_out, batch_size, db, db_type, **kwargs):
     """A reader of ``db`` made once (init net) and a TensorProtosDBInput reading ``batch_size``
-    records per run into ``blobs_out``."""
+    records per run into ``blobs_out`` (``kwargs``: the op's other arguments)."""
     reader = model.param_init_net.CreateDB([], f"dbreader_{db}", db=db, db_type=db_type)
-    return model.net.TensorProtosDBInput(reader, blobs_out, batch_size=batch_size)
+    return model.net.TensorProtosDBInput(reader, blobs_out, batch_size=batch_size, **kwargs)
 
 
 # ----------------------------------------------------------------------------- control flow

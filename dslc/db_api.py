@@ -8,13 +8,16 @@ format, backends/runtime/dbminidb.py) or an ``lmdb`` environment.
     cursor = workspace.C.create_db("minidb", path, workspace.C.Mode.read).new_cursor()
     while cursor.valid(): cursor.key(), cursor.value(); cursor.next()
 
-A transaction commits when it is committed, deleted or its db closed, as Caffe2's do.
-Values are bytes, never unpickled.
+A transaction commits when it is committed, deleted or its db closed, as Caffe2's do, and
+a committed minidb record is in the file at once. A db holds its open transactions weakly
+(each transaction holds its db), so ``del transaction; del db`` commits and closes right
+there, not whenever the garbage collector runs. Values are bytes, never unpickled.
 """
 from __future__ import annotations
 
 import enum
 import os
+import weakref
 
 from dslc.ir.diagnostics import DSLError
 from dslc.tracing import user_location
@@ -42,14 +45,16 @@ def create_db(db_type: str, path: str, mode) -> "_DB":
 class _DB:
     def __init__(self, path, mode):
         self.path, self.mode = path, mode
-        self._open_transactions: list = []
+        # (weakly: a transaction the user drops commits then, in its __del__; a list would
+        # keep it, and through it this db, alive until a garbage collection)
+        self._open_transactions = weakref.WeakSet()
 
     def new_transaction(self) -> "_Transaction":
         if self.mode == Mode.read:
             raise DBApiError(f"db {self.path} was opened to read: it has no transactions", user_location(),
                              "open it with Mode.write or Mode.new")
         t = _Transaction(self)
-        self._open_transactions.append(t)
+        self._open_transactions.add(t)
         return t
 
     def new_cursor(self):
@@ -81,8 +86,7 @@ class _Transaction:
         if self._pending:
             self.db._write(self._pending)
             self._pending = []
-        if self in self.db._open_transactions:
-            self.db._open_transactions.remove(self)
+        self.db._open_transactions.discard(self)
 
     def __del__(self):
         try:
@@ -126,6 +130,7 @@ class _MiniDB(_DB):
         from dslc.backends.runtime.dbminidb import HEADER
         for k, v in pairs:
             self._file.write(HEADER.pack(len(k), len(v)) + k + v)
+        self._file.flush()  # (a commit is in the file, as Caffe2's minidb commit flushes)
 
     def _read_all(self) -> list:
         from dslc.backends.runtime import dbminidb

@@ -24,6 +24,7 @@ import time
 from dslc import backends as _backends  # noqa: F401  (the registry the nodes compile with)
 from dslc.backends.ray import cluster as _cluster
 from dslc.backends.ray import split
+from dslc.backends.runtime.streams import session_seed
 from dslc.backends.runtime.values import type_of_value
 from dslc.core import BlobReference
 from dslc.ir import print_module, pyrefs
@@ -52,6 +53,9 @@ class RaySession(Session):
         self.node_setup = node_setup
         ray = _import_ray()
         _backends.get(backend)  # an unknown backend fails here, not inside every node
+        # one seed for every node: random ops seeded by nothing draw the values a local run
+        # of this process would (each node's own process would draw a seed of its own)
+        options["seed"] = session_seed(options.get("seed"))
         self.backend_name, self.options = backend, options
         self.source = source
         self.passes = pipeline(passes)

@@ -17,7 +17,8 @@ from dslc import netdef
 from dslc.blobref import GradientSlice
 from dslc.proto import caffe2_pb2
 from dslc.ir.diagnostics import DSLError
-from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad
+from dslc.ir.gradients import (GRADIENTS, IS_AUTO_GEN_SUM_OPS_TAG, NO_GRADIENT, ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG,
+                                GradContext, GradOp, SparseGrad)
 from dslc.ir.opdef import OPS
 from dslc.tracing import user_location
 
@@ -128,6 +129,9 @@ def _declared(op_type: str, maker):
 
 class IR:
     """Caffe2's ``core.IR``: a list of forward operators to derive a backward pass from."""
+
+    IS_AUTO_GEN_SUM_OPS_TAG = IS_AUTO_GEN_SUM_OPS_TAG
+    ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG = ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG
 
     def __init__(self, operators):
         self.ops = list(operators)

@@ -19,7 +19,8 @@ from collections import defaultdict
 from dslc import core
 from dslc.blobref import GradientSlice
 from dslc.ir.diagnostics import DSLError
-from dslc.ir.gradients import GRADIENTS, NO_GRADIENT, GradContext, GradOp, SparseGrad, no_gradient
+from dslc.ir.gradients import (GRADIENTS, IS_AUTO_GEN_SUM_OPS_TAG, NO_GRADIENT, ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG,
+                                GradContext, GradOp, SparseGrad, no_gradient)
 from dslc.ir.opdef import OPS
 from dslc.oprecord import FILL_ALIASES
 from dslc.tracing import user_location
@@ -37,6 +38,12 @@ class GradientError(DSLError, ValueError):
 
 class OverwrittenValueError(GradientError, RuntimeError):
     """A gradient op needs a forward value a later op overwrites (a RuntimeError, as Caffe2 raises)."""
+
+
+class VersionMismatchError(GradientError, RuntimeError):
+    """A blob written twice, the first value read by nothing: its writer would get the gradient
+    of the second value, which has the same name (Caffe2 refuses it too, a RuntimeError)."""
+
 
 
 def add_gradient_ops(net, ys, loc=None, strict=True) -> dict:
@@ -71,6 +78,7 @@ class _Reverse:
         self.net, self.loc, self.strict = net, loc, strict
         self.ops = net.ops()
         self.versions()
+        self.check_stop_gradients()
         # (op, location, made by a gradient maker, the forward op's device option or None)
         self.records: list[tuple[GradOp, object, bool, object]] = []
         self.parts: dict = defaultdict(list)            # (blob, version) -> provisional names
@@ -80,6 +88,9 @@ class _Reverse:
         self.seeds: set = set()                          # the names of the losses' gradients
         self.splits: dict = defaultdict(int)  # blob -> provisional names handed out
         self.grad_map: dict = {}
+        # blob -> the version whose gradient Caffe2's pass holds under the blob's name (None:
+        # none): what an earlier writer of the blob would be handed (see check_versions)
+        self.frontier: dict = {}
 
     def versions(self):
         """Each op's inputs and outputs as (blob, version); the version a blob ends at."""
@@ -107,6 +118,41 @@ class _Reverse:
         self.record()
         return self.grad_map
 
+    def check_stop_gradients(self):
+        """A StopGradient whose output no op reads stops nothing (its input's readers still
+        pass gradients through): Caffe2 refuses it, a ValueError."""
+        read = {b for op in self.ops for b in op.inputs}
+        for op in self.ops:
+            if OPS.canonical(op.type) == "StopGradient" and op.outputs and op.outputs[0] not in read:
+                raise GradientError(f"StopGradient's output {op.outputs[0]!r} is read by no op, so it stops no "
+                                    "gradient", op.loc, "give StopGradient the same input and output blob, "
+                                    f"StopGradient({op.inputs[0]!r}, {op.inputs[0]!r}), or read its output")
+
+    def check_versions(self, i, go):
+        """Caffe2 hands an op the gradient its pass holds under each output's name; where
+        that is the gradient of a later value of the blob (this op's value read by nothing),
+        Caffe2 refuses the net rather than use it: so does dslc, whose names are Caffe2's."""
+        for (blob, version), g in zip(self.outs[i], go):
+            held = self.frontier.get(blob)
+            if g is None and held is not None and held != version:
+                later = self.ops[self.writer[(blob, held)]] if (blob, held) in self.writer else None
+                again = f", and {later.type} at {later.loc} writes it again" if later is not None else ""
+                op = self.ops[i]
+                raise VersionMismatchError(
+                    f"{op.type} writes a value of {blob!r} that no op reads{again}: the gradient "
+                    f"{blob + '_grad'!r} is of the later value, not of this op's (a version mismatch, "
+                    "which Caffe2 refuses too)", op.loc, f"give one of the two writes of {blob!r} another name")
+
+    def moved(self, i, gi, written):
+        """The frontier after op ``i`` gave its inputs the gradients in ``written`` (Caffe2's
+        rule: an input keeps the gradient held for its name unless it gets one, or the op
+        also writes it)."""
+        outputs = set(self.ops[i].outputs)
+        for (blob, version), name in zip(self.ins[i], gi):
+            got = name in written
+            if got or blob not in self.frontier or blob in outputs:
+                self.frontier[blob] = version if got else None
+
     def is_source(self, key) -> bool:
         """Whether blob version ``key`` is where values enter the net: an input, or made by
         an op reading nothing (a fill: a parameter made in the same net)."""
@@ -127,12 +173,18 @@ class _Reverse:
         # the seed's name, as Caffe2 names it)
         self.parts[(y, self.final[y])].append(name)
         self.seeds.add(name)
+        self.frontier[y] = self.final[y]
 
     def backward(self, i):
         op = self.ops[i]
         go = [self.finish(key) for key in self.outs[i]]
         kind = OPS.canonical(op.type)
+        if go and all(self.frontier.get(b) is None for b, _ in self.outs[i]):
+            return  # (no gradient reaches it, under any version)
+        self.check_versions(i, go)
         if kind in NO_GRADIENT or (go and all(g is None for g in go)) or (not go and kind not in GRADIENTS):
+            if kind in NO_GRADIENT:
+                self.moved(i, [None] * len(self.ins[i]), ())
             return  # (an op without outputs has a gradient only by declaring one: ZeroGradient)
         opdef = OPS.get(kind)
         maker = GRADIENTS.get(kind)
@@ -158,6 +210,7 @@ class _Reverse:
         made = [g for g in made if not isinstance(g, SparseGrad)]
         self.check_reads(i, made)
         written = {b for g in made for b in g.outputs}
+        self.moved(i, gi, written | {gi[g.input] for g in sparse})
         for key, name in zip(self.ins[i], gi):
             if name in written:
                 self.parts[key].append(name)
@@ -228,7 +281,7 @@ class _Reverse:
                     continue
                 self.rename[p] = name if k == 0 else f"_{blob}_grad_autosplit_{k - 1}"
                 dense.append(self.rename[p])
-            self.records.append((GradOp("Sum", dense, [name]), where, False, device))
+            self.records.append((GradOp("Sum", dense, [name]), where, False, _sum_device(device)))
         self.done[key] = name
         if name is not None:
             self.grad_map[blob] = name
@@ -249,6 +302,16 @@ class _Reverse:
                 args = {k: _renamed_net(v, r) for k, v in args.items()}
             self.net._record(g.type, [r.get(b, b) for b in g.inputs], [r.get(b, b) for b in g.outputs],
                              args, loc)
+
+
+def _sum_device(device):
+    """The device option of a Sum the pass adds: ``device``'s, marked as made by the pass
+    (only that mark, when ``device`` asks for it), as Caffe2's are."""
+    out = caffe2_pb2.DeviceOption()
+    if device is not None and f"{ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG}:1" not in device.extra_info:
+        out.CopyFrom(device)
+    out.extra_info.append(f"{IS_AUTO_GEN_SUM_OPS_TAG}:1")
+    return out
 
 
 def _renamed_net(value, rename: dict):

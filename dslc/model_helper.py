@@ -12,10 +12,27 @@ order they were added; checkpoints save them, optimizers update them.
 """
 from __future__ import annotations
 
+import logging
+
 from dslc import core
 from dslc.ir.diagnostics import DSLError
 from dslc.modeling.parameter_info import ParameterTags
 from dslc.tracing import user_location
+
+
+# The operators Caffe2's ModelHelper records through ``model.Op(...)`` without a warning
+# (those that need no parameters); any other operator is recorded too, with a logged
+# warning, or refused with ``allow_not_known_ops=False``, as there.
+KNOWN_WORKING_OPS = frozenset({
+    "Accuracy", "Adam", "Add", "Adagrad", "SparseAdagrad", "Adadelta", "SparseAdadelta", "AveragedLoss",
+    "Cast", "Checkpoint", "ConstantFill", "Copy", "CopyGPUToCPU", "CopyCPUToGPU", "DequeueBlobs",
+    "EnsureCPUOutput", "ExpandDims", "Flatten", "FlattenToVec", "LabelCrossEntropy", "LearningRate",
+    "MakeTwoClass", "MatMul", "NCCLAllreduce", "NHWC2NCHW", "PackSegments", "Print", "PRelu",
+    "ReduceFrontSum", "Scale", "ScatterWeightedSum", "Sigmoid", "SortedSegmentSum", "Snapshot", "Softmax",
+    "SoftmaxWithLoss", "SquaredL2Distance", "Squeeze", "StopGradient", "Summarize", "Tanh", "Transpose",
+    "UnpackSegments", "WeightedSum", "YellowFin"})
+
+_log = logging.getLogger("dslc.model_helper")
 
 
 class ModelError(DSLError, RuntimeError):
@@ -198,10 +215,66 @@ class ModelHelper:
     def InitProto(self):
         return self.param_init_net.Proto()
 
+    # --- op helpers Caffe2's ModelHelper has as methods
+    def CreateDB(self, blob_out, db, db_type, **kwargs):
+        """A DB reader ``blob_out`` made in ``param_init_net`` (run once, read by the net's ops)."""
+        return self.param_init_net.CreateDB([], blob_out, db=db, db_type=db_type, **kwargs)
+
+    def TensorProtosDBInput(self, unused_blob_in, blob_out, batch_size, db, db_type, **kwargs):
+        """Batches of ``db``'s TensorProtos records into ``blob_out``: its reader
+        ``dbreader_<db>`` is made in ``param_init_net`` (brew's db_input)."""
+        if len(unused_blob_in):
+            raise ModelError("model.TensorProtosDBInput makes its own reader: it takes no input blobs",
+                             user_location(), "pass [] as the first argument, or record the op on "
+                             "model.net.TensorProtosDBInput([reader], ...) to read with a reader of your own")
+        from dslc.brew_helpers import db_input
+        return db_input(self, blob_out, batch_size, db, db_type, **kwargs)
+
+    def GetDevices(self):
+        """The devices data_parallel_model spread this model over."""
+        devices = getattr(self, "_devices", None)
+        if not devices:
+            raise ModelError("this model runs on no devices of its own", user_location(),
+                             "use data_parallel_model.Parallelize to run it on several devices")
+        return devices
+
+    def RunAllOnGPU(self, *args, **kwargs):
+        """Both nets' device option: a GPU (recorded; dslc runs them on the CPU)."""
+        self.param_init_net.RunAllOnGPU(*args, **kwargs)
+        self.net.RunAllOnGPU(*args, **kwargs)
+
+    def GetOptimizationParamInfo(self, params=None):
+        """The ParameterInfo of each parameter with a gradient (of ``params``, if given; those
+        with a sparse gradient left out when the model skips sparse optimization)."""
+        if not self.gradient_ops_added:
+            raise ModelError("no gradients yet", user_location(), "call model.AddGradientOperators([loss]) first")
+        from dslc.modeling.parameter_info import ParameterInfo
+        to_grad = self.get_param_to_grad(params) if params else self.param_to_grad
+        out = []
+        for param, grad in to_grad.items():
+            if self.skip_sparse_optim and isinstance(grad, core.GradientSlice):
+                continue
+            info = self.get_param_info(param)
+            if info is None:
+                info = self._parameters_info[str(param)] = ParameterInfo(param_id=None, param=param, grad=grad)
+            info.grad = grad
+            out.append(info)
+        return out
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | KNOWN_WORKING_OPS)
+
     def __getattr__(self, op_type):
-        """``model.Op(...)``: record ``Op`` into ``net`` (ops without parameters)."""
+        """``model.Op(...)``: record ``Op`` into ``net`` (ops without parameters). An operator
+        Caffe2's ModelHelper does not list is recorded with a logged warning, as there, or
+        refused when the model was made with ``allow_not_known_ops=False``."""
         if op_type.startswith("_"):
             raise AttributeError(op_type)
         if not core.is_operator(op_type):
             raise AttributeError(f"{op_type!r} is neither a ModelHelper attribute nor an operator")
+        if op_type not in KNOWN_WORKING_OPS:
+            if not self.__dict__.get("allow_not_known_ops", True):
+                raise AttributeError(f"operator {op_type!r} is not one ModelHelper records directly "
+                                     "(allow_not_known_ops=False): record it on model.net")
+            _log.warning("ModelHelper records %s, an operator it does not list, into model.net as given", op_type)
         return getattr(self.net, op_type)

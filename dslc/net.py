@@ -177,6 +177,16 @@ class Net(NetRecording):
         if self._proto is not None:
             self._push()
 
+    def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
+        """Caffe2's: the net's device option says GPU ``gpu_id`` (and, with ``use_cudnn``,
+        its ops' engine cuDNN). Recorded, not acted on: dslc runs every device option's ops
+        on the CPU (dslc/devices.py)."""
+        proto = self.Proto()
+        proto.device_option.CopyFrom(caffe2_pb2.DeviceOption(device_type=caffe2_pb2.CUDA, device_id=gpu_id))
+        if use_cudnn:
+            for op in proto.op:
+                op.engine = "CUDNN"
+
     def _CheckLookupTables(self):
         """Assert that the names this net counts as made are those its ops write."""
         made = {b for op in self._ops for b in op.outputs}

@@ -14,7 +14,7 @@ import numpy as np
 
 from dslc import backends
 from dslc.backends.runtime.values import blob_types
-from dslc.backends.runtime.workspace import Workspace
+from dslc.backends.runtime.workspace import Workspace, to_user
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError
@@ -241,7 +241,7 @@ class LocalSession(Session):
             raise DSLError(f"output {str(name)!r} was never written: the run stored no value to it",
                            None, "check that an op of its task writes that blob (and the blob's name)")
         v = cell.v
-        return np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+        return to_user(np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v)
 
 
 _CURRENT: list = [None]  # dslc.workspace._current, once imported

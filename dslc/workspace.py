@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import types
 
 import numpy as np
@@ -30,7 +31,7 @@ class Blob(_rt.Cell):
         return _value_of(self, self.name)
 
     def feed(self, value, device_option=None) -> bool:
-        self.v = _rt.to_value(value)
+        self.v = _fed(value, self.name)
         return True
 
     def serialize(self, name=None) -> bytes:
@@ -126,7 +127,8 @@ class Workspace(_rt.Workspace):
         return _fetch(self, name)
 
     def feed_blob(self, name, value):
-        self.feed(str(name), value)
+        v = _fed(value, name)  # (before the cell: a value refused makes no blob)
+        self.cell(str(name)).v = v
         return True
 
     def create_net(self, net, overwrite: bool = False):
@@ -507,18 +509,37 @@ def current_as(ws: _rt.Workspace):
 
 def ResetWorkspace(root_folder=None) -> bool:
     """Start over with a fresh, empty current workspace (blobs and created nets go);
-    ``root_folder``: where its relative db names are (default ".")."""
+    ``root_folder``: where its relative db names and its ops' log files are (default "."),
+    made if missing, as Caffe2's is."""
     ws = Workspace()
     if root_folder:
         ws.root_folder = str(root_folder)
+        os.makedirs(ws.root_folder, exist_ok=True)
     _current[0] = _named[_current_name[0]] = ws
     return True
 
 
 def FeedBlob(name, value, device_option=None) -> bool:
-    """Store ``value`` (a numpy array or Python scalar/list) as blob ``name``; jobs read it."""
-    current().feed(str(name), value)
+    """Store ``value`` as blob ``name``; jobs read it. A numpy array, or anything numpy
+    reads as one (a ``torch.Tensor``, a buffer, a Python scalar or list), becomes a tensor;
+    ``str`` and ``bytes`` a string."""
+    v = _fed(value, name)  # (before the cell: a value refused makes no blob)
+    current().cell(str(name)).v = v
     return True
+
+
+class FeedError(DSLError, TypeError, RuntimeError):
+    """A value FeedBlob cannot store as a tensor (Caffe2 raises a RuntimeError for the
+    values it refuses; a TypeError is what Python code expects)."""
+
+
+def _fed(value, name):
+    """``value`` in the runtime's form, or a FeedError at the user's line."""
+    try:
+        return _rt.to_value(value)
+    except _rt.FeedError as e:
+        raise FeedError(f"cannot feed blob {str(name)!r}: {e}", user_location(),
+                        "feed a numpy array (a torch tensor: t.detach().numpy(), in a dtype numpy has)") from None
 
 
 def CreateBlob(name) -> bool:
@@ -547,8 +568,9 @@ def _value_of(cell, name):
                        "run the task that writes it first")
     v = cell.v
     # a copy, as Caffe2's: the caller may write to it, and the workspace's value (perhaps a
-    # read-only constant, perhaps updated in place by a later run) stays its own
-    return np.array(v) if isinstance(v, (np.ndarray, np.generic)) else v
+    # read-only constant, perhaps updated in place by a later run) stays its own; strings
+    # as bytes, as Caffe2's
+    return _rt.to_user(np.array(v) if isinstance(v, (np.ndarray, np.generic)) else v)
 
 
 def FetchBlob(name):

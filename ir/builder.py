@@ -26,7 +26,7 @@ def make_op(name: str, operands=(), attrs=None, result_types=None, n_results=Non
     try:
         full = opdef.full_attrs(attrs) if attrs or opdef.attrs else {}  # most ops: none at all
         if len(full) > len(opdef.attrs):  # an argument the op does not read: kept, with a warning
-            warn_unused_args(name, opdef.unused_attrs(full), loc)
+            warn_unused_args(name, opdef.unused_attrs(full), loc, opdef.misspelling)
         if n_results is None:
             n_results = len(result_types) if result_types is not None else opdef.results[0]
         if opdef.infer is not None:  # (inferred checks the arity)

@@ -138,11 +138,12 @@ class UnusedArgumentWarning(UserWarning):
 _warned: set = set()
 
 
-def warn_unused_args(op_name: str, names, loc: Location | None) -> None:
+def warn_unused_args(op_name: str, names, loc: Location | None, misspelling=None) -> None:
     """Warn, once per op, argument and line, that ``op_name`` ignores the arguments ``names``.
 
     Caffe2 ignores an argument an operator does not read; so does dslc, but says so
-    at the user's line (a misspelled argument would otherwise go unnoticed).
+    at the user's line (a misspelled argument would otherwise go unnoticed), naming the
+    declared argument ``misspelling(name)`` gives, if any.
     """
     import warnings
 
@@ -151,8 +152,10 @@ def warn_unused_args(op_name: str, names, loc: Location | None) -> None:
         if key in _warned:
             continue
         _warned.add(key)
+        close = misspelling(name) if misspelling is not None else None
+        typo = f"; did you mean {close!r}?" if close else ""
         msg = (f"{op_name} does not read the argument {name!r}; it is kept and ignored, "
-               f"as Caffe2 ignores it (remove it to silence this)")
+               f"as Caffe2 ignores it (remove it to silence this){typo}")
         if loc and loc.line > 0:  # reported at the user's line
             warnings.warn_explicit(msg, UnusedArgumentWarning, loc.file, loc.line)
         else:

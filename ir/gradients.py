@@ -53,6 +53,12 @@ class GradContext:
         return {k: self.args[k] for k in names if k in self.args}
 
 
+# The device-option tags of the Sum ops a reverse pass adds (Caffe2's core.IR names): each
+# such Sum is marked IS_AUTO_GEN_SUM_OPS_TAG, and when the gradient ops it adds up run under an
+# option holding ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG the Sum keeps nothing else of that option
+IS_AUTO_GEN_SUM_OPS_TAG = "is_auto_gen_sum_ops"
+ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG = "only_keep_is_auto_gen_sum_ops_tag"
+
 GRADIENTS: dict[str, Callable] = {}
 NO_GRADIENT: set = set()  # ops whose inputs get no gradient (metrics, fills, StopGradient)
 

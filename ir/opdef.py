@@ -154,8 +154,6 @@ class OpDef:
         """``full_attrs``, checked one attribute at a time: an unknown name is reported
         first, then the first wrong or missing attribute in declaration order."""
         unused = [k for k in attrs if k not in self.attrs]
-        for k in unused:
-            self._unknown_attr(k)
         out = {}
         for k, default in self.attrs.items():
             if k in attrs:
@@ -171,23 +169,21 @@ class OpDef:
                                       hint=f"pass {k}=<{want}> (its default is {default!r})")
                 out[k] = value
             elif default is REQUIRED:
+                typo = [u for u in unused if self.misspelling(u) == k]
                 raise VerifyError(f"{self.name} needs the argument {k!r}",
-                                  hint=f"pass {k}=... to {self.name}")
+                                  hint=f"did you mean {k!r} for {typo[0]!r}?" if typo
+                                  else f"pass {k}=... to {self.name}")
             else:
                 out[k] = default
         for k in unused:  # kept after the declared ones, unused (the verifier warns)
             out[k] = attrs[k]
         return out
 
-    def _unknown_attr(self, bad: str) -> None:
-        """An argument the op does not declare. Caffe2 ignores those (jobs pass arguments
-        such as ``run_once=0`` that an operator never reads), so it is kept unused; but a
-        name within two edits of a declared one is taken for a misspelling, an error."""
-        close = [k for k in self.attrs if _within_two_edits(bad, k)]
-        if close:
-            known = f"its arguments are: {', '.join(sorted(self.attrs))}"
-            raise VerifyError(f"{self.name} has no argument {bad!r}",
-                              hint=f"did you mean {close[0]!r}? {known}")
+    def misspelling(self, bad: str) -> str | None:
+        """The declared argument ``bad`` may be a misspelling of (within two edits), if any.
+        Caffe2 runs an op with an argument it does not read, misspelt or not, so dslc does
+        too: the warning about it names this one (warn_unused_args)."""
+        return misspelling_of(bad, self.attrs)
 
     def known_attrs(self, attrs: dict) -> dict:
         """``attrs`` without the undeclared (unused) ones: what folds and kernels take."""
@@ -354,6 +350,11 @@ def _caller_module() -> str:
 
 def type_error(msg: str, hint: str | None = None):
     raise DSLTypeError(msg, hint=hint)
+
+
+def misspelling_of(bad: str, names) -> str | None:
+    """The first of ``names`` within two edits of ``bad`` (what it may misspell), if any."""
+    return next((k for k in names if _within_two_edits(bad, k)), None)
 
 
 def _within_two_edits(a: str, b: str) -> bool:

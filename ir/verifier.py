@@ -86,10 +86,8 @@ class _Verifier:
         try:
             d.check_arity(len(op.operands), len(op.results))
             unused = d.unused_attrs(op.attrs)
-            for k in unused:
-                d._unknown_attr(k)  # a misspelling of a declared argument is an error
             if unused:
-                warn_unused_args(op.name, unused, op.loc)
+                warn_unused_args(op.name, unused, op.loc, d.misspelling)
             if d.infer is not None:
                 inferred = d.inferred([v.type for v in op.operands], op.attrs, len(op.results))
                 if op.name in LOOPS:

@@ -9,6 +9,10 @@ examples/dlrm.py --loss-function L --optimizer O); the losses it printed are in 
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +139,58 @@ def test_dlrm_prints_the_losses_caffe2_printed(loss, opt, capsys):
     losses = _example().main(["--loss-function", loss, "--optimizer", opt])
     np.testing.assert_allclose([losses[k] for k in (0, 1, 2, 23)], CAFFE2[(loss, opt)], rtol=1e-6)
     assert "batch 24/24" in capsys.readouterr().out
+
+
+# --- DLRM's own Caffe2 script (facebookresearch/dlrm's dlrm_s_caffe2.py, in ../shared, never
+# copied here), run unmodified with `dslc exec`. Its figures (each print-freq window's mean
+# training loss, and the test loss and accuracy) are what the same command printed on the real
+# Caffe2: /tmp/caffe2-venv/bin/python dlrm_s_caffe2.py ARGS --loss-function L --optimizer O,
+# in ../shared/third_party/dlrm with tqdm and scikit-learn on its path.
+
+
+def _shared() -> Path:
+    """../shared beside the checkout (for a git worktree, beside the main checkout it belongs to)."""
+    repo = Path(__file__).resolve().parent.parent
+    git = repo / ".git"
+    if git.is_file() and git.read_text().startswith("gitdir:"):  # (a worktree: .git names main/.git/worktrees/X)
+        main = Path(git.read_text().split(":", 1)[1].strip()).parents[2]
+        if (main.parent / "shared").is_dir():
+            return main.parent / "shared"
+    return repo.parent / "shared"
+
+
+DLRM_SCRIPT = _shared() / "third_party" / "dlrm" / "dlrm_s_caffe2.py"
+DLRM_ARGS = ["--arch-embedding-size", "20-30-40", "--arch-sparse-feature-size", "4", "--arch-mlp-bot", "8-8-4",
+             "--arch-mlp-top", "8-4-1", "--mini-batch-size", "16", "--num-batches", "24", "--print-freq", "4",
+             "--test-freq", "12", "--numpy-rand-seed", "123"]
+DLRM_CAFFE2 = {  # (training losses of iterations 4, 8, ..., 24; test (loss, accuracy %) at 12 and 24)
+    ("mse", "sgd"): ([0.140471, 0.103243, 0.129613, 0.110951, 0.133757, 0.121863],
+                     [(0.125756, 0.0), (0.120806, 0.0)]),
+    ("bce", "adagrad"): ([0.310845, 0.257233, 0.217560, 0.193866, 0.168411, 0.138324],
+                         [(0.200469, 100.0), (0.125944, 100.0)]),
+}
+
+
+def _dlrm_skip_reason():
+    if not DLRM_SCRIPT.exists():
+        return f"DLRM's script is not at {DLRM_SCRIPT} (../shared/third_party/dlrm)"
+    missing = [m for m in ("torch", "sklearn", "tqdm") if importlib.util.find_spec(m) is None]
+    if missing:
+        return f"DLRM's script imports {', '.join(missing)}, not installed here"
+    return None
+
+
+@pytest.mark.skipif(_dlrm_skip_reason() is not None, reason=str(_dlrm_skip_reason()))
+@pytest.mark.parametrize("loss, opt", sorted(DLRM_CAFFE2))
+def test_dlrms_caffe2_script_prints_caffe2s_figures(backend, loss, opt, tmp_path):
+    dslc = os.path.join(os.path.dirname(sys.executable), "dslc")
+    env = dict(os.environ, DSLC_BACKEND=backend, PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([dslc, "exec", str(DLRM_SCRIPT), *DLRM_ARGS, "--loss-function", loss, "--optimizer", opt],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    train = [float(x) for x in re.findall(r"Finished training it \d+/24 of epoch 0, .* loss ([0-9.]+)", done.stdout)]
+    test = [(float(a), float(b)) for a, b in
+            re.findall(r"Testing at - \d+/24 .* loss ([0-9.]+), accuracy ([0-9.]+) %", done.stdout)]
+    want_train, want_test = DLRM_CAFFE2[(loss, opt)]
+    np.testing.assert_allclose(train, want_train, rtol=1e-4)
+    np.testing.assert_allclose(test, want_test, rtol=1e-4)

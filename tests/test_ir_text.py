@@ -276,7 +276,7 @@ def test_unknown_type_and_unknown_argument_are_parse_errors():
     expect_error(GOOD.replace('Add(%a, %a) : i64  loc("j.py":4)',
                               'Add(%a, %a) : i65  loc("j.py":4)  // error: unknown type \'i65\''))
     expect_error(GOOD.replace('Const {value = dense<i64: 1>} : i64  loc("j.py":3)',
-                              'Const {valu = 1} : i64  loc("j.py":3)  // error: did you mean \'value\'?'))
+                              'Const {valu = 1} : i64  loc("j.py":3)  // error: did you mean \'value\' for \'valu\'?'))
 
 
 def test_text_that_is_not_a_module_is_refused_at_its_first_line():

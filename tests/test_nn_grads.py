@@ -185,6 +185,14 @@ def test_label_cross_entropy(session):
     check(session, "LabelCrossEntropy", {"P": p, "L": lab}, lambda P, L: -np.log(P[np.arange(4), L]), ["P"])
 
 
+def test_label_cross_entropy_of_rows_of_several_dims_and_column_labels(session):
+    # (Caffe2's shapes: X [N, 1, D] is N rows of D, labels [N, 1]; see test_nn_ops)
+    p = softmax_rows(rand(4, 3)).reshape(4, 1, 3)
+    lab = np.array([[0], [2], [1], [2]], dtype=np.int32)
+    check(session, "LabelCrossEntropy", {"P": p, "L": lab},
+          lambda P, L: -np.log(P.reshape(4, 3)[np.arange(4), L.reshape(4)]), ["P"])
+
+
 def test_softmax_with_loss(session):
     x, lab = rand(5, 4), np.array([0, 3, 1, 1, 2], dtype=np.int32)
     check(session, "SoftmaxWithLoss", {"X": x, "L": lab},

@@ -174,7 +174,7 @@ def test_every_training_op_lowers_with_unknown_shapes_and_round_trips():
     _, swl = net.SoftmaxWithLoss([g, "label"], ["p", "swl"])
     net.Accuracy([y, "label"], "acc")
     net.RowWiseArgMax(y, "am")
-    net.StopGradient(parts[0], "stopped")
+    net.StopGradient(parts[0], parts[0])  # (in place: an output no op reads Caffe2 refuses)
     loss = net.Sum([net.AveragedLoss(xent, "al"), swl, parts[1]], "loss")
     model.AddGradientOperators([loss])
     optimizer.build_adam(model, 0.01)
@@ -214,3 +214,54 @@ def test_matmul_axes_as_caffe2(backend):
         assert y.shape == (6, 5)
         np.testing.assert_allclose(y.ravel()[:3], [1.5744296312332153, -0.7365291714668274, 1.5233216285705566],
                                    rtol=1e-6)
+
+
+# LabelCrossEntropy as Caffe2's cross_entropy_op.cc has it: X [N, ...] is N rows of the other
+# dims' product (DLRM's [N, 1, 2] probabilities), labels [N] or [N, 1]. dslc refused the first
+# and gave the second a silently wrong [N, N] loss. Caffe2's figures: this net (the loss, its
+# average and the gradient AddGradientOperators derives) run with workspace.RunNetOnce on the
+# real Caffe2 (/tmp/caffe2-venv), values copied from its output.
+LCE_X = np.array([[[0.2, 0.8]], [[0.6, 0.4]], [[0.9, 0.1]]], np.float32)
+LCE_Y = [0.22314353, 0.5108256, 2.3025851]
+LCE_GRAD = [[[0.0, -0.4166667]], [[-0.5555555, 0.0]], [[0.0, -3.3333335]]]
+
+
+@pytest.mark.parametrize("x, label", [
+    (LCE_X, np.array([[1], [0], [1]], np.int32)),
+    (LCE_X, np.array([1, 0, 1], np.int32)),
+    (LCE_X.reshape(3, 2), np.array([[1], [0], [1]], np.int32)),
+])
+def test_label_cross_entropy_takes_caffe2s_shapes(backend, x, label):
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("label", label)
+    net = core.Net("xent")
+    loss = net.AveragedLoss(net.LabelCrossEntropy(["x", "label"], "y"), "loss")
+    net.AddGradientOperators([loss])
+    with LocalSession(backend=backend) as s:
+        s.run(net)
+        if backend == "numba":  # (compiled, not left to the interpreter)
+            why = s.compile(net).program.summary()["ops interpreted, and why"]
+            assert not any(k.startswith("LabelCrossEntropy") for k in why), why
+    np.testing.assert_allclose(workspace.FetchBlob("y"), LCE_Y, rtol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob("loss"), np.mean(LCE_Y), rtol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob("x_grad"), np.reshape(LCE_GRAD, x.shape), rtol=1e-6)
+
+
+@pytest.mark.parametrize("x, label, words", [
+    # (Caffe2's enforce messages for the same inputs: label.dim() == 1 || (dim 2 and dim32(1) == 1);
+    # label.dim32(0) == N; labels in [0, D))
+    (LCE_X, np.array([[1, 0], [0, 1], [1, 0]], np.int32), "labels must be [N] or [N, 1]"),
+    (LCE_X, np.array([1, 0], np.int32), "labels' length differs"),
+    (np.array([0.2, 0.8], np.float32), np.array([1, 0], np.int32), "labels' length differs"),
+    (LCE_X, np.array([1, 2, 0], np.int32), "outside [0, 2)"),
+    (LCE_X, np.array([1, -1, 0], np.int32), "outside [0, 2)"),
+])
+def test_label_cross_entropy_refuses_what_caffe2_refuses(backend, x, label, words):
+    from dslc.ir.diagnostics import DSLError
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("label", label)
+    net = core.Net("xent")
+    net.LabelCrossEntropy(["x", "label"], "y")
+    with pytest.raises(DSLError, match=words.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        with LocalSession(backend=backend) as s:
+            s.run(net)

@@ -449,10 +449,10 @@ class TestSplitByLengths(hu.HypothesisTestCase):
 @DEVICES
 def test_cast_to_string_writes_numbers_as_caffe2(do):
     """Caffe2 (std::to_string): [b'1', b'-20', b'300'], [b'1.500000', b'-0.250000',
-    b'10000000000.000000'], [b'1', b'0'] (dslc's strings are str, docs/differences.md)."""
-    for x, want in ((np.array([1, -20, 300], np.int32), ["1", "-20", "300"]),
-                    (np.array([1.5, -0.25, 1e10], np.float32), ["1.500000", "-0.250000", "10000000000.000000"]),
-                    (np.array([True, False]), ["1", "0"])):
+    b'10000000000.000000'], [b'1', b'0']."""
+    for x, want in ((np.array([1, -20, 300], np.int32), [b"1", b"-20", b"300"]),
+                    (np.array([1.5, -0.25, 1e10], np.float32), [b"1.500000", b"-0.250000", b"10000000000.000000"]),
+                    (np.array([True, False]), [b"1", b"0"])):
         (got,) = _run(do, "Cast", {"x": x}, to=core.DataType.STRING)
         assert got.tolist() == want
     with pytest.raises(DSLError, match="not parsed"):

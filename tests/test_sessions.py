@@ -501,6 +501,6 @@ def test_get_all_blob_names_in_a_global_task_lists_root_blobs(session):
         listed = ops.GetAllBlobNames([], ["blob_names"], include_shared=False)
         out = final_output(listed)
     session.run(task)
-    got = set(out.fetch().tolist())
+    got = {name.decode() for name in out.fetch().tolist()}  # (bytes, as Caffe2 fetches strings)
     assert {"earlier", "own", "blob_names"} <= got
     assert got == set(session.workspace.names())

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from dslc.backends.runtime.memory import keep_freed_memory
+from dslc.backends.runtime.streams import session_seed
 from dslc.ir import Module
 
 from .executor import Executor
@@ -22,14 +23,15 @@ class Config:
     """Backend options kernels may read."""
 
     log: object = None  # where Print writes (default: stderr)
-    seed: int = 0  # names the random ops' streams (with each op's output blob)
+    seed: int = 0  # names the random ops' streams (with each op's output blob): the session's
 
 
 class InterpBackend:
     name = "interp"
 
-    def __init__(self, log=None, seed=0, **_options):
-        self.cfg = Config(log or sys.stderr, int(seed))
+    def __init__(self, log=None, seed=None, **_options):
+        """``seed``: of the random ops' streams (None: the process's, streams.default_seed)."""
+        self.cfg = Config(log or sys.stderr, session_seed(seed))
         keep_freed_memory()
 
     def compile(self, module: Module) -> Executor:

@@ -23,7 +23,8 @@ import numpy as np
 
 from dslc.backends.runtime.ieee import user_numpy
 from dslc.backends.runtime.resources import Counter, Timer
-from dslc.backends.runtime.workspace import to_value
+from dslc.backends.runtime import logfiles
+from dslc.backends.runtime.workspace import to_user, to_value
 from dslc.ir import pyrefs
 from dslc.ir.budget import check_size, foldable
 from dslc.ir.diagnostics import DSLError
@@ -250,13 +251,18 @@ def _cast(op, cfg):
 def _print(op, cfg):
     name = op.attrs.get("blob") or "tensor"
     every_n, limit = max(1, int(op.attrs["every_n"])), int(op.attrs["limit"])
+    files = logfiles.LogFiles() if op.attrs["to_file"] else None
 
     def make(inst):
         runs = [0]  # this op instance's call count: print calls 1, n+1, 2n+1 ...
+        file = logfiles.path(inst.ws.root(), name, ".log") if files is not None else None
 
         def show(x):
             runs[0] += 1
             if (runs[0] - 1) % every_n == 0:
+                if file is not None:  # (Caffe2's file: its own format)
+                    files.write(file, logfiles.tensor_line(name, to_user(x), limit))
+                    return
                 # one write per line, so lines from concurrent instances do not interleave
                 (cfg.log or sys.stderr).write(f"{name}: {_format(x, limit)}\n")
         return show

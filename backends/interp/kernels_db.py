@@ -125,14 +125,14 @@ def _create_db(op, cfg):
     from dslc.backends.runtime.dbreader import KeyValueReader
     a = op.attrs
     path = _path(a["db"], os.path.isabs(a["db"]))
-    if a["db_type"] in ("lmdb", "leveldb"):  # (record by record, for TensorProtosDBInput)
-        return lambda: KeyValueReader(path, a["db_type"])
+    if a["db_type"] in ("lmdb", "leveldb", "minidb"):  # (record by record, for TensorProtosDBInput;
+        return lambda: KeyValueReader(path, a["db_type"])  # a Load of a minidb reads its path)
     blobdb.get(a["db_type"])  # (an unknown type fails here, naming the known ones)
     return lambda: DBHandle(path, a["db_type"])
 
 
 class DBHandle:
-    """What CreateDB gives for a db of blobs (minidb): its path and type, for a Load to read."""
+    """What CreateDB gives for a db of blobs only (dslcdb...): its path and type, for a Load to read."""
 
     handle_kind = "dbreader"
 

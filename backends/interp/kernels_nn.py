@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from dslc.backends.runtime import collectives
+from dslc.backends.runtime import collectives, logfiles
 from dslc.backends.runtime.streams import stream
 from dslc.ir.budget import check_size
 from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, products, quantized,
@@ -166,6 +166,23 @@ def _results(out, n: int):
 @kernel("Wngrad")
 def _wngrad(op, cfg):  # (the effective learning rate and the update as outputs when named)
     return bound(functools.partial(adaptive.wngrad, n_out=len(op.results)), op.attrs)
+
+
+@kernel("Summarize", per_instance=True)
+def _summarize(op, cfg):
+    files = logfiles.LogFiles() if op.attrs["to_file"] else None
+    name, n = op.attrs.get("blob") or "tensor", len(op.results)
+
+    def make(inst):
+        file = logfiles.path(inst.ws.root(), name, ".summary") if files is not None else None
+
+        def summarize(x):
+            stats = utility.summarize(x)
+            if file is not None:
+                files.write(file, logfiles.summary_line(stats))
+            return stats if n else None
+        return summarize
+    return make
 
 
 @kernel("Unique")

@@ -20,6 +20,7 @@ from dslc.ir.cores import usable_cpus
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
 from dslc.backends.runtime.memory import keep_freed_memory
+from dslc.backends.runtime.streams import session_seed
 from dslc.ir import Module, settings
 
 from dslc.ir.passes.analysis import volatile_blobs
@@ -195,7 +196,7 @@ def local_counters(module: Module) -> frozenset:
 class NumbaBackend:
     name = "numba"
 
-    def __init__(self, log=None, parallel=None, seed=0, min_work=None, nn_min_work=None, **_options):
+    def __init__(self, log=None, parallel=None, seed=None, min_work=None, nn_min_work=None, **_options):
         """``parallel``: use the prange variant of fused kernels on large arrays (default: only
         with more than two cores, where it beats the serial kernel). ``min_work``,
         ``nn_min_work``: compile regions estimated to do at least this much (default
@@ -204,7 +205,7 @@ class NumbaBackend:
             parallel = usable_cpus() > 2 or settings.switch("DSLC_NUMBA_PARALLEL")
         self.log = log or sys.stderr
         self.parallel = parallel
-        self.seed = int(seed)
+        self.seed = session_seed(seed)
         self.min_work = islands.min_work_default() if min_work is None else min_work
         self.nn_min_work = islands.nn_min_work_default() if nn_min_work is None else nn_min_work
         keep_freed_memory()

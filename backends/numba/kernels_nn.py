@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dslc.ir.ops.tensor import fill_value
 
+from .failures import CHECKS, interpreted
 from .kernels import HELPERS, NP, exact, literal, scalar, tensor
-from .kernels import kernel as _register
+from .kernels import kernel as kernel_at  # (a kernel f(op, args, site) that numbers failure sites)
 
 NN_HELPERS: dict[str, str] = {}  # op name -> the source of the helper its expression calls
 
@@ -21,7 +22,7 @@ NN_HELPERS: dict[str, str] = {}  # op name -> the source of the helper its expre
 def kernel(*names):
     """Register a kernel ``f(op, args)`` (these never number a failure site)."""
     def register(f):
-        _register(*names)(lambda op, a, site=None: f(op, a))
+        kernel_at(*names)(lambda op, a, site=None: f(op, a))
         return f
     return register
 
@@ -518,41 +519,59 @@ def _softmax_grad(op, a):
 
 
 helper("LabelCrossEntropy", """
-def _label_cross_entropy(x, label, floor):
-    # -log(max(x[i, label[i]], floor)) for each row
+def _label_cross_entropy(x, label, floor, site):
+    # -log(max(x[i, label[i]], floor)) for each row; a label outside [0, D) fails
     out = np.empty(x.shape[0], x.dtype)
     for i in range(x.shape[0]):
+        if label[i] < 0 or label[i] >= x.shape[1]:
+            raise KernelFail(site, x, label)
         out[i] = -np.log(max(x[i, label[i]], floor))
     return out
 """)
 helper("LabelCrossEntropyGradient", """
-def _label_cross_entropy_grad(x, label, dy, floor):
+def _label_cross_entropy_grad(x, label, dy, floor, site):
     dx = np.zeros_like(x)
     for i in range(x.shape[0]):
+        if label[i] < 0 or label[i] >= x.shape[1]:
+            raise KernelFail(site, x, label, dy)
         dx[i, label[i]] = -dy[i] / max(x[i, label[i]], floor)
     return dx
 """)
 
 
-def _labels(op):
-    t = tensor(op.operands[1])
-    return _float_ranks(op, 2) and t.dtype in ("i32", "i64") and len(t.shape) == 1
-
-
-@kernel("LabelCrossEntropy")
-def _lce(op, a):
-    # (a label outside [0, D) was refused by the type rule when shapes are known; numba
-    # does not check bounds, so unknown sizes stay interpreted)
-    if not _labels(op) or None in tensor(op.operands[0]).shape:
+def _label_operands(op, a):
+    """(X as Caffe2's [N, D] matrix, the labels as a vector), as source; None unless X is a
+    float tensor of known shape (a vector is one row) and the labels int32/int64 [N] or [N, 1]."""
+    x, t = tensor(op.operands[0]), tensor(op.operands[1])
+    if x is None or t is None or x.dtype not in ("f32", "f64") or not x.shape or None in x.shape \
+            or t.dtype not in ("i32", "i64") or len(t.shape) not in (1, 2):
         return None
-    return f"_label_cross_entropy({a[0]}, {a[1]}, {literal(1e-20, _dt(op))})"
+    rows, cols = (x.shape[0], x.shape[1:]) if len(x.shape) > 1 else (1, x.shape)
+    width = 1
+    for d in cols:
+        width *= d
+    return f"np.ascontiguousarray({a[0]}).reshape(({rows}, {width}))", f"{a[1]}.ravel()"
 
 
-@kernel("LabelCrossEntropyGradient")
-def _lce_grad(op, a):
-    if not _labels(op) or None in tensor(op.operands[0]).shape or _rank(op.operands[2]) != 1:
+@kernel_at("LabelCrossEntropy")
+def _lce(op, a, site):
+    got = _label_operands(op, a)
+    if got is None:
         return None
-    return f"_label_cross_entropy_grad({a[0]}, {a[1]}, {a[2]}, {literal(1e-20, _dt(op))})"
+    return f"_label_cross_entropy({got[0]}, {got[1]}, {literal(1e-20, _dt(op))}, {site('label')})"
+
+
+@kernel_at("LabelCrossEntropyGradient")
+def _lce_grad(op, a, site):
+    got = _label_operands(op, a)
+    if got is None or _rank(op.operands[2]) != 1:
+        return None
+    shape = tuple(tensor(op.operands[0]).shape)
+    return (f"_label_cross_entropy_grad({got[0]}, {got[1]}, {a[2]}, {literal(1e-20, _dt(op))}, "
+            f"{site('label')}).reshape({shape})")
+
+
+CHECKS["label"] = interpreted  # (the interpreter's kernel on the [N, D] view raises its error)
 
 
 # --- Dropout: draws from the op's generator (the interpreter's stream), so both backends

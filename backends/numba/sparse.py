@@ -104,6 +104,7 @@ def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
 
 def _adagrad(loop, name):
     def run(p, m, indices, g, lr, *counter, epsilon=1e-5, weight_decay=0.0, counter_halflife=-1, inplace=False):
+        m = ik.nm.float_moment(p, m)
         if weight_decay:  # (the compiled loop has no decay term: the interpreter's)
             extra = {"counter_halflife": counter_halflife} if counter else {}
             return ik.IN_PLACE[name](p, m, indices, g, lr, *counter, epsilon=epsilon, weight_decay=weight_decay,

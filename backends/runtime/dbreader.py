@@ -55,14 +55,23 @@ class KeyValueReader:
             except plyvel.Error as e:
                 raise DBReaderError(f"cannot open the leveldb database {path!r}: {brief(e)}",
                                     hint="check db= names a directory made by leveldb") from None
-        else:
-            raise DBReaderError(f"CreateDB cannot read db_type {db_type!r}", hint="use 'lmdb' or 'leveldb'")
+        elif db_type != "minidb":  # (a minidb is read in file order, when first asked for)
+            raise DBReaderError(f"CreateDB cannot read db_type {db_type!r}", hint="use 'minidb', 'lmdb' or 'leveldb'")
 
     def _pass(self):
         """A new pass over the records, from the first: (key, value bytes)."""
+        if self.db_type == "minidb":
+            return self._minidb_records()
         if self.db_type == "lmdb":
             return ((k, self._db.read(v)) for k, v in self._db.records())
         return self._db.iterator(verify_checksums=True)
+
+    def _minidb_records(self):
+        from . import dbminidb
+        with open(self.path, "rb") as f:
+            for key, offset, length in dbminidb.records(self.path):  # (each checked against the file's size)
+                f.seek(offset)
+                yield key, f.read(length)
 
     def next_record(self) -> tuple:
         """(key, value) of the next record, going round after the last."""

@@ -96,9 +96,23 @@ class Workspace:
         self.epoch += 1
 
 
+class FeedError(TypeError):
+    """A value that looks like an array but would not become one (a torch tensor that
+    requires grad, a dtype numpy lacks); the front end locates it at the user's feed."""
+
+
 def to_value(x):
-    """The runtime form of a tensor: numpy scalars for rank 0, arrays otherwise."""
+    """The runtime form of a tensor: numpy scalars for rank 0, arrays otherwise.
+
+    Array-likes (anything with ``__array__`` or the array interface, such as a
+    ``torch.Tensor``, and buffers such as ``memoryview`` or ``array.array``) become
+    numpy arrays, as Caffe2's feed turns a torch tensor into its tensor. Numpy strings
+    become object arrays, as Caffe2's ``FeedBlob`` makes them. ``bytes`` and ``str`` are
+    strings; other Python objects are kept as they are (a Python op's state).
+    """
     if isinstance(x, np.ndarray):
+        if x.dtype.kind in "US":
+            x = x.astype(object)  # (Caffe2's FeedBlob: "plain NumPy strings are weird")
         return x[()] if x.ndim == 0 else x
     if isinstance(x, (np.generic,)) or x is None:
         return x
@@ -107,4 +121,40 @@ def to_value(x):
         if arr.dtype.kind == "U":
             arr = arr.astype(object)  # strings are object tensors, as GivenTensorStringFill makes
         return arr[()] if arr.ndim == 0 else arr
+    if _array_like(x):
+        try:
+            arr = np.asarray(x)
+        except Exception as e:  # (torch: "Can't call numpy() on Tensor that requires grad")
+            raise FeedError(f"a {type(x).__name__} could not become a numpy array: "
+                            f"{type(e).__name__}: {e}") from e
+        return to_value(arr)
     return x
+
+
+def _array_like(x) -> bool:
+    """Whether numpy reads ``x`` as an array of its own (not as one Python object)."""
+    if isinstance(x, (bytes, str)):
+        return False  # (buffers too, but Caffe2 feeds them as strings)
+    t = type(x)
+    if hasattr(t, "__array__") or hasattr(t, "__array_interface__") or hasattr(t, "__array_struct__"):
+        return True
+    try:
+        memoryview(x)
+    except TypeError:
+        return False
+    return True
+
+
+def to_user(v):
+    """A runtime value as Caffe2's fetch gives it: strings as ``bytes`` (a string tensor
+    as an object array of bytes), everything else as it is. The runtime keeps text as
+    ``str``; Caffe2 holds ``std::string``, which Python sees as bytes."""
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, np.ndarray) and v.dtype.kind in "OUS":
+        out = np.empty(v.shape, dtype=object)
+        flat_in, flat_out = v.reshape(-1), out.reshape(-1)
+        for i, e in enumerate(flat_in):
+            flat_out[i] = e.encode("utf-8") if isinstance(e, str) else bytes(e) if isinstance(e, np.bytes_) else e
+        return out
+    return v

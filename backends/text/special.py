@@ -50,6 +50,7 @@ SPECIAL = {
     "Save": _save,
     "Load": _call("Load", drop=("output_names",)),
     "Print": _call("Print", drop=("blob",)),
+    "Summarize": _call("Summarize", drop=("blob",)),
 }
 
 # op -> index of the first operand its results repeat, in order (the rest are new)

@@ -7,7 +7,7 @@ from dslc.core import FILL_ALIASES, OpRecord
 from dslc.ir.budget import foldable
 from dslc.ir.diagnostics import DSLError, UnknownOperatorError, VerifyError, warn_unused_args
 from dslc.ir.escape import brief
-from dslc.ir.opdef import OPS
+from dslc.ir.opdef import MODEL_SCOPE_SWITCHES, OPS, misspelling_of
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.ops.tensor import fill_value
 from dslc.ir.types import ANY, NUMPY_DTYPES
@@ -41,7 +41,7 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
 
 
 # Op types with their own lowering below (constants, blobs named in attributes...)
-_SPECIAL = frozenset(FILL_ALIASES) | {"ConstantFill", "Load", "Print", "TimerBegin", "Python",
+_SPECIAL = frozenset(FILL_ALIASES) | {"ConstantFill", "Load", "Print", "Summarize", "TimerBegin", "Python",
                                       "RecurrentNetwork", "RecurrentNetworkGradient"} | CONTROL_OPS
 _PLAIN: dict = {}  # op type -> whether lower_op's plain path applies (declarations do not change)
 
@@ -76,7 +76,7 @@ def _lower_special(blk: Block, rec: OpRecord) -> None:
     if rec.type == "Load" and rec.args.get("allow_incomplete") and not rec.inputs:
         inputs = kept_values(blk, rec)  # what the outputs keep if the checkpoint lacks them
     attrs = dict(rec.args)
-    if rec.type == "Print" and rec.inputs:
+    if rec.type in ("Print", "Summarize") and rec.inputs:  # (their files are named after the blob)
         attrs.setdefault("blob", rec.inputs[0])
     for attr, names in (("input_names", rec.inputs), ("output_names", rec.outputs)):
         if attr in opdef.attrs:  # ops that work on blobs by name (Save, Load) are told the names
@@ -122,9 +122,9 @@ def _given_fill(rec: OpRecord) -> np.ndarray:
     if args.get("extra_shape"):
         raise VerifyError(f"{rec.type} extra_shape needs an input (it extends the input's shape)",
                           rec.loc, "put every dim in shape=[...]")
-    if not args.keys() <= _FILL_ARGS:
-        raise VerifyError(f"{rec.type} has no argument {sorted(args.keys() - _FILL_ARGS)[0]!r}", rec.loc,
-                          "its arguments are: dtype, extra_shape, shape, values")
+    ignored = sorted(args.keys() - _FILL_ARGS - MODEL_SCOPE_SWITCHES)
+    if ignored:  # (Caffe2 runs the fill and ignores them)
+        warn_unused_args(rec.type, ignored, rec.loc, lambda k: misspelling_of(k, sorted(_FILL_ARGS)))
     values, shape, code = args.get("values", []), args.get("shape"), args.get("dtype")
     dtype = FILL_ALIASES[rec.type]
     if code is not None and rec.type == "GivenTensorFill":
@@ -162,7 +162,7 @@ def _constant_fill(rec: OpRecord) -> np.ndarray | None:
     if not foldable(t.shape):
         return None
     if len(attrs) > len(opdef.attrs):  # folded to a constant below: warn here, where the op goes
-        warn_unused_args(rec.type, opdef.unused_attrs(attrs), rec.loc)
+        warn_unused_args(rec.type, opdef.unused_attrs(attrs), rec.loc, opdef.misspelling)
     value = fill_value(attrs, t.dtype)
     try:
         return np.full(t.shape, value, dtype=NUMPY_DTYPES[t.dtype])

@@ -68,9 +68,6 @@ _timer_op("TimerGet", I64, "nanoseconds since the timer started, int64 scalar")
 _timer_op("TimerGetAndEnd", TensorType("i64", (1,)), "nanoseconds since start as int64[1], then stop")
 
 def _print(types, attrs, n):
-    if attrs["to_file"]:
-        type_error("Print to_file=1 is not supported: dslc writes every Print to the session's log",
-                   "drop to_file, and pass LocalSession(log=stream) to capture the output")
     if int(attrs["every_n"]) < 1:
         type_error(f"Print every_n must be >= 1, got {attrs['every_n']}", "use every_n=1 to print every run")
     return []
@@ -80,7 +77,8 @@ declare("Print", 1, _print, results=(0, 0),
         attrs={"to_file": 0, "limit": 0, "every_n": 1, "blob": ""},
         effects=(Effect("io", "write"),),
         doc="write `blob: values` to the backend's log (LocalSession(log=...), default stderr) on "
-            "runs 1, every_n+1, ...; at most `limit` values if limit > 0")
+            "runs 1, every_n+1, ...; at most `limit` values if limit > 0; with to_file, a line in "
+            "Caffe2's form to <root folder>/<blob>.log")
 
 def _python(types, attrs, n):
     for key in ("func", "grad_func"):  # (IR text or a NetDef may put anything there)

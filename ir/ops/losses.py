@@ -28,18 +28,48 @@ def _labels(name, x: TensorType, label: TensorType, axis: int = 1):
     return rows
 
 
+def _label_cross_entropy_rows(name, x: TensorType, label: TensorType):
+    """N, the rows of LabelCrossEntropy's X as Caffe2 sees it: dim 0 of X of rank 2 or more
+    (each row the product of the other dims: an [N, 1, D] input is N rows of D), 1 for a
+    vector. Labels: N of them, as [N] or [N, 1]."""
+    indices(name, label, "labels")
+    rows = None
+    if x.shape is not None:
+        if len(x.shape) == 0:
+            type_error(f"{name} needs an input of rank 1 or more, got a scalar", "Reshape it to [N, D]")
+        rows = x.shape[0] if len(x.shape) > 1 else 1
+    if label.shape is not None:
+        ls = label.shape
+        if not (len(ls) == 1 or (len(ls) == 2 and ls[1] in (1, None))):
+            type_error(f"{name} labels must be [N] or [N, 1], got shape {list(ls)}", "Reshape the labels to [N]")
+        mismatch(name, "the labels' length differs from the number of rows", ls[0], rows,
+                 lambda: f"give one label per row of the {list(x.shape)} input (its dim 0; a vector is one row)")
+    return rows
+
+
 def _label_cross_entropy(types, attrs, n):
     x, label = tensors("LabelCrossEntropy", types)
     floats("LabelCrossEntropy", types, 1)
-    if x.shape is not None and len(x.shape) != 2:
-        type_error(f"LabelCrossEntropy needs a 2-D input [N, D], got {list(x.shape)}", "Flatten it first")
-    rows = _labels("LabelCrossEntropy", x, label)
-    return [TensorType(x.dtype, (rows,))]
+    return [TensorType(x.dtype, (_label_cross_entropy_rows("LabelCrossEntropy", x, label),))]
+
+
+def _label_cross_entropy_grad(types, attrs, n):
+    x, label, dy = tensors("LabelCrossEntropyGradient", types)
+    floats("LabelCrossEntropyGradient", types, 1)
+    rows = _label_cross_entropy_rows("LabelCrossEntropyGradient", x, label)
+    if dy.shape is not None:
+        if len(dy.shape) != 1:
+            type_error(f"LabelCrossEntropyGradient needs dY of rank 1 (one per row), got {list(dy.shape)}",
+                       "give dY the shape of LabelCrossEntropy's output, [N]")
+        mismatch("LabelCrossEntropyGradient", "dY's length differs from the number of rows", dy.shape[0], rows,
+                 lambda: "give dY the shape of LabelCrossEntropy's output, [N]")
+    return [x]
 
 
 declare("LabelCrossEntropy", 2, _label_cross_entropy, traits={PURE},
-        doc="Y[i] = -log(max(X[i, label[i]], 1e-20)) for probabilities X [N, D]")
-declare("LabelCrossEntropyGradient", 3, lambda t, a, n: [tensors("LabelCrossEntropyGradient", t)[0]],
+        doc="Y[i] = -log(max(X[i, label[i]], 1e-20)) for probabilities X [N, D...] (each row "
+            "flattened; a vector is one row) and labels [N] or [N, 1] in [0, D)")
+declare("LabelCrossEntropyGradient", 3, _label_cross_entropy_grad,
         traits={PURE}, doc="dX from (X, label, dY) of LabelCrossEntropy")
 
 

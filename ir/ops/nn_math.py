@@ -303,17 +303,34 @@ def clip_grad(y, dy, min=None, max=None):
 
 
 # --- losses and metrics
+class LabelError(ValueError):
+    """A label outside [0, D): no probability to pick (Caffe2 refuses it too)."""
+
+
+def _label_rows(x, label):
+    """(X as Caffe2's [N, D] matrix, the labels as int64 [N]), the labels checked."""
+    x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], _prod(x.shape[1:]))
+    lab = label.reshape(-1).astype(np.int64)
+    bad = (lab < 0) | (lab >= x2.shape[1])
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise LabelError(f"label {int(lab[k])} (row {k}) is outside [0, {x2.shape[1]}): "
+                         f"LabelCrossEntropy picks the probability of class label[i] of each row")
+    return x2, lab
+
+
 def label_cross_entropy(x, label):
-    rows = np.arange(x.shape[0])
-    picked = np.maximum(x[rows, label.astype(np.int64)], x.dtype.type(LOG_THRESHOLD))
+    x2, lab = _label_rows(x, label)
+    picked = np.maximum(x2[np.arange(x2.shape[0]), lab], x.dtype.type(LOG_THRESHOLD))
     return -np.log(picked)
 
 
 def label_cross_entropy_grad(x, label, dy):
-    rows, lab = np.arange(x.shape[0]), label.astype(np.int64)
-    dx = np.zeros_like(x)
-    dx[rows, lab] = -dy / np.maximum(x[rows, lab], x.dtype.type(LOG_THRESHOLD))
-    return dx
+    x2, lab = _label_rows(x, label)
+    rows = np.arange(x2.shape[0])
+    dx = np.zeros_like(x2)
+    dx[rows, lab] = -dy / np.maximum(x2[rows, lab], x.dtype.type(LOG_THRESHOLD))
+    return dx.reshape(x.shape)
 
 
 def _loss_weights(n, weights, dtype):
@@ -452,9 +469,16 @@ def momentum_sgd_update(g, m, lr, p, momentum=0.0, nesterov=0):
     return adjusted, new_m, p - adjusted
 
 
+def float_moment(p, m):
+    """Moment ``m`` in the parameter's float type (a copy; Caffe2's Adagrads take integer
+    zeros for a moment: see ir/ops/optim.py)."""
+    return m.astype(p.dtype) if m.dtype != p.dtype and m.dtype.kind in "iu" else m
+
+
 def adagrad(p, m, g, lr, epsilon=1e-5, decay=1.0, weight_decay=0.0, n_results=2):
     """(param out, moment out[, effective learning rate[, update]]); ``weight_decay`` adds
     weight_decay * param to the gradient first."""
+    m = float_moment(p, m)
     if weight_decay:
         g = (g + g.dtype.type(weight_decay) * p).astype(g.dtype)
     new_m = m * g.dtype.type(decay) + g * g
@@ -550,6 +574,7 @@ def add_rows(out, idx, rows):
 
 
 def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):
+    m = float_moment(p, m)
     idx = updated_rows("SparseAdagrad", indices, p)
     g = g.reshape((idx.size,) + p.shape[1:])
     if not inplace:
@@ -566,6 +591,7 @@ def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace
 
 def row_wise_sparse_adagrad(p, m, indices, g, lr, counter=None, epsilon=1e-5, weight_decay=0.0,
                             counter_halflife=-1, inplace=False):
+    m = float_moment(p, m)
     idx = updated_rows("RowWiseSparseAdagrad", indices, p)
     g = g.reshape((idx.size, int(np.prod(p.shape[1:], dtype=np.int64))))  # (an empty batch has no -1 to infer)
     if not inplace:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..gradients import no_gradient
 from ..opdef import PURE, SIZED_BY_VALUES, declare, type_error
-from ..types import FLOAT_DTYPES, TensorType
+from ..types import FLOAT_DTYPES, INT_DTYPES, TensorType
 from .infer import dtype_from_code, require, tensors
 from .nn import RANDOM, floats, indices
 
@@ -154,8 +154,20 @@ declare("MomentumSGDUpdate", 4, _momentum_sgd, results=3, attrs={"momentum": 0.0
             "adjusted = lr g + momentum m (nesterov: (1+mu) m' - mu m)")
 
 
+def _float_moment(types, k):
+    """``types`` with moment ``k`` typed as the parameter's floats when it holds integers:
+    Caffe2's Adagrad writes its moment in place as floats, so a script may start it from
+    integer zeros (DLRM feeds ``np.full(shape, 0)``); the kernels convert it."""
+    p, m = types[0], types[k]
+    if isinstance(m, TensorType) and isinstance(p, TensorType) and m.dtype in INT_DTYPES \
+            and p.dtype in FLOAT_DTYPES:
+        types = list(types)
+        types[k] = TensorType(p.dtype, m.shape)
+    return types
+
+
 def _adagrad(types, attrs, n):
-    ts = floats("Adagrad", types)
+    ts = floats("Adagrad", _float_moment(types, 1))
     _same("Adagrad", ts, [(0, 1), (0, 2)])
     return [ts[0], ts[1], ts[0], ts[0]][:n]
 
@@ -214,7 +226,7 @@ declare("ScatterWeightedSum", (5, None), _scatter_weighted_sum, updates=(0,), tr
 
 def _sparse_adagrad(name):
     def infer(types, attrs, n):
-        p, m, idx, g, lr, *counter = types
+        p, m, idx, g, lr, *counter = _float_moment(types, 1)
         ts = floats(name, [p, m, g, lr])
         _rows(name, p, idx, g)
         if counter:  # (RowWiseCounter's doubles: a float of any width)

@@ -147,14 +147,15 @@ declare("LSTMUnit", (4, 5), _lstm_unit, results=2, attrs=dict(LSTM_ATTRS), trait
 
 @gradient("LSTMUnit")
 def _(g):
-    extra = []
-    go = list(g.GO)
+    # both outputs' gradients, as Caffe2's maker takes them: a loss that reads only one of
+    # them says the other's is zero with ZeroGradient (Caffe2 refuses the net without it)
     for k in range(2):
-        if go[k] is None:  # (a loss that reads only one of the two outputs)
-            go[k] = f"{g.O[k]}_zero_grad"
-            extra.append(GradOp("ZerosLike", [g.O[k]], [go[k]]))
-    return extra + [GradOp("LSTMUnitGradient", list(g.I) + list(g.O[:2]) + go[:2], [g.GI[0], g.GI[1], g.GI[2]],
-                           g.pick(*LSTM_ATTRS))]
+        if g.GO[k] is None:
+            type_error(f"LSTMUnit's gradient needs the gradient of its output {g.O[k]!r} too, and no loss "
+                       "depends on it", f"add net.ZeroGradient({g.O[k]!r}, []) after the LSTMUnit: its gradient "
+                       "is then zero")
+    return [GradOp("LSTMUnitGradient", list(g.I) + list(g.O[:2]) + list(g.GO[:2]), [g.GI[0], g.GI[1], g.GI[2]],
+                   g.pick(*LSTM_ATTRS))]
 
 
 declare("LSTMUnitGradient", (8, 9), lambda t, a, n: [tensors("LSTMUnitGradient", t)[k] for k in range(3)],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import OPS, PURE, SIZED_BY_VALUES, declare, type_error
+from ..opdef import OPS, PURE, SIZED_BY_VALUES, Effect, declare, type_error
 from ..types import NUMPY_DTYPES, TensorType
 from .infer import dtype_from_code, tensors
 from .nn import indices
@@ -278,11 +278,14 @@ def diagonal_fill(*x, shape=None, value=0.0, dtype=1):
 # Summarize and Unique (statistics of a tensor; deduplicated indices)
 def _summarize(types, attrs, n):
     (x,) = tensors("Summarize", types)
-    return [TensorType(x.dtype, (4,))]
+    return [TensorType(x.dtype, (4,))][:n]
 
 
-declare("Summarize", 1, _summarize, attrs={"to_file": 0}, traits={PURE},
-        doc="Y = [min, max, mean, standard deviation (n - 1)] of X's elements (X not empty)")
+# (it writes a file with to_file=1: an effect, so it stays where it is even without an output)
+declare("Summarize", 1, _summarize, results=(0, 1), attrs={"to_file": 0, "blob": ""},
+        effects=(Effect("io", "write"),),
+        doc="Y = [min, max, mean, standard deviation (n - 1)] of X's elements (X not empty); with "
+            "to_file, also a line of them in <root folder>/<blob>.summary")
 no_gradient("Summarize")
 
 
@@ -316,5 +319,5 @@ def unique(x):
     return values.astype(x.dtype, copy=False), inverse.astype(np.int32).reshape(x.shape)
 
 
-FUNCTIONS = {"NanCheck": nan_check, "BatchBucketOneHot": batch_bucket_one_hot, "SegmentOneHot": segment_one_hot, "Free": free, "Summarize": summarize, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
+FUNCTIONS = {"NanCheck": nan_check, "BatchBucketOneHot": batch_bucket_one_hot, "SegmentOneHot": segment_one_hot, "Free": free, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
              "LengthsRangeFill": lengths_range_fill, "LengthsToShape": lengths_to_shape, "DiagonalFill": diagonal_fill}
