@@ -685,3 +685,19 @@ def test_creating_a_large_net_compiles_its_code_in_pieces():
     at 200k ops 11.5 and 4.8)."""
     got = netdef_in_child(5_000, "create")
     assert got["peak"] / 5_000 <= 10 * 1024, f"{got['peak'] / 5_000:.0f} bytes per op"
+
+
+def test_the_issues_minidb_is_a_located_error_on_the_cli(tmp_path):
+    """The 29-byte minidb declaring 150M strings, loaded by a Caffe2 script: one line naming
+    the script's line, the file and the blob; exit 2 (it took 1.19 GB before)."""
+    minidb(tmp_path / "tiny.minidb", [(b"x#%0", blob_proto([150_000_000], STRING))])
+    (tmp_path / "load.py").write_text(textwrap.dedent("""
+        from caffe2.python import core, workspace
+        net = core.Net("load")
+        net.Load([], ["x"], db="tiny.minidb", db_type="minidb", absolute_path=1)
+        workspace.RunNetOnce(net)
+        """))
+    code, _, err, peak = dslc(tmp_path, "exec", "load.py")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "load.py:4" in err and "tiny.minidb" in err and "blob 'x'" in err and "0 values" in err, err
+    assert peak < 512 << 20
