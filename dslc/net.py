@@ -9,6 +9,7 @@ import functools
 
 from dslc import names, net_clone, netdef
 from dslc.blobref import BlobReference, CurrentNameScope, ScopedBlobReference, ScopedName
+from dslc.ir.gcpause import paused
 from dslc.net_record import NetRecording, _OpRecorder
 from dslc.oprecord import OpRecord
 from dslc.proto import caffe2_pb2
@@ -85,7 +86,8 @@ class Net(NetRecording):
 
     def _load(self, msg, loc) -> None:
         """Records from the NetDef ``msg`` (ops the user added or changed are located at ``loc``)."""
-        self._op_list = [netdef.op_record(op, loc) for op in msg.op]
+        with paused():  # (a record per op, each a few objects: no rescan of them all as they come)
+            self._op_list = [netdef.op_record(op, loc) for op in msg.op]
         self._op_names = None
         for i, (op, rec) in enumerate(zip(msg.op, self._op_list)):
             if op.name != rec.extra.get("name", ""):  # (a name PopulateProtoWithFileName gave)
