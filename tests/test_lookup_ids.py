@@ -324,3 +324,31 @@ def test_row_wise_counter_counts_only_with_a_half_life(backend, passes):
                dict(feeds, i=i64(1, 0, 1)), ["p", "c"])
     assert p.tolist() == [5, 5, 0]
     np.testing.assert_allclose(c, [1.0, 2.5303300858899105, 0.0], rtol=1e-12)
+
+
+def test_bags_of_a_float16_table_add_in_float32(backend, passes):
+    # Caffe2: a float16 table [[0, .25, .5, .75], ...] (arange(12) / 4), ids [2, 0, 2], lengths
+    # [1, 2], weights [1, 2, .5]: float32 sums [[2, 2.25, 2.5, 2.75], [2, 2.5, 3, 3.5]], means
+    # [.., [1, 1.25, 1.5, 1.75]], weighted [.., [1, 1.625, 2.25, 2.875]] (dslc gave float16, and
+    # its numba backend failed on float16 with a bare NotImplementedError)
+    d = (np.arange(12).reshape(3, 4) / 4).astype(np.float16)
+    feeds = {"d": d, "i": i64(2, 0, 2), "l": np.array([1, 2], np.int32), "w": np.array([1, 2, 0.5], np.float32)}
+    s, m, w = run(backend, passes, lambda n: (n.SparseLengthsSum(["d", "i", "l"], "s"),
+                                              n.SparseLengthsMean(["d", "i", "l"], "m"),
+                                              n.SparseLengthsWeightedSum(["d", "w", "i", "l"], "w_")), feeds, ["s", "m", "w_"])
+    assert s.dtype == m.dtype == w.dtype == np.float32
+    np.testing.assert_array_equal(s, [[2, 2.25, 2.5, 2.75], [2, 2.5, 3, 3.5]])
+    np.testing.assert_array_equal(m, [[2, 2.25, 2.5, 2.75], [1, 1.25, 1.5, 1.75]])
+    np.testing.assert_array_equal(w, [[2, 2.25, 2.5, 2.75], [1, 1.625, 2.25, 2.875]])
+
+
+def test_a_float16_sparse_update(backend, passes):
+    # (Caffe2 refuses float16 here, "Unsupported type of tensor X_0: c10::Half"; dslc updates
+    # it, on numba as on the interpreter. By hand: rows 2 (twice) and 0 move by -0.5 each time)
+    h = np.float16
+    d = (np.arange(12).reshape(3, 4) / 4).astype(h)
+    (got,) = run(backend, passes, lambda n: n.ScatterWeightedSum(["d", "one", "i", "g", "lr"], "d"),
+                 {"d": d, "one": np.ones(1, h), "i": i64(2, 0, 2), "g": np.ones((3, 4), h), "lr": np.array([-0.5], h)},
+                 ["d"])
+    assert got.dtype == h
+    np.testing.assert_array_equal(got, d + np.array([[-0.5], [0], [-1]], h))

@@ -90,10 +90,20 @@ def _add_rows_checked(out, idx, rows, w) -> bool:
     return True
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _compilable(indices, *floats) -> bool:
+    """Whether the compiled loops take these arrays: integer ids, float32 or float64 values
+    (numba has no float16: the interpreter's kernel runs those)."""
+    return np.asarray(indices).dtype.kind in "iu" and all(np.asarray(x).dtype in _FLOATS for x in floats)
+
+
 def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
     # the form optimizers emit (a table's rows plus lr times a gradient's) in one compiled
     # call, checks included: at an embedding's sizes its Python costs as much as the rows
-    if w0.size != 1 or w0.reshape(-1)[0] != 1 or len(pairs) != 2 or data.dtype != pairs[0].dtype or data.ndim == 0:
+    if w0.size != 1 or w0.reshape(-1)[0] != 1 or len(pairs) != 2 or data.dtype != pairs[0].dtype or data.ndim == 0 \
+            or not _compilable(indices, data):
         return ik.nm.scatter_weighted_sum(data, w0, indices, *pairs, inplace=inplace)
     out = data if inplace else data.copy()  # (contiguous either way: see ik._owned)
     rows = _flat(np.ascontiguousarray(pairs[0]).reshape((indices.size,) + data.shape[1:]), indices.size)
@@ -105,7 +115,7 @@ def _scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
 def _adagrad(loop, name):
     def run(p, m, indices, g, lr, *counter, epsilon=1e-5, weight_decay=0.0, counter_halflife=-1, inplace=False):
         m = ik.nm.float_moment(p, m)
-        if weight_decay:  # (the compiled loop has no decay term: the interpreter's)
+        if weight_decay or not _compilable(indices, p, m, g, lr):  # (the compiled loop has no decay term)
             extra = {"counter_halflife": counter_halflife} if counter else {}
             return ik.IN_PLACE[name](p, m, indices, g, lr, *counter, epsilon=epsilon, weight_decay=weight_decay,
                                         inplace=inplace, **extra)
@@ -137,7 +147,8 @@ def _sparse_lengths(name, weighted=False, mean=False):
 
     def run(data, *rest):
         weights, indices, lengths = rest if weighted else (None, *rest)
-        if data.ndim == 0 or (weighted and np.ndim(weights) != 1):
+        if data.ndim == 0 or not _compilable(indices, data) or (weighted and (
+                np.ndim(weights) != 1 or not (_compilable(indices, weights) or weights.dtype.kind in "iu"))):
             return ik.segments.FUNCTIONS[name](data, *rest)
         table = _flat(np.ascontiguousarray(data))
         w = np.ascontiguousarray(weights).reshape(-1) if weighted else table.reshape(-1)[:0]

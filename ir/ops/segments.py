@@ -52,7 +52,9 @@ def _sparse_reduce(name, weighted=False, per_id=True):
             type_error(f"{name}'s INDICES must be 1-D, got shape {list(idx.shape)}", "flatten the bags' ids")
         if weighted and per_id:
             weights_per_id(name, ts[1], idx)
-        return [_segment_shape(name, data, lengths)]
+        out = _segment_shape(name, data, lengths)
+        # (Caffe2 adds a float16 table's rows in float32, and gives float32)
+        return [TensorType("f32", out.shape) if data.dtype == "f16" else out]
     return infer
 
 
@@ -299,6 +301,12 @@ def _picked(data, idx, name):
     return data[checked(name, idx, data.shape[0])]
 
 
+def _bag_rows(data, idx, name):
+    """A bag op's rows: float16 ones as float32, as Caffe2 adds them (and gives float32)."""
+    rows = _picked(data, idx, name)
+    return rows.astype(np.float32) if rows.dtype == np.float16 else rows
+
+
 def check_weights(name, weights, n):
     """One weight per id, in a vector (Caffe2 refuses anything else)."""
     if np.ndim(weights) != 1 or np.size(weights) != n:
@@ -323,16 +331,16 @@ def lengths_mean(data, lengths):
 
 
 def sparse_lengths_sum(data, idx, lengths):
-    return _segment_sums(_picked(data, idx, "SparseLengthsSum"), lengths, "SparseLengthsSum")[0]
+    return _segment_sums(_bag_rows(data, idx, "SparseLengthsSum"), lengths, "SparseLengthsSum")[0]
 
 
 def sparse_lengths_mean(data, idx, lengths):
-    return _mean(*_segment_sums(_picked(data, idx, "SparseLengthsMean"), lengths, "SparseLengthsMean"))
+    return _mean(*_segment_sums(_bag_rows(data, idx, "SparseLengthsMean"), lengths, "SparseLengthsMean"))
 
 
 def sparse_lengths_weighted_sum(data, weights, idx, lengths, name="SparseLengthsWeightedSum"):
     check_weights(name, weights, np.size(idx))
-    rows = _picked(data, idx, name)
+    rows = _bag_rows(data, idx, name)
     w = weights.astype(rows.dtype, copy=False).reshape((-1,) + (1,) * (rows.ndim - 1))
     return _segment_sums(rows * w, lengths, name)[0]
 
