@@ -1,9 +1,11 @@
 """The local Ray cluster the distributed tests share (one per test session).
 
 Two raylets on this host stand in for two machines: the head offers the custom
-resource ``host_a``, the second ``host_b``. Everything listens on 127.0.0.1; Ray's
-temp dir and HOME live under the session's tmp path; the cluster is stopped by the
-PIDs it started. Without Ray installed the tests that use it are skipped.
+resource ``host_a``, the second ``host_b``. Everything listens on 127.0.0.1; HOME lives
+under the session's tmp path and Ray's temp dir where ``dslc run --cluster ray`` puts
+its own (a new directory in /tmp, removed at the end), so that what another user of the
+machine could reach there is tested as it is; the cluster is stopped by the PIDs it
+started. Without Ray installed the tests that use it are skipped.
 """
 from __future__ import annotations
 
@@ -18,17 +20,18 @@ RESOURCES_B = {"host_b": 100}
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     pytest.importorskip("ray")
-    from dslc.backends.ray.cluster import LocalCluster
+    from dslc.backends.ray.cluster import LocalCluster, short_temp_dir
 
     base = tmp_path_factory.mktemp("ray")
     (base / "home").mkdir()
-    cluster = LocalCluster(str(base / "t"), num_cpus=2, resources=RESOURCES_A, second_raylet=RESOURCES_B,
-                           home=str(base / "home"))
-    cluster.start()
+    cluster = LocalCluster(short_temp_dir("dslc-raytest-"), num_cpus=2, resources=RESOURCES_A,
+                           second_raylet=RESOURCES_B, home=str(base / "home"))
     try:
+        cluster.start()
         yield cluster
     finally:
         cluster.stop()
+        cluster.remove_temp_dir()
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,14 @@
 """The local Ray clusters dslc starts (issue 23): every socket listens on 127.0.0.1, a
 driver without the cluster's token is refused, and a driver killed outright leaves no
-process and no temp dir behind."""
+process and no temp dir behind; the temp dir is the user's alone, all the way down, also
+as another user of the machine tries it (issue 38)."""
 from __future__ import annotations
 
 import glob
 import os
+import pwd
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -141,3 +144,62 @@ def test_every_socket_of_the_cluster_listens_on_loopback_only(ray_cluster):  # n
     print("\n".join(f"pid {p}: {a}:{port}" for p, a, port in sorted(sockets)))  # (the CI log lists them)
     assert len({p for p, _, _ in sockets}) >= 3, sockets  # GCS, raylet, a worker at least
     assert all(a in ("127.0.0.1", "::1") for _, a, _ in sockets), sockets
+
+
+def _modes(top: str) -> list[tuple[str, int, int]]:
+    """(path below ``top``, mode, owner) of ``top`` and everything below it but symlinks."""
+    out = []
+    for root, dirs, files in os.walk(top):
+        for entry in [root] + [os.path.join(root, n) for n in dirs + files]:
+            try:
+                st = os.lstat(entry)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISLNK(st.st_mode):
+                out.append((os.path.relpath(entry, top), st.st_mode, st.st_uid))
+    return sorted(set(out))
+
+
+OTHER_USER = """
+for p in "$@"; do
+    ls "$p" >/dev/null 2>&1 && echo "listed $p"
+    [ -f "$p" ] && cat "$p" >/dev/null 2>&1 && echo "read $p"
+    touch "$p/planted" 2>/dev/null && echo "created a file in $p"
+done
+echo done
+"""
+
+
+def test_the_clusters_temp_dir_is_private_all_the_way_down(ray_cluster, shared_ray_session):  # noqa: F811
+    """Ray makes its directories 0777 and its logs 0644: another local user could read the
+    logs and create files beside the raylet's and the object store's sockets. dslc's
+    temp dir is 0700 from the start, and everything below it is private within a second
+    (the watchdog's pass). The job's own files keep the user's umask."""
+    import ray
+    top = ray_cluster.temp_dir
+    assert stat.S_IMODE(os.stat(top).st_mode) == 0o700  # (at once: nothing below is reachable)
+    pid = shared_ray_session.node_info("umask_probe")["pid"]  # (a node actor: a worker of the cluster)
+    umask = next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("Umask"))
+    mine = os.umask(0o022)
+    os.umask(mine)
+    assert int(umask, 8) == mine  # (the job's files: the user's umask, not the cluster's 077)
+    deadline = time.monotonic() + 10
+    while any(mode & 0o077 for _, mode, _ in _modes(top)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    entries = _modes(top)
+    print(f"\n{top} (another user may do nothing below a 0700 directory):")  # (the CI log lists them)
+    print("\n".join(f"{stat.filemode(mode)} {pwd.getpwuid(uid).pw_name:>8} {path}" for path, mode, uid in entries))
+    assert len(entries) > 20 and [e for e in entries if e[1] & 0o077 or e[2] != os.geteuid()] == []
+    session = ray._private.worker._global_node.get_session_dir_path()
+    sockets = os.path.join(session, "sockets")
+    assert {"raylet", "plasma_store"} <= set(os.listdir(sockets))
+    if os.geteuid() != 0:
+        return  # (the modes above are the test; trying as another user needs root to become one)
+    nobody = pwd.getpwnam("nobody") if "nobody" in {p.pw_name for p in pwd.getpwall()} else None
+    uid = nobody.pw_uid if nobody else 65534
+    logs = os.path.join(session, "logs")
+    tried = [top, session, sockets, logs, os.path.join(logs, "raylet.out"), os.path.join(logs, "gcs_server.out")]
+    done = subprocess.run(["/bin/sh", "-c", OTHER_USER, "sh", *tried], user=uid, group=uid, extra_groups=[],
+                          cwd="/", capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "done", done.stdout  # (nothing listed, read or created)
+    assert not any(os.path.exists(os.path.join(p, "planted")) for p in tried)

@@ -11,7 +11,17 @@ A cluster dslc starts has Ray's token authentication on, with a token made for i
 (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN``, inherited by the processes it starts and
 by nothing else): a process without the token cannot join it or run anything on it.
 A watchdog process (``watchdog``) stops it and removes its temp dir if the driver dies
-without stopping it. Joining an existing cluster uses the user's own Ray settings
+without stopping it.
+
+Its temp dir (logs, sockets, session files) is the user's alone, all the way down. Ray
+makes each directory it creates 0777 ("so others can use it") and its files with the
+umask of the process writing them; dslc creates the temp dir 0700, makes the directories
+the driver's Ray creates there 0700 instead (``_private_dirs``), starts the cluster's
+processes under umask 077 (they inherit it: daemons, agents, workers; a node actor sets
+the user's own umask back for the job's files, ``JOB_UMASK``), and takes group's and
+others' permissions off whatever else appears (``privatize``, after the start and every
+second from the watchdog). Nothing below the 0700 temp dir is reachable by another user
+at any moment; the modes below it are private within a second. Joining an existing cluster uses the user's own Ray settings
 (their token, in ``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``).
 
 Ray quirks this handles (measured with Ray 2.x): usage stats are sent unless
@@ -30,6 +40,7 @@ import signal
 import time
 
 LOOPBACK = "127.0.0.1"
+JOB_UMASK = "DSLC_JOB_UMASK"  # the driver's umask (octal), for the files the job's nodes write
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_DEDUP_LOGS": "0"}
 
 
@@ -133,12 +144,58 @@ def kill_pids(pids, grace_s: float = 2.0) -> None:
             return
 
 
-def short_temp_dir() -> str:
-    """A new temp dir for a cluster, short enough for Ray's socket paths (107 bytes at most)."""
+def short_temp_dir(prefix: str = "dslc-ray-") -> str:
+    """A new temp dir for a cluster (0700), short enough for Ray's socket paths (107 bytes at most)."""
     import tempfile
 
     base = tempfile.gettempdir()
-    return tempfile.mkdtemp(prefix="dslc-ray-", dir=base if len(base) <= 32 else "/tmp")
+    return tempfile.mkdtemp(prefix=prefix, dir=base if len(base) <= 32 else "/tmp")
+
+
+def privatize(path: str) -> int:
+    """Take group's and others' permissions off ``path`` and everything below it that this
+    user owns (never through a symlink); returns how many entries changed."""
+    import stat
+
+    me, changed = os.geteuid(), 0
+    for root, dirs, files in os.walk(path):
+        for entry in [root] + [os.path.join(root, n) for n in dirs + files]:
+            try:
+                st = os.lstat(entry)
+                if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o077 or st.st_uid != me:
+                    continue
+                os.chmod(entry, stat.S_IMODE(st.st_mode) & 0o700)  # (not a link: lstat said so)
+                changed += 1
+            except OSError:  # (gone meanwhile: a worker's log rotated, a socket closed)
+                pass
+    return changed
+
+
+@contextlib.contextmanager
+def _private_dirs(temp_dir: str):
+    """Ray's ``try_make_directory_shared`` (chmod 0777) makes directories under
+    ``temp_dir`` 0700 instead, in this process, while the context lasts."""
+    try:
+        from ray._common import utils
+        shared = utils.try_make_directory_shared
+    except (ImportError, AttributeError):  # another Ray: privatize() does the work
+        yield
+        return
+    inside = os.path.abspath(temp_dir) + os.sep
+
+    def private(path):
+        if not (os.path.abspath(path) + os.sep).startswith(inside):
+            return shared(path)
+        try:
+            os.chmod(path, 0o700)
+        except PermissionError:  # (as Ray: a directory someone else made stays as it is)
+            pass
+
+    utils.try_make_directory_shared = private
+    try:
+        yield
+    finally:
+        utils.try_make_directory_shared = shared
 
 
 @contextlib.contextmanager
@@ -181,6 +238,7 @@ class LocalCluster:
         self._saved_env = None
         self._pids: set[int] = set()
         self._watchdog = None  # (process, the write end of its pipe)
+        self._private = None   # the context that keeps Ray's directories private (_private_dirs)
         self.token = secrets.token_hex(32)  # this cluster's auth token
         self.start_seconds = 0.0
 
@@ -188,9 +246,15 @@ class LocalCluster:
         import ray
 
         t0 = time.perf_counter()
-        os.makedirs(self.temp_dir, exist_ok=True)
+        os.makedirs(self.temp_dir, mode=0o700, exist_ok=True)
+        os.chmod(self.temp_dir, 0o700)  # (however it was made: nothing below is reachable by others)
+        user_umask = os.umask(0o077)  # the cluster's processes inherit it (this one's is set back below)
         self._saved_env = quiet_env(self.home, self.token)
         self._saved_env.update(_set_shm_dir(shm_dir(self.temp_dir)))
+        self._saved_env[JOB_UMASK] = os.environ.get(JOB_UMASK)
+        _set_env({JOB_UMASK: f"{user_umask:o}"})
+        self._private = _private_dirs(self.temp_dir)
+        self._private.__enter__()
         try:
             with _loopback_kept():
                 ray.init(address="local", num_cpus=self.num_cpus, resources=self.resources,
@@ -201,7 +265,10 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+        finally:
+            os.umask(user_umask)
         self._pids = self._started_pids()
+        privatize(self.temp_dir)  # (what the agents made 0777 meanwhile; the watchdog goes on)
         self._start_watchdog()
         self.start_seconds = time.perf_counter() - t0
         return self
@@ -281,6 +348,9 @@ class LocalCluster:
             self._pids = set()
             self._stop_watchdog()
             shutil.rmtree(shm_dir(self.temp_dir), ignore_errors=True)
+            if self._private is not None:
+                self._private.__exit__(None, None, None)
+                self._private = None
             if self._saved_env is not None:
                 restore_env(self._saved_env)
                 self._saved_env = None

@@ -7,7 +7,8 @@ process, in a session of its own, with a pipe: the watchdog learns the cluster's
 processes (and every worker below them, read again each second) and waits on the pipe.
 End of file without the word "stopped" means the driver is gone: the watchdog kills
 the cluster's processes (those it saw, and any whose command line names the cluster's
-temp dir) and removes the temp dir, then exits.
+temp dir) and removes the temp dir, then exits. While it waits it also keeps the temp
+dir private (``cluster.privatize``, each second: Ray's agents make directories 0777).
 
 Run as ``python -m dslc.backends.ray.watchdog TEMP_DIR PID...`` with the pipe on stdin.
 """
@@ -18,7 +19,7 @@ import select
 import shutil
 import sys
 
-from .cluster import descendants, kill_pids, shm_dir
+from .cluster import descendants, kill_pids, privatize, shm_dir
 
 POLL_S = 1.0
 
@@ -37,6 +38,7 @@ def watch(temp_dir: str, pids: set[int], fd: int = 0) -> bool:
             said += chunk
             continue
         known |= descendants(known)  # workers start and stop while the cluster runs
+        privatize(temp_dir)
     if said.strip() == b"stopped":
         return False
     kill_pids(descendants(known) | naming(temp_dir))

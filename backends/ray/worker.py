@@ -23,6 +23,7 @@ from dslc.backends.runtime.workspace import Workspace
 from dslc.ir import pyrefs
 
 from . import shm, split
+from .cluster import JOB_UMASK
 from .collective import Mailbox, PeerTransport
 from .queues import RemoteQueue, give, take
 
@@ -36,6 +37,9 @@ class NodeWorker:
         # peers' queue reads are served on other threads of this process: let them have the
         # GIL within 0.5 ms of asking, not Python's default 5 ms, or every remote read waits
         sys.setswitchinterval(0.0005)
+        umask = os.environ.get(JOB_UMASK)
+        if umask:  # a cluster dslc started runs under umask 077: the job's own files get the user's
+            os.umask(int(umask, 8))
         if setup is not None:
             setup()  # the caller's per-process configuration (e.g. a backend's thresholds)
         self.node = node
