@@ -5,15 +5,15 @@ touches anything, so each reports an id outside its table the same way, at the o
 on every backend (the numba kernels fail over to the interpreter's kernel, which raises
 this error):
 
-    Gather: id 3 is outside DATA's 3 rows (ids run 0..2, or -3..-1 counting from the end)
+    Gather: id 3 is outside DATA's 3 rows; ids run 0..2, or -3..-1 counting from the end
 
 An id in 0..n-1 names a row. A negative id counts from the end (-1 is the last row) only
 where the op's definition says so (``wrap``): Gather along axis 0 (Caffe2's default
 ``wrap_indices``), and the updates that take a sparse gradient's ids (ScatterWeightedSum,
-ScatterAssign, the sparse optimizers, SparseToDense's densified gradients), so that a
-Gather's gradient lands on the row it read. Elsewhere (BatchGather, Gather along another
-axis, the SparseLengths* bags, SparseToDense as a user writes it) a negative id is an
-error, as Caffe2 reports it.
+ScatterAssign, the sparse optimizers, RowWiseCounter, SparseToDense's densified gradients),
+so that a Gather's gradient lands on the row it read. Elsewhere (BatchGather, Gather along
+another axis, the SparseLengths* bags, SparseToDense as a user writes it) a negative id is
+an error, as Caffe2 reports it. Nothing is checked where no value moves (an empty batch).
 """
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def wraps(axis, wrap_indices) -> bool:
 
 
 def checked(name: str, ids, n: int, wrap: bool = False, what: str = "DATA's {n} rows") -> np.ndarray:
-    """``ids`` as int64, each in ``0..n-1`` (with ``wrap``, negative ones in ``-n..-1`` turned
-    into ``n-k``), or an ``IdError`` naming the first bad one; the shape is kept. ``what``
+    """``ids`` as int64, each in ``0..n-1`` (with ``wrap``, a negative ``-k`` in ``-n..-1``
+    turned into ``n - k``), or an ``IdError`` naming the first bad one; the shape is kept. ``what``
     says what the ids index (``{n}``: its size)."""
     idx = np.asarray(ids).astype(np.int64, copy=False)
     if idx.size == 0:
