@@ -4,6 +4,7 @@ It loads no pickle, and uses only a directory that is the user's alone (issue 38
 hostile files and directories below are made by the tests."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -160,6 +161,29 @@ def test_a_damaged_or_unsafe_compiled_file_is_compiled_again(fresh_cache, monkey
     assert _run_arrays(monkeypatch) == 0  # compiled again, and right
     assert not made.is_symlink() and made.read_bytes() != b"" and oct(made.stat().st_mode & 0o777) == oct(0o600)
     assert _run_arrays(monkeypatch) == 1  # the file written again is whole
+
+
+@pytest.mark.parametrize("where", ["fndesc", "env"])
+def test_a_compiled_file_naming_a_module_imports_nothing(fresh_cache, monkeypatch, tmp_path, where):
+    """numba finds a function's module and environment by name; a header naming one that
+    is not loaded is not one dslc wrote, and the name is never imported."""
+    assert _run_arrays(monkeypatch) == 0
+    (made,) = _compiled(fresh_cache)
+    (tmp_path / "planted_mod.py").write_text("open('MARK', 'w').write('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    data = made.read_bytes()
+    start = len(compiled.MAGIC) + 8
+    key = json.loads(data[start:start + int.from_bytes(data[len(compiled.MAGIC):start], "little")])["key"]
+    header, obj, bitcode = compiled.unpack(key, data)
+    if where == "fndesc":
+        header["fndesc"]["modname"] = "planted_mod"
+    else:
+        header["env"]["module"] = "planted_mod"
+    meta = {k: v for k, v in header.items() if k not in ("key", "object", "bitcode")}
+    made.write_bytes(compiled.pack(header["key"], meta, obj, bitcode))
+    assert _run_arrays(monkeypatch) == 0  # compiled again, and right
+    assert not (tmp_path / "MARK").exists() and "planted_mod" not in sys.modules
 
 
 def test_dslcs_own_kernels_use_the_same_cache(fresh_cache):

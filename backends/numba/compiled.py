@@ -182,6 +182,8 @@ def decode(header: dict, obj: bytes, bitcode: bytes, target_context):
     for k in ("modname", "qualname", "unique_name", "doc", "mangled_name", "env_name"):
         if not isinstance(f[k], str):
             raise ValueError(f"fndesc.{k}")
+    if f["modname"] not in sys.modules:  # (numba looks the module up by name: never import one for it)
+        raise ValueError(f"module {f['modname']!r} not loaded")
     fndesc.args, fndesc.kws = tuple(map(str, f["args"])), tuple(f["kws"])
     fndesc.abi_tags = tuple(map(str, f["abi_tags"]))
     fndesc.restype = decode_type(f["restype"])
@@ -320,7 +322,7 @@ class KernelCache:
         header, obj, bitcode = got
         try:
             cres = decode(header, obj, bitcode, target_context)
-        except (ValueError, KeyError, TypeError, IndexError):
+        except Exception:  # (a header we did not write, code LLVM refuses: compile it again)
             return None
         args, _ = sigutils.normalize_signature(sig)
         if tuple(cres.signature.args) != tuple(args):
