@@ -249,3 +249,19 @@ def test_a_sticky_world_writable_directory_above_is_fine(tmp_path, monkeypatch):
     root.chmod(0o1777)  # as /tmp: others may not rename what is ours
     caught, used = _refused(tmp_path, monkeypatch, root / "mine")
     assert caught == [] and used == root / "mine" / "numba" and _compiled(used)
+
+
+def test_every_numba_function_of_dslc_keeps_its_code_in_dslcs_cache(fresh_cache):
+    """No dispatcher of dslc's own modules uses numba's pickle cache (``cache=True``)."""
+    import importlib
+    import pkgutil
+
+    from numba.core.dispatcher import Dispatcher
+
+    import dslc.backends.numba as package
+    found = []
+    for info in pkgutil.iter_modules(package.__path__):
+        mod = importlib.import_module(f"{package.__name__}.{info.name}")
+        found += [(info.name, n, v) for n, v in vars(mod).items() if isinstance(v, Dispatcher)]
+    assert len(found) >= 8  # (conv's and sparse's kernels at least)
+    assert [(m, n) for m, n, v in found if not isinstance(v._cache, compiled.KernelCache)] == []
