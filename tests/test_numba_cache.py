@@ -9,6 +9,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 
@@ -208,11 +209,16 @@ def _refused(tmp_path, monkeypatch, root):
     monkeypatch.setenv("DSLC_CACHE_DIR", str(root))
     monkeypatch.setattr(cache, "_dirs", {})
     monkeypatch.setattr(cache, "_modules", {})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert cache.module_for(SOURCE).kernel(2) == 7
-        _run_arrays(monkeypatch)
-        used = cache.cache_dir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # (the private directory: under tmp_path)
+    cache._private_dir.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert cache.module_for(SOURCE).kernel(2) == 7
+            _run_arrays(monkeypatch)
+            used = cache.cache_dir()
+    finally:
+        cache._private_dir.cache_clear()
     return [w for w in caught if issubclass(w.category, cache.KernelCacheWarning)], used
 
 
@@ -239,7 +245,8 @@ def test_a_cache_directory_not_the_users_alone_is_refused_with_one_warning(tmp_p
     assert len(caught) == 1, [str(w.message) for w in caught]
     message = str(caught[0].message)
     assert str(hostile) in message and "not used" in message and "\n" not in message
-    assert used != hostile and os.stat(used).st_uid == os.geteuid() and oct(os.stat(used).st_mode & 0o777) == oct(0o700)
+    assert used.parent == tmp_path and used.name.startswith("dslc-kernels-")
+    assert os.stat(used).st_uid == os.geteuid() and oct(os.stat(used).st_mode & 0o777) == oct(0o700)
     assert _compiled(used) and sorted(hostile.iterdir()) == before  # nothing written there, nothing read
 
 
