@@ -6,7 +6,8 @@ gradients, and their geometry arguments as Caffe2 spells them.
 
 Geometry: ``kernel`` / ``kernels`` / ``kernel_h, kernel_w`` (Conv takes it from W when
 absent), ``stride(s)``, ``pad`` / ``pads`` (begins, then ends) / ``pad_t, pad_l, pad_b,
-pad_r``, ``dilation(s)``, ``legacy_pad`` (3: Caffe's ceil-mode pooling), ``global_pooling``.
+pad_r``, ``dilation(s)``, ``legacy_pad`` (how Caffe2 sizes the output and pads: ``Geometry``),
+``global_pooling``.
 ``order`` is NCHW or NHWC. The numpy semantics the interpreter runs are in ``conv_math``.
 """
 from __future__ import annotations
@@ -26,31 +27,36 @@ GEOMETRY = {"kernel": None, "kernels": None, "kernel_h": None, "kernel_w": None,
             "shared_buffer": 0, "float16_compute": 0}
 CONV = dict(GEOMETRY, group=1)
 POOL = dict(GEOMETRY, count_include_pad=0)
-LEGACY_CAFFE_POOLING = 3
+# legacy_pad: how Caffe2 sizes the output and pads (caffe2_legacy.proto's LegacyPadding)
+NOTSET, VALID, SAME, CAFFE_LEGACY_POOLING = range(4)
+LEGACY_NAMES = ("NOTSET", "VALID", "SAME", "CAFFE_LEGACY_POOLING")
+_PAD_ARGS = ("pad", "pads", "pad_t", "pad_l", "pad_b", "pad_r")
 
 
 class Geometry:
-    """Kernel, strides, pads (begin, end) and dilations of each spatial dim, and the output size."""
+    """Kernel, strides, dilations and pads of each spatial dim, and the output size, as
+    Caffe2 computes them for ``legacy_pad`` (NOTSET: the pads given; VALID: none; SAME:
+    ceil(size / stride) outputs, the padding split with the smaller half before; Caffe's
+    ceil-mode pooling: the tail pad grows).
+
+    ``declared``: Caffe2's pads, (begin, end) per dim, as its ``legacy_pad`` leaves them.
+    ``pads``: the frame the windows read, (begin, end) per dim: the input, ``begin``
+    elements before it (negative: the windows start inside it) and ``end`` after it
+    (negative: the windows stop short of its end), exactly ``(out - 1) stride + span``
+    long. They differ where Caffe2's windows run past its pads (a VALID window wider than
+    the image, Caffe's pooling with a dilated kernel): Caffe2 reads nothing there."""
 
     def __init__(self, name, attrs, spatial, kernel=None):
         nd = len(spatial)
         self.name = name
 
         def per_dim(single, plural, h, w, default):
-            if attrs.get(plural) is not None:
-                got = [int(v) for v in attrs[plural]]
-            elif attrs.get(single) is not None:
-                got = [int(attrs[single])] * nd
-            elif nd == 2 and (attrs.get(h) is not None or attrs.get(w) is not None):
-                got = [int(attrs.get(h) if attrs.get(h) is not None else default),
-                       int(attrs.get(w) if attrs.get(w) is not None else default)]
-            else:
-                return None if default is None else [default] * nd
-            if len(got) != nd:
-                type_error(f"{name}: {plural} has {len(got)} values for {nd} spatial dims",
-                           f"give one {single} per spatial dim")
-            return got
+            return _per_dim(name, attrs, nd, single, plural, h, w, default)
 
+        self.legacy = int(attrs.get("legacy_pad") or 0)
+        if self.legacy not in range(4):
+            type_error(f"{name}: legacy_pad {self.legacy} is none of Caffe2's paddings",
+                       "pass legacy_pad 0 (NOTSET), 1 (VALID), 2 (SAME) or 3 (CAFFE_LEGACY_POOLING)")
         if attrs.get("global_pooling"):  # (the whole image: a kernel given too is ignored, as in Caffe2)
             self.kernel = list(spatial)
         else:
@@ -59,42 +65,102 @@ class Geometry:
             type_error(f"{name} needs a kernel size", "pass kernel=k (or kernels=[...], kernel_h/kernel_w)")
         self.stride = per_dim("stride", "strides", "stride_h", "stride_w", 1)
         self.dilation = per_dim("dilation", "dilations", "dilation_h", "dilation_w", 1)
+        if self.legacy in (VALID, SAME) and any(attrs.get(k) is not None for k in _PAD_ARGS):
+            type_error(f"{name}: legacy_pad {LEGACY_NAMES[self.legacy]} computes the pads itself, and pads "
+                       f"are given too", "leave out pad / pads / pad_t ... (Caffe2 refuses both)")
+        if self.legacy == SAME and any(d != 1 for d in self.dilation):
+            type_error(f"{name}: legacy_pad SAME with dilation {self.dilation}", "Caffe2's SAME padding takes "
+                       "no dilation: pass the pads instead")
         if attrs.get("pads") is not None:
             pads = [int(v) for v in attrs["pads"]]
             if len(pads) != 2 * nd:
                 type_error(f"{name}: pads has {len(pads)} values for {nd} spatial dims",
                            "give the begin pads, then the end pads")
-            self.pads = [(pads[k], pads[k + nd]) for k in range(nd)]
+            self.declared = [(pads[k], pads[k + nd]) for k in range(nd)]
         elif attrs.get("pad") is not None:
-            self.pads = [(int(attrs["pad"]),) * 2] * nd
+            self.declared = [(int(attrs["pad"]),) * 2] * nd
         elif nd == 2 and any(attrs.get(k) is not None for k in ("pad_t", "pad_l", "pad_b", "pad_r")):
             top, left, bottom, right = (int(attrs.get(k) or 0) for k in ("pad_t", "pad_l", "pad_b", "pad_r"))
-            self.pads = [(top, bottom), (left, right)]
+            self.declared = [(top, bottom), (left, right)]
         else:
-            self.pads = [(0, 0)] * nd
+            self.declared = [(0, 0)] * nd
         if attrs.get("global_pooling"):
-            self.stride, self.pads, self.dilation = [1] * nd, [(0, 0)] * nd, [1] * nd
-        if any(v <= 0 for v in self.kernel + self.stride + self.dilation) or any(min(p) < 0 for p in self.pads):
+            self.stride, self.declared, self.dilation = [1] * nd, [(0, 0)] * nd, [1] * nd
+            self.legacy = NOTSET  # (as Caffe2: the whole image, whatever legacy_pad says)
+        if any(v <= 0 for v in self.kernel + self.stride + self.dilation) or any(min(p) < 0 for p in self.declared):
             type_error(f"{name}: kernel, stride and dilation must be positive and pads non-negative",
                        "check the geometry arguments")
-        self.out = []
+        self.out, self.pads = [], []
         for k, size in enumerate(spatial):
-            self.out.append(None if size is None else self._out(k, size, int(attrs.get("legacy_pad") or 0)))
+            out = None if size is None else self._out(k, size)
+            self.out.append(out)
+            self.pads.append(None if size is None else self.frame(k, size, out))
 
-    def _out(self, k, size, legacy):
-        span = self.dilation[k] * (self.kernel[k] - 1) + 1
-        head, tail = self.pads[k]
-        if legacy == LEGACY_CAFFE_POOLING:  # Caffe's ceil mode; the tail pad grows to fit
-            out = int(math.ceil((size + head + tail - span) / self.stride[k])) + 1
-            if head > 0 and (out - 1) * self.stride[k] >= size + head:
+    def span(self, k):
+        return self.dilation[k] * (self.kernel[k] - 1) + 1
+
+    def frame(self, k, size, out):
+        """(begin, end) of the frame dim ``k``'s windows read: ``out`` windows from
+        ``begin`` elements before the input's start."""
+        head = self.declared[k][0]
+        return head, (out - 1) * self.stride[k] + self.span(k) - size - head
+
+    def _out(self, k, size):
+        """Dim ``k``'s output size from its input's (Caffe2's ComputeSizeAndPad, C's
+        integer division included); ``declared[k]`` becomes the pads Caffe2 computes."""
+        stride, kernel, span = self.stride[k], self.kernel[k], self.span(k)
+        head, tail = self.declared[k]
+        if self.legacy == NOTSET:
+            if size + head + tail < span:
+                type_error(f"{self.name}: a spatial dim of {size} (pads {self.declared[k]}) is smaller than the "
+                           f"kernel's span {span}", "pad the input or use a smaller kernel")
+            return (size + head + tail - span) // stride + 1
+        if self.legacy == VALID:  # (no padding; C's division truncates a negative quotient up)
+            self.declared[k] = (0, 0)
+            out = _c_div(size - span, stride) + 1
+        elif self.legacy == SAME:
+            need = (-(-size // stride) - 1) * stride + kernel - size  # (negative: a stride past the kernel)
+            head = _c_div(need, 2)
+            self.declared[k] = (head, need - head)
+            out = _c_div(size + need - span, stride) + 1
+        else:  # Caffe's ceil-mode pooling: the begin pad twice, the kernel undilated; the tail pad grows
+            out = math.ceil((size + 2 * head - kernel) / stride + 1)
+            if head > 0 and (out - 1) * stride >= size + head:
                 out -= 1
-            self.pads[k] = (head, max(tail, (out - 1) * self.stride[k] + span - size - head))
-        else:
-            out = (size + head + tail - span) // self.stride[k] + 1
-        if out <= 0:
-            type_error(f"{self.name}: a spatial dim of {size} (pads {self.pads[k]}) is smaller than the "
-                       f"kernel's span {span}", "pad the input or use a smaller kernel")
+            standard = int((size + 2 * head - kernel) / stride + 1)
+            if out < standard:  # (Caffe2 refuses this too: "This should never happen")
+                type_error(f"{self.name}: legacy_pad CAFFE_LEGACY_POOLING gives {out} windows over a spatial dim "
+                           f"of {size} (begin pad {head}), fewer than its pads allow ({standard})",
+                           "Caffe2 refuses this geometry too: pass pads without legacy_pad")
+            self.declared[k] = (head, head + stride * (out - standard))
+        if out < 0:
+            type_error(f"{self.name}: a spatial dim of {size} is smaller than the kernel's span {span} "
+                       f"(legacy_pad {LEGACY_NAMES[self.legacy]})", "pad the input or use a smaller kernel")
         return out
+
+
+def _per_dim(name, attrs, nd, single, plural, h, w, default):
+    """One value per spatial dim from ``plural`` (a list), ``single`` (all dims) or, in 2-D,
+    ``h`` and ``w``; ``default`` for each dim where none is given."""
+    if attrs.get(plural) is not None:
+        got = [int(v) for v in attrs[plural]]
+    elif attrs.get(single) is not None:
+        got = [int(attrs[single])] * nd
+    elif nd == 2 and (attrs.get(h) is not None or attrs.get(w) is not None):
+        got = [int(attrs.get(h) if attrs.get(h) is not None else default),
+               int(attrs.get(w) if attrs.get(w) is not None else default)]
+    else:
+        return None if default is None else [default] * nd
+    if len(got) != nd:
+        type_error(f"{name}: {plural} has {len(got)} values for {nd} spatial dims",
+                   f"give one {single} per spatial dim")
+    return got
+
+
+def _c_div(a, b):
+    """C's integer division (truncating toward zero), as Caffe2 sizes outputs."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
 
 
 def _layout(order, name):
@@ -150,8 +216,13 @@ def _(g):
     return [GradOp("ConvGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[0]], dict(args, no_bias=1))]
 
 
-# ConvTranspose: the gradient of a convolution as an op (every input pixel scatters its
-# kernel-weighted channels into the output), output H' = (H - 1) stride - pads + kernel + adj
+# ConvTranspose: the input gradient of a convolution as an op (every input pixel scatters
+# its kernel-weighted channels into the output), in groups as Conv: X [N, C, H, W], W
+# [C, M / group, kh, kw] (Conv's layout, the channels swapped), Y [N, M, H', W'] with
+# H' = (H - 1) stride - pads + kernel + adj
+TRANSPOSE = dict(GEOMETRY, group=1, adj=None, adjs=None, adj_h=None, adj_w=None)
+
+
 def _conv_transpose(types, attrs, n):
     ts = floats("ConvTranspose", types)
     x, w = ts[0], ts[1]
@@ -161,32 +232,66 @@ def _conv_transpose(types, attrs, n):
         return [TensorType(x.dtype, None)]
     if len(x.shape) != 4 or len(w.shape) != 4:
         type_error(f"ConvTranspose of X {list(x.shape)} with W {list(w.shape)}: 2-D images only",
-                   "X is [N, C, H, W], W [C, M, kh, kw]")
+                   "X is [N, C, H, W], W [C, M / group, kh, kw]")
+    group = int(attrs["group"])
+    if group < 1:
+        type_error(f"ConvTranspose: group {group}", "group counts the channel groups: 1 or more")
     if None not in (x.shape[1], w.shape[0]) and x.shape[1] != w.shape[0]:
-        type_error(f"ConvTranspose: X has {x.shape[1]} channels, W takes {w.shape[0]}", "W is [C, M, kh, kw]")
+        type_error(f"ConvTranspose: X has {x.shape[1]} channels, W takes {w.shape[0]}",
+                   "W is [C, M / group, kh, kw]")
+    if x.shape[1] is not None and x.shape[1] % group:
+        type_error(f"ConvTranspose: X's {x.shape[1]} channels do not split into {group} groups",
+                   "the input channels are a multiple of group")
+    m = None if w.shape[1] is None else w.shape[1] * group
+    if len(ts) == 3 and ts[2].shape is not None and m is not None and tuple(ts[2].shape) != (m,):
+        type_error(f"ConvTranspose: the bias has shape {list(ts[2].shape)}, not [{m}]",
+                   "one bias per output channel (W's second dim times group)")
     g = transposed_geometry(attrs, list(w.shape[2:]), x.shape[2:])
-    return [TensorType(x.dtype, (x.shape[0], w.shape[1], *g.out_t))]
+    return [TensorType(x.dtype, (x.shape[0], m, *g.out_t))]
 
 
 def transposed_geometry(attrs, kernel, spatial):
-    g = Geometry("ConvTranspose", dict(attrs, legacy_pad=0, dilation=None, dilations=None), [None] * len(kernel),
-                 kernel=kernel)
-    adj = [int(attrs.get("adj") or 0)] * len(kernel)
-    g.out_t = [None if s is None else (s - 1) * st - p0 - p1 + k + a
-               for s, st, (p0, p1), k, a in zip(spatial, g.stride, g.pads, g.kernel, adj)]
+    """The geometry of the convolution whose input gradient ConvTranspose computes: its
+    input is ConvTranspose's output (``out_t``), its output X (``out``: ``spatial``), and
+    ``pads`` the frame its windows read over ConvTranspose's output."""
+    nd = len(kernel)
+    g = Geometry("ConvTranspose", dict(attrs, dilation=None, dilations=None, dilation_h=None, dilation_w=None),
+                 [None] * nd, kernel=kernel)
+    if g.legacy == CAFFE_LEGACY_POOLING:  # (Caffe2 aborts: "no longer supported")
+        type_error("ConvTranspose: legacy_pad CAFFE_LEGACY_POOLING is for pooling",
+                   "pass the pads (or legacy_pad VALID / SAME: no padding)")
+    adj = _per_dim("ConvTranspose", attrs, nd, "adj", "adjs", "adj_h", "adj_w", 0)
+    if any(not 0 <= a <= st for a, st in zip(adj, g.stride)):
+        type_error(f"ConvTranspose: adj {adj} with stride {g.stride}", "each adj is between 0 and its stride")
+    g.out, g.out_t, g.pads = list(spatial), [], []
+    for s, st, (p0, p1), k, a in zip(spatial, g.stride, g.declared, g.kernel, adj):
+        # (VALID and SAME: no padding, as Caffe2's ConvTranspose; none may be given)
+        out = None if s is None else (s - 1) * st - p0 - p1 + k + a
+        if out is not None and out < 0:
+            type_error(f"ConvTranspose: pads {(p0, p1)} take more than the {out + p0 + p1} pixels the kernel "
+                       f"spreads {s} over", "use smaller pads")
+        g.out_t.append(out)
+        g.pads.append((p0, p1 - a))  # (the adj rows at the end: no window writes them)
     return g
 
 
-declare("ConvTranspose", (2, 3), _conv_transpose, attrs=dict(GEOMETRY, adj=0), traits={PURE},
-        doc="Y = the transposed convolution of X with W [C, M, kh, kw] (+ bias b [M]); stride, pads, adj")
-declare("ConvTransposeGradient", 3, _conv_grad, results=(2, 3), attrs=dict(GEOMETRY, adj=0, no_bias=0),
+def _conv_transpose_grad(types, attrs, n):
+    x, w, dy = floats("ConvTransposeGradient", types)
+    bias = TensorType(w.dtype, None if w.shape is None else (w.shape[1] * int(attrs["group"]),))
+    return [w, bias, x] if n == 3 else [w, x]
+
+
+declare("ConvTranspose", (2, 3), _conv_transpose, attrs=dict(TRANSPOSE), traits={PURE},
+        doc="Y = the transposed convolution of X with W [C, M / group, kh, kw] (+ bias b [M]), in groups; "
+            "stride, pads, adj")
+declare("ConvTransposeGradient", 3, _conv_transpose_grad, results=(2, 3), attrs=dict(TRANSPOSE, no_bias=0),
         traits={PURE}, doc="(dW, db, dX) from (X, W, dY) of ConvTranspose; (dW, dX) with no_bias")
 no_gradient("ConvTransposeGradient")
 
 
 @gradient("ConvTranspose")
 def _(g):
-    args = {k: v for k, v in g.args.items() if k in GEOMETRY or k == "adj"}
+    args = {k: v for k, v in g.args.items() if k in TRANSPOSE}
     if len(g.I) == 3:
         return [GradOp("ConvTransposeGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[2], g.GI[0]], args)]
     return [GradOp("ConvTransposeGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[1], g.GI[0]], dict(args, no_bias=1))]
