@@ -1,5 +1,6 @@
-"""Random tensor programs: chains of shape, reduction, activation, matrix and loop ops on
-float32 or float64 tensors of random shapes, with a plain numpy evaluator.
+"""Random tensor programs: chains of shape, reduction, activation, matrix, convolution,
+pooling and loop ops on float32 or float64 tensors of random shapes, with a plain numpy
+evaluator (convolutions and pooling by definition: programs_windows.py).
 
 A ``Program`` has input tensors ``x0..`` (drawn from a seed) and statements, each making
 one new tensor from earlier ones (and, for MatMul / FC / Concat / SquaredL2Distance, from new constant
@@ -20,6 +21,8 @@ from dslc.core import DataType
 from dslc.net_builder import ops
 from dslc.task import Task, final_output
 
+import programs_windows as windows
+
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "Negative", "Abs", "Scale", "Clip", "Sqr", "Exp", "Sqrt", "Log",
                "LeakyRelu", "Elu", "ReluN", "Softsign", "Softplus", "Swish", "HardSigmoid", "Cube",
                "Reciprocal", "Rsqrt", "Cbrt", "Sin", "Cos", "Gelu", "Log1p")
@@ -35,9 +38,10 @@ BAGS = ("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "Ga
 KINDS = {"elementwise": ELEMENTWISE, "binary": BINARY, "Reduce": ("ReduceSum", "ReduceMean"), "Bags": BAGS,
          **{k: (k,) for k in ("Transpose", "Reshape", "Flatten", "ExpandDims", "Squeeze", "Slice",
                               "SumElements", "Softmax", "MatMul", "FC", "Concat", "SquaredL2Distance", "Conv",
-                              "Accumulate")}}
+                              "ConvTranspose", "Accumulate")},
+         "Pool": ("MaxPool", "AveragePool")}
 # elementwise chains are what fusion and its kernels work on: drawn more often
-WEIGHTS = {"elementwise": 4, "binary": 2, "Bags": 2, "Conv": 2}
+WEIGHTS = {"elementwise": 4, "binary": 2, "Bags": 2, "Conv": 2, "Pool": 2}
 SCALAR_KINDS = ("elementwise", "binary", "ExpandDims", "SumElements", "Accumulate")  # take 0-d
 ALL_OPS = frozenset(op for names in KINDS.values() for op in names)
 
@@ -88,11 +92,16 @@ def _factor(draw, size: int, rank: int) -> tuple:
     return tuple(dims) + (size,)
 
 
-def _shape(draw, max_rank=4) -> tuple:
-    rank = draw(st.integers(1, max_rank))
+def _shape(draw, max_rank=4, min_rank=1) -> tuple:
+    rank = draw(st.integers(min_rank, max_rank))
+    if rank < 4:
+        return tuple(draw(st.integers(1, 4 if rank < 4 else 3)) for _ in range(rank))
     # (an image batch [N, C, H, W] for Conv now and then: smaller dims, at most 48 elements)
-    return tuple(draw(st.integers(1, 4 if rank < 4 else 3)) for _ in range(rank)) if rank < 4 else \
-        (1, draw(st.integers(1, 2))) + tuple(draw(st.integers(2, 4)) for _ in range(2))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 4))
+    h, w = draw(st.integers(2, 4)), draw(st.integers(2, 4))
+    while n * c * h * w > MAX_SIZE:
+        n, c = (n - 1, c) if n > 1 else (n, c - 1)
+    return n, c, h, w
 
 
 class _Drawer:
@@ -233,36 +242,34 @@ class _Drawer:
         operands = (x, self.const((len(ids),))) if op == "SparseLengthsWeightedSum" else (x,)
         return Stmt(dst, op, operands, (("ids", ids), ("lengths", lengths))), (len(lengths),) + shape[1:]
 
-    def draw_Conv(self, dst, x, shape):
-        """A convolution of ``x`` seen as [N, C, *spatial] (1 or 2 spatial dims) with new
-        weight and bias constants: kernel, stride, pads and dilation drawn per dim."""
-        if len(shape) not in (3, 4):
+    def _window_stmt(self, dst, made):
+        """A statement from programs_windows' (op, operands, attrs, shape), or None."""
+        if made is None or made[0] not in self.allowed:
             return None
-        spatial, geo, out = shape[2:], [], []
-        for size in spatial:
-            k, st_, d = self.draw(st.integers(1, 3)), self.draw(st.integers(1, 2)), self.draw(st.integers(1, 2))
-            p0, p1 = self.draw(st.integers(0, 1)), self.draw(st.integers(0, 1))
-            span = d * (k - 1) + 1
-            if size + p0 + p1 < span:
-                return None
-            geo.append((k, st_, d, p0, p1))
-            out.append((size + p0 + p1 - span) // st_ + 1)
-        m = self.draw(st.integers(1, 3))
-        w = self.const((m, shape[1]) + tuple(g[0] for g in geo))
-        attrs = (("strides", tuple(g[1] for g in geo)), ("dilations", tuple(g[2] for g in geo)),
-                 ("pads", tuple(g[3] for g in geo) + tuple(g[4] for g in geo)))
-        return Stmt(dst, "Conv", (x, w, self.const((m,))), attrs), (shape[0], m) + tuple(out)
+        op, operands, attrs, shape = made
+        return Stmt(dst, op, operands, attrs), shape
+
+    def draw_Conv(self, dst, x, shape):
+        """A convolution (in groups, every legacy_pad mode) with new weight and bias constants."""
+        return self._window_stmt(dst, windows.draw_conv(self.draw, self.const, x, shape))
+
+    def draw_ConvTranspose(self, dst, x, shape):
+        return self._window_stmt(dst, windows.draw_conv_transpose(self.draw, self.const, x, shape))
+
+    def draw_Pool(self, dst, x, shape):
+        return self._window_stmt(dst, windows.draw_pool(self.draw, self.const, x, shape))
 
     def draw_Accumulate(self, dst, x, shape):
         return Stmt(dst, "Accumulate", (x,), count=self.draw(st.integers(0, 3))), shape
 
 
 @st.composite
-def programs(draw, dtypes=("float32", "float64"), only=None):
-    """A program of the ops in ``only`` (op names; default: all, and loops)."""
+def programs(draw, dtypes=("float32", "float64"), only=None, images=False):
+    """A program of the ops in ``only`` (op names; default: all, and loops); ``images``:
+    its inputs are image batches ([N, C, W] or [N, C, H, W])."""
     allowed = set(ALL_OPS if only is None else only)
     d = _Drawer(draw, allowed)
-    d.shapes = [_shape(draw) for _ in range(draw(st.integers(1, 2)))]
+    d.shapes = [_shape(draw, min_rank=3 if images else 1) for _ in range(draw(st.integers(1, 2)))]
     n_inputs = len(d.shapes)
     body = []
     for _ in range(draw(st.integers(1, 8))):
@@ -361,22 +368,6 @@ def _slice(x, starts, ends):
     return x[tuple(slice(s, d if e == -1 else e) for s, e, d in zip(starts, ends, x.shape))]
 
 
-def _conv(x, w, b, a):
-    """Conv by its definition: each output element the sum over a window of the padded,
-    dilated input times the weights, plus the bias."""
-    nd = x.ndim - 2
-    pads = a["pads"]
-    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)])
-    span = [d * (k - 1) + 1 for k, d in zip(w.shape[2:], a["dilations"])]
-    out = [(xp.shape[2 + i] - span[i]) // a["strides"][i] + 1 for i in range(nd)]
-    y = np.zeros((x.shape[0], w.shape[0]) + tuple(out), x.dtype)
-    for pos in np.ndindex(*out):
-        window = xp[(slice(None), slice(None)) + tuple(
-            slice(p * s, p * s + sp, d) for p, s, sp, d in zip(pos, a["strides"], span, a["dilations"]))]
-        y[(slice(None), slice(None)) + pos] = np.tensordot(window, w, axes=(list(range(1, nd + 2)),) * 2)
-    return y + b.reshape((1, -1) + (1,) * nd)
-
-
 def _bags(op, table, args, a):
     """Each bag's rows of ``table`` added in order (times their weights; averaged)."""
     ids, out, k = a["ids"], np.zeros((len(a["lengths"]),) + table.shape[1:], table.dtype), 0
@@ -435,7 +426,10 @@ def _apply(s: Stmt, args, dt):
         "Concat": lambda: np.concatenate([x, args[1]], axis=a["axis"]),
         "SquaredL2Distance": lambda: 0.5 * ((x - args[1]) ** 2).reshape(x.shape[0], -1).sum(axis=1),
         "Gather": lambda: x[list(a.get("ids", ()))],
-        "Conv": lambda: _conv(x, args[1], args[2], a),
+        "Conv": lambda: windows.conv(x, args[1], args[2], a),
+        "ConvTranspose": lambda: windows.conv_transpose(x, args[1], args[2], a),
+        "MaxPool": lambda: windows.pool("MaxPool", x, a),
+        "AveragePool": lambda: windows.pool("AveragePool", x, a),
         **{op: lambda op=op: _bags(op, x, args, a) for op in BAGS[:3]},
     }
     if s.op == "Accumulate":
@@ -468,6 +462,8 @@ def kink_distance(p: Program, values: dict) -> float:
             return 0.0
         if s.op in POSITIVE:
             nearest = min(nearest, float(np.min(args[0], initial=np.inf)))
+        if s.op == "MaxPool":  # (two elements of a window at its max: no derivative)
+            nearest = min(nearest, windows.max_gap(args[0], dict(s.attrs)))
         points = KINKS.get(s.op, tuple(v for k, v in s.attrs) if s.op == "Clip" else ())
         for point in points:
             nearest = min(nearest, float(np.min(np.abs(args[0] - point))))

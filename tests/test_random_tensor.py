@@ -3,8 +3,11 @@ passes, and the IR text read back, give what the plain numpy evaluator computes;
 gradients AddGradientOperators derives for them match central finite differences of
 that evaluator.
 
-CI runs a fixed, derandomized set (DSLC_TENSOR_EXAMPLES, default 12 per backend); the
-nightly run (bench/nightly_random.py) sets DSLC_HYPOTHESIS_EXAMPLES=N for N random ones.
+CI runs a fixed, derandomized set (DSLC_TENSOR_EXAMPLES, default 12 per backend;
+DSLC_WINDOW_EXAMPLES, default 6, of the window programs); the nightly run
+(bench/nightly_random.py) sets DSLC_HYPOTHESIS_EXAMPLES=N for N random ones of each.
+The window programs are drawn on image batches, of convolutions (grouped, every
+legacy_pad mode), transposed convolutions (grouped) and pooling, between activations.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 import programs as P
 import programs_tensor as T
+import programs_windows as windows
 from dslc import workspace
 from dslc.ir.gradients import GRADIENTS
 from dslc.session import LocalSession
@@ -23,10 +27,16 @@ from dslc.session import LocalSession
 H = 1e-6
 # the ops whose gradient the op table declares (loops aside: a blob rewritten in a loop has none)
 DIFFERENTIABLE = frozenset(op for op in T.ALL_OPS if op in GRADIENTS)
+WINDOW_PROGRAMS = frozenset(windows.OPS) | {"Relu", "Sigmoid", "Add"}
 
 
 def _settings():
     return P.hypothesis_settings(int(os.environ.get("DSLC_TENSOR_EXAMPLES", "12")))
+
+
+def _window_settings():
+    # (fewer in CI: each program compiles its own numba regions, a window program's many)
+    return P.hypothesis_settings(int(os.environ.get("DSLC_WINDOW_EXAMPLES", "6")))
 
 
 _close = P.assert_floats_close
@@ -35,6 +45,16 @@ _close = P.assert_floats_close
 @_settings()
 @given(program=T.programs())
 def test_tensor_programs_agree_with_the_evaluator(backend, program):
+    _agrees(backend, program)
+
+
+@_window_settings()
+@given(program=T.programs(only=WINDOW_PROGRAMS, images=True))
+def test_window_programs_agree_with_the_evaluator(backend, program):
+    _agrees(backend, program)
+
+
+def _agrees(backend, program):
     P.fresh()
     note(T.render(program))
     want = T.evaluate(program)
@@ -63,6 +83,17 @@ def _numeric_grad(program, values, name, project):
 def test_tensor_program_gradients_match_finite_differences(backend, program, inline):
     """``inline``: the inputs are constants of the net, as in a job file's init net; the
     passes then fold the forward ops and fuse the backward ones."""
+    _gradients_match(backend, program, inline)
+
+
+@_window_settings()
+@given(program=T.programs(dtypes=("float64",), only=WINDOW_PROGRAMS & DIFFERENTIABLE, images=True),
+       inline=st.booleans())
+def test_window_program_gradients_match_finite_differences(backend, program, inline):
+    _gradients_match(backend, program, inline)
+
+
+def _gradients_match(backend, program, inline):
     P.fresh()
     note(T.render(program) + (", inputs inline" if inline else ""))
     net, values = T.build_net(program)
