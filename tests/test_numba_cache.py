@@ -192,13 +192,14 @@ def test_dslcs_own_kernels_use_the_same_cache(fresh_cache):
     from numba import types as nt
 
     from dslc.backends.numba import conv
-    sig = (nt.float32[:, ::1],) + (nt.int64,) * 14
+    sig = (nt.float32[:, ::1], nt.float32[:, :, :, ::1]) + (nt.int64,) * 10
     for expected_hits in (0, 1):
         fn = cache.attach(numba.njit(nogil=True)(conv._scatter_matrix_2d.py_func))
         fn.compile(sig)
         assert _hits(fn) == expected_hits
     dm = np.arange(2 * 4, dtype=np.float32).reshape(2, 4)  # c=2 k=1x1 windows of a 1x[2x2] image
-    dx = fn(dm, 1, 2, 2, 2, 1, 1, 2, 2, 1, 1, 1, 1, 0, 0)
+    dx = np.zeros((1, 2, 2, 2), np.float32)
+    fn(dm, dx, 1, 1, 2, 2, 1, 1, 1, 1, 0, 0)
     np.testing.assert_array_equal(dx, dm.reshape(1, 2, 2, 2))  # (a 1x1 kernel scatters back as it is)
 
 
