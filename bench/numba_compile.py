@@ -79,7 +79,7 @@ print(time.perf_counter() - t, time.process_time() - c, sum(fn.stats.cache_hits.
 FUNCTIONS = {
     "loops": ("from loops import loops_py as py", "(nt.int64,)"),
     "conv scatter": ("from dslc.backends.numba.conv import _scatter_matrix_2d as d; py = d.py_func",
-                     "(nt.float32[:, ::1],) + (nt.int64,) * 14"),
+                     "(nt.float32[:, ::1], nt.float32[:, :, :, ::1]) + (nt.int64,) * 10"),
 }
 
 
