@@ -265,7 +265,7 @@ def _bag_sums(rows, lengths, mean=False, weights=None):
     return out
 
 
-def _apply(s: Stmt, x, consts, dt):
+def _apply(s: Stmt, x, consts, dt, strict=False):
     op = s.op
     if op == "Gather":
         a = dict(s.attrs)
@@ -274,11 +274,15 @@ def _apply(s: Stmt, x, consts, dt):
         id_shape = (2, len(s.ids) // 2) if s.aux[0] else (len(s.ids),)
         out_shape = x.shape[:axis] + id_shape + x.shape[axis + 1:]
         if not np.prod(out_shape):
+            if strict:
+                _rows(op, s.ids, x.shape[axis], wrap)
             return np.zeros(out_shape, dt)
         rows = np.array(_rows(op, s.ids, x.shape[axis], wrap), np.int64).reshape(id_shape)
         return np.take(x, rows, axis=axis)
     if op == "BatchGather":
         if not x.shape[0] * len(s.ids) * int(np.prod(x.shape[2:])):
+            if strict:
+                _rows(op, s.ids, x.shape[1])
             return np.zeros(x.shape[:1] + (len(s.ids),) + x.shape[2:], dt)
         return np.take(x, np.array(_rows(op, s.ids, x.shape[1]), np.int64), axis=1)
     if op in BAGS:
@@ -327,9 +331,11 @@ def _apply(s: Stmt, x, consts, dt):
     return out
 
 
-def evaluate(p: Program, values: dict | None = None):
+def evaluate(p: Program, values: dict | None = None, strict: bool = False):
     """(every made tensor ``x{k}`` by name, the statements that refuse an id with their
-    inputs made: ``Refused`` errors, in program order)."""
+    inputs made: ``Refused`` errors, in program order). ``strict``: an id outside its axis
+    is refused even where it moves no value (a gradient made dense places it: as in Caffe2,
+    SparseToDense checks it)."""
     env = dict(values if values is not None else p.arrays())
     dt = np.dtype(p.dtype)
     refused = []
@@ -337,7 +343,7 @@ def evaluate(p: Program, values: dict | None = None):
         if f"x{s.src}" not in env:
             continue  # (its input was never made)
         try:
-            env[f"x{s.dst}"] = np.asarray(_apply(s, env[f"x{s.src}"], [env[c] for c in s.consts], dt), dt)
+            env[f"x{s.dst}"] = np.asarray(_apply(s, env[f"x{s.src}"], [env[c] for c in s.consts], dt, strict), dt)
         except Refused as e:
             refused.append(e)
     return {f"x{s.dst}": env[f"x{s.dst}"] for s in p.body if f"x{s.dst}" in env}, refused

@@ -76,7 +76,7 @@ def test_lookup_programs_agree_with_the_evaluator(backend, program):
 def test_lookup_gradients_match_finite_differences(backend, program):
     P.fresh()
     note(L.render(program))
-    want, refused = L.evaluate(program)
+    want, refused = L.evaluate(program, strict=True)
     assume(not refused)
     net, values = L.build_net(program)
     last = f"x{program.body[-1].dst}"
