@@ -6,15 +6,17 @@ kernels cutting the whole batch's windows at once, and against the real Caffe2.
 For each shape, the forward and the gradient (dW, db, dX) of one convolution, on the
 interpreter's windows (numpy) and numba's (compiled loops), with the window blocks as
 dslc cuts them (conv_math.WINDOW_BLOCK_BYTES) and with one block for the whole batch
-(what dslc did before; the reference of the ratios); Caffe2's Conv and ConvGradient
-(RunOperatorOnce, in its venv) where it is installed. Peak memory of the windows: their
-bytes in one block against the whole batch's. One thread everywhere (the process pinned to
-one core); each figure the median of `--reps` runs in this one run.
+(what dslc did before; the reference of the ratios), the two timed in turns so that a
+busy machine slows both alike; Caffe2's Conv and ConvGradient (RunOperatorOnce, in its
+venv) where it is installed. Peak memory of the windows: their bytes in one block against
+the whole batch's. One thread everywhere (the process pinned to one core); each figure the
+median of `--reps` runs in this one run.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +30,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embedding import blas_kernel  # noqa: E402
-from timing import median_time, one_core  # noqa: E402
+from timing import one_core  # noqa: E402
 
 one_core()
 
@@ -80,6 +82,30 @@ def caffe2_times(reps):
     return got
 
 
+def in_turns(f, g, reps):
+    """Median seconds of ``f`` and of ``g``, timed in turns after one call each."""
+    f(), g()
+    tf, tg = [], []
+    for _ in range(reps):
+        for fn, ts in ((f, tf), (g, tg)):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+    return statistics.median(tf), statistics.median(tg)
+
+
+def whole_batch(f):
+    """``f`` with one block for the whole batch's windows."""
+    def run():
+        from dslc.ir.ops import conv_math as C
+        saved, C.WINDOW_BLOCK_BYTES = C.WINDOW_BLOCK_BYTES, 1 << 62
+        try:
+            return f()
+        finally:
+            C.WINDOW_BLOCK_BYTES = saved
+    return run
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=7)
@@ -102,12 +128,7 @@ def main(argv=None) -> int:
         for backend, windows in (("interp", C.NUMPY_WINDOWS), ("numba", numba_conv.WINDOWS)):
             for what, f in (("fwd", lambda: C.conv(x, w, windows=windows, **kw)),
                             ("grad", lambda: C.conv_grad(x, w, dy, windows=windows, **kw))):
-                t_blocks = median_time(f, args.reps, time.perf_counter)
-                saved, C.WINDOW_BLOCK_BYTES = C.WINDOW_BLOCK_BYTES, 1 << 62
-                try:
-                    t_whole = median_time(f, args.reps, time.perf_counter)
-                finally:
-                    C.WINDOW_BLOCK_BYTES = saved
+                t_blocks, t_whole = in_turns(f, whole_batch(f), args.reps)
                 c2 = caffe2.get((name, what))
                 print(f"{name + ', ' + backend + ', ' + what:40s} {t_blocks * 1e3:9.2f} ({t_blocks / t_whole:4.2f}x) "
                       f"{t_whole * 1e3:12.2f} {'-' if c2 is None else f'{c2 * 1e3:8.2f}':>8s}"
