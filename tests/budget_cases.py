@@ -25,7 +25,14 @@ def _text_file(tmp):
     return path
 
 
-# op name -> (inputs: name -> array, arguments, extra ops run first: (type, inputs, outputs, args))
+# An image made in the case's own net, from a shape fed as values: its type has no dims, so
+# a window op's output shape is known only when it runs (a fed image's is known before
+# running, and a type error refuses it there).
+IMAGE = ("ConstantFill", ["xs"], ["x"], {"input_as_shape": 1, "value": 1.0}, "inline")
+XS = np.array([1, 1, 4, 4], I64)
+
+# op name -> (inputs: name -> array, arguments, extra ops run first: (type, inputs, outputs,
+# args[, "inline": in the case's net, just before its op]))
 CASES = {
     "ConstantFill": ({"shape": np.array([G, G], I64)}, {"input_as_shape": 1, "value": 1.0}, []),
     "GaussianFill": ({"shape": np.array([G, G], I64)}, {"input_as_shape": 1}, []),
@@ -80,7 +87,13 @@ CASES = {
                         [("CreateTreeCursor", [], ["cursor"], {"fields": ["x:lengths", "x:values"]}),
                          ("ComputeOffset", ["cursor", "l", "v"], ["offsets"], {})]),
 }
-INPUTS_FIRST = {"TextFileReaderRead": ["reader"], "ReadRandomBatch": ["cursor", "idx", "offsets", "l", "v"]}
+for _op, _args in [("Conv", {"kernel": 1, "pad": 20000}), ("ConvTranspose", {"kernel": 1, "stride": 20000}),
+                   ("MaxPool", {"kernel": 1, "pad": 20000}), ("AveragePool", {"kernel": 1, "pad": 20000}),
+                   ("LpPool", {"kernel": 1, "pad": 20000})]:  # (pads or strides: 6 GB from a 4x4 image)
+    CASES[_op] = ({"xs": XS, "w": np.ones((1, 1, 1, 1), np.float32)}, _args, [IMAGE])
+INPUTS_FIRST = {"TextFileReaderRead": ["reader"], "ReadRandomBatch": ["cursor", "idx", "offsets", "l", "v"],
+                "Conv": ["x", "w"], "ConvTranspose": ["x", "w"], "MaxPool": ["x"], "AveragePool": ["x"],
+                "LpPool": ["x"]}
 
 
 def _peak_kb() -> int:
@@ -105,17 +118,21 @@ def run_case(name: str, tmp: str) -> dict:
     workspace.ResetWorkspace()
     for blob, value in inputs.items():
         workspace.FeedBlob(blob, value)
-    for op_type, ins, outs, a in setup:
+    net = core.Net("case")
+    for op_type, ins, outs, a, *inline in setup:
         a = {k: (_text_file(tmp) if v == "TEXT_FILE" else v) for k, v in a.items()}
-        workspace.RunOperatorOnce(core.CreateOperator(op_type, ins, outs, **a))
+        if inline:
+            net.Proto().op.append(core.CreateOperator(op_type, ins, outs, **a))
+        else:
+            workspace.RunOperatorOnce(core.CreateOperator(op_type, ins, outs, **a))
     names = INPUTS_FIRST.get(name, list(inputs))
     n_out = {"TextFileReaderRead": 100, "ReadRandomBatch": 2}.get(name, 1)
-    op = core.CreateOperator(name, names, [f"y{k}" for k in range(n_out)], **args)
+    net.Proto().op.append(core.CreateOperator(name, names, [f"y{k}" for k in range(n_out)], **args))
     rss = _rss_kb()
     with open("/proc/self/clear_refs", "w") as f:  # (resets VmHWM to the current RSS)
         f.write("5")
     try:
-        workspace.RunOperatorOnce(op)
+        workspace.RunNetOnce(net)
         error = None
     except DSLError as e:
         error = {"type": type(e).__name__, "line": e.one_line()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ..gradients import GradOp, gradient, no_gradient
-from ..opdef import OPS, PURE, declare, type_error
+from ..opdef import OPS, PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import TensorType
 from .nn import floats
 
@@ -195,7 +195,7 @@ def _conv(types, attrs, n):
     return [TensorType(x.dtype, out)]
 
 
-declare("Conv", (2, 3), _conv, attrs=dict(CONV), traits={PURE},
+declare("Conv", (2, 3), _conv, attrs=dict(CONV), traits={PURE, SIZED_BY_VALUES},
         doc="Y = the convolution of X with filters W (+ bias b), in groups; stride, pads, dilation")
 def _conv_grad(types, attrs, n):
     x, w, dy = floats("ConvGradient", types)
@@ -281,7 +281,7 @@ def _conv_transpose_grad(types, attrs, n):
     return [w, bias, x] if n == 3 else [w, x]
 
 
-declare("ConvTranspose", (2, 3), _conv_transpose, attrs=dict(TRANSPOSE), traits={PURE},
+declare("ConvTranspose", (2, 3), _conv_transpose, attrs=dict(TRANSPOSE), traits={PURE, SIZED_BY_VALUES},
         doc="Y = the transposed convolution of X with W [C, M / group, kh, kw] (+ bias b [M]), in groups; "
             "stride, pads, adj")
 declare("ConvTransposeGradient", 3, _conv_transpose_grad, results=(2, 3), attrs=dict(TRANSPOSE, no_bias=0),
@@ -313,7 +313,7 @@ def _pool(name):
 
 
 for _name, _what in (("MaxPool", "maximum"), ("AveragePool", "mean")):
-    declare(_name, 1, _pool(_name), attrs=dict(POOL), traits={PURE},
+    declare(_name, 1, _pool(_name), attrs=dict(POOL), traits={PURE, SIZED_BY_VALUES},
             doc=f"Y = the {_what} of each window of X (padding "
                 + ("never wins)" if _name == "MaxPool" else "counted only with count_include_pad)"))
     declare(_name + "Gradient", 3, lambda t, a, n, _n=_name: [floats(_n + "Gradient", t)[0]],
@@ -326,7 +326,7 @@ for _name, _what in (("MaxPool", "maximum"), ("AveragePool", "mean")):
 
 
 # LpPool: the p-norm of each window (padding adds nothing)
-declare("LpPool", 1, _pool("LpPool"), attrs=dict(POOL, p=2.0), traits={PURE},
+declare("LpPool", 1, _pool("LpPool"), attrs=dict(POOL, p=2.0), traits={PURE, SIZED_BY_VALUES},
         doc="Y = (the sum of |x|^p over each window of X)^(1/p)")
 declare("LpPoolGradient", 3, lambda t, a, n: [floats("LpPoolGradient", t)[0]], attrs=dict(POOL, p=2.0),
         traits={PURE}, doc="dX from (X, Y, dY) of LpPool: dY x |x|^(p - 2) / y^(p - 1) per window element")

@@ -38,8 +38,19 @@ def _back(y, attrs):
     return y if attrs.get("order", "NCHW") == "NCHW" else np.ascontiguousarray(np.moveaxis(y, 1, -1))
 
 
-def geometry(name, x, attrs, kernel=None):
-    return Geometry(name, attrs, list(x.shape[2:]), kernel=kernel)
+def geometry(name, x, attrs, kernel=None, channels=None):
+    """The windows of op ``name`` over x (NCHW). Their output, [N, ``channels`` (default
+    C), *out], and for pooling (no ``channels``) the padded frame they read, take sizes
+    from the op's arguments (pads, strides): both must fit the memory budget, checked
+    here before anything is allocated (a convolution reads its frame block by block)."""
+    g = Geometry(name, attrs, list(x.shape[2:]), kernel=kernel)
+    pooled = channels is None
+    accumulated = np.float64 if name in ("AveragePool", "LpPool") else x.dtype  # (their sums)
+    budget.check_size(name, (x.shape[0], x.shape[1] if pooled else channels) + tuple(g.out),
+                      accumulated if pooled else x.dtype)
+    if pooled:
+        budget.check_size(name, _frame_shape(x.shape, g), x.dtype)
+    return g
 
 
 # ----------------------------------------------------------------------------- frames
@@ -270,7 +281,7 @@ def _bias_shape(b, nd):
 def conv(x, w, *b, windows=None, **attrs):
     """``windows``: how the image is cut into windows (default ``NUMPY_WINDOWS``)."""
     x, w = _nchw(x, attrs), _nchw(w, attrs)
-    g = geometry("Conv", x, attrs, kernel=list(w.shape[2:]))
+    g = geometry("Conv", x, attrs, kernel=list(w.shape[2:]), channels=w.shape[0])
     y = _forward(x, w, g, int(attrs.get("group", 1)), windows or NUMPY_WINDOWS)
     if b:
         y += _bias_shape(b[0], len(g.kernel))
@@ -280,7 +291,7 @@ def conv(x, w, *b, windows=None, **attrs):
 def conv_grad(x, w, dy, no_bias=0, windows=None, **attrs):
     """``windows``: as ``conv``'s."""
     x, w, dy = _nchw(x, attrs), _nchw(w, attrs), _nchw(dy, attrs)
-    g = geometry("Conv", x, attrs, kernel=list(w.shape[2:]))
+    g = geometry("Conv", x, attrs, kernel=list(w.shape[2:]), channels=w.shape[0])
     dw, dx = _backward(x, w, dy, g, int(attrs.get("group", 1)), windows or NUMPY_WINDOWS, x.shape)
     dw, dx = _back(dw.astype(w.dtype, copy=False), attrs), _back(dx.astype(x.dtype, copy=False), attrs)
     if no_bias:
@@ -293,7 +304,9 @@ def _transposed(x, w, attrs):
     gradient it is reads Y and writes X's shape; W has that convolution's layout."""
     g = transposed_geometry(attrs, list(w.shape[2:]), list(x.shape[2:]))
     group = int(attrs.get("group", 1))
-    return g, group, (x.shape[0], w.shape[1] * group) + tuple(g.out_t)
+    y_shape = (x.shape[0], w.shape[1] * group) + tuple(g.out_t)
+    budget.check_size("ConvTranspose", y_shape, x.dtype)  # (its strides and adj make it: checked first)
+    return g, group, y_shape
 
 
 def conv_transpose(x, w, *b, windows=None, **attrs):
