@@ -1,0 +1,269 @@
+"""The layers hold (docs/architecture.md): the import-contract check over dslc/, ir/, runtime/,
+backends/ (tests/layers.py), against the KNOWN list of what the tree violates today.
+
+When you fix a KNOWN violation, delete its entry (or the names it lists) in the same commit: the
+test fails on an entry that no longer occurs, so the list only shrinks. Never add one to make a new
+violation pass; where an entry's module is moved or renamed, its owner updates the entry.
+"""
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+import layers
+from layers import Known
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# owner: the helper of issue 39 who removes it (runtime: runtime/ out of backends, proto, the DB
+# registry, the progress callback, backends/common; frontend: the dslc/ split into trace/, autodiff/,
+# lower/, driver/ and a thin Caffe2 surface)
+OWNERS = {"runtime", "frontend"}
+KNOWN = [
+    Known('frontend', 'cycle',
+          'the front-end cycle',
+          'dslc.builder_base dslc.builder_blocks dslc.checkpoint dslc.checkpoint_managers '
+          'dslc.control_ops_grad dslc.control_ops_util dslc.core dslc.gradient_registry '
+          'dslc.gradients dslc.immediate dslc.lower dslc.lower.control dslc.lower.netargs '
+          'dslc.lower.ops dslc.lower.plan dslc.lower.records dslc.lower.recurrent dslc.lower.steps '
+          'dslc.net dslc.net_builder dslc.net_clone dslc.net_record dslc.net_ssa dslc.netdef '
+          'dslc.plan_proto dslc.predictor.runner dslc.records dslc.schema dslc.session dslc.shapes '
+          'dslc.steps dslc.task dslc.transforms dslc.workspace'),
+    Known('frontend', 'layer',
+          'dslc.net_printer dslc.session',
+          'dslc.backends'),
+    Known('frontend', 'layer',
+          'dslc.distributed',
+          'dslc.backends.ray.cluster dslc.backends.ray.split dslc.backends.ray.worker'),
+    Known('frontend', 'layer',
+          'dslc.net_drawer',
+          'dslc.backends.text.dot'),
+    Known('frontend', 'layer',
+          'dslc.cli dslc.jobfile',
+          'dslc.checkpoint'),
+    Known('frontend', 'layer',
+          'dslc.builder_base',
+          'dslc.context'),
+    Known('frontend', 'layer',
+          'dslc.gradients',
+          'dslc.control_ops_grad'),
+    Known('frontend', 'layer',
+          'dslc.builder_blocks',
+          'dslc.control_ops_util'),
+    Known('frontend', 'layer',
+          'dslc.builder_base dslc.builder_blocks dslc.cli dslc.distributed dslc.gradient_registry '
+          'dslc.gradients dslc.jobfile dslc.lower.ops dslc.lower.plan dslc.lower.records '
+          'dslc.lower.steps dslc.plan_proto dslc.records dslc.shapes',
+          'dslc.core'),
+    Known('frontend', 'layer',
+          'dslc.lower.recurrent',
+          'dslc.gradient_registry'),
+    Known('frontend', 'layer',
+          'dslc.lower.recurrent dslc.net_record',
+          'dslc.gradients'),
+    Known('frontend', 'layer',
+          'dslc.shapes',
+          'dslc.lower'),
+    Known('frontend', 'layer',
+          'dslc.jobfile dslc.lower.records dslc.lower.steps dslc.net dslc.steps',
+          'dslc.net_builder'),
+    Known('frontend', 'layer',
+          'dslc.jobfile',
+          'dslc.pipeline'),
+    Known('frontend', 'layer',
+          'dslc.devices dslc.gradient_registry dslc.gradients dslc.lower.netargs dslc.net dslc.netdef '
+          'dslc.oprecord dslc.plan_proto dslc.transforms',
+          'dslc.proto.caffe2_pb2'),
+    Known('frontend', 'layer',
+          'dslc.records',
+          'dslc.schema'),
+    Known('frontend', 'layer',
+          'dslc.cli dslc.distributed dslc.shapes',
+          'dslc.session'),
+    Known('frontend', 'layer',
+          'dslc.builder_blocks dslc.jobfile dslc.lower.plan dslc.shapes',
+          'dslc.task'),
+    Known('frontend', 'layer',
+          'dslc.distributed dslc.immediate dslc.records dslc.transforms',
+          'dslc.workspace'),
+    Known('runtime', 'cycle',
+          'the blob DB formats',
+          'dslc.backends.runtime.blobdb dslc.backends.runtime.dbfile dslc.backends.runtime.dbleveldb '
+          'dslc.backends.runtime.dblmdb dslc.backends.runtime.dbminidb dslc.backends.runtime.lmdbfile '
+          'dslc.backends.runtime.manifest'),
+    Known('runtime', 'base',
+          'dslc.backends.runtime.blobdb',
+          'dslc.backends.runtime.dbleveldb dslc.backends.runtime.dblmdb '
+          'dslc.backends.runtime.dbminidb'),
+    Known('runtime', 'layer',
+          'dslc.backends.numba',
+          'dslc.backends.text.names dslc.backends.text.source'),
+    Known('runtime', 'layer',
+          'dslc.backends.interp.executor',
+          'dslc.progress'),
+    Known('runtime', 'layer',
+          'dslc.backends.runtime.blobproto dslc.backends.runtime.dbminidb '
+          'dslc.backends.runtime.dbreader',
+          'dslc.proto.caffe2_pb2'),
+]
+
+
+@pytest.fixture(scope="module")
+def tree():
+    return layers.scan(ROOT)
+
+
+def test_the_tree_keeps_its_layers(tree):
+    found = layers.layer_violations(tree) + layers.cycles(tree) + layers.base_violations(tree)
+    new, stale = layers.compare(found, KNOWN)
+    assert not new and not stale, layers.report(new, stale)
+
+
+def test_each_known_entry_names_its_owner_and_rule():
+    for k in KNOWN:
+        assert k.owner in OWNERS and k.rule in layers.RULES and k.name and k.names, k
+
+
+def test_the_map_gives_todays_names_and_the_target_ones_one_layer(tree):
+    assert layers.layer_of("dslc.backends.runtime.blobdb") == layers.layer_of("dslc.runtime.blobdb") == "runtime"
+    assert layers.layer_of("dslc.ir.passes.dce") == "passes" and layers.layer_of("dslc.ir.ops.nn") == "ir"
+    assert layers.layer_of("dslc.backends.common.names") == "backend.common"
+    assert layers.layer_of("dslc.trace.net") == layers.layer_of("dslc.net") == "trace"
+    assert layers.layer_of("dslc.autodiff.gradients") == layers.layer_of("dslc.gradients") == "autodiff"
+    assert layers.layer_of("dslc.driver.cli") == layers.layer_of("dslc.cli") == "driver"
+    assert layers.layer_of("dslc.core") == "surface" and layers.layer_of("dslc") == "root"
+    # the table of flat modules names only modules the tree has (it shrinks as they move)
+    for layer, names in layers.FLAT.items():
+        for name in names.split():
+            assert f"dslc.{name}" in tree.modules, f"FLAT[{layer!r}] names dslc.{name}, which is gone"
+    assert len(tree.modules) > 200 and len(tree.imports) > 1000
+
+
+# ---- the check catches what it should: a small tree of its own, with one violation of each kind
+
+PYPROJECT = """
+[tool.setuptools.package-dir]
+"dslc" = "dslc"
+"dslc.ir" = "ir"
+"dslc.runtime" = "runtime"
+"dslc.backends" = "backends"
+"""
+
+FAKE = {
+    "dslc/__init__.py": "from dslc import ir\n",
+    "dslc/core.py": "from dslc.trace import net\n",
+    "dslc/trace/__init__.py": "",
+    "dslc/trace/net.py": "from dslc.ir import types\nfrom dslc.backends import get\n",
+    # five modules in a ring, and four in another (allowed)
+    **{f"dslc/trace/c{i}.py": f"from dslc.trace import c{(i + 1) % 5}\n" for i in range(5)},
+    **{f"dslc/trace/d{i}.py": f"from . import d{(i + 1) % 4}\n" for i in range(4)},
+    "dslc/driver/__init__.py": "",
+    "dslc/driver/run.py": "from dslc.backends import get\nimport dslc.trace.net\n",
+    "ir/__init__.py": "from .types import Type\n",
+    "ir/types.py": """
+        class Type:
+            pass
+
+
+        def parse(text):
+            from dslc.trace.net import Net   # the IR reaching up into the front end
+            return Net
+        """,
+    "ir/passes/__init__.py": "from dslc.ir import types\n",
+    "runtime/__init__.py": "from . import db, dbfile  # the package registers its formats: allowed\n",
+    "runtime/db.py": """
+        class DB:
+            pass
+
+
+        def open_db(kind):
+            if kind == "file":
+                from dslc.runtime import dbfile
+                return dbfile.FileDB()
+
+
+        def codecs():
+            from . import codec
+            return codec
+        """,
+    "runtime/dbfile.py": "from dslc.runtime.db import DB\n\n\nclass FileDB(DB):\n    pass\n",
+    "runtime/codec.py": "import dslc.runtime.db as dbs\n\n\nclass Codec(dbs.DB):\n    pass\n",
+    "backends/__init__.py": "def get(name):\n    pass\n",
+    "backends/interp/__init__.py": "from dslc.ir import passes\nfrom dslc.runtime import db\n",
+    "backends/numba/__init__.py": "from dslc.backends.interp import *  # declared: numba builds on interp\n",
+    "backends/text/__init__.py": """
+        import importlib
+
+        from dslc.backends import interp
+
+
+        def load():
+            return importlib.import_module("dslc.core")
+        """,
+}
+
+
+@pytest.fixture
+def fake_tree(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT)
+    for rel, text in FAKE.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return str(tmp_path)
+
+
+def test_a_violation_of_each_kind_is_caught_with_its_file_and_line(fake_tree):
+    found = layers.check(fake_tree)
+    by_key = {(v.rule, v.key if v.rule == "cycle" else tuple(v.key)): v for v in found}
+    messages = {k: str(v) for k, v in by_key.items()}
+
+    # the IR importing the front end, function-local
+    ir_up = messages.pop(("layer", ("dslc.ir.types", "dslc.trace.net")))
+    assert "ir/types.py:6 (function-local): dslc.ir.types imports dslc.trace.net" in ir_up
+    assert "(ir) may not import" in ir_up and "(trace)" in ir_up
+    # a backend importing another, by ``from pkg import name`` naming a submodule; and through a string
+    assert "backends/text/__init__.py:3:" in messages.pop(("layer", ("dslc.backends.text", "dslc.backends.interp")))
+    assert "backends/text/__init__.py:7 (function-local)" in messages.pop(
+        ("layer", ("dslc.backends.text", "dslc.core")))
+    # the front end reaching a backend (the registry's name resolved to the package, not a module)
+    assert "dslc/trace/net.py:2:" in messages.pop(("layer", ("dslc.trace.net", "dslc.backends")))
+    # a 5-cycle (the 4-cycle of d0..d3 is allowed)
+    ring = tuple(f"dslc.trace.c{i}" for i in range(5))
+    cycle = messages.pop(("cycle", ring))
+    assert "cycle of 5 modules" in cycle and "dslc/trace/c4.py:1: dslc.trace.c4 imports dslc.trace.c0" in cycle
+    # bases importing their subclasses: through a from-import and through a module attribute
+    base = messages.pop(("base", ("dslc.runtime.db", "dslc.runtime.dbfile")))
+    assert "FileDB" in base and "runtime/db.py:7 (function-local): dslc.runtime.db imports dslc.runtime.dbfile" in base
+    assert "Codec" in messages.pop(("base", ("dslc.runtime.db", "dslc.runtime.codec")))
+    # nothing else: numba on interp, the driver on the registry, the package __init__ importing the
+    # formats, ir.passes on the IR, the 4-cycle are all allowed
+    assert messages == {}, messages
+
+
+def test_known_entries_cover_their_violations_and_go_stale_when_fixed(fake_tree):
+    found = layers.check(fake_tree)
+    ring = " ".join(f"dslc.trace.c{i}" for i in range(5))
+    known = [
+        Known("frontend", "layer", "dslc.ir.types", "dslc.trace.net"),
+        Known("runtime", "layer", "dslc.backends.text", "dslc.backends.interp dslc.core"),
+        Known("frontend", "layer", "dslc.trace.net", "dslc.backends"),
+        Known("frontend", "cycle", "the ring", ring),
+        Known("runtime", "base", "dslc.runtime.db", "dslc.runtime.dbfile dslc.runtime.codec"),
+    ]
+    assert layers.compare(found, known) == ([], [])
+    # a violation no entry names is new; an entry whose violation is gone is stale
+    new, stale = layers.compare(found, known[1:] + [Known("runtime", "layer", "dslc.runtime.db", "dslc.ir")])
+    assert [(v.rule, v.key) for v in new] == [("layer", ("dslc.ir.types", "dslc.trace.net"))]
+    assert stale == ["runtime: layer dslc.runtime.db -> dslc.ir no longer occurs: delete it from that entry"]
+    # a cycle entry covers the cycle shrinking, not a module joining it; members it lost are stale
+    wider = Known("frontend", "cycle", "the ring", ring + " dslc.trace.gone")
+    new, stale = layers.compare(found, known[:3] + [wider] + known[4:])
+    assert new == [] and stale == ["frontend: the cycle 'the ring' no longer holds dslc.trace.gone: "
+                                   "delete them from its members"]
+    narrower = Known("frontend", "cycle", "the ring", ring.replace(" dslc.trace.c4", ""))
+    new, stale = layers.compare(found, known[:3] + [narrower] + known[4:])
+    assert stale == [] and len(new) == 1 and new[0].message.startswith("dslc.trace.c4 joined the cycle")
+    assert "dslc.trace.c4 joined" in layers.report(new, stale)
