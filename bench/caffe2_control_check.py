@@ -1,6 +1,6 @@
-"""Check the control-op program evaluator (tests/programs_control.py) against the real Caffe2.
+"""Check the control-op program evaluator (tests/random/programs_control.py) against the real Caffe2.
 
-tests/test_random_control.py holds dslc to what that evaluator computes; this script
+tests/random/test_random_control.py holds dslc to what that evaluator computes; this script
 holds the evaluator to what Caffe2 does: it draws N programs and runs each on Caffe2's
 own If/While/Do operators (``NetBuilder(_use_control_ops=True)`` and ``workspace.RunNetOnce``,
 or a plain ``NetBuilder()`` as a plan's step), comparing every output blob and that the
@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "random"))
 
 import programs_control as C  # noqa: E402
 

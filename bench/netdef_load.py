@@ -66,7 +66,7 @@ print(json.dumps({"bytes": len(data), "seconds": seconds, "peak": peak}))
 
 def measure(n: int, case: str) -> dict:
     """{"bytes": the NetDef's, "seconds", "peak": bytes above the baseline} of ``case``
-    on a NetDef of ``n`` ops, in a fresh process (tests/test_hostile_inputs.py uses it)."""
+    on a NetDef of ``n`` ops, in a fresh process (tests/cli/test_hostile_inputs.py uses it)."""
     done = subprocess.run([sys.executable, "-c", CHILD, str(n), case], capture_output=True, text=True, timeout=3000)
     if done.returncode:
         raise RuntimeError(f"{case} of {n} ops failed: {done.stderr[-3000:]}")

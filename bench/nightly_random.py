@@ -1,14 +1,12 @@
 """The nightly-style run of our own generators, with a larger budget than CI's.
 
-Runs the random-program tests (tests/test_random_programs.py, tests/test_random_numeric.py,
-tests/test_random_tensor.py, tests/test_random_lookup.py, tests/test_random_control.py,
-tests/test_random_training.py: every backend, both pipelines, the IR text, tensor gradients
-against finite differences, convolutions in groups and every legacy_pad mode, transposed
-convolutions and pooling against their values by definition, lookups at negative and edge
-ids, If/While nets nested every way, recurrent stacks set by Caffe2's parameter names and
-optimizer options against numpy) with DSLC_HYPOTHESIS_EXAMPLES random examples each (not
-derandomized: each night draws new ones), and the IR mutation fuzzer (tests/test_ir_fuzz.py)
-with DSLC_FUZZ_MUTANTS mutants from a new seed. Prints, per test, how many examples ran and
+Runs the random-program tests (tests/random/test_random_*.py: every backend, both
+pipelines, the IR text, tensor gradients against finite differences, convolutions in groups
+and every legacy_pad mode, transposed convolutions and pooling against their values by
+definition, lookups at negative and edge ids, If/While nets nested every way, recurrent
+stacks set by Caffe2's parameter names and optimizer options against numpy) with
+DSLC_HYPOTHESIS_EXAMPLES random examples each (not derandomized: each night draws new
+ones), and the IR mutation fuzzer (tests/random/test_ir_fuzz.py) with DSLC_FUZZ_MUTANTS mutants from a new seed. Prints, per test, how many examples ran and
 whether one failed (hypothesis then prints the shrunk program, and stores it in .hypothesis/
 so the next run tries it first).
 
@@ -26,9 +24,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = ["tests/test_random_numeric.py", "tests/test_random_programs.py", "tests/test_random_tensor.py",
-         "tests/test_random_lookup.py", "tests/test_random_control.py", "tests/test_random_training.py",
-         "tests/test_ir_fuzz.py"]
+TESTS = ["tests/random"]  # the random-program tests and the IR fuzzer
 
 
 def main(argv=None) -> int:

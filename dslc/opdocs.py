@@ -5,7 +5,7 @@
 
 Every op is one row: name, operand and result counts, attributes with their
 defaults, traits (and whether it may fail), effects, regions and the one-line semantics from its ``doc``.
-Ops are grouped by the ``ir/ops`` module that declares them. ``tests/test_opdocs.py``
+Ops are grouped by the ``ir/ops`` module that declares them. ``tests/ir/test_opdocs.py``
 fails when the committed file is stale, so the reference cannot drift.
 """
 from __future__ import annotations

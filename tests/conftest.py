@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 import hypothesis
@@ -19,6 +20,17 @@ from dslc import names, workspace
 from dslc.session import LocalSession
 
 BACKENDS = ["interp", "numba"]
+
+# Test modules import shared helpers and one another by bare name (``import programs``,
+# ``from markers import Markers``, ``from test_job_files import JOB``) wherever in tests/
+# they live: every folder here is on sys.path, as pytest's default import mode puts a test
+# file's own folder there. So a file's basename must be unique in tests/ (that import mode
+# requires it anyway), and tests/paths.py says where the checkout's folders are.
+TESTS = os.path.dirname(os.path.abspath(__file__))
+for _folder, _subfolders, _files in os.walk(TESTS):
+    _subfolders[:] = sorted(d for d in _subfolders if not d.startswith((".", "__")))
+    if any(f.endswith(".py") for f in _files) and _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 # Our tests keep hypothesis's own defaults: a profile of our own (the same settings) stops
 # dslc.hypothesis_test_util from switching the process to Caffe2's "dev" profile on import.
@@ -78,6 +90,3 @@ def scratch(tmp_path):
         shutil.rmtree(d, ignore_errors=True)
     else:
         yield str(tmp_path)
-
-
-from ray_fixtures import ray_cluster, ray_session, shared_ray_session  # noqa: E402,F401  (the distributed tests' cluster)

@@ -7,7 +7,7 @@ order of its own) and ``std::shuffle`` with a fresh, default-seeded
 So its "random" order is the same on every run, and programs (and Caffe2's tests)
 rely on it. These functions follow the same algorithms step by step, so they give
 the same permutations; the cases were checked against the real Caffe2 (see
-tests/test_sort_and_shuffle.py).
+tests/ir/ops/test_sort_and_shuffle.py).
 """
 from __future__ import annotations
 
