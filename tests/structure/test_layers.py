@@ -7,15 +7,15 @@ violation pass; where an entry's module is moved or renamed, its owner updates t
 """
 from __future__ import annotations
 
-import os
 import textwrap
 
 import pytest
 
 import layers
+import paths
 from layers import Known
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(paths.ROOT)
 
 # owner: the helper of issue 39 who removes it (runtime: runtime/ out of backends, proto, the DB
 # registry, the progress callback, backends/common; frontend: the dslc/ split into trace/, autodiff/,
