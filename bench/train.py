@@ -294,7 +294,7 @@ def main(argv=None):
                    help="wall: elapsed time; cpu: the CPU time this process used (read before the parse)")
     args = p.parse_args(argv)
     threads = int(THREADS)
-    # PyTorch first: dslc's backends keep freed memory in the process (backends/runtime/memory.py),
+    # PyTorch first: dslc's backends keep freed memory in the process (runtime/memory.py),
     # which would change the allocator PyTorch meets
     torch_ms = torch_mlp(threads)
     numba_run, numba_loop = dslc_mlp("numba", args.steps)

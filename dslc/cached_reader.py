@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from dslc import core
-from dslc.backends.runtime import blobdb
+from dslc.runtime import blobdb
 from dslc.dataio import Reader
 from dslc.db_file_reader import DEFAULT_BATCH_SIZE, DBFileReader, check_db_path, located
 from dslc.ir.diagnostics import TraceError

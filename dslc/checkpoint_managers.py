@@ -52,7 +52,7 @@ def get_snapshot_filename(node_name, epoch) -> str:
 
 def _check_db_type(db_type) -> None:
     """Reject an unknown db_type when the manager is made, not at its first (logged) save."""
-    from dslc.backends.runtime import blobdb  # the runner drives sessions; only it needs the registry
+    from dslc.runtime import blobdb  # the runner drives sessions; only it needs the registry
     try:
         blobdb.get(db_type)
     except blobdb.DBError as e:
@@ -437,7 +437,7 @@ def _still_named(fd: int, path: str) -> bool:
 def _remove_partial_saves(name_of_epoch) -> list:
     """Remove the partial files of every epoch's checkpoint named by ``name_of_epoch``
     (any process but this one wrote them: the runner that owns the directory starts)."""
-    from dslc.backends.runtime import partials  # the runner drives sessions; only it cleans
+    from dslc.runtime import partials  # the runner drives sessions; only it cleans
     directory, head, tail = _family(name_of_epoch)
     epoch_file = re.compile(re.escape(head) + r"\d+" + re.escape(tail) + r"\Z")
     removed = partials.remove_stale_in(directory, epoch_file.match)

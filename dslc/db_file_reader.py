@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from dslc import core
-from dslc.backends.runtime import blobdb
+from dslc.runtime import blobdb
 from dslc.dataio import Reader
 from dslc.dataset import Dataset
 from dslc.ir.diagnostics import DSLError, TraceError

@@ -24,8 +24,8 @@ import time
 from dslc import backends as _backends  # noqa: F401  (the registry the nodes compile with)
 from dslc.backends.ray import cluster as _cluster
 from dslc.backends.ray import split
-from dslc.backends.runtime.streams import session_seed
-from dslc.backends.runtime.values import type_of_value
+from dslc.runtime.streams import session_seed
+from dslc.runtime.values import type_of_value
 from dslc.core import BlobReference
 from dslc.ir import print_module, pyrefs
 from dslc.ir.diagnostics import DSLError, ExecutionError, NodeLostError
@@ -360,7 +360,7 @@ def _node_error(node: str, e: Exception):
     """The error to report for ``node``'s failure ``e`` (None: it was only cancelled)."""
     import ray.exceptions as rex
 
-    from dslc.backends.runtime.cancel import Cancelled
+    from dslc.runtime.cancel import Cancelled
     if isinstance(e, (rex.ActorDiedError, rex.ActorUnavailableError)) or type(e).__name__ == "RayActorError":
         return NodeLostError(node)
     cause = getattr(e, "cause", None) or e

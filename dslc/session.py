@@ -13,8 +13,8 @@ import sys
 import numpy as np
 
 from dslc import backends
-from dslc.backends.runtime.values import blob_types
-from dslc.backends.runtime.workspace import Workspace, to_user
+from dslc.runtime.values import blob_types
+from dslc.runtime.workspace import Workspace, to_user
 from dslc.core import BlobReference, ExecutionStep, Net, Plan, execution_step
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError

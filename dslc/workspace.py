@@ -14,8 +14,8 @@ import types
 import numpy as np
 
 from dslc import db_api
-from dslc.backends.runtime import workspace as _rt
-from dslc.backends.runtime import values as _values
+from dslc.runtime import workspace as _rt
+from dslc.runtime import values as _values
 from dslc.ir.diagnostics import DSLError, DSLTypeError
 from dslc.proto import caffe2_pb2
 from dslc.tracing import user_location
@@ -36,12 +36,12 @@ class Blob(_rt.Cell):
 
     def serialize(self, name=None) -> bytes:
         """This blob's value as Caffe2's BlobProto bytes (under ``name``)."""
-        from dslc.backends.runtime import blobproto
+        from dslc.runtime import blobproto
         return blobproto.serialize(str(name if name is not None else self.name), self.fetch())
 
     def deserialize(self, serialized) -> None:
         """Set this blob to the value of BlobProto bytes (``serialize``'s)."""
-        from dslc.backends.runtime import blobproto
+        from dslc.runtime import blobproto
         self.feed(blobproto.deserialize(serialized)[1])
 
     def tensor(self):
@@ -266,7 +266,7 @@ def RegisteredOperators() -> list[str]:
 
 def registered_dbs() -> list[str]:
     """The ``db_type`` names Save, Load and the checkpoint managers accept."""
-    from dslc.backends.runtime import blobdb
+    from dslc.runtime import blobdb
     return blobdb.names()
 
 
@@ -579,13 +579,13 @@ def FetchBlob(name):
 
 def SerializeBlob(name) -> bytes:
     """Blob ``name``'s value as Caffe2's BlobProto bytes."""
-    from dslc.backends.runtime import blobproto
+    from dslc.runtime import blobproto
     return blobproto.serialize(str(name), _fetch(current(), name))
 
 
 def DeserializeBlob(name, serialized) -> bool:
     """Set blob ``name`` to the value of BlobProto bytes (``SerializeBlob``'s)."""
-    from dslc.backends.runtime import blobproto
+    from dslc.runtime import blobproto
     try:
         value = blobproto.deserialize(serialized)[1]
     except DSLError as e:

@@ -42,7 +42,7 @@ os.environ.setdefault("DSLC_CACHE_DIR", os.path.join(os.path.dirname(__file__), 
 # Sessions given no seed draw from the process's seed, which is random per process (as
 # Caffe2's unseeded streams are): the suite fixes its own, so that a test's random draws
 # are the same on every run of it (a subprocess a test starts still draws its own).
-from dslc.backends.runtime import streams  # noqa: E402
+from dslc.runtime import streams  # noqa: E402
 
 streams._PROCESS_SEED[:] = [0]
 

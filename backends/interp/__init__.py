@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from dslc.backends.runtime.memory import keep_freed_memory
-from dslc.backends.runtime.streams import session_seed
+from dslc.runtime.memory import keep_freed_memory
+from dslc.runtime.streams import session_seed
 from dslc.ir import Module
 
 from .executor import Executor

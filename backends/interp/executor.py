@@ -13,9 +13,9 @@ import threading
 import numpy as np
 
 from dslc import progress
-from dslc.backends.runtime.cancel import Cancelled, Watch, swap_token
-from dslc.backends.runtime.ieee import ieee, in_ieee
-from dslc.backends.runtime.workspace import Workspace
+from dslc.runtime.cancel import Cancelled, Watch, swap_token
+from dslc.runtime.ieee import ieee, in_ieee
+from dslc.runtime.workspace import Workspace
 from dslc.ir import Module
 from dslc.ir.diagnostics import DSLError, ExecutionError
 

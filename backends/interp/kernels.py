@@ -21,10 +21,10 @@ import weakref
 
 import numpy as np
 
-from dslc.backends.runtime.ieee import user_numpy
-from dslc.backends.runtime.resources import Counter, Timer
-from dslc.backends.runtime import logfiles
-from dslc.backends.runtime.workspace import to_user, to_value
+from dslc.runtime.ieee import user_numpy
+from dslc.runtime.resources import Counter, Timer
+from dslc.runtime import logfiles
+from dslc.runtime.workspace import to_user, to_value
 from dslc.ir import pyrefs
 from dslc.ir.budget import check_size, foldable
 from dslc.ir.diagnostics import DSLError

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslc.backends.runtime.datasets import FieldTree
+from dslc.runtime.datasets import FieldTree
 from dslc.ir.diagnostics import DSLError
 
 from .kernels import kernel

@@ -1,6 +1,6 @@
 """Interpreter kernels of the data-pipeline ops (``ir/ops/data.py``).
 
-Queues, cursors and mutexes are runtime objects (``backends/runtime``) held in
+Queues, cursors and mutexes are runtime objects (``runtime/``) held in
 blobs. Blocking queue operations wait through the runtime's ``wait_for``, so they
 end with ``Cancelled`` when a sibling of their thread fails.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslc.backends.runtime.datasets import (FieldTree, Mutex, TreeCursor, read_rows, row_offsets,
+from dslc.runtime.datasets import (FieldTree, Mutex, TreeCursor, read_rows, row_offsets,
                                             shuffled_rows)
-from dslc.backends.runtime.queues import TIMED_OUT, BlobsQueue
-from dslc.backends.runtime.resources import Index, IndexError_
+from dslc.runtime.queues import TIMED_OUT, BlobsQueue
+from dslc.runtime.resources import Index, IndexError_
 from dslc.ir.diagnostics import DSLError
 
 from .kernels import kernel

@@ -1,7 +1,7 @@
 """Interp kernels for Save, Load and DBExists, over the runtime's blob databases.
 
 The op attributes say where (``db``, ``db_type``, ``absolute_path``) and under which
-keys; ``backends/runtime/blobdb`` does the storing, so these stay small. A Load
+keys; ``runtime/blobdb`` does the storing, so these stay small. A Load
 returns its values only after every one of them was read and verified, so a
 failed Load changes no blob.
 """
@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from dslc.backends.runtime import blobcodec, blobdb
+from dslc.runtime import blobcodec, blobdb
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.ops.db import save_keys, stripped
 
@@ -122,7 +122,7 @@ def _load(op, cfg):
 # --- reading training records (CreateDB, TensorProtosDBInput)
 @kernel("CreateDB")
 def _create_db(op, cfg):
-    from dslc.backends.runtime.dbreader import KeyValueReader
+    from dslc.runtime.dbreader import KeyValueReader
     a = op.attrs
     path = _path(a["db"], os.path.isabs(a["db"]))
     if a["db_type"] in ("lmdb", "leveldb", "minidb"):  # (record by record, for TensorProtosDBInput;
@@ -142,7 +142,7 @@ class DBHandle:
 
 @kernel("TensorProtosDBInput")
 def _tensor_protos_input(op, cfg):
-    from dslc.backends.runtime.dbreader import read_tensor_protos
+    from dslc.runtime.dbreader import read_tensor_protos
     size, n = int(op.attrs["batch_size"]), len(op.results)
 
     def read(reader):

@@ -2,7 +2,7 @@
 
 Most ops are ``nn_math.<fn>(*inputs, **attributes)``; the attributes a function takes
 are bound once, when the op's kernel is made. Random ops draw from their op's seeded
-stream (backends/runtime/streams.py).
+stream (runtime/streams.py).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 
-from dslc.backends.runtime import collectives, logfiles
-from dslc.backends.runtime.streams import stream
+from dslc.runtime import collectives, logfiles
+from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
 from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, products, quantized,
                         recurrent, reductions, segments, utility)

@@ -1,6 +1,6 @@
 """Interpreter kernels of the record and shape ops (``ir/ops/records.py``, ``ir/ops/shape.py``).
 
-Text-file readers and packed records are runtime objects (``backends/runtime``) held
+Text-file readers and packed records are runtime objects (``runtime/``) held
 in blobs; Concat and Split are numpy's concatenate / stack / split.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
-from dslc.backends.runtime.packed import PackedRecords, pack, unpack
-from dslc.backends.runtime.textfile import TextFileError, TextFileReader
+from dslc.runtime.packed import PackedRecords, pack, unpack
+from dslc.runtime.textfile import TextFileError, TextFileReader
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.ops.records import text_dtypes
 from dslc.ir.ops.shape import given_axis

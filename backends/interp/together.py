@@ -6,7 +6,7 @@ really run in parallel.
 from __future__ import annotations
 
 from dslc.ir.cores import usable_cpus
-from dslc.backends.runtime.ieee import in_ieee
+from dslc.runtime.ieee import in_ieee
 
 _pool = None  # a ThreadPoolExecutor, made (and concurrent.futures imported) on first use
 

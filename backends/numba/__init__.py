@@ -19,8 +19,8 @@ import numpy as np
 from dslc.ir.cores import usable_cpus
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
-from dslc.backends.runtime.memory import keep_freed_memory
-from dslc.backends.runtime.streams import session_seed
+from dslc.runtime.memory import keep_freed_memory
+from dslc.runtime.streams import session_seed
 from dslc.ir import Module, settings
 
 from dslc.ir.passes.analysis import volatile_blobs

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import threading
 
-from dslc.backends.runtime.cancel import current_token, wait_for
-from dslc.backends.runtime.collectives import CollectiveError, missing_hint, not_met, timeout_s
+from dslc.runtime.cancel import current_token, wait_for
+from dslc.runtime.collectives import CollectiveError, missing_hint, not_met, timeout_s
 
 from . import shm
 

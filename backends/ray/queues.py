@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from dslc.backends.runtime.cancel import Cancelled, current_token
-from dslc.backends.runtime.queues import TIMED_OUT
+from dslc.runtime.cancel import Cancelled, current_token
+from dslc.runtime.queues import TIMED_OUT
 
 BATCH = 256  # records per remote read
 POLL_S = 0.05  # how often a blocked remote read looks at its cancel token

@@ -18,8 +18,8 @@ import numpy as np
 
 from dslc import backends
 from dslc.backends.interp.executor import CancelToken
-from dslc.backends.runtime.values import type_of_value
-from dslc.backends.runtime.workspace import Workspace
+from dslc.runtime.values import type_of_value
+from dslc.runtime.workspace import Workspace
 from dslc.ir import pyrefs
 
 from . import shm, split

@@ -5,7 +5,7 @@ surely runs before a dequeue of it (earlier in the same thread of the run), and 
 the module enqueues into it, closes it or hands its handle anywhere else, the dequeue
 waits forever. This check refuses such a module when its group is lowered, at the
 dequeue's line. A queue made in an earlier run may hold records from that run, so it is
-left to the run-time watchdog (backends/runtime/cancel.py).
+left to the run-time watchdog (runtime/cancel.py).
 """
 from __future__ import annotations
 

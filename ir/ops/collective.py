@@ -19,7 +19,7 @@ part: the k-th collective of a group on one shard meets the k-th on every other.
 
 They are effects (``collective`` write), not pure: the other shards wait for each call,
 so none may be removed, merged or moved past another. The kernels live in
-backends/runtime/collectives.py.
+runtime/collectives.py.
 """
 from __future__ import annotations
 

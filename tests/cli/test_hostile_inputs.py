@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from dbtypes import HAVE_PLYVEL
-from dslc.backends.runtime import blobcodec, blobdb, lmdbfile
-from dslc.backends.runtime.blobcodec import Encoded
+from dslc.runtime import blobcodec, blobdb, lmdbfile
+from dslc.runtime.blobcodec import Encoded
 from dslc.ir.diagnostics import DSLError, Location
 import paths
 
@@ -318,7 +318,7 @@ READ_IN_CHILD = """
 import json, sys, tracemalloc
 from dslc import workspace
 from dslc.ir.diagnostics import DSLError
-from dslc.backends.runtime import blobdb, dbreader, lmdbfile
+from dslc.runtime import blobdb, dbreader, lmdbfile
 from dslc.predictor import predictor_exporter
 
 def kib(field):
@@ -547,7 +547,7 @@ def test_crafted_lmdb_files_are_errors_never_signals(tmp_path):
         assert (d / "data.mdb").stat().st_size <= 6 * PAGE
         cases[f"{name}: records"] = f"dbreader.read_tensor_protos(dbreader.KeyValueReader({str(d)!r}, 'lmdb'), 1, 1)"
         cases[f"{name}: load"] = f"blobdb.get('lmdb').read({str(d)!r})"
-        cases[f"{name}: save over"] = ("import numpy as np\nfrom dslc.backends.runtime import blobcodec\n"
+        cases[f"{name}: save over"] = ("import numpy as np\nfrom dslc.runtime import blobcodec\n"
                                        f"blobdb.get('lmdb').write({str(d)!r}, [('x', blobcodec.encode('x', np.ones(3)))])")
         cases[f"{name}: create_db"] = (f"c = workspace.C.create_db('lmdb', {str(d)!r}, workspace.C.Mode.read)"
                                        ".new_cursor()")

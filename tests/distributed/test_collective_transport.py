@@ -15,8 +15,8 @@ pytest.importorskip("ray")
 from dslc.backends.ray import shm  # noqa: E402
 from dslc.backends.ray.collective import Mailbox, PeerTransport  # noqa: E402
 from dslc.backends.interp.executor import CancelToken  # noqa: E402
-from dslc.backends.runtime import collectives  # noqa: E402
-from dslc.backends.runtime.cancel import swap_token  # noqa: E402
+from dslc.runtime import collectives  # noqa: E402
+from dslc.runtime.cancel import swap_token  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="no writable /dev/shm")
 

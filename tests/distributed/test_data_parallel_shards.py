@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dslc import brew, core, data_parallel_model, optimizer, workspace
-from dslc.backends.runtime import collectives
+from dslc.runtime import collectives
 from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
 from dslc.net_builder import ops

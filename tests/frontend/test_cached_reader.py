@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dslc import core, workspace
-from dslc.backends.runtime import blobdb
+from dslc.runtime import blobdb
 from dslc.cached_reader import CachedReader
 from dslc.dataset import Dataset
 from dslc.db_file_reader import DBFileReader

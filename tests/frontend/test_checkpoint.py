@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from dslc import core, workspace
-from dslc.backends.runtime import blobdb
+from dslc.runtime import blobdb
 from dslc.checkpoint import (BLOB_NAMES, CheckpointManager, Job, JobRunner, MultiNodeCheckpointManager,
                              SnapshotManager, UploadTaskGroupBuilder, db_name, epoch_limiter,
                              get_ckpt_filename)

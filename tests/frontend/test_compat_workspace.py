@@ -176,7 +176,7 @@ def test_c_workspace_create_net_and_run(backend):
 
 
 def test_registered_dbs_and_gpu_support():
-    from dslc.backends.runtime import blobdb
+    from dslc.runtime import blobdb
     dbs = core.C.registered_dbs()
     assert core.C is workspace.C
     assert {"minidb", "dslcdb", "lmdb"} <= set(dbs)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dslc import core, workspace
-from dslc.backends.runtime.datasets import FieldTree, Mutex, TreeCursor
-from dslc.backends.runtime.workspace import Cell
+from dslc.runtime.datasets import FieldTree, Mutex, TreeCursor
+from dslc.runtime.workspace import Cell
 from dslc.dataio import ReaderWithLimit
 from dslc.dataset import Dataset
 from dslc.ir.diagnostics import ExecutionError, TraceError

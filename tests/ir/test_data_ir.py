@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from dslc import cli, core, workspace
-from dslc.backends.runtime.values import type_of_value
+from dslc.runtime.values import type_of_value
 from dslc.dataset import Dataset
 from dslc.ir import parse, print_module
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from dslc import cli, jobfile
-from dslc.backends.runtime.workspace import Workspace
+from dslc.runtime.workspace import Workspace
 from dslc.ir import ParseError, VerifyError, parse, print_module
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
 from dslc.lower import lower_group
 from dslc.net_builder import ops
-from dslc.backends.runtime.values import type_of_value
+from dslc.runtime.values import type_of_value
 from dslc.checkpoint import Job
 from dslc.session import LocalSession
 from dslc.task import Task

@@ -58,7 +58,7 @@ def hypothesis_settings(ci_examples: int) -> settings:
 
 def run_task(task, outputs: dict, backend: str, passes: str) -> dict:
     """Run ``task`` in a fresh session and workspace: {name: fetched value} of ``outputs``."""
-    from dslc.backends.runtime.workspace import Workspace
+    from dslc.runtime.workspace import Workspace
     from dslc.session import LocalSession
 
     with LocalSession(Workspace(), backend=backend, passes=passes) as session:
@@ -79,7 +79,7 @@ def ir_text(task) -> str:
 
 def run_text(text: str, backend: str, passes: str = "default") -> dict:
     """Run IR ``text`` in a fresh session and workspace: its outputs by name."""
-    from dslc.backends.runtime.workspace import Workspace
+    from dslc.runtime.workspace import Workspace
     from dslc.ir import parse
     from dslc.session import LocalSession
 

@@ -24,7 +24,7 @@ from hypothesis import example, given, note
 import programs as P
 import programs_control as C
 from dslc import core
-from dslc.backends.runtime.workspace import Workspace
+from dslc.runtime.workspace import Workspace
 from dslc.ir import parse, print_module
 from dslc.session import LocalSession
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, note
 
 import programs as P
-from dslc.backends.runtime.workspace import Workspace
+from dslc.runtime.workspace import Workspace
 from dslc.ir import parse, print_module
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
 from dslc.lower import lower_group

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from dslc.backends.runtime import blobcodec, blobdb, dbfile
-from dslc.backends.runtime.resources import Counter, Timer
+from dslc.runtime import blobcodec, blobdb, dbfile
+from dslc.runtime.resources import Counter, Timer
 from dslc.ir.diagnostics import ExecutionError
 from dslc.net_builder import ops
 from dslc.session import LocalSession
@@ -298,7 +298,7 @@ def test_registered_kinds_are_private_to_their_class():
 
 
 def test_dataset_cursors_keep_their_position():
-    datasets = pytest.importorskip("dslc.backends.runtime.datasets")
+    datasets = pytest.importorskip("dslc.runtime.datasets")
     c = datasets.TreeCursor(["a", "b"])
     c.offsets = [7]
     got = roundtrip(c)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from dbtypes import HAVE_PLYVEL, leveldb
-from dslc.backends.runtime import blobdb
+from dslc.runtime import blobdb
 
 N_BLOBS, SIZE = 8, 1 << 18  # 1 MiB of float32 per blob
 
@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(f"""
     import sys, time
     import numpy as np
     from dslc import workspace
-    from dslc.backends.runtime import dbfile, dblmdb
+    from dslc.runtime import dbfile, dblmdb
     from dslc.net_builder import ops
     from dslc.session import LocalSession
     from dslc.task import Task
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent(f"""
     print("SAVED", flush=True)
     classes = [dbfile.FileDB, dblmdb.LmdbDB]
     try:
-        from dslc.backends.runtime import dbleveldb
+        from dslc.runtime import dbleveldb
         classes.append(dbleveldb.LevelDB)
     except ImportError:  # (without the leveldb extra its cases are skipped)
         pass

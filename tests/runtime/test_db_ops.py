@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from dslc.backends.runtime import blobdb
+from dslc.runtime import blobdb
 from dslc.ir import parse, print_module
 from dslc.ir.diagnostics import DSLTypeError, ExecutionError
 from dslc.net_builder import ops

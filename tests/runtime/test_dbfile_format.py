@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from dslc.backends.runtime import blobcodec, blobdb
-from dslc.backends.runtime.resources import Counter
+from dslc.runtime import blobcodec, blobdb
+from dslc.runtime.resources import Counter
 
 # Written by dslc at commit 9e12481 (format 1, zlib CRC-32) from the values of fixture_values().
 FORMAT_1_FILE = Path(__file__).parent / "data" / "dslcdb-format1.ckpt"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dbtypes import NEEDS_LEVELDB
-from dslc.backends.runtime import blobcodec, blobdb
+from dslc.runtime import blobcodec, blobdb
 
 PATTERN = np.float64(1234.5678)
 
@@ -139,8 +139,8 @@ def test_without_plyvel_leveldb_says_how_to_install_it(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_plyvel)
-    monkeypatch.delitem(sys.modules, "dslc.backends.runtime.dbleveldb", raising=False)
-    from dslc.backends import runtime
+    monkeypatch.delitem(sys.modules, "dslc.runtime.dbleveldb", raising=False)
+    from dslc import runtime
     monkeypatch.delattr(runtime, "dbleveldb", raising=False)  # (else `from . import` finds it)
     with pytest.raises(blobdb.DBTypeError) as info:
         blobdb.get("LevelDB").read("/nowhere")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from dslc import core, workspace
-from dslc.backends.runtime import blobdb
+from dslc.runtime import blobdb
 from dslc.proto import caffe2_pb2
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from dslc.backends.runtime.cancel import Cancelled, swap_token, wait_for
-from dslc.backends.runtime.queues import TIMED_OUT, BlobsQueue
+from dslc.runtime.cancel import Cancelled, swap_token, wait_for
+from dslc.runtime.queues import TIMED_OUT, BlobsQueue
 from dslc.ir.diagnostics import DSLTypeError, ExecutionError
 from dslc.net_builder import ops
 from dslc.queue_util import Queue, close_queue, dequeue, enqueue

@@ -1,4 +1,4 @@
-"""backends/runtime/memory.py: freed arrays' memory stays in the process (glibc)."""
+"""runtime/memory.py: freed arrays' memory stays in the process (glibc)."""
 import ctypes
 import ctypes.util
 import os
@@ -10,7 +10,7 @@ import pytest
 PROBE = """
 import ctypes, ctypes.util, sys
 import numpy as np
-from dslc.backends.runtime.memory import keep_freed_memory
+from dslc.runtime.memory import keep_freed_memory
 
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",

@@ -90,23 +90,17 @@ KNOWN = [
           'dslc.workspace'),
     Known('runtime', 'cycle',
           'the blob DB formats',
-          'dslc.backends.runtime.blobdb dslc.backends.runtime.dbfile dslc.backends.runtime.dbleveldb '
-          'dslc.backends.runtime.dblmdb dslc.backends.runtime.dbminidb dslc.backends.runtime.lmdbfile '
-          'dslc.backends.runtime.manifest'),
+          'dslc.runtime.blobdb dslc.runtime.dbfile dslc.runtime.dbleveldb dslc.runtime.dblmdb '
+          'dslc.runtime.dbminidb dslc.runtime.lmdbfile dslc.runtime.manifest'),
     Known('runtime', 'base',
-          'dslc.backends.runtime.blobdb',
-          'dslc.backends.runtime.dbleveldb dslc.backends.runtime.dblmdb '
-          'dslc.backends.runtime.dbminidb'),
+          'dslc.runtime.blobdb',
+          'dslc.runtime.dbleveldb dslc.runtime.dblmdb dslc.runtime.dbminidb'),
     Known('runtime', 'layer',
           'dslc.backends.numba',
           'dslc.backends.text.names dslc.backends.text.source'),
     Known('runtime', 'layer',
           'dslc.backends.interp.executor',
           'dslc.progress'),
-    Known('runtime', 'layer',
-          'dslc.backends.runtime.blobproto dslc.backends.runtime.dbminidb '
-          'dslc.backends.runtime.dbreader',
-          'dslc.proto.caffe2_pb2'),
 ]
 
 

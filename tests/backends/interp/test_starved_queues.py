@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dslc.backends.runtime import cancel
+from dslc.runtime import cancel
 from dslc.ir.diagnostics import ExecutionError, VerifyError
 from dslc.net_builder import ops
 from dslc.task import Task, TaskGroup, final_output

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dslc.backends.runtime import cancel
+from dslc.runtime import cancel
 from dslc.ir.diagnostics import ExecutionError
 from dslc.net_builder import ops
 from dslc.task import Task, TaskGroup, final_output

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dslc import core, workspace
-from dslc.backends.runtime import cxxorder
+from dslc.runtime import cxxorder
 from dslc.dataset import Dataset
 from dslc.ir.diagnostics import DSLError
 from dslc.schema import FetchRecord, List, Struct, from_blob_list

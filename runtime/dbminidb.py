@@ -29,7 +29,7 @@ import numpy as np
 from google.protobuf import text_format
 
 from dslc.ir.diagnostics import DSLError
-from dslc.proto import caffe2_pb2
+from .proto import caffe2 as caffe2_pb2
 
 from . import blobcodec, blobdb, blobproto, dbfile
 from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError

@@ -102,7 +102,7 @@ class KeyValueReader:
 
 def read_tensor_protos(reader: KeyValueReader, batch_size: int, n_outputs: int) -> list:
     """``batch_size`` records' tensors, stacked per position."""
-    from dslc.proto import caffe2_pb2
+    from .proto import caffe2 as caffe2_pb2
     columns = [[] for _ in range(n_outputs)]
     for _ in range(batch_size):
         key, value = reader.next_record()

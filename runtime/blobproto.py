@@ -15,7 +15,7 @@ import numpy as np
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.budget import check_size
 from dslc.ir.escape import brief
-from dslc.proto import caffe2_pb2
+from .proto import caffe2 as caffe2_pb2
 
 T = caffe2_pb2.TensorProto
 # numpy dtype -> (TensorProto field, data type code); narrow ints and bools travel as int32

@@ -17,7 +17,7 @@ The transport is the run's: the ``collective`` its cancel tokens carry (a Ray no
 it for its run: backends/ray/collective.py), else the process's ``LocalHub`` (shards are
 threads of one process, e.g. Nodes of a job under LocalSession). A shard waiting for the
 others stops when its run is cancelled; a local run where no other thread can ever
-arrive is reported as stuck (backends/runtime/cancel.py), a remote one after
+arrive is reported as stuck (runtime/cancel.py), a remote one after
 ``DSLC_COLLECTIVE_TIMEOUT_S`` seconds (default 300).
 """
 from __future__ import annotations
