@@ -1,6 +1,6 @@
 """Caffe2's raw key-value database API (``workspace.C.create_db``, ``C.Mode``): records of
 bytes put through transactions and read back with a cursor, in a ``minidb`` file (Caffe2's
-format, runtime/dbminidb.py) or an ``lmdb`` environment.
+format, runtime/blobdb/dbminidb.py) or an ``lmdb`` environment.
 
     db = workspace.C.create_db("minidb", path, workspace.C.Mode.write)
     t = db.new_transaction(); t.put(b"k", b"v"); t.commit()
@@ -127,13 +127,13 @@ class _MiniDB(_DB):
         self._file = open(path, "wb") if mode != Mode.read else None
 
     def _write(self, pairs) -> None:
-        from dslc.runtime.dbminidb import HEADER
+        from dslc.runtime.blobdb.dbminidb import HEADER
         for k, v in pairs:
             self._file.write(HEADER.pack(len(k), len(v)) + k + v)
         self._file.flush()  # (a commit is in the file, as Caffe2's minidb commit flushes)
 
     def _read_all(self) -> list:
-        from dslc.runtime import dbminidb
+        from dslc.runtime.blobdb import dbminidb
         out = []
         with open(self.path, "rb") as f:
             for key, offset, length in dbminidb.records(self.path):
@@ -155,11 +155,11 @@ class _LmdbDB(_DB):
         super().__init__(path, mode)
         self._env = self._db = None
         if mode == Mode.read:  # (read by pread with every page checked, not through lmdb's mapping)
-            from dslc.runtime.lmdbfile import LmdbFile
+            from dslc.runtime.blobdb.lmdbfile import LmdbFile
             self._db = _checked(LmdbFile, path)
         else:
             import lmdb
-            from dslc.runtime.lmdbfile import check_existing
+            from dslc.runtime.blobdb.lmdbfile import check_existing
             _checked(check_existing, path)  # (the library would fault on a damaged file it writes to)
             self._env = lmdb.open(path, map_size=1 << 40, subdir=True, create=True)
 

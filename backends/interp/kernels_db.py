@@ -122,7 +122,7 @@ def _load(op, cfg):
 # --- reading training records (CreateDB, TensorProtosDBInput)
 @kernel("CreateDB")
 def _create_db(op, cfg):
-    from dslc.runtime.dbreader import KeyValueReader
+    from dslc.runtime.blobdb.dbreader import KeyValueReader
     a = op.attrs
     path = _path(a["db"], os.path.isabs(a["db"]))
     if a["db_type"] in ("lmdb", "leveldb", "minidb"):  # (record by record, for TensorProtosDBInput;
@@ -142,7 +142,7 @@ class DBHandle:
 
 @kernel("TensorProtosDBInput")
 def _tensor_protos_input(op, cfg):
-    from dslc.runtime.dbreader import read_tensor_protos
+    from dslc.runtime.blobdb.dbreader import read_tensor_protos
     size, n = int(op.attrs["batch_size"]), len(op.results)
 
     def read(reader):

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from dbtypes import HAVE_PLYVEL
-from dslc.runtime import blobcodec, blobdb, lmdbfile
+from dslc.runtime import blobcodec, blobdb
+from dslc.runtime.blobdb import lmdbfile
 from dslc.runtime.blobcodec import Encoded
 from dslc.ir.diagnostics import DSLError, Location
 import paths
@@ -318,7 +319,8 @@ READ_IN_CHILD = """
 import json, sys, tracemalloc
 from dslc import workspace
 from dslc.ir.diagnostics import DSLError
-from dslc.runtime import blobdb, dbreader, lmdbfile
+from dslc.runtime import blobdb
+from dslc.runtime.blobdb import dbreader, lmdbfile
 from dslc.predictor import predictor_exporter
 
 def kib(field):

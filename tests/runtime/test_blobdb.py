@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from dslc.runtime import blobcodec, blobdb, dbfile
+from dslc.runtime import blobcodec, blobdb
+from dslc.runtime.blobdb import dbfile
 from dslc.runtime.resources import Counter, Timer
 from dslc.ir.diagnostics import ExecutionError
 from dslc.net_builder import ops

@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(f"""
     import sys, time
     import numpy as np
     from dslc import workspace
-    from dslc.runtime import dbfile, dblmdb
+    from dslc.runtime.blobdb import dbfile, dblmdb
     from dslc.net_builder import ops
     from dslc.session import LocalSession
     from dslc.task import Task
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent(f"""
     print("SAVED", flush=True)
     classes = [dbfile.FileDB, dblmdb.LmdbDB]
     try:
-        from dslc.runtime import dbleveldb
+        from dslc.runtime.blobdb import dbleveldb
         classes.append(dbleveldb.LevelDB)
     except ImportError:  # (without the leveldb extra its cases are skipped)
         pass

@@ -30,7 +30,8 @@ PARTIAL = re.compile(r"\.tmp-(\d+)-[0-9a-f]{8}\Z")  # the writer's naming, read 
 KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
     import numpy as np
-    from dslc.runtime import blobcodec, dbfile
+    from dslc.runtime import blobcodec
+    from dslc.runtime.blobdb import dbfile
 
     def entries():
         # 12 MiB: more than the writer gathers before it writes (dbio.BATCH), so it is written at once

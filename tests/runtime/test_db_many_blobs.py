@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from dbtypes import leveldb
-from dslc.runtime import blobcodec, blobdb, dbfile
+from dslc.runtime import blobcodec, blobdb
+from dslc.runtime.blobdb import dbfile
 from dslc.runtime.resources import Counter
 from dslc.net_builder import ops
 from dslc.task import Task
@@ -166,7 +167,7 @@ def test_the_manifest_is_the_json_of_its_rows(tmp_path):
 def test_manifest_rows_without_kind_dtype_or_shape_are_read_as_format_1_writers_left_them():
     """A row may lack kind, dtype and shape (""/""/() then); a row without its place or
     checksum is not valid, whichever row it is."""
-    from dslc.runtime.manifest import Index
+    from dslc.runtime.blobdb.manifest import Index
 
     rows = [{"name": "a", "kind": "tensor", "dtype": "<f4", "shape": [2], "length": 8, "xxh3": 5},
             {"name": "b", "length": 3, "xxh3": (1 << 64) - 1}]

@@ -7,6 +7,7 @@ test_checkpoint_crash.py, beside the other db types.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -125,26 +126,18 @@ def test_checkpoints_of_other_types_are_named(tmp_path):
 
 
 def test_without_plyvel_leveldb_says_how_to_install_it(monkeypatch):
-    # fill the real registry first: types register when their module is first imported,
-    # so a first import under the patch below would register them into the stand-in only
-    blobdb._load_builtins()
-    monkeypatch.setattr(blobdb, "_TYPES", {k: v for k, v in blobdb._TYPES.items() if k != "leveldb"})
-    monkeypatch.setattr(blobdb, "_builtins_loaded", [False])
-    import builtins
-    real_import = builtins.__import__
-
-    def no_plyvel(name, *args, **kwargs):
-        if name == "plyvel":
-            raise ImportError("No module named 'plyvel'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_plyvel)
-    monkeypatch.delitem(sys.modules, "dslc.runtime.dbleveldb", raising=False)
-    from dslc import runtime
-    monkeypatch.delattr(runtime, "dbleveldb", raising=False)  # (else `from . import` finds it)
+    # importing the package registers the formats: import it again with plyvel missing, into a
+    # copy of the registry (the real one, and the modules, come back afterwards)
+    from dslc.runtime.blobdb import base
+    monkeypatch.setattr(base, "_TYPES", {k: v for k, v in base._TYPES.items() if k != "leveldb"})
+    monkeypatch.setitem(sys.modules, "plyvel", None)  # (so `import plyvel` raises ImportError)
+    monkeypatch.delitem(sys.modules, "dslc.runtime.blobdb.dbleveldb", raising=False)
+    monkeypatch.delattr(blobdb, "dbleveldb", raising=False)  # (else `from . import` finds it)
+    importlib.reload(blobdb)
     with pytest.raises(blobdb.DBTypeError) as info:
         blobdb.get("LevelDB").read("/nowhere")
     assert "dslc[leveldb]" in info.value.hint
+    assert "leveldb" not in blobdb.names() and "dslcdb" in blobdb.names()
 
 
 @NEEDS_LEVELDB

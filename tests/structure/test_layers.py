@@ -88,13 +88,6 @@ KNOWN = [
     Known('frontend', 'layer',
           'dslc.distributed dslc.immediate dslc.records dslc.transforms',
           'dslc.workspace'),
-    Known('runtime', 'cycle',
-          'the blob DB formats',
-          'dslc.runtime.blobdb dslc.runtime.dbfile dslc.runtime.dbleveldb dslc.runtime.dblmdb '
-          'dslc.runtime.dbminidb dslc.runtime.lmdbfile dslc.runtime.manifest'),
-    Known('runtime', 'base',
-          'dslc.runtime.blobdb',
-          'dslc.runtime.dbleveldb dslc.runtime.dblmdb dslc.runtime.dbminidb'),
     Known('runtime', 'layer',
           'dslc.backends.numba',
           'dslc.backends.text.names dslc.backends.text.source'),

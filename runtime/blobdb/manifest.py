@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from .blobdb import MissingBlobError
+from .base import MissingBlobError
 
 
 def parse(raw) -> dict:

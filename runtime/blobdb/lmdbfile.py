@@ -28,7 +28,7 @@ import os
 import struct
 from typing import NamedTuple
 
-from .blobdb import CorruptDBError, MissingDBError
+from .base import CorruptDBError, MissingDBError
 
 MAGIC, VERSION = 0xBEEFC0DE, 1
 HEADER = struct.Struct("<QHHHH")           # pgno, pad, flags, lower, upper

@@ -18,9 +18,9 @@ import threading
 import numpy as np
 import plyvel
 
-from . import blobdb, dbio, manifest
-from .blobcodec import BlobEncodingError, allocate, from_buffer
-from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
+from . import base, dbio, manifest
+from ..blobcodec import BlobEncodingError, allocate, from_buffer
+from .base import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
 from .manifest import Index, rows_text
 
 MANIFEST = b"manifest"
@@ -99,7 +99,7 @@ def _check_path(path: str) -> None:
         raise MissingDBError(f"there is no checkpoint at {path}",
                              hint="check the db name and epoch (DBExists tells whether a checkpoint is there)")
     if not os.path.isdir(path):
-        raise DBTypeError(f"{path} is {blobdb.what_file(path)}", hint="give the db_type the checkpoint was saved with")
+        raise DBTypeError(f"{path} is {base.what_file(path)}", hint="give the db_type the checkpoint was saved with")
     if os.path.exists(os.path.join(path, "data.mdb")):
         raise DBTypeError(f"{path} is an lmdb checkpoint; pass db_type='lmdb'",
                           hint="give the db_type the checkpoint was saved with")
@@ -148,4 +148,4 @@ def _read(snap, path: str, names, values: bool):
     return out
 
 
-blobdb.register(LevelDB.name, LevelDB())
+base.register(LevelDB.name, LevelDB())

@@ -21,9 +21,9 @@ import threading
 import lmdb
 import numpy as np
 
-from . import blobdb, dbio, manifest
-from .blobcodec import BlobEncodingError, allocate_all, from_buffer
-from .blobdb import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
+from . import base, dbio, manifest
+from ..blobcodec import BlobEncodingError, allocate_all, from_buffer
+from .base import CorruptDBError, KeyValueDB, DBError, DBTypeError, IncompleteDBError, MissingDBError
 from .lmdbfile import LmdbFile, check_existing
 from .manifest import Index, rows_text
 
@@ -95,7 +95,7 @@ class LmdbDB(KeyValueDB):
                                  hint="check the db name and epoch (DBExists tells whether a checkpoint is "
                                       "there)")
         if not os.path.isdir(path):
-            raise DBTypeError(f"{path} is {blobdb.what_file(path)}", hint="give the db_type the checkpoint was saved with")
+            raise DBTypeError(f"{path} is {base.what_file(path)}", hint="give the db_type the checkpoint was saved with")
         data = os.path.join(path, "data.mdb")
         if not os.path.exists(data):
             raise IncompleteDBError(f"the lmdb checkpoint {path} has no data.mdb: its save did not finish",
@@ -190,4 +190,4 @@ def _pinned(path: str):
         env.close()
 
 
-blobdb.register(LmdbDB.name, LmdbDB())
+base.register(LmdbDB.name, LmdbDB())

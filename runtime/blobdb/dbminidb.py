@@ -29,10 +29,11 @@ import numpy as np
 from google.protobuf import text_format
 
 from dslc.ir.diagnostics import DSLError
-from .proto import caffe2 as caffe2_pb2
+from ..proto import caffe2 as caffe2_pb2
 
-from . import blobcodec, blobdb, blobproto, dbfile
-from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
+from .. import blobcodec, blobproto
+from . import base, dbfile
+from .base import CorruptDBError, DBTypeError, IncompleteDBError, MissingBlobError, MissingDBError
 
 HEADER = struct.Struct("=ii")
 SEPARATOR = "#%"
@@ -40,7 +41,7 @@ _OWN = "dslc:"  # (a BlobProto type naming one of dslc's registered blob kinds)
 _CORRUPT_HINT = "the file is damaged or was not written by Save; restore it or save it again"
 
 
-class MiniDB(blobdb.KeyValueDB):
+class MiniDB(base.KeyValueDB):
     name = "minidb"
     takes_save_options = True  # (Save passes chunk_size and SerializationOptions bytes)
 
@@ -94,7 +95,7 @@ class MiniDB(blobdb.KeyValueDB):
         try:
             _records_of(path)
             return True
-        except blobdb.DBError:
+        except base.DBError:
             return False
 
 
@@ -134,7 +135,7 @@ def records(path: str):
         raise MissingDBError(f"there is no checkpoint at {path}",
                              hint="check the db name and epoch (DBExists tells whether a checkpoint is there)") from None
     except OSError as e:
-        raise blobdb.DBError(f"cannot open the checkpoint {path}: {e.strerror}",
+        raise base.DBError(f"cannot open the checkpoint {path}: {e.strerror}",
                              hint="check the file's permissions") from None
     with f:
         size = os.fstat(f.fileno()).st_size
@@ -193,18 +194,18 @@ def _rules(options: bytes) -> list:
         else:
             msg.ParseFromString(bytes(options))
     except Exception as e:
-        raise blobdb.DBError(f"Save's options are not a SerializationOptions message: {e}",
+        raise base.DBError(f"Save's options are not a SerializationOptions message: {e}",
                              hint="pass options=caffe2_pb2.SerializationOptions(...)") from None
     rules = []
     for opt in msg.options:
         if opt.float_format not in (0,):  # (FLOAT_DEFAULT only: dslc writes no bfloat16)
-            raise blobdb.DBError(f"Save's option for {opt.blob_name_regex!r} asks for float format "
+            raise base.DBError(f"Save's option for {opt.blob_name_regex!r} asks for float format "
                                  f"{opt.float_format}, which dslc does not write",
                                  hint="leave float_format at FLOAT_DEFAULT")
         try:
             rules.append((re.compile(opt.blob_name_regex), opt.chunk_size if opt.HasField("chunk_size") else None))
         except re.error as e:
-            raise blobdb.DBError(f"Save's blob_name_regex {opt.blob_name_regex!r} is not a regex: {e}") from None
+            raise base.DBError(f"Save's blob_name_regex {opt.blob_name_regex!r} is not a regex: {e}") from None
     return rules
 
 
@@ -219,4 +220,4 @@ def _chunk_size(name: str, chunk_size: int, rules: list) -> int:
     return int(chunk_size)
 
 
-blobdb.register("minidb", MiniDB())
+base.register("minidb", MiniDB())

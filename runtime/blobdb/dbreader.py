@@ -36,7 +36,7 @@ class KeyValueReader:
         self._lock = threading.Lock()
         self._records = None  # the pass under way: an iterator of (key, value)
         if db_type == "lmdb":
-            from .blobdb import DBError
+            from .base import DBError
             from .lmdbfile import LmdbFile
             if not os.path.isdir(path):
                 raise DBReaderError(f"cannot open the lmdb database {path!r}: it is not a directory",
@@ -75,7 +75,7 @@ class KeyValueReader:
 
     def next_record(self) -> tuple:
         """(key, value) of the next record, going round after the last."""
-        from .blobdb import DBError
+        from .base import DBError
         with self._lock:
             try:
                 for _ in range(2):
@@ -102,7 +102,7 @@ class KeyValueReader:
 
 def read_tensor_protos(reader: KeyValueReader, batch_size: int, n_outputs: int) -> list:
     """``batch_size`` records' tensors, stacked per position."""
-    from .proto import caffe2 as caffe2_pb2
+    from ..proto import caffe2 as caffe2_pb2
     columns = [[] for _ in range(n_outputs)]
     for _ in range(batch_size):
         key, value = reader.next_record()

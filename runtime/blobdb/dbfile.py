@@ -26,9 +26,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import blobdb, dbio, manifest, partials
-from .blobcodec import BlobEncodingError, allocate_all, from_buffer
-from .blobdb import CorruptDBError, DBTypeError, IncompleteDBError, MissingDBError
+from .. import partials
+from . import base, dbio, manifest
+from ..blobcodec import BlobEncodingError, allocate_all, from_buffer
+from .base import CorruptDBError, DBTypeError, IncompleteDBError, MissingDBError
 from .manifest import Index, rows_text
 
 END = b"DSLCEND\n"
@@ -59,7 +60,7 @@ MAGIC_SIZE = len(MAGIC)  # (the same for every version, and so is the trailer's 
 class FileDB:
     """The single-file blob database (see the module docstring for the layout)."""
 
-    name = blobdb.DEFAULT_DB_TYPE
+    name = base.DEFAULT_DB_TYPE
 
     # --- writing
     def write(self, path: str, entries) -> None:
@@ -131,7 +132,7 @@ class FileDB:
                                  hint="check the db name and epoch (DBExists tells whether a checkpoint is "
                                       "there)") from None
         except OSError as e:
-            raise blobdb.DBError(f"cannot open the checkpoint {path}: {e.strerror}",
+            raise base.DBError(f"cannot open the checkpoint {path}: {e.strerror}",
                                  hint="check the file's permissions") from None
 
     def _manifest(self, fd: int, path: str) -> tuple:
@@ -292,7 +293,7 @@ def write_atomically(path: str, fill, buffering: int = -1) -> None:
     try:
         f = open(tmp, "wb", buffering=buffering)
     except OSError as e:
-        raise blobdb.DBError(f"cannot create the checkpoint {path}: {e.strerror}",
+        raise base.DBError(f"cannot create the checkpoint {path}: {e.strerror}",
                              hint="check that its directory exists and is writable") from None
     try:
         with f:
@@ -331,4 +332,4 @@ def _fsync_dir(d: str) -> None:
         os.close(fd)
 
 
-blobdb.register(FileDB.name, FileDB())
+base.register(FileDB.name, FileDB())

@@ -1,4 +1,6 @@
-"""Blob databases: where Save writes and Load reads, behind one small interface.
+"""The base of the blob databases: the interface a db type implements, its errors, and the
+registry each type registers itself into when its module is imported (the package's
+``__init__`` imports them all; this module imports none of them).
 
 A database type is an object with three methods (paths are used as given):
 
@@ -10,12 +12,8 @@ A database type is an object with three methods (paths are used as given):
     exists(path)                   whether a complete checkpoint is at ``path``
     keys(path)                     the blob names stored at ``path`` (its manifest)
 
-``get(db_type)`` finds one by name: ``dslcdb`` (the default, one file of our own
-format), ``minidb`` (Caffe2's one-file format, for moving checkpoints and models between
-the two), ``lmdb``, and ``leveldb`` (also spelled ``LevelDB``,
-as Caffe2 code does; it needs the optional extra ``dslc[leveldb]``). Values go through ``blobcodec``, so
-nothing is ever unpickled. Every failure is a ``DBError`` naming the file (and the
-blob, when one blob is at fault) with a hint.
+Every failure is a ``DBError`` naming the file (and the blob, when one blob is at fault)
+with a hint.
 """
 from __future__ import annotations
 
@@ -53,44 +51,24 @@ _ALIASES = {"LevelDB": "leveldb"}
 
 
 def register(name: str, db) -> None:
+    """Make ``db`` the type ``get(name)`` gives (each format's module calls this on import)."""
     _TYPES[name] = db
 
 
 def names() -> list[str]:
     """The db types ``get`` accepts (aliases included), those whose package is installed."""
-    _load_builtins()
-    usable = [n for n, db in _TYPES.items() if not isinstance(db, _Unavailable)]
+    usable = [n for n, db in _TYPES.items() if not isinstance(db, Unavailable)]
     return sorted(usable + [a for a, n in _ALIASES.items() if n in usable])
 
 
 def get(db_type: str):
     """The database type called ``db_type`` (empty: the default)."""
-    _load_builtins()
     name = _ALIASES.get(db_type or DEFAULT_DB_TYPE, db_type or DEFAULT_DB_TYPE)
     db = _TYPES.get(name)
     if db is None:
         known = ", ".join(repr(k) for k in sorted(set(_TYPES) | set(_ALIASES)))
         raise DBTypeError(f"unknown db_type {db_type!r}", hint=f"use one of: {known}")
     return db
-
-
-_builtins_loaded = [False]
-
-
-def _load_builtins() -> None:
-    if _builtins_loaded[0]:
-        return
-    _builtins_loaded[0] = True
-    from . import dbfile, dbminidb  # noqa: F401  (each module registers its type)
-    try:
-        from . import dblmdb  # noqa: F401
-    except ImportError:  # a declared dependency; say so if it is missing anyway
-        register("lmdb", _Unavailable("lmdb", "pip install lmdb"))
-    try:
-        from . import dbleveldb  # noqa: F401
-    except ImportError:  # an optional extra (plyvel)
-        register("leveldb", _Unavailable("leveldb", "install the leveldb extra: pip install 'dslc[leveldb]' "
-                                                    "(or use db_type='lmdb')"))
 
 
 class KeyValueDB:
@@ -117,7 +95,7 @@ def what_file(path: str) -> str:
     return "a file, not a checkpoint directory (a minidb file? pass db_type='minidb')"
 
 
-class _Unavailable:
+class Unavailable:
     """A db type whose package is not installed: every use says how to install it."""
 
     def __init__(self, name, how):
