@@ -6,5 +6,41 @@ Import the modules as Caffe2 programs do: ``from dslc import core``,
 """
 __version__ = "0.1.0"
 
+
+def _check_one_tree():
+    """Refuse a dslc whose packages come from two trees.
+
+    ``ir/``, ``backends/`` (and ``runtime/``) are mapped into ``dslc`` by pyproject.toml's
+    package-dir. Run from the root of checkout A with dslc installed (``pip install -e``) from
+    checkout B, ``import dslc`` finds A's ``dslc/`` on the path but B's ``ir/`` through the
+    install: a mixture no test ever ran. Installed, the three live inside ``dslc/``; in a
+    checkout, beside it. Finding them costs a few stat calls (a fraction of a millisecond) and
+    imports none of them.
+    """
+    import importlib.util
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    checkout = os.path.dirname(here)
+    for name in ("ir", "backends", "runtime"):
+        inside, beside = os.path.join(here, name), os.path.join(checkout, name)
+        want = inside if os.path.isdir(inside) else beside
+        spec = importlib.util.find_spec(f"{__name__}.{name}")
+        found = [os.path.abspath(d) for d in (spec.submodule_search_locations or [])] if spec else []
+        if want in found or (spec is None and not os.path.isfile(os.path.join(want, "__init__.py"))):
+            continue    # the same tree (or a package neither has, as runtime/ before it existed)
+        if found and os.path.realpath(want) in map(os.path.realpath, found):
+            continue    # the same tree reached through a link
+        origin = found[0] if found else "nowhere (it is not installed)"
+        raise ImportError(
+            f"dslc is imported from {here} but dslc.{name} from {origin}: two checkouts mixed. The "
+            f"current directory (or sys.path) puts the checkout {checkout} first, while the installed "
+            f"dslc maps its packages elsewhere. Run from outside that checkout, or install this one: "
+            f"{sys.executable} -m pip install -e {checkout}", name=f"{__name__}.{name}")
+
+
+_check_one_tree()
+
 from dslc import ir  # noqa: E402,F401  (the IR package, mapped from ir/)
 from dslc.ir.diagnostics import DSLError  # noqa: E402,F401
