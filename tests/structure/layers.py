@@ -109,7 +109,7 @@ class Import:
 
 @dataclass
 class Violation:
-    rule: str                   # "layer", "cycle" or "base"
+    rule: str                   # one of RULES
     key: tuple                  # what a KNOWN entry names: (importer, imported) or the cycle's members
     message: str
     imports: list = field(default_factory=list)
@@ -278,21 +278,26 @@ def layer_violations(graph: Graph) -> list[Violation]:
 
 
 def cycles(graph: Graph, limit: int = MAX_CYCLE) -> list[Violation]:
-    g = graph.digraph()
+    """Import cycles of more than ``limit`` modules, every import counted (rule "cycle"), and
+    cycles of top-level imports alone, of any size (rule "dag": with one, a script that imports
+    the wrong module of it first fails)."""
     found = []
-    for members in nx.strongly_connected_components(g):
-        if len(members) <= limit:
-            continue
-        inside = [i for i in graph.imports if i.source in members and i.target in members]
-        # one concrete cycle through the set, for the message: the shortest through its first module
-        first = min(members)
-        sub = g.subgraph(members)
-        back = min((nx.shortest_path(sub, t, first) for t in sub.successors(first)), key=len)
-        loop = " -> ".join([first, *back])
-        found.append(Violation("cycle", tuple(sorted(members)),
-                               f"an import cycle of {len(members)} modules (more than {limit}), e.g. "
-                               f"{loop}; its members: {' '.join(sorted(members))}", inside))
-    return sorted(found, key=lambda v: v.key)
+    for rule, imports, most in (("cycle", graph.imports, limit),
+                                ("dag", [i for i in graph.imports if not i.local], 1)):
+        g = nx.DiGraph((i.source, i.target) for i in imports)
+        for members in nx.strongly_connected_components(g):
+            if len(members) <= most:
+                continue
+            inside = [i for i in imports if i.source in members and i.target in members]
+            # one concrete cycle through the set, for the message: the shortest through its first module
+            first = min(members)
+            sub = g.subgraph(members)
+            back = min((nx.shortest_path(sub, t, first) for t in sub.successors(first)), key=len)
+            what = (f"an import cycle of {len(members)} modules (more than {limit})" if rule == "cycle"
+                    else f"a cycle of {len(members)} modules through top-level imports alone")
+            found.append(Violation(rule, tuple(sorted(members)), f"{what}, e.g. {' -> '.join([first, *back])}; "
+                                   f"its members: {' '.join(sorted(members))}", inside))
+    return sorted(found, key=lambda v: (v.rule, v.key))
 
 
 def _class_home(graph: Graph, module: str, name: str, hops: int = 6) -> str | None:
@@ -358,13 +363,14 @@ def check(root: str, packages: dict[str, str] | None = None) -> list[Violation]:
 
 # ---- the KNOWN list: what the tree violates today, each entry with the helper who removes it
 
-RULES = ("layer", "cycle", "base")
+RULES = ("layer", "cycle", "dag", "base")
+SETS = ("cycle", "dag")     # the rules whose entries list a cycle's members
 
 
 @dataclass(frozen=True)
 class Known:
     owner: str      # who removes it (see the test's KNOWN list)
-    rule: str       # "layer", "cycle" or "base"
+    rule: str       # one of RULES
     name: str       # layer, base: the importing modules (space-separated); cycle: a label for it
     names: str      # layer, base: the modules they may not import; cycle: its members
 
@@ -382,15 +388,15 @@ def compare(found: list[Violation], known: list[Known]) -> tuple[list[Violation]
     one that takes in a module not listed does not); a member found in no cycle is stale.
     """
     pairs: dict[tuple[str, str, str], Known] = {}
-    cycle_entries = [k for k in known if k.rule == "cycle"]
+    cycle_entries = [k for k in known if k.rule in SETS]
     for k in known:
-        if k.rule != "cycle":
+        if k.rule not in SETS:
             for importer in k.name.split():
                 for n in k.names.split():
                     pairs[(k.rule, importer, n)] = k
     new, seen, still_cycling = [], set(), set()
     for v in found:
-        if v.rule != "cycle":
+        if v.rule not in SETS:
             key = (v.rule, *v.key)
             if key in pairs:
                 seen.add(key)
@@ -398,19 +404,20 @@ def compare(found: list[Violation], known: list[Known]) -> tuple[list[Violation]
                 new.append(v)
             continue
         members = set(v.key)
-        entry = max(cycle_entries, key=lambda k: len(k.members() & members), default=None)
+        entry = max((k for k in cycle_entries if k.rule == v.rule), key=lambda k: len(k.members() & members),
+                    default=None)
         if entry is None or not entry.members() & members:
             new.append(v)
             continue
-        still_cycling |= members & entry.members()
+        still_cycling |= {(v.rule, m) for m in members & entry.members()}
         extra = members - entry.members()
         if extra:
-            new.append(Violation("cycle", v.key, f"{' '.join(sorted(extra))} joined the cycle KNOWN as "
+            new.append(Violation(v.rule, v.key, f"{' '.join(sorted(extra))} joined the cycle KNOWN as "
                                  f"{entry.name!r} ({entry.owner}): {v.message}", v.imports))
     stale = [f"{k.owner}: {rule} {name} -> {n} no longer occurs: delete it from that entry"
              for (rule, name, n), k in pairs.items() if (rule, name, n) not in seen]
     for k in cycle_entries:
-        gone = k.members() - still_cycling
+        gone = {m for m in k.members() if (k.rule, m) not in still_cycling}
         if gone:
             stale.append(f"{k.owner}: the cycle {k.name!r} no longer holds {' '.join(sorted(gone))}: "
                          f"delete them from its members")
