@@ -13,8 +13,8 @@ def _check_one_tree():
     ``ir/``, ``backends/`` (and ``runtime/``) are mapped into ``dslc`` by pyproject.toml's
     package-dir. Run from the root of checkout A with dslc installed (``pip install -e``) from
     checkout B, ``import dslc`` finds A's ``dslc/`` on the path but B's ``ir/`` through the
-    install: a mixture no test ever ran. Installed, the three live inside ``dslc/``; in a
-    checkout, beside it. Finding them costs a few stat calls (a fraction of a millisecond) and
+    install: a mixture no test ever ran. Installed, they live inside ``dslc/``; in a checkout,
+    beside it. Finding them costs a few stat calls (a fraction of a millisecond) and
     imports none of them.
     """
     import importlib.util
@@ -32,12 +32,17 @@ def _check_one_tree():
             continue    # the same tree (or a package neither has, as runtime/ before it existed)
         if found and os.path.realpath(want) in map(os.path.realpath, found):
             continue    # the same tree reached through a link
-        origin = found[0] if found else "nowhere (it is not installed)"
+        fix = f"{sys.executable} -m pip install -e {checkout}"
+        if found:
+            raise ImportError(
+                f"dslc is imported from {here} but dslc.{name} from {found[0]}: two checkouts mixed. The "
+                f"current directory (or sys.path) puts the checkout {checkout} first, while the installed "
+                f"dslc maps its packages elsewhere. Run from outside that checkout, or install this one: {fix}",
+                name=f"{__name__}.{name}")
         raise ImportError(
-            f"dslc is imported from {here} but dslc.{name} from {origin}: two checkouts mixed. The "
-            f"current directory (or sys.path) puts the checkout {checkout} first, while the installed "
-            f"dslc maps its packages elsewhere. Run from outside that checkout, or install this one: "
-            f"{sys.executable} -m pip install -e {checkout}", name=f"{__name__}.{name}")
+            f"dslc is imported from {here} but dslc.{name} ({want}) is not installed with it (dslc was "
+            f"installed before that folder existed, from another checkout, or not at all): {fix}",
+            name=f"{__name__}.{name}")
 
 
 _check_one_tree()

@@ -7,6 +7,7 @@ violation pass; where an entry's module is moved or renamed, its owner updates t
 """
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest

@@ -12,17 +12,18 @@ import sys
 import pytest
 
 import dslc
+import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(paths.ROOT)
 FOLDERS = [f for f in ("dslc", "ir", "backends", "runtime") if os.path.isdir(os.path.join(ROOT, f))]
 SHOW = "import dslc, dslc.backends; print(dslc.__file__, dslc.ir.__file__, dslc.backends.__file__)"
 
 
-def python(code: str, cwd) -> subprocess.CompletedProcess:
+def python(code: str, cwd, *flags) -> subprocess.CompletedProcess:
     # cwd first on sys.path, as ``python -c`` and ``python -m pytest`` put it
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, *flags, "-c", code], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
 
 
 def checkout(path, link=()) -> str:
@@ -54,8 +55,8 @@ def test_import_from_another_checkouts_root_fails_saying_what_to_do(tmp_path):
     assert all(f.startswith(installed + os.sep) for f in files), (files, installed)
 
 
-def test_import_refuses_a_package_only_one_tree_has(tmp_path):
-    # ir/ and backends/ the installed tree's own (links), runtime/ only in this one
+def test_import_refuses_one_package_from_another_tree(tmp_path):
+    # ir/ and backends/ the installed tree's own (links, so the same folders), runtime/ a copy
     other = checkout(tmp_path / "A", link=[f for f in FOLDERS if f not in ("dslc", "runtime")])
     if "runtime" not in FOLDERS:
         os.makedirs(os.path.join(other, "runtime"))
@@ -63,6 +64,16 @@ def test_import_refuses_a_package_only_one_tree_has(tmp_path):
     out = python("import dslc", cwd=other)
     assert out.returncode == 1, out.stderr
     assert f"{os.path.join(other, 'dslc')} but dslc.runtime from " in out.stderr
+
+
+def test_import_from_a_checkout_not_installed_says_to_install_it(tmp_path):
+    other = checkout(tmp_path / "A")
+    out = python("import dslc", other, "-S")     # no site-packages: nothing installed
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ImportError: dslc is imported from {os.path.join(other, 'dslc')} but dslc.ir "
+                           f"({os.path.join(other, 'ir')}) is not installed with it")
+    assert last.endswith(f"{sys.executable} -m pip install -e {other}")
 
 
 @pytest.mark.skipif(os.path.dirname(os.path.dirname(dslc.__file__)) != ROOT,
