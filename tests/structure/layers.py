@@ -434,3 +434,22 @@ def report(new: list[Violation], stale: list[str]) -> str:
         parts.append(f"{len(stale)} KNOWN entr(y/ies) no longer occur (fixed: thank you); shrink the list:")
         parts += [f"  {s}" for s in stale]
     return "\n".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    """``python tests/structure/layers.py [ROOT]``: the graph's size and every violation (KNOWN ones
+    included: the test, not this, compares them with its list)."""
+    root = argv[1] if len(argv) > 1 else "."
+    graph = scan(root)
+    found = layer_violations(graph) + cycles(graph) + base_violations(graph)
+    local = sum(i.local for i in graph.imports)
+    print(f"{len(graph.modules)} modules, {len(graph.imports)} imports ({local} function-local), "
+          f"{graph.digraph().number_of_edges()} edges; {len(found)} violations")
+    for v in found:
+        print(f"[{v.rule}] {v}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv))
