@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from dslc import names
+from dslc.trace import names
 from dslc.net_builder import ops
 from dslc.session import LocalSession
 from dslc.task import Task

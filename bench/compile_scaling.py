@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 
-from dslc import names, workspace
+from dslc import workspace
+from dslc.trace import names
 from dslc.ir.gcpause import paused
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
 from dslc.lower import lower_group

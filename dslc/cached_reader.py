@@ -26,7 +26,7 @@ from dslc.ir.diagnostics import TraceError
 from dslc.pipeline import pipe
 from dslc.schema import Struct
 from dslc.task import Cluster, TaskGroup
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 BUILD_THREADS = 16  # the threads copying the original reader into the cache (as Caffe2)
 

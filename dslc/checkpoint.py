@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import logging
 
-from dslc import core, progress
+from dslc import core
+from dslc.driver import progress
 from dslc.checkpoint_managers import (BLOB_NAMES, CheckpointManager, MultiNodeCheckpointManager, SnapshotManager,
                                       db_name, get_ckpt_filename, get_snapshot_filename)
 from dslc.context import Managed
 from dslc.ir.diagnostics import DSLError, NodeLostError, TraceError
 from dslc.task import Task, TaskGroup, TaskOutput, WorkspaceType
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 logger = logging.getLogger(__name__)
 

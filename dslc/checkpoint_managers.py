@@ -15,7 +15,7 @@ from dslc import core
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.net_builder import ops
 from dslc.task import Node, Task, TaskGroup, WorkspaceType, final_output
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 # the checkpoint module's logger: users configure "dslc.checkpoint" for both halves
 logger = logging.getLogger("dslc.checkpoint")

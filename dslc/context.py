@@ -15,7 +15,7 @@ import functools
 import threading
 
 from dslc.ir.diagnostics import TraceError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class ContextError(TraceError, AssertionError):

@@ -14,10 +14,11 @@ like ``ops.loop(n)`` (Caffe2 counts down a counter blob instead).
 """
 from __future__ import annotations
 
-from dslc import core, names
+from dslc import core
+from dslc.trace import names
 from dslc.core import BlobReference, ExecutionStep, Net
 from dslc.ir.diagnostics import TraceError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 _RELATIONS = ("And", "Or", "Xor")
 

@@ -9,9 +9,9 @@ gradients of the If's inputs (zeros where its branch does not reach an input):
       => If(c, x, y_grad) -> x_grad {then: Do{y' = 2x; x_grad = 2 y_grad},
                                      else: Do{y' = 3x; x_grad = 3 y_grad}}
 
-The maker differentiates nets, which only the front end can do (dslc/gradients.py), so it
+The maker differentiates nets, which only the front end can do (dslc/autodiff/gradients.py), so it
 lives here and joins the one gradient table (``ir.gradients.GRADIENTS``) on import;
-dslc/gradients.py imports this module. While has no gradient, as in Caffe2.
+dslc/autodiff/gradients.py imports this module. While has no gradient, as in Caffe2.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _branch_ops(value) -> list:
     """A branch's ops as OperatorDefs over the If's blob names: a Do wrapping the branch
     (control_ops_util's form) is opened, its inner names mapped to the outer ones."""
     from dslc.lower.netargs import net_message
-    from dslc.oprecord import OpRecord
+    from dslc.trace.oprecord import OpRecord
     if value is None:
         return []
     msg = net_message(value, OpRecord("If", (), (), {}, None), "then_net")
@@ -63,8 +63,8 @@ def _branch_ops(value) -> list:
 def _gradient_branch(ops, seeds: dict, wanted: dict, pointer: str):
     """A Do computing ``wanted`` ({input: its gradient's name}) from ``seeds`` ({output: its
     gradient's name}) through ``ops``, their forward values recomputed inside."""
-    from dslc.gradients import add_gradient_ops
-    from dslc.net import Net
+    from dslc.autodiff.gradients import add_gradient_ops
+    from dslc.trace.net import Net
     forward = caffe2_pb2.NetDef(name="if_branch_forward")
     forward.op.extend(ops)
     net = Net(forward)

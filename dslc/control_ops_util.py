@@ -6,12 +6,12 @@ renames them apart: dslc/lower/control.py).
 """
 from __future__ import annotations
 
-from dslc.blobref import BlobReference
+from dslc.trace.blobref import BlobReference
 from dslc.ir.diagnostics import DSLError
-from dslc.net import Net
-from dslc.net_ssa import get_ssa, get_undefined_blobs
-from dslc.oprecord import DataType
-from dslc.tracing import user_location
+from dslc.trace.net import Net
+from dslc.trace.net_ssa import get_ssa, get_undefined_blobs
+from dslc.trace.oprecord import DataType
+from dslc.trace.tracing import user_location
 
 
 class ControlOpError(DSLError, ValueError):

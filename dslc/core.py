@@ -6,26 +6,26 @@ Names follow Caffe2's rules so that programs and tests that spell blob names
 keep working (see docs/differences.md for where dslc departs from them).
 
 This module gathers the names Caffe2 code reaches as ``core.<name>``; they live in
-  dslc/oprecord.py    OpRecord, DataType, which names are operators
-  dslc/blobref.py     NameScope, BlobReference
-  dslc/net_record.py  recording ops into a Net, CreateOperator
-  dslc/net.py         Net: names, external inputs/outputs, composition, Clone
-  dslc/net_ssa.py     get_ssa, get_undefined_blobs (a net's blobs by version)
-  dslc/steps.py       ExecutionStep, execution_step, Plan
-  dslc/gradient_registry.py  GradientRegistry, GradientSlice
+  dslc/trace/oprecord.py    OpRecord, DataType, which names are operators
+  dslc/trace/blobref.py     NameScope, BlobReference
+  dslc/trace/net_record.py  recording ops into a Net, CreateOperator
+  dslc/trace/net.py         Net: names, external inputs/outputs, composition, Clone
+  dslc/trace/net_ssa.py     get_ssa, get_undefined_blobs (a net's blobs by version)
+  dslc/trace/steps.py       ExecutionStep, execution_step, Plan
+  dslc/autodiff/gradient_registry.py  GradientRegistry, GradientSlice
 """
 # ruff: noqa: F401  (every import here is a re-export)
 from dslc import workspace  # Caffe2 code reaches it as core.workspace
-from dslc.blobref import (BlobArithmeticError, BlobReference, CurrentNameScope, NameScope, NoNetError,
+from dslc.trace.blobref import (BlobArithmeticError, BlobReference, CurrentNameScope, NameScope, NoNetError,
                           ScopedBlobReference, ScopedName)
-from dslc.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal
-from dslc.gradient_registry import IR, GradientRegistry, GradientSlice
-from dslc.net import Net
-from dslc.net_ssa import get_output_producers, get_ssa, get_undefined_blobs
-from dslc.net_record import CreateOperator, CreatePythonOperator, GetattrShortcut, _OpRecorder
-from dslc.oprecord import (ALIASES, FILL_ALIASES, SPECIAL_ARGS, DataType, IsOperator, IsOperatorWithEngine,
+from dslc.trace.devices import CurrentDeviceScope, DeviceOption, DeviceScope, device_option_equal
+from dslc.autodiff.gradient_registry import IR, GradientRegistry, GradientSlice
+from dslc.trace.net import Net
+from dslc.trace.net_ssa import get_output_producers, get_ssa, get_undefined_blobs
+from dslc.trace.net_record import CreateOperator, CreatePythonOperator, GetattrShortcut, _OpRecorder
+from dslc.trace.oprecord import (ALIASES, FILL_ALIASES, SPECIAL_ARGS, DataType, IsOperator, IsOperatorWithEngine,
                            OpRecord, is_operator)
-from dslc.steps import ExecutionStep, Plan, execution_step, iter_nets, scoped_execution_step, to_execution_step
+from dslc.trace.steps import ExecutionStep, Plan, execution_step, iter_nets, scoped_execution_step, to_execution_step
 from dslc.ir.opdef import OPS
 from dslc.proto import caffe2_pb2
 from dslc.workspace import C  # Caffe2's core.C is its workspace.C

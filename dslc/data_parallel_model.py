@@ -34,7 +34,7 @@ from dslc.ir.cores import usable_cpus
 from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
 from dslc.proto import caffe2_pb2
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class DataParallelError(DSLError, ValueError):

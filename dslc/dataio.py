@@ -22,7 +22,7 @@ import numpy as np
 from dslc import core
 from dslc.ir.diagnostics import TraceError
 from dslc.schema import Field, Struct, from_blob_list
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 def _need(cond, message, hint=None):

@@ -16,7 +16,7 @@ from dslc import core, workspace
 from dslc.dataio import Reader, Writer
 from dslc.ir.diagnostics import TraceError
 from dslc.schema import InitEmptyRecord, Struct, from_blob_list, from_column_list
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 def _need_blobs(ds, what):

@@ -20,7 +20,7 @@ from dslc.dataio import Reader
 from dslc.dataset import Dataset
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.schema import Field, Struct, from_column_list
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 DEFAULT_BATCH_SIZE = 100
 

@@ -8,7 +8,7 @@ import os
 import sys
 
 from dslc.ir.diagnostics import DSLError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class OpsLibraryError(DSLError):

@@ -28,7 +28,7 @@ import hypothesis.strategies as st
 import numpy as np
 
 from dslc import core, device_checker, gradient_checker, test_util, workspace
-from dslc.devices import BackendOption
+from dslc.trace.devices import BackendOption
 from dslc.proto import caffe2_pb2
 
 

@@ -17,7 +17,7 @@ import logging
 from dslc import core
 from dslc.ir.diagnostics import DSLError
 from dslc.modeling.parameter_info import ParameterTags
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 # The operators Caffe2's ModelHelper records through ``model.Op(...)`` without a warning

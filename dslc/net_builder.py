@@ -9,12 +9,12 @@ Caffe2 takes them, so auto-generated names match.
 from __future__ import annotations
 
 from dslc import core
-from dslc.builder_base import NetBuilder, NoBuilderError, StopIf
-from dslc.builder_blocks import (_Loop, _ReporterBuilder, _RunElseNet, _RunIf, _RunIfNet,
+from dslc.trace.builder_base import NetBuilder, NoBuilderError, StopIf
+from dslc.trace.builder_blocks import (_Loop, _ReporterBuilder, _RunElseNet, _RunIf, _RunIfNet,
                                  _RunWhileCondition, _RunWhileNet, _SetupBuilder, _StopGuard)
 from dslc.core import ExecutionStep, Net
 from dslc.ir.diagnostics import TraceError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 # ----------------------------------------------------------------------------- ops

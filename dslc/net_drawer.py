@@ -14,7 +14,7 @@ import shutil
 import subprocess
 
 from dslc.ir.diagnostics import DSLError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 OP_STYLE = {"shape": "box", "color": "#0F9D58", "style": "filled", "fontcolor": "#FFFFFF"}
 BLOB_STYLE = {"shape": "octagon"}
@@ -102,7 +102,7 @@ def GetPydotGraphMinimal(operators_or_net, name=None, rankdir="LR", minimal_depe
 def GetPlanGraph(plan_def, name=None, rankdir="TB"):
     """The plan's nets, each a cluster of its ops and blobs."""
     from dslc.backends.text import dot
-    from dslc.steps import iter_nets
+    from dslc.trace.steps import iter_nets
     nets = [(n.name, list(n.op)) for n in plan_def.network] if hasattr(plan_def, "network") else \
         [_ops(n) for n in dict((n.Name(), n) for n in iter_nets(plan_def)).values()]
     parts = []

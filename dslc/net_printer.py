@@ -21,7 +21,7 @@ from dslc.ir.types import join
 from dslc.lower import lower_group
 from dslc.net_builder import NetBuilder
 from dslc.task import Task, TaskGroup
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class AnalysisError(DSLError, AssertionError):

@@ -17,10 +17,11 @@ from collections import namedtuple
 
 import numpy as np
 
-from dslc import core, names
-from dslc.gradients import GradientSlice
+from dslc import core
+from dslc.trace import names
+from dslc.autodiff.gradients import GradientSlice
 from dslc.ir.diagnostics import DSLError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 ITERATION = "optimizer_iteration"
 ONE = "ONE_0_0"
@@ -577,7 +578,7 @@ def _norm_ratio(model, params, max_norm):
 
 class _InstanceCounts:
     """Caffe2's ``optimizer._optimizer_instance_count``: how many optimizers of each kind
-    exist (the ``k`` the next one's ``<kind>_<k>_lr_cpu`` gets), read from dslc/names.py."""
+    exist (the ``k`` the next one's ``<kind>_<k>_lr_cpu`` gets), read from dslc/trace/names.py."""
 
     def __getitem__(self, kind: str) -> int:
         return names.instance_count(kind)

@@ -24,7 +24,7 @@ from dslc.ir.diagnostics import TraceError
 from dslc.net_builder import NetBuilder, StopIf, ops
 from dslc.schema import Field, as_record, from_blob_list
 from dslc.task import Node, Task, TaskGroup
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 DEFAULT_QUEUE_CAPACITY = 100
 

@@ -14,7 +14,7 @@ import logging
 from dslc import core, dataio
 from dslc.ir.diagnostics import TraceError
 from dslc.task import TaskGroup
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 logger = logging.getLogger(__name__)
 

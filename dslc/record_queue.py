@@ -13,7 +13,7 @@ from dslc import core, workspace
 from dslc.dataio import Reader, Writer
 from dslc.ir.diagnostics import TraceError
 from dslc.schema import Field, Struct, from_column_list
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class _QueueReader(Reader):

@@ -11,9 +11,9 @@ The states are kept as ``<scope>/<h_prev>_states`` [T + 1, N, H], as in Caffe2.
 """
 from __future__ import annotations
 
-from dslc.gradient_registry import GradientRegistry
+from dslc.autodiff.gradient_registry import GradientRegistry
 from dslc.ir.diagnostics import DSLError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class RecurrentError(DSLError, ValueError):

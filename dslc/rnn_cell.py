@@ -17,11 +17,11 @@ parameters set or loaded by Caffe2's names are the ones used.
 from __future__ import annotations
 
 from dslc import brew, recurrent
-from dslc.blobref import BlobReference, NameScope, ScopedBlobReference
+from dslc.trace.blobref import BlobReference, NameScope, ScopedBlobReference
 from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
 from dslc.modeling.initializers import Initializer
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class RNNCellError(DSLError, ValueError):

@@ -21,7 +21,7 @@ import numpy as np
 
 from dslc.core import BlobReference
 from dslc.ir.diagnostics import TraceError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 FIELD_SEPARATOR = ":"
 

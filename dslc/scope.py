@@ -1,6 +1,6 @@
 """Caffe2's ``scope`` module: the name and device scopes ops are recorded under.
 
-The scopes themselves live in dslc/blobref.py (NameScope) and dslc/devices.py
+The scopes themselves live in dslc/trace/blobref.py (NameScope) and dslc/trace/devices.py
 (DeviceScope); this module gathers them under Caffe2's names and adds the two
 "empty" scopes, which clear a scope for the block they cover.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 
-from dslc import devices
-from dslc.blobref import CurrentNameScope, NameScope
-from dslc.devices import CurrentDeviceScope, DeviceScope
+from dslc.trace import devices
+from dslc.trace.blobref import CurrentNameScope, NameScope
+from dslc.trace.devices import CurrentDeviceScope, DeviceScope
 
 
 def EmptyNameScope():

@@ -24,7 +24,7 @@ from dslc.ir.types import join, subsumes
 from dslc.lower import lower_group
 from dslc.net_builder import NetBuilder
 from dslc.task import Task, TaskGroup, WorkspaceType
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class CompiledRunnable:

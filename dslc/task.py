@@ -14,7 +14,7 @@ from dslc.context import DefaultManaged, Managed
 from dslc.core import BlobReference, ExecutionStep, Net
 from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, TraceError
 from dslc.net_builder import NetBuilder
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class WorkspaceType:

@@ -13,7 +13,7 @@ from dslc import core
 from dslc.dataio import Reader
 from dslc.ir.diagnostics import TraceError
 from dslc.schema import Scalar, SchemaTypeError, Struct, data_type_for_dtype
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class TextFileReader(Reader):

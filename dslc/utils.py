@@ -1,6 +1,6 @@
 """Caffe2's ``utils``: arguments and tensors as protobuf messages, and small helpers.
 
-Arguments are made by the same mapping ``net.Proto()`` uses (dslc/netdef.py).
+Arguments are made by the same mapping ``net.Proto()`` uses (dslc/trace/netdef.py).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from dslc import netdef
+from dslc.trace import netdef
 from dslc.proto import caffe2_pb2
 
 OPTIMIZER_ITERATION_NAME = "optimizer_iteration"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslc.ir.diagnostics import DSLError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class VisualizeError(DSLError, ImportError):

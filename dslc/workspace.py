@@ -13,12 +13,12 @@ import types
 
 import numpy as np
 
-from dslc import db_api
+from dslc.driver import db_api
 from dslc.runtime import workspace as _rt
 from dslc.runtime import values as _values
 from dslc.ir.diagnostics import DSLError, DSLTypeError
 from dslc.proto import caffe2_pb2
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class Blob(_rt.Cell):
@@ -98,14 +98,14 @@ class Workspace(_rt.Workspace):
         if isinstance(runnable, str):
             return self.run_net(runnable)
         if isinstance(runnable, caffe2_pb2.OperatorDef):  # (Caffe2's ws.run(op): one operator)
-            from dslc import devices
+            from dslc.trace import devices
             if backend is None and runnable.HasField("device_option"):
                 backend, options = devices.backend_of(runnable.device_option)
             runnable = _operator_net([runnable])
         runnable = _as_net(runnable)
         self.session(backend, **options).run(_bare_group(runnable))
         if not isinstance(runnable, str) and not hasattr(runnable, "_ops"):  # (a plan's nets: made here too)
-            from dslc.steps import iter_nets
+            from dslc.trace.steps import iter_nets
             if self._nets is None:
                 self._nets = {}
             for net in iter_nets(runnable):
@@ -343,7 +343,7 @@ _runtime_kinds: dict = {}
 
 def _parsed(cls, data, what: str):
     """A message from the bytes a caller passed (a located error for bytes that are none)."""
-    from dslc.netdef import parse_message
+    from dslc.trace.netdef import parse_message
     return parse_message(cls, data, what, user_location())
 
 
@@ -430,15 +430,15 @@ def Predictor(init_net, predict_net):
 
 
 def ApplyTransform(transform_key, net):
-    """The NetDef ``net`` rewritten by the transform named ``transform_key`` (dslc/transforms.py)."""
-    from dslc import transforms
+    """The NetDef ``net`` rewritten by the transform named ``transform_key`` (dslc/driver/transforms.py)."""
+    from dslc.driver import transforms
     return transforms.apply(transform_key, net)
 
 
 def ApplyTransformIfFaster(transform_key, net, init_net, **kwargs):
     """The transformed NetDef if it runs faster by ``improvement_threshold`` (default 1.01),
     timed here after ``init_net``; else the original."""
-    from dslc import transforms
+    from dslc.driver import transforms
     return transforms.apply_if_faster(transform_key, net, init_net, **kwargs)
 
 
@@ -463,7 +463,7 @@ def RunOperatorOnce(operator) -> bool:
 
 @_raises_runtime_error
 def RunOperatorsOnce(operators) -> bool:
-    from dslc import devices
+    from dslc.trace import devices
     operators = list(operators)
     if not operators:
         return True
@@ -636,7 +636,7 @@ def RunPlan(plan_or_step) -> bool:
     if isinstance(plan_or_step, (bytes, bytearray)):
         plan_or_step = _parsed(caffe2_pb2.PlanDef, plan_or_step, "the plan")
     if isinstance(plan_or_step, caffe2_pb2.PlanDef):
-        from dslc.plan_proto import plan_from_message
+        from dslc.trace.plan_proto import plan_from_message
         plan_or_step = plan_from_message(plan_or_step)
     return current().run(plan_or_step)
 
@@ -648,7 +648,7 @@ def InferShapesAndTypes(nets, blob_dimensions=None, nets_proto=False, blob_types
     or, given ``blob_dimensions`` (name -> dims), from those blobs only, typed by
     ``blob_types`` (name -> code; float where missing). Blobs of unknown shape are left out.
     """
-    from dslc import shapes
+    from dslc.driver import shapes
     if nets_proto:
         raise DSLError("InferShapesAndTypes(nets_proto=True): dslc has no NetDef protos to read",
                        user_location(), "pass the core.Net objects with nets_proto=False")
@@ -684,9 +684,9 @@ class _CurrentBlobs:
 blobs = _CurrentBlobs()
 
 
-# Caffe2's immediate mode (dslc/immediate.py holds it)
-from dslc import immediate as _immediate  # noqa: E402
-from dslc.immediate import (FeedImmediate, FetchImmediate, ImmediateBlobs, IsImmediate,  # noqa: E402,F401
+# Caffe2's immediate mode (dslc/driver/immediate.py holds it)
+from dslc.driver import immediate as _immediate  # noqa: E402
+from dslc.driver.immediate import (FeedImmediate, FetchImmediate, ImmediateBlobs, IsImmediate,  # noqa: E402,F401
                             RunOperatorImmediate, StartImmediate, StopImmediate)
 
 

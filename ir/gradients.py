@@ -10,7 +10,7 @@ The maker sees the forward op's blob names (``I``, ``O``), its outputs' gradient
 names (``GO``; None for an output no loss depends on), the names the gradients of
 its inputs must be written to (``GI``), and its arguments (``args``, as the user
 passed them). It returns plain op records; the front end's reverse-mode pass
-(dslc/gradients.py) records them into the net, so gradients are ordinary IR ops.
+(dslc/autodiff/gradients.py) records them into the net, so gradients are ordinary IR ops.
 An input gets a gradient iff one of the returned ops writes its ``GI`` name, or the
 maker returns a ``SparseGrad`` for it: a gradient that is the rows ``values`` at the
 rows ``indices`` of the input, zero elsewhere (Gather's, SparseLengthsSum's). The

@@ -16,7 +16,8 @@ import tempfile
 import hypothesis
 import pytest
 
-from dslc import names, workspace
+from dslc import workspace
+from dslc.trace import names
 from dslc.session import LocalSession
 
 BACKENDS = ["interp", "numba"]

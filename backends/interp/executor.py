@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from dslc import progress
+from dslc.driver import progress
 from dslc.runtime.cancel import Cancelled, Watch, swap_token
 from dslc.runtime.ieee import ieee, in_ieee
 from dslc.runtime.workspace import Workspace

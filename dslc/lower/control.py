@@ -20,7 +20,7 @@ import numpy as np
 
 from dslc.ir import Region
 from dslc.ir.diagnostics import VerifyError
-from dslc.oprecord import OpRecord
+from dslc.trace.oprecord import OpRecord
 
 from .blocks import Block
 from .netargs import net_records

@@ -12,7 +12,7 @@ starts from its links, as each of Caffe2's step workspaces does. The states blob
 Caffe2's name (``recurrent_states``), so it is in the workspace afterwards, as there.
 
 The gradient steps back from t = T - 1 to 0. Each step recomputes the step net's forward
-ops from the stored states, then runs their gradient ops (``dslc.gradients``) seeded with
+ops from the stored states, then runs their gradient ops (``dslc.autodiff.gradients``) seeded with
 the states' gradient at the written rows; what they give the read links adds into the
 states' gradient at the read rows (so step t - 1 sees it) and into the sequence inputs'
 gradients; parameters' gradients add up over the steps.
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslc import netdef
+from dslc.trace import netdef
 from dslc.ir import Region
 from dslc.ir.diagnostics import DSLTypeError, VerifyError
 from dslc.ir.ops.recurrent import grad_inputs, sequence_inputs
 from dslc.ir.types import I64
-from dslc.oprecord import OpRecord
+from dslc.trace.oprecord import OpRecord
 
 from .blocks import Block
 from .netargs import net_message
@@ -284,9 +284,9 @@ def _write_aliases(blk: Block, spec: _Spec, outputs) -> None:
 # ----------------------------------------------------------------------------- gradient
 
 def _backward(blk: Block, rec: OpRecord, lower_op) -> None:
-    from dslc import gradients
-    from dslc.gradient_registry import GradientSlice
-    from dslc.net import Net
+    from dslc.autodiff import gradients
+    from dslc.autodiff.gradient_registry import GradientSlice
+    from dslc.trace.net import Net
     have = [int(k) for k in rec.args.get("grad_outputs", ())]
     n_alias = len(rec.args.get("alias_dst", ()))
     fwd_inputs = rec.inputs[len(have):len(rec.inputs) - n_alias]

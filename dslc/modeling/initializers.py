@@ -7,9 +7,9 @@ fed into the workspace before the init net runs.
 """
 from __future__ import annotations
 
-from dslc.blobref import BlobReference, ScopedBlobReference
+from dslc.trace.blobref import BlobReference, ScopedBlobReference
 from dslc.modeling.parameter_info import ParameterInfo
-from dslc.oprecord import DataType
+from dslc.trace.oprecord import DataType
 
 
 class Initializer:

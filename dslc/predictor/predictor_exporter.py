@@ -22,7 +22,7 @@ from dslc.predictor import predictor_py_utils as utils
 from dslc.predictor import serde
 from dslc.predictor_constants import predictor_constants
 from dslc.proto import caffe2_pb2, metanet_pb2
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class PredictorExportError(DSLError, ValueError):

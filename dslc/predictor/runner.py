@@ -12,9 +12,9 @@ parameters are the others), in the net's order.
 from __future__ import annotations
 
 from dslc.ir.diagnostics import DSLError
-from dslc.netdef import parse_message
+from dslc.trace.netdef import parse_message
 from dslc.proto import caffe2_pb2
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class PredictorError(DSLError, RuntimeError):

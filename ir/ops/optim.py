@@ -195,7 +195,7 @@ declare("Adam", 6, _adam, results=(3, 4), attrs={"beta1": 0.9, "beta2": 0.999, "
 
 # ----------------------------------------------------------------------------- sparse updates
 # A sparse gradient is (INDICES, VALUES): VALUES[i] is the gradient of row INDICES[i]; the
-# updates touch only those rows (dslc/gradients.py, GradientSlice).
+# updates touch only those rows (dslc/autodiff/gradients.py, GradientSlice).
 
 def _rows(name, data, idx, values):
     data, idx, values = tensors(name, [data, idx, values])  # (any: checked when run)

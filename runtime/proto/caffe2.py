@@ -4,7 +4,7 @@ Field names, numbers, types and defaults are Caffe2's (read off the real Caffe2'
 descriptors), so a NetDef serialized here parses in Caffe2 and back. dslc itself keeps
 nets as op records; ``net.Proto()`` builds a NetDef from them, and nets made from a
 NetDef (``core.Net(netdef)``, ``workspace.CreateNet(netdef)``) read its ops back
-(dslc/netdef.py).
+(dslc/trace/netdef.py).
 
 Besides the messages and enums, the device codes ``CPU``, ``CUDA``, ... that Caffe2's
 Python package adds to this module are here too. The runtime reads and writes blobs and DBs

@@ -1,6 +1,6 @@
 """The ``dslc`` command line: outputs, exit codes, and one-line error messages.
 
-Most tests call ``dslc.cli.main([...])`` in-process and read what it printed with
+Most tests call ``dslc.driver.cli.main([...])`` in-process and read what it printed with
 ``capsys``; a few run the installed ``dslc`` command in a subprocess.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dslc import cli
+from dslc.driver import cli
 import paths
 
 ROOT = paths.ROOT
@@ -299,8 +299,8 @@ def test_internal_failure_exits_1_and_suggests_debug(capsys, broken_lowering):
 
 def test_internal_failure_while_tracing_is_not_blamed_on_the_job(capsys, monkeypatch):
     # a bug inside dslc, hit while build_job() records ops, is still an internal error:
-    # here making an op's record fails inside dslc.net_record
-    monkeypatch.setattr("dslc.net_record.OpRecord", None)
+    # here making an op's record fails inside dslc.trace.net_record
+    monkeypatch.setattr("dslc.trace.net_record.OpRecord", None)
     code, _, err = run_cli(capsys, "run", EXAMPLES / "setup.py")
     assert code == 1
     assert one_error_line(err).startswith("dslc: internal error: TypeError")
@@ -373,7 +373,7 @@ def _dslc(*argv, cwd):
     # whichever `dslc` comes first on PATH (another checkout's, say)
     beside = Path(sys.executable).parent / "dslc"
     exe = str(beside) if beside.exists() else shutil.which("dslc")
-    cmd = [exe] if exe else [sys.executable, "-m", "dslc.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "dslc.driver.cli"]
     return subprocess.run(cmd + [str(a) for a in argv], cwd=cwd, capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import dslc
-from dslc import cli, progress
-from dslc.cli_parser import build_parser
+from dslc.driver import cli, progress
+from dslc.driver.cli_parser import build_parser
 from dslc.ir.passes import DEFAULT_PIPELINE
 import paths
 

@@ -35,7 +35,7 @@ def report(path=sys.argv[1]):
     peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
     open(path, "w").write(peak.split()[1])
 atexit.register(report)
-from dslc.cli import main
+from dslc.driver.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 

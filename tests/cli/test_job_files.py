@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from dslc import cli
+from dslc.driver import cli
 
 JOB = textwrap.dedent("""
     import numpy as np

@@ -71,7 +71,7 @@ print(json.dumps([len(names), failed]))
 
 
 def test_every_module_imports_first():
-    """A script may import any dslc module before the others (``import dslc.gradients`` and
+    """A script may import any dslc module before the others (``import dslc.autodiff.gradients`` and
     ``import dslc.records`` first used to fail on import cycles)."""
     out = subprocess.run([sys.executable, "-c", EACH_ALONE], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -83,7 +83,7 @@ def test_a_failing_shard_stops_the_others_waiting(ray_session):
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_the_example_job_gives_the_same_losses_in_one_process_and_on_the_cluster(ray_session):
     """examples/data_parallel.py, as `dslc run` and `dslc run --cluster ray` run it."""
-    from dslc import jobfile
+    from dslc.driver import jobfile
     from dslc.session import LocalSession
 
     path = str(paths.EXAMPLES / "data_parallel.py")

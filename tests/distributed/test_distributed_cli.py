@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dslc import cli
+from dslc.driver import cli
 
 pytest.importorskip("ray")
 

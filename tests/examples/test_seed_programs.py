@@ -1,13 +1,14 @@
 """The seed programs (net_builder_test.py's) with the results the spec states.
 
 Four of them are examples: examples/setup.py, loops.py, multi_instance.py and python_op.py.
-Those tests load the example file as ``dslc run`` does (dslc.jobfile) and run it on every
+Those tests load the example file as ``dslc run`` does (dslc.driver.jobfile) and run it on every
 backend, so a test and its example cannot drift apart; the other programs are written here.
 """
 from __future__ import annotations
 
 import paths
-from dslc import core, jobfile, workspace
+from dslc import core, workspace
+from dslc.driver import jobfile
 from dslc.net_builder import NetBuilder, ops
 from dslc.task import Task, final_output
 

@@ -223,7 +223,7 @@ def build_job():
 def test_the_seed_build_job_runs_from_the_command_line(tmp_path, capsys):
     import json
 
-    from dslc import cli
+    from dslc.driver import cli
     path = tmp_path / "job.py"
     path.write_text(SEED_JOB)
     assert cli.main(["run", str(path), "--json"]) == 0

@@ -121,7 +121,7 @@ def test_a_net_from_a_parsed_message_runs():
 
 
 def test_a_python_op_token_from_elsewhere_is_refused():
-    from dslc.netdef import ProtoError
+    from dslc.trace.netdef import ProtoError
     msg = caffe2_pb2.NetDef(name="pyop")
     op = msg.op.add(type="Python", input=[], output=["o"])
     op.arg.add(name="func", s=b"dslc.object:1234")

@@ -69,7 +69,7 @@ class TestHarness(hu.HypothesisTestCase):
 
 def test_both_devices_really_run():
     """numba_do runs the op on numba (every region compiled), cpu_do on the interpreter."""
-    from dslc.devices import backend_of
+    from dslc.trace.devices import backend_of
     x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
     for name, do in (("interp", hu.cpu_do), ("numba", hu.numba_do)):
         got = hu.runOpOnInput(do, core.CreateOperator("Tanh", ["X"], ["Y"]), [x])[0]
@@ -100,7 +100,7 @@ class _Skewed(InterpBackend):
 
 def test_a_device_that_disagrees_fails(monkeypatch):
     monkeypatch.setitem(BUILTIN, "skewed", f"{__name__}:_Skewed")
-    from dslc.devices import BackendOption
+    from dslc.trace.devices import BackendOption
     op = core.CreateOperator("Relu", ["X"], ["Y"])
     x = np.array([-1.0, 2.0], dtype=np.float32)
     case = hu.HypothesisTestCase()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dslc import core, names
+from dslc import core
+from dslc.trace import names
 from dslc.core import BlobReference, NameScope, Net
 from dslc.ir.diagnostics import DSLError
 from dslc.net_builder import NetBuilder, ops

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dslc import brew, core, optimizer, workspace
-from dslc.gradients import GradientError
+from dslc.autodiff.gradients import GradientError
 from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
 from dslc.optimizer import OptimizerError

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from dslc import cli
+from dslc.driver import cli
 import paths
 
 BACKENDS = ["interp", "numba"]

@@ -45,7 +45,7 @@ def build_job():
 EACH_COMMAND = """
 import contextlib, io, json, sys
 import numba, dslc.backends.numba, dslc.backends.text  # (imported first: their imports are no fold)
-from dslc.cli import main
+from dslc.driver.cli import main
 
 def status(key):
     return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key))

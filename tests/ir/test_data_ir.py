@@ -6,7 +6,8 @@ import re
 
 import numpy as np
 
-from dslc import cli, core, workspace
+from dslc import core, workspace
+from dslc.driver import cli
 from dslc.runtime.values import type_of_value
 from dslc.dataset import Dataset
 from dslc.ir import parse, print_module

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dslc import cli, jobfile
+from dslc.driver import cli, jobfile
 from dslc.runtime.workspace import Workspace
 from dslc.ir import ParseError, VerifyError, parse, print_module
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager

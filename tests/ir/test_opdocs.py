@@ -1,7 +1,7 @@
 """docs/ir.md is generated from the op table and must match it (so it cannot drift)."""
 from __future__ import annotations
 
-from dslc import opdocs
+from dslc.driver import opdocs
 from dslc.ir import OPS
 import paths
 
@@ -9,9 +9,9 @@ IR_MD = paths.ROOT / "docs" / "ir.md"
 
 
 def test_ir_md_matches_the_op_table():
-    assert IR_MD.exists(), "docs/ir.md is missing: run python -m dslc.opdocs"
+    assert IR_MD.exists(), "docs/ir.md is missing: run python -m dslc.driver.opdocs"
     assert IR_MD.read_text(encoding="utf-8") == opdocs.render(), \
-        "docs/ir.md is stale: run python -m dslc.opdocs from the repository root"
+        "docs/ir.md is stale: run python -m dslc.driver.opdocs from the repository root"
 
 
 def test_every_op_has_a_row_and_a_doc_line():

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from dslc import cli
+from dslc.driver import cli
 from dslc.ir.passes import manager
 
 BACKENDS = ["interp", "numba"]

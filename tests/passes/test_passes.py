@@ -653,7 +653,7 @@ module {
 
 def test_loop_nest_of_the_loops_example_is_pure_dataflow(capsys):
     """After the default pipeline the seed's loop nest has no load or store inside it."""
-    from dslc.cli import main
+    from dslc.driver.cli import main
 
     assert main(["ir", "--print-ir-after-all", "--no-locs", "examples/loops.py"]) == 0
     out = capsys.readouterr().out

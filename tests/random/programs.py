@@ -113,7 +113,8 @@ def dense_gradient(grad, x):
 
 def fresh() -> None:
     """What conftest does per test, done per example: fresh names and workspace."""
-    from dslc import names, workspace
+    from dslc import workspace
+    from dslc.trace import names
 
     names.reset()
     workspace.ResetWorkspace()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dslc import cli
+from dslc.driver import cli
 import paths
 
 ROOT = paths.ROOT

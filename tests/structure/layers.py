@@ -48,10 +48,8 @@ PREFIXES = {
 }
 ROOT_PACKAGE = "dslc"                            # dslc/__init__.py: the version, the IR's names
 FLAT = {
-    "trace": """blobref builder_base builder_blocks devices names net net_clone net_record net_ssa
-                netdef oprecord plan_proto records shapes steps tracing transforms""",
-    "autodiff": "gradients gradient_registry",
-    "driver": "cli cli_output cli_parser compat db_api distributed immediate jobfile opdocs progress",
+    "trace": "records",
+    "driver": "compat distributed",
 }
 for _layer, _names in FLAT.items():
     PREFIXES.update({f"dslc.{n}": _layer for n in _names.split()})

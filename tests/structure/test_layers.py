@@ -25,76 +25,77 @@ OWNERS = {"runtime", "frontend"}
 KNOWN = [
     Known('frontend', 'cycle',
           'the front-end cycle',
-          'dslc.builder_base dslc.builder_blocks dslc.checkpoint dslc.checkpoint_managers '
-          'dslc.control_ops_grad dslc.control_ops_util dslc.core dslc.gradient_registry '
-          'dslc.gradients dslc.immediate dslc.lower dslc.lower.control dslc.lower.netargs '
-          'dslc.lower.ops dslc.lower.plan dslc.lower.records dslc.lower.recurrent dslc.lower.steps '
-          'dslc.net dslc.net_builder dslc.net_clone dslc.net_record dslc.net_ssa dslc.netdef '
-          'dslc.plan_proto dslc.predictor.runner dslc.records dslc.schema dslc.session dslc.shapes '
-          'dslc.steps dslc.task dslc.transforms dslc.workspace'),
+          'dslc.autodiff.gradient_registry dslc.autodiff.gradients dslc.checkpoint '
+          'dslc.checkpoint_managers dslc.control_ops_grad dslc.control_ops_util dslc.core '
+          'dslc.driver.immediate dslc.driver.shapes dslc.driver.transforms dslc.lower '
+          'dslc.lower.control dslc.lower.netargs dslc.lower.ops dslc.lower.plan dslc.lower.records '
+          'dslc.lower.recurrent dslc.lower.steps dslc.net_builder dslc.predictor.runner '
+          'dslc.records dslc.schema dslc.session dslc.task dslc.trace.builder_base '
+          'dslc.trace.builder_blocks dslc.trace.net dslc.trace.net_clone dslc.trace.net_record '
+          'dslc.trace.net_ssa dslc.trace.netdef dslc.trace.plan_proto dslc.trace.steps '
+          'dslc.workspace'),
+    Known('frontend', 'layer',
+          'dslc.lower.recurrent',
+          'dslc.autodiff.gradient_registry'),
+    Known('frontend', 'layer',
+          'dslc.lower.recurrent dslc.trace.net_record',
+          'dslc.autodiff.gradients'),
     Known('frontend', 'layer',
           'dslc.net_printer dslc.session',
           'dslc.backends'),
     Known('frontend', 'layer',
-          'dslc.distributed',
+          'dslc.driver.distributed',
           'dslc.backends.ray.cluster dslc.backends.ray.split dslc.backends.ray.worker'),
     Known('frontend', 'layer',
           'dslc.net_drawer',
           'dslc.backends.text.dot'),
     Known('frontend', 'layer',
-          'dslc.cli dslc.jobfile',
+          'dslc.driver.cli dslc.driver.jobfile',
           'dslc.checkpoint'),
     Known('frontend', 'layer',
-          'dslc.builder_base',
+          'dslc.trace.builder_base',
           'dslc.context'),
     Known('frontend', 'layer',
-          'dslc.gradients',
+          'dslc.autodiff.gradients',
           'dslc.control_ops_grad'),
     Known('frontend', 'layer',
-          'dslc.builder_blocks',
+          'dslc.trace.builder_blocks',
           'dslc.control_ops_util'),
     Known('frontend', 'layer',
-          'dslc.builder_base dslc.builder_blocks dslc.cli dslc.distributed dslc.gradient_registry '
-          'dslc.gradients dslc.jobfile dslc.lower.ops dslc.lower.plan dslc.lower.records '
-          'dslc.lower.steps dslc.plan_proto dslc.records dslc.shapes',
+          'dslc.autodiff.gradient_registry dslc.autodiff.gradients dslc.driver.cli '
+          'dslc.driver.distributed dslc.driver.jobfile dslc.driver.shapes dslc.lower.ops '
+          'dslc.lower.plan dslc.lower.records dslc.lower.steps dslc.records dslc.trace.builder_base '
+          'dslc.trace.builder_blocks dslc.trace.plan_proto',
           'dslc.core'),
     Known('frontend', 'layer',
-          'dslc.lower.recurrent',
-          'dslc.gradient_registry'),
-    Known('frontend', 'layer',
-          'dslc.lower.recurrent dslc.net_record',
-          'dslc.gradients'),
-    Known('frontend', 'layer',
-          'dslc.shapes',
-          'dslc.lower'),
-    Known('frontend', 'layer',
-          'dslc.jobfile dslc.lower.records dslc.lower.steps dslc.net dslc.steps',
+          'dslc.driver.jobfile dslc.lower.records dslc.lower.steps dslc.trace.net dslc.trace.steps',
           'dslc.net_builder'),
     Known('frontend', 'layer',
-          'dslc.jobfile',
+          'dslc.driver.jobfile',
           'dslc.pipeline'),
     Known('frontend', 'layer',
-          'dslc.devices dslc.gradient_registry dslc.gradients dslc.lower.netargs dslc.net dslc.netdef '
-          'dslc.oprecord dslc.plan_proto dslc.transforms',
+          'dslc.autodiff.gradient_registry dslc.autodiff.gradients dslc.driver.transforms '
+          'dslc.lower.netargs dslc.trace.devices dslc.trace.net dslc.trace.netdef '
+          'dslc.trace.oprecord dslc.trace.plan_proto',
           'dslc.proto.caffe2_pb2'),
     Known('frontend', 'layer',
           'dslc.records',
           'dslc.schema'),
     Known('frontend', 'layer',
-          'dslc.cli dslc.distributed dslc.shapes',
+          'dslc.driver.cli dslc.driver.distributed dslc.driver.shapes',
           'dslc.session'),
     Known('frontend', 'layer',
-          'dslc.builder_blocks dslc.jobfile dslc.lower.plan dslc.shapes',
+          'dslc.driver.jobfile dslc.driver.shapes dslc.lower.plan dslc.trace.builder_blocks',
           'dslc.task'),
     Known('frontend', 'layer',
-          'dslc.distributed dslc.immediate dslc.records dslc.transforms',
+          'dslc.driver.distributed dslc.driver.immediate dslc.driver.transforms dslc.records',
           'dslc.workspace'),
     Known('runtime', 'layer',
           'dslc.backends.numba',
           'dslc.backends.text.names dslc.backends.text.source'),
     Known('runtime', 'layer',
           'dslc.backends.interp.executor',
-          'dslc.progress'),
+          'dslc.driver.progress'),
 ]
 
 
@@ -118,9 +119,9 @@ def test_the_map_gives_todays_names_and_the_target_ones_one_layer(tree):
     assert layers.layer_of("dslc.backends.runtime.blobdb") == layers.layer_of("dslc.runtime.blobdb") == "runtime"
     assert layers.layer_of("dslc.ir.passes.dce") == "passes" and layers.layer_of("dslc.ir.ops.nn") == "ir"
     assert layers.layer_of("dslc.backends.common.names") == "backend.common"
-    assert layers.layer_of("dslc.trace.net") == layers.layer_of("dslc.net") == "trace"
-    assert layers.layer_of("dslc.autodiff.gradients") == layers.layer_of("dslc.gradients") == "autodiff"
-    assert layers.layer_of("dslc.driver.cli") == layers.layer_of("dslc.cli") == "driver"
+    assert layers.layer_of("dslc.trace.net") == "trace"
+    assert layers.layer_of("dslc.autodiff.gradients") == "autodiff"
+    assert layers.layer_of("dslc.driver.cli") == "driver"
     assert layers.layer_of("dslc.core") == "surface" and layers.layer_of("dslc") == "root"
     # the table of flat modules names only modules the tree has (it shrinks as they move)
     for layer, names in layers.FLAT.items():

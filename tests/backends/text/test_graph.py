@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from dslc import cli
+from dslc.driver import cli
 import paths
 
 ROOT = paths.ROOT
@@ -174,7 +174,7 @@ def test_unknown_picture_format(capsys, at_root):
 
 
 def test_dot_needs_no_graphviz_but_png_says_what_is_missing(capsys, at_root, tmp_path, monkeypatch):
-    monkeypatch.setattr("dslc.cli_output.shutil.which", lambda name: None)
+    monkeypatch.setattr("dslc.driver.cli_output.shutil.which", lambda name: None)
     code, _, err = run(capsys, "graph", "examples/loops.py", "-o", tmp_path / "job.dot")
     assert code == 0, err
     assert (tmp_path / "job.dot").read_text(encoding="utf-8").startswith("digraph job {")

@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from dslc import cli
+from dslc.driver import cli
 from dslc.ir import OPS
 from dslc.ir.diagnostics import DSLError
 import paths
@@ -485,7 +485,7 @@ def test_the_same_job_gives_the_same_text_in_another_process(tmp_path, monkeypat
     job = job_file(tmp_path, monkeypatch, (EXAMPLES / "multi_instance.py").read_text(encoding="utf-8"))
     runs = []
     for seed in ("1", "2"):
-        proc = subprocess.run([sys.executable, "-m", "dslc.cli", "plan", job, "--after-passes"],
+        proc = subprocess.run([sys.executable, "-m", "dslc.driver.cli", "plan", job, "--after-passes"],
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHONHASHSEED": seed})
         assert proc.returncode == 0, proc.stderr
@@ -645,7 +645,8 @@ def test_random_programs_plans_compute_what_the_programs_compute(passes):
     from hypothesis import HealthCheck, given, note, settings
 
     import programs as P
-    from dslc import names as dslc_names, workspace
+    from dslc import workspace
+    from dslc.trace import names as dslc_names
     from dslc.backends.text.render import PlanWriter
     from dslc.backends.text.source import SourceNames
     from dslc.ir.passes import DEFAULT_PIPELINE, PassManager

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dslc import core, workspace
-from dslc.gradients import GradientError
+from dslc.autodiff.gradients import GradientError
 from dslc.session import LocalSession
 
 RNG = np.random.default_rng(7)

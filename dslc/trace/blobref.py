@@ -9,8 +9,8 @@ import threading
 from collections import namedtuple
 
 from dslc.ir.diagnostics import TraceError
-from dslc.oprecord import is_operator
-from dslc.tracing import user_location
+from dslc.trace.oprecord import is_operator
+from dslc.trace.tracing import user_location
 
 # A sparse gradient's two blobs: the rows' indices and their values (Caffe2's GradientSlice).
 GradientSlice = namedtuple("GradientSlice", ["indices", "values"])

@@ -20,8 +20,8 @@ import sys
 import traceback
 
 import dslc
-from dslc import progress
-from dslc.cli_parser import build_parser
+from dslc.driver import progress
+from dslc.driver.cli_parser import build_parser
 from dslc.ir import settings
 from dslc.ir.diagnostics import DSLError, Location, one_line
 
@@ -30,7 +30,7 @@ from . import cli_output as out
 
 def cmd_run(args) -> int:
     """``dslc run``: run the job's runnables in one session, print its outputs."""
-    from dslc import jobfile
+    from dslc.driver import jobfile
     from dslc.session import LocalSession
 
     options = _session_options(args, sys.stderr)
@@ -66,7 +66,7 @@ def _run_session(args, options: dict):
 
     if not args.cluster:
         return LocalSession(backend=args.backend, source=args.job, **options)
-    from dslc.distributed import RaySession
+    from dslc.driver.distributed import RaySession
     address = "local" if args.cluster == "ray" else args.cluster
     return RaySession(address=address, backend=args.backend, source=args.job, passes=options["passes"])
 
@@ -205,7 +205,7 @@ def _compile(args, backend: str, options: dict, build: bool = True, locate: bool
     optimized with the session's passes, compiled by ``backend`` (unless not ``build``:
     then the programs are None; ``locate``: see ``_read_ir``). A Job counts as its groups
     (init, each epoch, download, exit); a text plan says which one it is."""
-    from dslc import jobfile
+    from dslc.driver import jobfile
     from dslc.session import LocalSession
 
     session = LocalSession(backend=backend, source=args.job, **options)
@@ -365,7 +365,7 @@ def _ir_text(path: str) -> str:
 def cmd_ops(args) -> int:
     """``dslc ops``: the operator reference (docs/ir.md, which an installed dslc lacks), or
     the rows of the named ops."""
-    from dslc import opdocs
+    from dslc.driver import opdocs
 
     text = opdocs.render_ops(args.names) if args.names else opdocs.render()
     if args.json:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dslc.ir.diagnostics import TraceError
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.types import CAFFE2_DTYPE_CODES, TensorType
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 # our dtype -> Caffe2's TensorProto code (u8: UINT8, the code numpy's uint8 blobs get)
 CODE_OF_DTYPE = {d: c for c, d in sorted(CAFFE2_DTYPE_CODES.items())}  # (6 after 3)

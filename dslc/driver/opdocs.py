@@ -1,7 +1,7 @@
 """Generate the operator reference, ``docs/ir.md``, from the op table.
 
-    python -m dslc.opdocs            # (re)write docs/ir.md
-    python -m dslc.opdocs --check    # exit 1 if docs/ir.md differs from the table
+    python -m dslc.driver.opdocs            # (re)write docs/ir.md
+    python -m dslc.driver.opdocs --check    # exit 1 if docs/ir.md differs from the table
 
 Every op is one row: name, operand and result counts, attributes with their
 defaults, traits (and whether it may fail), effects, regions and the one-line semantics from its ``doc``.
@@ -31,7 +31,7 @@ def render() -> str:
     lines = [
         "# IR operator reference",
         "",
-        "Generated from the op table (`ir/ops/`) by `python -m dslc.opdocs`; do not edit by hand.",
+        "Generated from the op table (`ir/ops/`) by `python -m dslc.driver.opdocs`; do not edit by hand.",
         f"{sum(map(len, groups.values()))} operators in {len(groups)} modules.",
         "",
         "Counts: `2` exactly two, `0..1` zero or one, `1+` one or more. An attribute without a",
@@ -128,7 +128,7 @@ def _cell(text: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dslc.opdocs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dslc.driver.opdocs", description=__doc__.split("\n")[0])
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_PATH,
                         help="where to write (default: docs/ir.md)")
     parser.add_argument("--check", action="store_true",
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else None
         if current != text:
-            print(f"{args.output} is stale: run python -m dslc.opdocs", file=sys.stderr)
+            print(f"{args.output} is stale: run python -m dslc.driver.opdocs", file=sys.stderr)
             return 1
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import os
 import weakref
 
 from dslc.ir.diagnostics import DSLError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class Mode(enum.IntEnum):

@@ -4,7 +4,7 @@ gradient declarations.
 There is one gradient table: ``dslc.ir.gradients.GRADIENTS``, where each op module
 declares its op's gradient beside the op. ``GetGradientForOp`` asks that table for
 one operator; ``GetBackwardPass`` runs the same reverse pass ``AddGradientOperators``
-runs (dslc/gradients.py) over a list of operators. ``RegisterGradient`` adds a Python
+runs (dslc/autodiff/gradients.py) over a list of operators. ``RegisterGradient`` adds a Python
 gradient maker to the same table, for an op that has none declared (as in Caffe2,
 where a Python maker is used only when the op has no C++ gradient), so
 ``AddGradientOperators`` uses it too.
@@ -13,14 +13,14 @@ Operators come and go as ``caffe2_pb2.OperatorDef`` messages.
 """
 from __future__ import annotations
 
-from dslc import netdef
-from dslc.blobref import GradientSlice
+from dslc.trace import netdef
+from dslc.trace.blobref import GradientSlice
 from dslc.proto import caffe2_pb2
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import (GRADIENTS, IS_AUTO_GEN_SUM_OPS_TAG, NO_GRADIENT, ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG,
                                 GradContext, GradOp, SparseGrad)
 from dslc.ir.opdef import OPS
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 
@@ -80,8 +80,8 @@ class GradientRegistry:
         losses ``ys`` (a list: gradients filled with 1; a dict: given gradient blobs, None
         for 1), as ``net.AddGradientOperators`` records them."""
         from dslc import core
-        from dslc.blobref import BlobReference
-        from dslc.gradients import add_gradient_ops
+        from dslc.trace.blobref import BlobReference
+        from dslc.autodiff.gradients import add_gradient_ops
         msg = core.caffe2_pb2.NetDef(name="backward")
         msg.op.extend(operators)
         net = core.Net(msg)
@@ -105,7 +105,7 @@ def _declared(op_type: str, maker):
     """The table entry for a Python maker: it sees the forward op as an OperatorDef and
     Caffe2's gradient names; its gradients are renamed to the names the reverse pass asks for."""
     def make(g: GradContext) -> list:
-        from dslc.net_record import CreateOperator
+        from dslc.trace.net_record import CreateOperator
         op = CreateOperator(op_type, list(g.I), list(g.O), **g.args)
         grad_ops, g_input = maker(op, list(g.GO))
         grad_ops = _as_list(grad_ops)

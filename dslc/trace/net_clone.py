@@ -15,10 +15,10 @@ writes them keep theirs, and every other blob is prefixed with ``<name>/``::
 """
 from __future__ import annotations
 
-from dslc.blobref import BlobReference
+from dslc.trace.blobref import BlobReference
 from dslc.ir.diagnostics import TraceError
-from dslc.oprecord import OpRecord
-from dslc.tracing import user_location
+from dslc.trace.oprecord import OpRecord
+from dslc.trace.tracing import user_location
 
 
 class CloneError(TraceError, AssertionError):
@@ -32,7 +32,7 @@ class CloneIndexError(TraceError, IndexError):
 def clone_net(net, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True,
               update_external_list=False):
     """A copy of ``net`` named ``name``; see ``Net.Clone``."""
-    from dslc.net import Net  # (Net's module imports this one)
+    from dslc.trace.net import Net  # (Net's module imports this one)
 
     if remap_funcs:
         raise TraceError("Clone's remap_funcs rewrite protobuf operators, which dslc nets do not hold",

@@ -20,7 +20,8 @@ import traceback
 import types
 from dataclasses import dataclass, field
 
-from dslc import names, pipeline, tracing
+from dslc import pipeline
+from dslc.trace import names, tracing
 from dslc.checkpoint import Job
 from dslc.core import ExecutionStep, Net, Plan
 from dslc.ir.gcpause import paused

@@ -16,9 +16,9 @@ import shutil
 import tempfile
 import warnings
 
-from dslc import net_record
+from dslc.trace import net_record
 from dslc.ir.diagnostics import DSLError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 _state: dict = {"ws": None, "root": ""}
 
@@ -69,7 +69,7 @@ def _workspace():
 
 
 def _run_now(record) -> None:
-    from dslc import netdef
+    from dslc.trace import netdef
     _workspace().run(netdef.op_message(record), "interp")
 
 

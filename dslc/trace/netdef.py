@@ -1,6 +1,6 @@
 """Op records to and from Caffe2's protobuf messages (``OperatorDef``, ``NetDef``).
 
-A net is recorded as op records (dslc/oprecord.py); ``net.Proto()`` and
+A net is recorded as op records (dslc/trace/oprecord.py); ``net.Proto()`` and
 ``core.CreateOperator`` show them as real ``caffe2_pb2`` messages, and a message
 (edited, copied, parsed from bytes or text) becomes records again when dslc runs it.
 
@@ -27,7 +27,7 @@ from google.protobuf.message import Message
 from dslc.ir.diagnostics import DSLError, Location
 from dslc.ir.escape import brief
 from dslc.ir.pyrefs import PyRef
-from dslc.oprecord import OpRecord
+from dslc.trace.oprecord import OpRecord
 from dslc.proto import caffe2_pb2
 
 _REMEMBERED = 1 << 17  # op messages whose records are kept (oldest forgotten first)
@@ -66,7 +66,7 @@ def parse_message(cls, data, what: str, loc: Location | None = None, hint: str |
 
 def set_argument(arg, name: str, value) -> None:
     """Fill ``arg`` (an Argument message) with ``name`` and ``value`` (see the module docstring)."""
-    from dslc.net import Net  # (nets as arguments: RecurrentNetwork's step net, If's branches)
+    from dslc.trace.net import Net  # (nets as arguments: RecurrentNetwork's step net, If's branches)
     arg.name = name
     if isinstance(value, np.ndarray):
         value = value.reshape(-1).tolist() if value.ndim else value.item()
@@ -94,7 +94,7 @@ def set_argument(arg, name: str, value) -> None:
 
 
 def _set_list(arg, name: str, values: list) -> None:
-    from dslc.net import Net
+    from dslc.trace.net import Net
     if all(isinstance(v, (bool, int, np.integer)) for v in values):
         arg.ints.extend(int(v) for v in values)
     elif all(isinstance(v, (int, float, np.integer, np.floating)) for v in values):

@@ -19,7 +19,7 @@ from dslc.ir.core import MAX_NESTING
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.escape import brief
 from dslc.proto import caffe2_pb2
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class PlanProtoError(DSLError, ValueError):
@@ -41,8 +41,8 @@ def step_message(step) -> caffe2_pb2.ExecutionStep:
 
 
 def _step_message(step, nets: dict) -> caffe2_pb2.ExecutionStep:
-    from dslc.net import Net
-    from dslc.steps import ExecutionStep
+    from dslc.trace.net import Net
+    from dslc.trace.steps import ExecutionStep
     msg = caffe2_pb2.ExecutionStep(name=str(step.Name()))
     for item in step._items:
         if isinstance(item, Net):
@@ -71,7 +71,7 @@ def _step_message(step, nets: dict) -> caffe2_pb2.ExecutionStep:
 def plan_from_message(msg: caffe2_pb2.PlanDef):
     """The Plan a PlanDef message describes (its nets rebuilt from their NetDefs)."""
     from dslc import core
-    from dslc.steps import Plan
+    from dslc.trace.steps import Plan
     nets = {n.name: core.Net(n) for n in msg.network}
     plan = Plan(msg.name or "plan")
     for step in msg.execution_step:
@@ -80,7 +80,7 @@ def plan_from_message(msg: caffe2_pb2.PlanDef):
 
 
 def _step_from_message(msg, nets: dict, plan_name: str, depth: int = 0):
-    from dslc.steps import ExecutionStep
+    from dslc.trace.steps import ExecutionStep
     if depth >= MAX_NESTING:  # (a message from a file may nest its steps without end)
         raise PlanProtoError(f"the steps of plan {brief(plan_name)!r} nest more than {MAX_NESTING} deep",
                              user_location(), "flatten the plan: no job nests its steps this deep")

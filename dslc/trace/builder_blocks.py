@@ -6,10 +6,10 @@ tells the lowering which structured IR op it becomes.
 from __future__ import annotations
 
 from dslc import core
-from dslc.builder_base import NetBuilder
+from dslc.trace.builder_base import NetBuilder
 from dslc.core import BlobReference, Net
 from dslc.ir.diagnostics import TraceError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class _RunOnce(NetBuilder):

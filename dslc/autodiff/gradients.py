@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from dslc import core
-from dslc.blobref import GradientSlice
+from dslc.trace.blobref import GradientSlice
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import (GRADIENTS, IS_AUTO_GEN_SUM_OPS_TAG, NO_GRADIENT, ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG,
                                 GradContext, GradOp, SparseGrad, no_gradient)
 from dslc.ir.opdef import OPS
-from dslc.oprecord import FILL_ALIASES
-from dslc.tracing import user_location
+from dslc.trace.oprecord import FILL_ALIASES
+from dslc.trace.tracing import user_location
 from dslc.proto import caffe2_pb2
 
 

@@ -1,24 +1,24 @@
 """Recording ops into a Net: ``net.<Op>(...)``, ``net.Const``, ``net.Python``, ``core.CreateOperator``.
 
 ``NetRecording`` is the half of Net that turns calls into OpRecords (Net, in
-dslc/net.py, keeps the names, external lists and composition). Recording runs for
+dslc/trace/net.py, keeps the names, external lists and composition). Recording runs for
 every op of every job, so its common paths are written for speed (see the comments).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dslc import netdef
-from dslc import blobref
-from dslc import devices as _devices
-from dslc.blobref import BlobReference, CurrentNameScope, GradientSlice, _blob_names, _blob_ref
-from dslc.devices import CurrentDeviceScope
+from dslc.trace import netdef
+from dslc.trace import blobref
+from dslc.trace import devices as _devices
+from dslc.trace.blobref import BlobReference, CurrentNameScope, GradientSlice, _blob_names, _blob_ref
+from dslc.trace.devices import CurrentDeviceScope
 from dslc.ir.diagnostics import TraceError, UnknownOperatorError
 from dslc.ir.opdef import OPS
 from dslc.ir import pyrefs
-from dslc.oprecord import (ALIASES, SPECIAL_ARGS, DataType, OpRecord, _IR_ONLY, _NO_RESULTS, _has_no_results,
+from dslc.trace.oprecord import (ALIASES, SPECIAL_ARGS, DataType, OpRecord, _IR_ONLY, _NO_RESULTS, _has_no_results,
                            _special_args, is_operator)
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 _INT32, _INT64, _FLOAT32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
 
@@ -59,7 +59,7 @@ class _OpRecorder(GetattrShortcut):
         return net._recorder(self.name)
 
 
-_immediate: list = [None]  # the function running each op as it is recorded (dslc/immediate.py)
+_immediate: list = [None]  # the function running each op as it is recorded (dslc/driver/immediate.py)
 
 
 def set_immediate_hook(run) -> None:
@@ -144,9 +144,9 @@ class NetRecording:
     def AddGradientOperators(self, ys, skip=0):
         """Record the backward ops for the losses ``ys``; returns {blob: gradient blob} (``w`` -> ``w_grad``).
 
-        ``ys``: loss blobs, or {loss: its gradient blob (None: filled with 1)}. See dslc/gradients.py.
+        ``ys``: loss blobs, or {loss: its gradient blob (None: filled with 1)}. See dslc/autodiff/gradients.py.
         """
-        from dslc.gradients import add_gradient_ops  # (the reverse pass reads the op table's gradients)
+        from dslc.autodiff.gradients import add_gradient_ops  # (the reverse pass reads the op table's gradients)
         return add_gradient_ops(self, ys, user_location(2))
 
     def Const(self, array, blob_out=None, dtype=None):

@@ -1,24 +1,24 @@
 """Net: a recorded network's ops, the blob names it makes and reads, and its composition.
 
-Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/net_record.py; copies
-(``Clone``, ``ClonePartial``) in dslc/net_clone.py.
+Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/trace/net_record.py; copies
+(``Clone``, ``ClonePartial``) in dslc/trace/net_clone.py.
 """
 from __future__ import annotations
 
 import functools
 
-from dslc import names, net_clone, netdef
-from dslc.blobref import BlobReference, CurrentNameScope, ScopedBlobReference, ScopedName
+from dslc.trace import names, net_clone, netdef
+from dslc.trace.blobref import BlobReference, CurrentNameScope, ScopedBlobReference, ScopedName
 from dslc.ir.gcpause import paused
-from dslc.net_record import NetRecording, _OpRecorder
-from dslc.oprecord import OpRecord
+from dslc.trace.net_record import NetRecording, _OpRecorder
+from dslc.trace.oprecord import OpRecord
 from dslc.proto import caffe2_pb2
-from dslc.tracing import call_site, user_location
+from dslc.trace.tracing import call_site, user_location
 
 
 def _not_a_name(got):
     from dslc.ir.diagnostics import TraceError
-    from dslc.tracing import user_location
+    from dslc.trace.tracing import user_location
     raise TraceError(f"core.Net takes a name, a Net or a NetDef from net.Proto(), not a {type(got).__name__}",
                      user_location(), "pass the net's name (a str), the Net itself, or net.Proto()")
 
@@ -182,7 +182,7 @@ class Net(NetRecording):
     def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
         """Caffe2's: the net's device option says GPU ``gpu_id`` (and, with ``use_cudnn``,
         its ops' engine cuDNN). Recorded, not acted on: dslc runs every device option's ops
-        on the CPU (dslc/devices.py)."""
+        on the CPU (dslc/trace/devices.py)."""
         proto = self.Proto()
         proto.device_option.CopyFrom(caffe2_pb2.DeviceOption(device_type=caffe2_pb2.CUDA, device_id=gpu_id))
         if use_cudnn:
@@ -362,13 +362,13 @@ class Net(NetRecording):
               update_external_list=False) -> "Net":
         """A copy named ``name``: blob names mapped through ``blob_remap``, only the ops
         ``op_id_mask`` lists (in its order), external lists recomputed from the ops if
-        ``update_external_list``. See dslc/net_clone.py."""
+        ``update_external_list``. See dslc/trace/net_clone.py."""
         return net_clone.clone_net(self, name, blob_remap, op_id_mask, remap_funcs, keep_schema,
                                    update_external_list)
 
     def ClonePartial(self, name, inputs, outputs, remap_funcs=None) -> tuple:
         """``(net, refs)``: the ops computing ``outputs`` from ``inputs`` (a list, or a dict
-        renaming them), other blobs prefixed ``<name>/``. See dslc/net_clone.py."""
+        renaming them), other blobs prefixed ``<name>/``. See dslc/trace/net_clone.py."""
         return net_clone.clone_partial(self, name, inputs, outputs, remap_funcs)
 
     def ops(self) -> list[OpRecord]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def _ops(net):
-    from dslc.net import Net
+    from dslc.trace.net import Net
     if isinstance(net, Net):
         return net.Proto().op
     if hasattr(net, "op"):  # a NetDef

@@ -14,7 +14,7 @@ import time
 
 from dslc.ir.diagnostics import DSLError
 from dslc.proto import caffe2_pb2
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class TransformError(DSLError, RuntimeError):

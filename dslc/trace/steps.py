@@ -1,11 +1,11 @@
 """Execution steps and plans: trees of nets and steps, as Caffe2's ``core`` builds them."""
 from __future__ import annotations
 
-from dslc import names
-from dslc.blobref import ScopedName
+from dslc.trace import names
+from dslc.trace.blobref import ScopedName
 from dslc.ir.diagnostics import TraceError
-from dslc.net import Net
-from dslc.tracing import user_location
+from dslc.trace.net import Net
+from dslc.trace.tracing import user_location
 
 
 class ExecutionStep:
@@ -122,8 +122,8 @@ class ExecutionStep:
         return [i for i in self._items if not isinstance(i, Net)]
 
     def Proto(self):
-        """This step as Caffe2's ExecutionStep message (nets by name; see dslc/plan_proto.py)."""
-        from dslc.plan_proto import step_message
+        """This step as Caffe2's ExecutionStep message (nets by name; see dslc/trace/plan_proto.py)."""
+        from dslc.trace.plan_proto import step_message
         return step_message(self)
 
     def get_all_attributes(self, key):
@@ -255,7 +255,7 @@ class Plan:
         pass  # nets are found through the steps
 
     def Proto(self):
-        """This plan as Caffe2's PlanDef message, its nets included (dslc/plan_proto.py)."""
-        from dslc.plan_proto import plan_message
+        """This plan as Caffe2's PlanDef message, its nets included (dslc/trace/plan_proto.py)."""
+        from dslc.trace.plan_proto import plan_message
         return plan_message(self)
 

@@ -5,11 +5,11 @@ A builder's children are Nets, ExecutionSteps, nested blocks (builder_blocks.py)
 """
 from __future__ import annotations
 
-from dslc import names
+from dslc.trace import names
 from dslc.context import Managed
 from dslc.core import BlobReference, ExecutionStep, Net
 from dslc.ir.diagnostics import TraceError
-from dslc.tracing import user_location
+from dslc.trace.tracing import user_location
 
 
 class NoBuilderError(TraceError, AttributeError):
