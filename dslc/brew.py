@@ -19,6 +19,7 @@ import inspect
 import threading
 
 from dslc.brew_helpers import HELPERS
+from dslc.model_helper import ModelHelper
 
 _registry: dict = dict(HELPERS)
 
@@ -71,7 +72,6 @@ def _wrapped(name: str):
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     def helper(*args, **kwargs):
-        from dslc.model_helper import ModelHelper
         model = args[0] if args and isinstance(args[0], ModelHelper) else kwargs.get("model")
         if model is None:
             raise RuntimeError("a helper's first argument is the model (or pass model=<your model>)")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dslc.modeling import initializers
 from dslc.modeling.parameter_info import ParameterTags
+from dslc import core, optimizer
+from dslc.control_ops_util import add_if_op, add_while_op
 
 # Caffe2's cuDNN switches mean nothing on a CPU backend; ``order`` (from the model's arg
 # scope) means nothing to the ops that are not convolutions or pools.
@@ -137,7 +139,6 @@ def depth_concat(model, blobs_in, blob_out, **kwargs):
 
 def iter(model, blob_out, **kwargs):
     """An int64 iteration counter made once in the init net and counted up by ``model.net``."""
-    from dslc import core
     if "device_option" in kwargs:
         del kwargs["device_option"]
     model.param_init_net.ConstantFill([], blob_out, shape=[1], value=0, dtype=core.DataType.INT64)
@@ -154,8 +155,7 @@ def add_weight_decay(model, weight_decay):
     nothing when ``weight_decay <= 0``, as in Caffe2."""
     if weight_decay <= 0.0:
         return
-    from dslc.optimizer import add_weight_decay as add
-    add(model, weight_decay, one="ONE", wd="wd")
+    optimizer.add_weight_decay(model, weight_decay, one="ONE", wd="wd")
 
 
 # ----------------------------------------------------------------------------- convolutional nets
@@ -239,14 +239,12 @@ def db_input(model, blobs_out, batch_size, db, db_type, **kwargs):
 def cond(model, cond_blob, external_blobs, then_model, else_model=None):
     """An If op: ``then_model``'s net when ``cond_blob`` holds, else ``else_model``'s; the
     branches share with the model only ``external_blobs``."""
-    from dslc.control_ops_util import add_if_op
     add_if_op(model.net, cond_blob, external_blobs, then_model.net, else_model.net if else_model else None)
 
 
 def loop(model, cond_blob, external_blobs, loop_model, cond_model=None):
     """A While op: ``loop_model``'s net while ``cond_blob`` holds (``cond_model``'s net
     computes it before each iteration)."""
-    from dslc.control_ops_util import add_while_op
     add_while_op(model.net, cond_blob, external_blobs, loop_model.net, cond_model.net if cond_model else None)
 
 

@@ -103,6 +103,10 @@ class Job(Managed):
 
     add_stop_signal = add_stop_condition  # the old API's name
 
+    def run_in(self, session) -> None:
+        """``session.run(job)``: its groups run epoch by epoch, without checkpoints."""
+        JobRunner(self).train(session)
+
 
 def epoch_limiter(job: Job, num_epochs: int) -> None:
     """Make ``job`` stop after exactly ``num_epochs`` epochs (a counter counted down per epoch)."""

@@ -35,6 +35,8 @@ from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
 from dslc.proto import caffe2_pb2
 from dslc.trace.tracing import user_location
+from dslc.utils import MakeArgument
+from dslc import workspace
 
 
 class DataParallelError(DSLError, ValueError):
@@ -433,7 +435,6 @@ def _op(op_type, inputs, outputs, like):
 
 
 def _arg(name, value):
-    from dslc.utils import MakeArgument
     return MakeArgument(name, value)
 
 
@@ -471,7 +472,6 @@ def GetCheckpointParams(model):
 
 def FinalizeAfterCheckpoint(model, blobs=None, cpu_mode=False):
     """After loading a checkpoint of the first replica: copy its blobs to the other replicas."""
-    from dslc import workspace
     if not hasattr(model, "_checkpoint_net"):
         names = _blobs_to_sync(model)[1] if blobs is None else {stripBlobName(b) for b in blobs}
         model._checkpoint_net = core.Net("checkpoint_sync_net")

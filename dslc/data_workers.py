@@ -23,6 +23,8 @@ import numpy as np
 
 from dslc import parallel_workers
 from dslc.parallel_workers import Metrics, State, WorkerCoordinator, run_worker
+from dslc import workspace
+from dslc import core
 
 
 class GlobalCoordinator(parallel_workers.GlobalWorkerCoordinator):
@@ -56,7 +58,6 @@ class BatchFeeder(State):
         self._workspace = None
 
     def start(self):
-        from dslc import workspace
         self._workspace = workspace.current()
         self._active = True
 
@@ -168,7 +169,6 @@ def init_data_input_workers(net, input_blob_names, fetch_fun, batch_size, num_wo
 
 def _prepend_dequeue(net, queue_name, names, timeout):
     """The net's first op: dequeue one batch into the input blobs (through the net's NetDef)."""
-    from dslc import core
     proto = net.Proto()
     ops = list(proto.op)
     dequeue = core.CreateOperator("DequeueBlobs", [queue_name], list(names), timeout_secs=float(timeout))

@@ -27,6 +27,7 @@ import networkx as nx
 import numpy as np
 
 from dslc.proto import caffe2_pb2
+from dslc import workspace
 
 log = logging.getLogger("memonger")
 
@@ -335,7 +336,6 @@ def verify_inplace_blobs(net_a, net_b) -> bool:
 
 def blob_nbytes(blob) -> int:
     """The bytes of a blob's value in the current workspace (0 if it has none)."""
-    from dslc import workspace
     try:
         return int(np.asarray(workspace.FetchBlob(blob)).nbytes)
     except Exception:

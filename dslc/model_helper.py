@@ -16,7 +16,10 @@ import logging
 
 from dslc import core
 from dslc.ir.diagnostics import DSLError
-from dslc.modeling.parameter_info import ParameterTags
+from dslc.brew_helpers import db_input
+from dslc.modeling.initializers import ExternalInitializer
+from dslc.modeling.parameter_info import ParameterInfo, ParameterTags
+from dslc.optimizer_context import DEFAULT_OPTIM, OptimizerContext
 from dslc.trace.tracing import user_location
 
 
@@ -115,7 +118,6 @@ class ModelHelper:
     def create_param(self, param_name, shape, initializer, tags=None):
         """The parameter ``param_name`` (under the current NameScope when a str) made by
         ``initializer`` in ``param_init_net``; asked for again, the same one (same shape)."""
-        from dslc.modeling.initializers import ExternalInitializer
         name = str(param_name) if isinstance(param_name, core.BlobReference) else core.ScopedName(param_name)
         known = self._parameters_info.get(name)
         if known is not None:
@@ -127,7 +129,6 @@ class ModelHelper:
             initializer = ExternalInitializer()
         info = initializer.create_param(param_name=core.BlobReference(name), init_net=self.param_init_net,
                                         shape=shape)
-        from dslc.optimizer_context import DEFAULT_OPTIM, OptimizerContext
         context = OptimizerContext.current()
         for tag in list(_tag_set(tags)) + [DEFAULT_OPTIM]:
             if context.has_optimizer(tag):
@@ -227,7 +228,6 @@ class ModelHelper:
             raise ModelError("model.TensorProtosDBInput makes its own reader: it takes no input blobs",
                              user_location(), "pass [] as the first argument, or record the op on "
                              "model.net.TensorProtosDBInput([reader], ...) to read with a reader of your own")
-        from dslc.brew_helpers import db_input
         return db_input(self, blob_out, batch_size, db, db_type, **kwargs)
 
     def GetDevices(self):
@@ -248,7 +248,6 @@ class ModelHelper:
         with a sparse gradient left out when the model skips sparse optimization)."""
         if not self.gradient_ops_added:
             raise ModelError("no gradients yet", user_location(), "call model.AddGradientOperators([loss]) first")
-        from dslc.modeling.parameter_info import ParameterInfo
         to_grad = self.get_param_to_grad(params) if params else self.param_to_grad
         out = []
         for param, grad in to_grad.items():

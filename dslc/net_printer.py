@@ -22,6 +22,8 @@ from dslc.lower import lower_group
 from dslc.net_builder import NetBuilder
 from dslc.task import Task, TaskGroup
 from dslc.trace.tracing import user_location
+from dslc.checkpoint import Job
+from dslc.session import Session
 
 
 class AnalysisError(DSLError, AssertionError):
@@ -37,8 +39,6 @@ class AnalysisError(DSLError, AssertionError):
 
 def _groups(obj) -> list:
     """The task groups ``obj`` runs, in order: a Job's init, epoch, download and exit groups."""
-    from dslc.checkpoint import Job
-    from dslc.session import Session
     if isinstance(obj, Job):
         return [g for g in (obj.init_group, obj.epoch_group, obj.download_group, obj.exit_group)
                 if g.tasks()]

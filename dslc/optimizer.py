@@ -22,6 +22,7 @@ from dslc.trace import names
 from dslc.autodiff.gradients import GradientSlice
 from dslc.ir.diagnostics import DSLError
 from dslc.trace.tracing import user_location
+from dslc import workspace
 
 ITERATION = "optimizer_iteration"
 ONE = "ONE_0_0"
@@ -516,7 +517,6 @@ def _param_rank(model, param):
     info = _param_info(model, param)
     if info is not None and info.shape is not None:
         return len(info.shape)
-    from dslc import workspace
     shapes, _ = workspace.InferShapesAndTypes([model.param_init_net])
     if str(param) not in shapes:
         raise OptimizerError(f"weight_decay: the shape of {param} is unknown when the optimizer is built (it decays "
@@ -601,13 +601,11 @@ def get_param_device(param_name, param, param_to_device=None, default_device=Non
 
 def set_lr_injection(lr_injection_value):
     """Scale every learning rate of optimizers built with allow_lr_injection=True."""
-    from dslc import workspace
     import numpy as np
     workspace.FeedBlob(LR_INJECTION, np.array([float(lr_injection_value)], dtype=np.float32))
 
 
 def get_lr_injection():
-    from dslc import workspace
     return workspace.FetchBlob(LR_INJECTION)
 
 

@@ -13,6 +13,8 @@ import numpy as np
 
 from dslc.trace import netdef
 from dslc.proto import caffe2_pb2
+from dslc import workspace
+from dslc import core
 
 OPTIMIZER_ITERATION_NAME = "optimizer_iteration"
 ITERATION_MUTEX_NAME = "iteration_mutex"
@@ -133,7 +135,6 @@ def GetContentFromProtoString(s, function_map):
 
 def ResetBlobs(blobs) -> None:
     """Empty the blobs named: they stay in the current workspace, holding nothing."""
-    from dslc import workspace
     ws = workspace.current()
     for b in blobs:
         cell = ws.lookup(str(b))
@@ -173,7 +174,6 @@ def debug(f):
 def BuildUniqueMutexIter(init_net, net, iter=None, iter_mutex=None, iter_val=0):
     """The iteration counter blob ``iter`` (made once, in ``init_net``, with its mutex;
     ``net`` counts it up by one per run)."""
-    from dslc import core
     iter = iter if iter is not None else OPTIMIZER_ITERATION_NAME
     iter_mutex = iter_mutex if iter_mutex is not None else ITERATION_MUTEX_NAME
     if init_net.BlobIsDefined(iter):

@@ -14,8 +14,11 @@ Operators come and go as ``caffe2_pb2.OperatorDef`` messages.
 from __future__ import annotations
 
 from dslc.trace import netdef
-from dslc.trace.blobref import GradientSlice
-from dslc.proto import caffe2_pb2
+from dslc.autodiff.gradients import add_gradient_ops
+from dslc.trace.blobref import BlobReference, GradientSlice
+from dslc.trace.net import Net
+from dslc.trace.net_record import CreateOperator
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import (GRADIENTS, IS_AUTO_GEN_SUM_OPS_TAG, NO_GRADIENT, ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG,
                                 GradContext, GradOp, SparseGrad)
@@ -79,12 +82,9 @@ class GradientRegistry:
         """``(gradient ops, {blob: its gradient})`` for the forward ``operators`` and the
         losses ``ys`` (a list: gradients filled with 1; a dict: given gradient blobs, None
         for 1), as ``net.AddGradientOperators`` records them."""
-        from dslc import core
-        from dslc.trace.blobref import BlobReference
-        from dslc.autodiff.gradients import add_gradient_ops
-        msg = core.caffe2_pb2.NetDef(name="backward")
+        msg = caffe2_pb2.NetDef(name="backward")
         msg.op.extend(operators)
-        net = core.Net(msg)
+        net = Net(msg)
         count = len(net.ops())
         grad_map = add_gradient_ops(net, ys, user_location(), strict=False)
         ops = [netdef.op_message(rec) for rec in net.ops()[count:]]
@@ -105,7 +105,6 @@ def _declared(op_type: str, maker):
     """The table entry for a Python maker: it sees the forward op as an OperatorDef and
     Caffe2's gradient names; its gradients are renamed to the names the reverse pass asks for."""
     def make(g: GradContext) -> list:
-        from dslc.trace.net_record import CreateOperator
         op = CreateOperator(op_type, list(g.I), list(g.O), **g.args)
         grad_ops, g_input = maker(op, list(g.GO))
         grad_ops = _as_list(grad_ops)

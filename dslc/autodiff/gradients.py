@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dslc import core
-from dslc.trace.blobref import GradientSlice
+from dslc.trace import net_record
+from dslc.trace.blobref import BlobReference, GradientSlice, NameScope
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.gradients import (GRADIENTS, IS_AUTO_GEN_SUM_OPS_TAG, NO_GRADIENT, ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG,
                                 GradContext, GradOp, SparseGrad, no_gradient)
 from dslc.ir.opdef import OPS
 from dslc.trace.oprecord import FILL_ALIASES
 from dslc.trace.tracing import user_location
-from dslc.proto import caffe2_pb2
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 
 
 
@@ -54,13 +54,13 @@ def add_gradient_ops(net, ys, loc=None, strict=True) -> dict:
     off from every parameter is a user's mistake); the low-level ``GetBackwardPass`` lifts it."""
     loc = loc or user_location(2)
     seeds = _seeds(ys)
-    with core.NameScope("", reset=True):
+    with NameScope("", reset=True):
         grads = _Reverse(net, loc, strict).run(seeds)
 
     def ref(g):
         if isinstance(g, GradientSlice):
-            return GradientSlice(core.BlobReference(g.indices, net), core.BlobReference(g.values, net))
-        return core.BlobReference(g, net)
+            return GradientSlice(BlobReference(g.indices, net), BlobReference(g.values, net))
+        return BlobReference(g, net)
     return {k: ref(v) for k, v in grads.items()}
 
 
@@ -68,7 +68,7 @@ def _seeds(ys) -> dict:
     """{loss blob: its given gradient blob or None}, from a list or Caffe2's dict form."""
     if isinstance(ys, dict):
         return {str(k): (None if v is None else str(v)) for k, v in ys.items()}
-    if isinstance(ys, (str, core.BlobReference)):
+    if isinstance(ys, (str, BlobReference)):
         ys = [ys]
     return {str(y): None for y in ys}
 
@@ -332,4 +332,4 @@ def _renamed_net(value, rename: dict):
     return out
 
 
-from dslc import control_ops_grad  # noqa: E402,F401  (the If gradient joins the table)
+net_record.set_reverse_pass(add_gradient_ops)  # net.AddGradientOperators(...) runs it

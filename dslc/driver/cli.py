@@ -31,7 +31,7 @@ from . import cli_output as out
 def cmd_run(args) -> int:
     """``dslc run``: run the job's runnables in one session, print its outputs."""
     from dslc.driver import jobfile
-    from dslc.session import LocalSession
+    from dslc.driver.session import LocalSession
 
     options = _session_options(args, sys.stderr)
     shown = progress.showing(sys.stderr) if progress.wanted(args.quiet, sys.stdout, sys.stderr) \
@@ -62,7 +62,7 @@ def _run_session(args, options: dict):
     """The session ``dslc run`` runs a job file in: local, or with ``--cluster`` on Ray
     (``ray``: a local cluster started for this run and stopped after it, also on failure
     or Ctrl-C; ``auto`` or ``ray://HOST:PORT``: a running cluster)."""
-    from dslc.session import LocalSession
+    from dslc.driver.session import LocalSession
 
     if not args.cluster:
         return LocalSession(backend=args.backend, source=args.job, **options)
@@ -91,7 +91,7 @@ def cmd_ir(args) -> int:
 def cmd_opt(args) -> int:
     """``dslc opt``: parse an IR file, run the passes, print (or write) the result."""
     from dslc.ir import print_module
-    from dslc.session import LocalSession
+    from dslc.driver.session import LocalSession
 
     module = _read_ir(args.file)
     session = LocalSession(source=args.file, **_session_options(args, sys.stdout))
@@ -187,9 +187,9 @@ def _recorded_nets(args) -> dict:
     """The job's recorded nets by name (from its tasks' steps; none for an IR file)."""
     if args.job.endswith(".dslir") or not hasattr(args, "_job"):
         return {}
-    from dslc.core import Net
+    from dslc.trace.net import Net
     from dslc.lower.records import walk
-    from dslc.session import Session
+    from dslc.driver.session import Session
 
     nets: dict = {}
     for _, r, _ in _units(args._job.runnables):
@@ -206,7 +206,7 @@ def _compile(args, backend: str, options: dict, build: bool = True, locate: bool
     then the programs are None; ``locate``: see ``_read_ir``). A Job counts as its groups
     (init, each epoch, download, exit); a text plan says which one it is."""
     from dslc.driver import jobfile
-    from dslc.session import LocalSession
+    from dslc.driver.session import LocalSession
 
     session = LocalSession(backend=backend, source=args.job, **options)
     if args.job.endswith(".dslir"):
@@ -290,7 +290,7 @@ def _session_options(args, stream) -> dict:
 def _check_pass_options(args, passes) -> None:
     """Refuse pass names that are unknown, or that ``--print-ir-after`` asks for but the
     pipeline does not run (it would print nothing), before any tracing."""
-    from dslc.session import pipeline
+    from dslc.driver.session import pipeline
 
     where = Location(f"dslc {args.command}", 0)
     try:

@@ -26,12 +26,13 @@ from dslc.backends.ray import cluster as _cluster
 from dslc.backends.ray import split
 from dslc.runtime.streams import session_seed
 from dslc.runtime.values import type_of_value
-from dslc.core import BlobReference
 from dslc.ir import print_module, pyrefs
 from dslc.ir.diagnostics import DSLError, ExecutionError, NodeLostError
 from dslc.ir.gcpause import paused
 from dslc.lower import lower_group
-from dslc.session import CompiledRunnable, LocalSession, Session, _load_types, _still_valid, pipeline
+from dslc.driver import jobfile, runner
+from dslc.driver.session import CompiledRunnable, LocalSession, Session, _load_types, _still_valid, pipeline
+from dslc.trace.blobref import BlobReference
 from dslc.trace.tracing import user_location
 
 STOP_TIMEOUT_S = 30.0  # how long the other nodes get to stop once one failed
@@ -112,12 +113,11 @@ class RaySession(Session):
     def _start_actor(self, node: str):
         import ray
 
-        from dslc import workspace
         from dslc.backends.ray.worker import NodeWorker
         opts = dict(num_cpus=0, max_concurrency=64, max_restarts=0)
         if node in self._resources:  # a Node named like a machine's custom resource runs there
             opts["resources"] = {node: 0.001}
-        return ray.remote(NodeWorker).options(**opts).remote(node, self.options, workspace.current_as,
+        return ray.remote(NodeWorker).options(**opts).remote(node, self.options, runner.current_as,
                                                               self.node_setup)
 
     def node_info(self, node: str) -> dict:
@@ -344,8 +344,7 @@ class RaySession(Session):
 
     def _pickle_job_by_value(self) -> None:
         """A job file's functions (Python ops) travel by value: no node can import the job file."""
-        from dslc.driver.jobfile import MODULE
-        mod = sys.modules.get(MODULE)
+        mod = sys.modules.get(jobfile.MODULE)
         if mod is not None:
             from ray import cloudpickle
             cloudpickle.register_pickle_by_value(mod)

@@ -16,7 +16,8 @@ import shutil
 import tempfile
 import warnings
 
-from dslc.trace import net_record
+from dslc.driver import blobs, runner
+from dslc.trace import net_record, netdef
 from dslc.ir.diagnostics import DSLError
 from dslc.trace.tracing import user_location
 
@@ -38,14 +39,13 @@ def IsImmediate() -> bool:
 
 def StartImmediate(i_know: bool = False) -> None:
     """Run every op as it is recorded, in a fresh workspace of its own (see the module docstring)."""
-    from dslc import workspace
     if IsImmediate():
         StopImmediate()
     if not i_know:
         warnings.warn("immediate mode runs every op as it is recorded, one by one: a debugging aid, "
                       "slow and not for training; pass i_know=True to silence this", stacklevel=2)
     _state["root"] = tempfile.mkdtemp(prefix="dslc-immediate-")
-    ws = workspace.Workspace()
+    ws = runner.Workspace()
     ws.root_folder = _state["root"]
     _state["ws"] = ws
     net_record.set_immediate_hook(_run_now)
@@ -69,7 +69,6 @@ def _workspace():
 
 
 def _run_now(record) -> None:
-    from dslc.trace import netdef
     _workspace().run(netdef.op_message(record), "interp")
 
 
@@ -83,8 +82,7 @@ def ImmediateBlobs() -> list:
 
 
 def FetchImmediate(name):
-    from dslc import workspace
-    return workspace._fetch(_workspace(), name)
+    return blobs.fetch(_workspace(), name)
 
 
 def FeedImmediate(name, value, device_option=None) -> bool:

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from dslc import pipeline
 from dslc.trace import names, tracing
 from dslc.checkpoint import Job
-from dslc.core import ExecutionStep, Net, Plan
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, JobFileError, Location
-from dslc.net_builder import NetBuilder
-from dslc.task import Cluster, Task, TaskGroup, TaskOutput
+from dslc.trace.builder_base import NetBuilder
+from dslc.trace.net import Net
+from dslc.trace.steps import ExecutionStep, Plan
+from dslc.trace.task import Cluster, Task, TaskGroup, TaskOutput
 
 ENTRY = "build_job"
 MODULE = "__dslc_job__"  # the name the job file runs under

@@ -18,6 +18,7 @@ from pathlib import Path
 from dslc.ir import OPS
 from dslc.ir.opdef import REQUIRED, TRAIT_DOCS, OpDef
 from dslc.ir.printer import format_attr
+from dslc.ir.diagnostics import DSLError
 
 DEFAULT_PATH = Path("docs") / "ir.md"
 # Modules in reading order; any other module that declares ops follows, in table order.
@@ -53,8 +54,6 @@ def render() -> str:
 def render_ops(names) -> str:
     """The reference's rows of the ops ``names`` (under the table header); an unknown name
     is a DSLError suggesting close ones."""
-    from dslc.ir.diagnostics import DSLError
-
     rows = []
     for name in names:
         d = OPS.get(name)

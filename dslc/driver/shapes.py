@@ -16,6 +16,10 @@ from __future__ import annotations
 from dslc.ir.diagnostics import TraceError
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.types import CAFFE2_DTYPE_CODES, TensorType
+from dslc.lower import lower_group
+from dslc.trace.net import Net
+from dslc.trace.steps import execution_step
+from dslc.trace.task import BareTask, WorkspaceType, wrap_runnable
 from dslc.trace.tracing import user_location
 
 # our dtype -> Caffe2's TensorProto code (u8: UINT8, the code numpy's uint8 blobs get)
@@ -48,16 +52,12 @@ def infer_shapes_and_types(nets, known: dict, created=frozenset()) -> tuple[dict
 
 def _module(nets, known: dict, created):
     """The unoptimized module of ``nets`` run once in order, as the workspace runs them."""
-    from dslc.core import Net, execution_step
-    from dslc.lower import lower_group
-    from dslc.session import Session
-    from dslc.task import BareTask, WorkspaceType
     nets = list(nets)
     for n in nets:
         if not isinstance(n, Net):
             raise TraceError(f"InferShapesAndTypes takes core.Net objects, got {type(n).__name__}",
                              user_location(2), "pass the nets themselves (dslc has no NetDef protos to read)")
-    group = Session.wrap(execution_step("infer_shapes", nets), WorkspaceType.GLOBAL, BareTask)
+    group = wrap_runnable(execution_step("infer_shapes", nets), WorkspaceType.GLOBAL, BareTask)
     return lower_group(group, existing=known, check_reads=False, created=created)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 
+from dslc.driver import runner
 from dslc.ir.diagnostics import DSLError
-from dslc.proto import caffe2_pb2
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 from dslc.trace.tracing import user_location
 
 
@@ -41,20 +42,25 @@ def apply(transform_key: str, net) -> caffe2_pb2.NetDef:
     return out
 
 
+@runner.raises_runtime_error
+def _run_once(net) -> None:
+    """``workspace.RunNetOnce(net)``: a Net or NetDef, once, in the current workspace."""
+    runner.current().run(runner.as_net(net))
+
+
 def apply_if_faster(transform_key: str, net, init_net, warmup_runs=5, main_runs=10,
                     improvement_threshold=1.01) -> caffe2_pb2.NetDef:
-    from dslc import workspace
     original = caffe2_pb2.NetDef()
     original.CopyFrom(net.Proto() if hasattr(net, "Proto") else net)
     transformed = apply(transform_key, original)
 
     def timed(netdef) -> float:
-        workspace.RunNetOnce(init_net)
+        _run_once(init_net)
         for _ in range(int(warmup_runs)):
-            workspace.RunNetOnce(netdef)
+            _run_once(netdef)
         start = time.perf_counter()
         for _ in range(int(main_runs)):
-            workspace.RunNetOnce(netdef)
+            _run_once(netdef)
         return time.perf_counter() - start
 
     before, after = timed(original), timed(transformed)

@@ -23,7 +23,7 @@ from dslc.ir.diagnostics import VerifyError
 from dslc.trace.oprecord import OpRecord
 
 from .blocks import Block
-from .netargs import net_records
+from dslc.trace.netargs import net_records
 
 CONTROL_OPS = frozenset({"If", "While", "Do", "CreateScope", "HasScope"})
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslc.core import FILL_ALIASES, OpRecord
+from dslc.trace.oprecord import FILL_ALIASES, OpRecord
 from dslc.ir.budget import foldable
 from dslc.ir.diagnostics import DSLError, UnknownOperatorError, VerifyError, warn_unused_args
 from dslc.ir.escape import brief

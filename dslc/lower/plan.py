@@ -12,7 +12,8 @@ from collections import Counter
 from dslc.ir import Module, Region, Symbol, make_op, verify
 from dslc.ir.diagnostics import UNKNOWN_LOC, TraceError, VerifyError
 from dslc.ir.types import ANY, join_into
-from dslc.task import Task, TaskGroup, get_setup_nets
+from dslc.trace.steps import ExecutionStep
+from dslc.trace.task import Task, TaskGroup, get_setup_nets
 
 from .blocks import Block
 from .nodes import warn_cross_node_writes
@@ -200,8 +201,6 @@ def lower_task(ctx: LowerContext, task: Task):
 
 
 def _lower_with_reporters(blk: Block, body, reporters) -> None:
-    from dslc.core import ExecutionStep
-
     wrapper = ExecutionStep(f"{body.Name()}:body")
     wrapper._loc = body._loc
     for r in reporters:

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dslc.core import ExecutionStep, Net
-from dslc.net_builder import NetBuilder, StopIf
+from dslc.trace.builder_base import NetBuilder, StopIf
+from dslc.trace.net import Net
+from dslc.trace.steps import ExecutionStep
 
 
 def children(item) -> list:

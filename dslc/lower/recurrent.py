@@ -29,7 +29,10 @@ from dslc.ir.types import I64
 from dslc.trace.oprecord import OpRecord
 
 from .blocks import Block
-from .netargs import net_message
+from dslc.trace.netargs import net_message
+from dslc.autodiff import gradients
+from dslc.autodiff.gradient_registry import GradientSlice
+from dslc.trace.net import Net
 
 
 class _Spec:
@@ -284,9 +287,6 @@ def _write_aliases(blk: Block, spec: _Spec, outputs) -> None:
 # ----------------------------------------------------------------------------- gradient
 
 def _backward(blk: Block, rec: OpRecord, lower_op) -> None:
-    from dslc.autodiff import gradients
-    from dslc.autodiff.gradient_registry import GradientSlice
-    from dslc.trace.net import Net
     have = [int(k) for k in rec.args.get("grad_outputs", ())]
     n_alias = len(rec.args.get("alias_dst", ()))
     fwd_inputs = rec.inputs[len(have):len(rec.inputs) - n_alias]

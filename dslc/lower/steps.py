@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dslc.core import FILL_ALIASES, DataType, ExecutionStep, Net
+from dslc.trace.net import Net
+from dslc.trace.oprecord import FILL_ALIASES, DataType
+from dslc.trace.steps import ExecutionStep
 from dslc.ir import Region, Symbol
 from dslc.ir.core import MAX_NESTING
 from dslc.ir.diagnostics import DSLTypeError, TraceError
 from dslc.ir.escape import brief
 from dslc.ir.opdef import OPS
 from dslc.ir.types import I64, INT_DTYPES, TensorType
-from dslc.net_builder import NetBuilder, StopIf
+from dslc.trace.builder_base import NetBuilder, StopIf
 
 from .blocks import Block, Scope
 from .ops import lower_op

@@ -11,7 +11,10 @@ parameters are the others), in the net's order.
 """
 from __future__ import annotations
 
+from dslc.driver.blobs import fetch
+from dslc.driver.runner import Workspace
 from dslc.ir.diagnostics import DSLError
+from dslc.trace.net import Net
 from dslc.trace.netdef import parse_message
 from dslc.proto import caffe2_pb2
 from dslc.trace.tracing import user_location
@@ -36,11 +39,10 @@ def _netdef(net, what: str) -> caffe2_pb2.NetDef:
 
 class Predictor:
     def __init__(self, init_net, predict_net):
-        from dslc import core, workspace
-        self._ws = workspace.Workspace()
+        self._ws = Workspace()
         init, predict = _netdef(init_net, "init net"), _netdef(predict_net, "predict net")
-        self._ws.run(core.Net(init))
-        self._net = core.Net(predict)
+        self._ws.run(Net(init))
+        self._net = Net(predict)
         self.input_names = [b for b in predict.external_input if not self._ws.has_blob(b)]
         self.output_names = list(predict.external_output)
         self._created = False
@@ -65,5 +67,4 @@ class Predictor:
             self._ws.create_net(self._net)
             self._created = True
         self._ws.run_net(self._net)
-        from dslc import workspace
-        return [workspace._fetch(self._ws, name) for name in self.output_names]
+        return [fetch(self._ws, name) for name in self.output_names]

@@ -6,8 +6,10 @@ A builder's children are Nets, ExecutionSteps, nested blocks (builder_blocks.py)
 from __future__ import annotations
 
 from dslc.trace import names
-from dslc.context import Managed
-from dslc.core import BlobReference, ExecutionStep, Net
+from dslc.trace.context import Managed
+from dslc.trace.blobref import BlobReference
+from dslc.trace.net import Net, set_builder_prefix
+from dslc.trace.steps import ExecutionStep
 from dslc.ir.diagnostics import TraceError
 from dslc.trace.tracing import user_location
 
@@ -205,3 +207,12 @@ class NetBuilder(Managed):
                 if not (isinstance(c, ExecutionStep) and c.is_empty()):
                     step._add_item(c)
         return step
+
+
+def _innermost_name() -> str:
+    """The name of the innermost open NetBuilder ("" if none): a new net's name starts with it."""
+    nb = NetBuilder.current(required=False)
+    return (nb.name or "") if nb is not None else ""
+
+
+set_builder_prefix(_innermost_name)

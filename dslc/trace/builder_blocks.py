@@ -5,9 +5,12 @@ tells the lowering which structured IR op it becomes.
 """
 from __future__ import annotations
 
-from dslc import core
 from dslc.trace.builder_base import NetBuilder
-from dslc.core import BlobReference, Net
+from dslc.trace.blobref import BlobReference
+from dslc.trace.control_ops import add_if_op, add_while_op
+from dslc.trace.net import Net
+from dslc.trace.steps import to_execution_step
+from dslc.trace.task import Task, TaskGroup
 from dslc.ir.diagnostics import TraceError
 from dslc.trace.tracing import user_location
 
@@ -187,11 +190,11 @@ class _SetupBuilder(NetBuilder):
 
     def setup(self, net):
         if self.type == _SetupBuilder.INIT:
-            return core.to_execution_step(self)
+            return to_execution_step(self)
 
     def exit(self, net):
         if self.type == _SetupBuilder.EXIT:
-            return core.to_execution_step(self)
+            return to_execution_step(self)
 
 
 class _ReporterBuilder(NetBuilder):
@@ -205,8 +208,7 @@ class _ReporterBuilder(NetBuilder):
     def __exit__(self, etype, *args):
         super().__exit__(etype, *args)
         if etype is None:
-            from dslc.task import Task, TaskGroup
-            step = core.to_execution_step(self)
+            step = to_execution_step(self)
             step.RunEveryMillis(self.interval_ms)
             if self._net is not None:
                 self._net.add_attribute(Task.REPORT_STEP, step)
@@ -247,7 +249,6 @@ class _RunIfNet(_ControlBuilder):
 
     def _emit_control(self, net) -> None:
         """Append this block to ``net`` as an If op (control-op mode; see NetBuilder.get)."""
-        from dslc.control_ops_util import add_if_op
         then_net = self._control_net(Net(f"{net.Name()}/then"))
         else_net = None if self.else_branch is None else self.else_branch._control_net(Net(f"{net.Name()}/else"))
         add_if_op(net, self.cond, self.outer_scope, then_net, else_net, loc=self._loc)
@@ -293,7 +294,6 @@ class _RunWhileNet(_ControlBuilder):
 
     def _emit_control(self, net) -> None:
         """Append this block to ``net`` as a While op (control-op mode; see NetBuilder.get)."""
-        from dslc.control_ops_util import add_while_op
         body = self._control_net(Net(f"{net.Name()}/body"))
         cond = self.condition._control_net(Net(f"{net.Name()}/condition"))
         add_while_op(net, self.condition.cond, self.outer_scope, body, cond, loc=self._loc)

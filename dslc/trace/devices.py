@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from dslc.proto import caffe2_pb2
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 
 
 class _DeviceState(threading.local):

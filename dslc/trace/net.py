@@ -5,20 +5,18 @@ Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/trace/net_rec
 """
 from __future__ import annotations
 
-import functools
 
 from dslc.trace import names, net_clone, netdef
 from dslc.trace.blobref import BlobReference, CurrentNameScope, ScopedBlobReference, ScopedName
+from dslc.ir.diagnostics import TraceError
 from dslc.ir.gcpause import paused
 from dslc.trace.net_record import NetRecording, _OpRecorder
 from dslc.trace.oprecord import OpRecord
-from dslc.proto import caffe2_pb2
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 from dslc.trace.tracing import call_site, user_location
 
 
 def _not_a_name(got):
-    from dslc.ir.diagnostics import TraceError
-    from dslc.trace.tracing import user_location
     raise TraceError(f"core.Net takes a name, a Net or a NetDef from net.Proto(), not a {type(got).__name__}",
                      user_location(), "pass the net's name (a str), the Net itself, or net.Proto()")
 
@@ -26,6 +24,7 @@ def _not_a_name(got):
 class Net(NetRecording):
     """A recorded network: ops in order, plus the names it produces and reads."""
 
+    _is_net = True  # (how netdef.py and net_ssa.py, below this module, know a Net)
     # Parts most nets never use start as these class-level defaults (a task makes a net per
     # block, most with a few ops); the first write gives the net its own.
     _external_outputs: list[str] | tuple = ()
@@ -364,12 +363,12 @@ class Net(NetRecording):
         ``op_id_mask`` lists (in its order), external lists recomputed from the ops if
         ``update_external_list``. See dslc/trace/net_clone.py."""
         return net_clone.clone_net(self, name, blob_remap, op_id_mask, remap_funcs, keep_schema,
-                                   update_external_list)
+                                   update_external_list, new_net=Net)
 
     def ClonePartial(self, name, inputs, outputs, remap_funcs=None) -> tuple:
         """``(net, refs)``: the ops computing ``outputs`` from ``inputs`` (a list, or a dict
         renaming them), other blobs prefixed ``<name>/``. See dslc/trace/net_clone.py."""
-        return net_clone.clone_partial(self, name, inputs, outputs, remap_funcs)
+        return net_clone.clone_partial(self, name, inputs, outputs, remap_funcs, new_net=Net)
 
     def ops(self) -> list[OpRecord]:
         return list(self._ops)
@@ -378,14 +377,17 @@ class Net(NetRecording):
 _OpRecorder.owner = Net
 
 
-def _builder_prefix() -> str:
-    """The name of the innermost open NetBuilder ("" if none): a new net's name starts with it."""
-    nb = _net_builder_class().current(required=False)
-    return (nb.name or "") if nb is not None else ""
+def _no_builder() -> str:
+    return ""
 
 
-@functools.cache
-def _net_builder_class():
-    from dslc.net_builder import NetBuilder  # the builder module needs Net; resolve at first use
-    return NetBuilder
+# The name of the innermost open NetBuilder ("" if none): a new net's name starts with it.
+# The builder (builder_base.py, which builds on Net) installs its lookup when it is imported;
+# until then no NetBuilder can be open.
+_builder_prefix = _no_builder
+
+
+def set_builder_prefix(lookup) -> None:
+    global _builder_prefix
+    _builder_prefix = lookup
 

@@ -15,6 +15,7 @@ writes them keep theirs, and every other blob is prefixed with ``<name>/``::
 """
 from __future__ import annotations
 
+from dslc.trace.records import from_blob_list
 from dslc.trace.blobref import BlobReference
 from dslc.ir.diagnostics import TraceError
 from dslc.trace.oprecord import OpRecord
@@ -30,15 +31,14 @@ class CloneIndexError(TraceError, IndexError):
 
 
 def clone_net(net, name, blob_remap=None, op_id_mask=None, remap_funcs=None, keep_schema=True,
-              update_external_list=False):
-    """A copy of ``net`` named ``name``; see ``Net.Clone``."""
-    from dslc.trace.net import Net  # (Net's module imports this one)
+              update_external_list=False, *, new_net):
+    """A copy of ``net`` named ``name``, made by ``new_net(name)``; see ``Net.Clone``."""
 
     if remap_funcs:
         raise TraceError("Clone's remap_funcs rewrite protobuf operators, which dslc nets do not hold",
                          user_location(), "rename blobs with blob_remap={old: new} instead")
     remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
-    new = Net(name)
+    new = new_net(name)
     for i in _mask(net, op_id_mask):
         op = net._ops[i]
         new._ops.append(OpRecord(op.type, _mapped(op.inputs, remap), _mapped(op.outputs, remap),
@@ -85,7 +85,6 @@ def _remapped_record(record, remap: dict, net):
     """``record`` (a schema Field or None) with its blobs renamed through ``remap``, bound to ``net``."""
     if record is None:
         return None
-    from dslc.records import from_blob_list  # (records imports core, which imports this module)
     return from_blob_list(record, [BlobReference(remap.get(str(b), str(b)), net) for b in record.field_blobs()])
 
 
@@ -107,7 +106,7 @@ def _recompute_external_lists(net) -> None:
 
 # ----------------------------------------------------------------------------- ClonePartial
 
-def clone_partial(net, name, inputs, outputs, remap_funcs=None):
+def clone_partial(net, name, inputs, outputs, remap_funcs=None, *, new_net):
     """``(new_net, [references to the outputs in it])``; see ``Net.ClonePartial``."""
     loc = user_location()
     given = _input_names(inputs, loc)
@@ -130,7 +129,7 @@ def clone_partial(net, name, inputs, outputs, remap_funcs=None):
     prefix = f"{name}/" if name else ""
     remap = {b: given[b] if b in given else b if b in read_first or b not in path.final else prefix + b
              for b in set(path.final) | set(given)}
-    new = clone_net(net, name, remap, kept, remap_funcs)
+    new = clone_net(net, name, remap, kept, remap_funcs, new_net=new_net)
     new._external_inputs = dict.fromkeys([remap[b] for b in given] + sorted(read_first))
     new._external_outputs = list(dict.fromkeys(remap[o] for o in wanted))
     return new, [BlobReference(remap[o], new) for o in wanted]

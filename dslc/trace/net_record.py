@@ -23,6 +23,16 @@ from dslc.trace.tracing import user_location
 _INT32, _INT64, _FLOAT32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
 
 
+# The reverse pass (dslc.autodiff.gradients, which builds on the tracer) installs itself
+# here when imported; every Caffe2-named module that makes nets imports it.
+_reverse_pass = None
+
+
+def set_reverse_pass(reverse_pass) -> None:
+    global _reverse_pass
+    _reverse_pass = reverse_pass
+
+
 class GetattrShortcut:
     """A class attribute standing in for ``owner.__getattr__`` for one name.
 
@@ -146,8 +156,10 @@ class NetRecording:
 
         ``ys``: loss blobs, or {loss: its gradient blob (None: filled with 1)}. See dslc/autodiff/gradients.py.
         """
-        from dslc.autodiff.gradients import add_gradient_ops  # (the reverse pass reads the op table's gradients)
-        return add_gradient_ops(self, ys, user_location(2))
+        if _reverse_pass is None:
+            raise TraceError("AddGradientOperators needs dslc's autodiff, which is not loaded", user_location(2),
+                             "import dslc.core (or dslc.autodiff) before recording gradients")
+        return _reverse_pass(self, ys, user_location(2))
 
     def Const(self, array, blob_out=None, dtype=None):
         """Record a constant: a Python bool is a bool scalar, an int int64, a float float32.

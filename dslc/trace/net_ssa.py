@@ -5,8 +5,7 @@ from __future__ import annotations
 
 
 def _ops(net):
-    from dslc.trace.net import Net
-    if isinstance(net, Net):
+    if getattr(type(net), "_is_net", False):  # a recorded Net (net.py builds on this module)
         return net.Proto().op
     if hasattr(net, "op"):  # a NetDef
         return net.op

@@ -28,7 +28,7 @@ from dslc.ir.diagnostics import DSLError, Location
 from dslc.ir.escape import brief
 from dslc.ir.pyrefs import PyRef
 from dslc.trace.oprecord import OpRecord
-from dslc.proto import caffe2_pb2
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 
 _REMEMBERED = 1 << 17  # op messages whose records are kept (oldest forgotten first)
 _known: OrderedDict[bytes, OpRecord] = OrderedDict()
@@ -64,9 +64,14 @@ def parse_message(cls, data, what: str, loc: Location | None = None, hint: str |
 
 # ----------------------------------------------------------------------------- records -> messages
 
+def _is_net(value) -> bool:
+    """A recorded Net (net.py, which builds on this module: it is known by its marker)."""
+    return getattr(type(value), "_is_net", False)
+
+
+
 def set_argument(arg, name: str, value) -> None:
     """Fill ``arg`` (an Argument message) with ``name`` and ``value`` (see the module docstring)."""
-    from dslc.trace.net import Net  # (nets as arguments: RecurrentNetwork's step net, If's branches)
     arg.name = name
     if isinstance(value, np.ndarray):
         value = value.reshape(-1).tolist() if value.ndim else value.item()
@@ -78,7 +83,7 @@ def set_argument(arg, name: str, value) -> None:
         arg.s = value.encode()
     elif isinstance(value, bytes):
         arg.s = value
-    elif isinstance(value, Net):
+    elif _is_net(value):  # (nets as arguments: RecurrentNetwork's step net, If's branches)
         arg.n.CopyFrom(value.Proto())
     elif isinstance(value, caffe2_pb2.NetDef):
         arg.n.CopyFrom(value)
@@ -94,16 +99,15 @@ def set_argument(arg, name: str, value) -> None:
 
 
 def _set_list(arg, name: str, values: list) -> None:
-    from dslc.trace.net import Net
     if all(isinstance(v, (bool, int, np.integer)) for v in values):
         arg.ints.extend(int(v) for v in values)
     elif all(isinstance(v, (int, float, np.integer, np.floating)) for v in values):
         arg.floats.extend(float(v) for v in values)
     elif all(isinstance(v, (str, bytes)) for v in values):
         arg.strings.extend(v.encode() if isinstance(v, str) else v for v in values)
-    elif all(isinstance(v, (Net, caffe2_pb2.NetDef)) for v in values):
+    elif all(_is_net(v) or isinstance(v, caffe2_pb2.NetDef) for v in values):
         for v in values:
-            arg.nets.add().CopyFrom(v.Proto() if isinstance(v, Net) else v)
+            arg.nets.add().CopyFrom(v.Proto() if _is_net(v) else v)
     elif all(isinstance(v, caffe2_pb2.TensorProto) for v in values):
         arg.tensors.extend(values)
     else:

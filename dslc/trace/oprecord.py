@@ -11,7 +11,7 @@ import numpy as np
 
 from dslc.ir.diagnostics import Location
 from dslc.ir.opdef import OPS
-from dslc.proto.caffe2_pb2 import TensorProto
+from dslc.runtime.proto.caffe2 import TensorProto
 
 # Caffe2 spellings that the lowering turns into declared ops.
 FILL_ALIASES = {

@@ -286,7 +286,7 @@ def broken_lowering(monkeypatch):
     """Make lowering fail the way a bug in dslc would."""
     def fail(*args, **kwargs):
         raise RuntimeError("lowering exploded")
-    monkeypatch.setattr("dslc.session.lower_group", fail)
+    monkeypatch.setattr("dslc.driver.session.lower_group", fail)
 
 
 def test_internal_failure_exits_1_and_suggests_debug(capsys, broken_lowering):

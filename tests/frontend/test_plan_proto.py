@@ -1,4 +1,4 @@
-"""Plans as Caffe2's PlanDef messages and back (dslc/trace/plan_proto.py): the fields by hand,
+"""Plans as Caffe2's PlanDef messages and back (dslc/trace/steps.py): the fields by hand,
 and a plan run from its serialized bytes doing what the plan does."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from dslc import core, workspace
 from dslc.net_builder import NetBuilder, ops
-from dslc.trace.plan_proto import PlanProtoError
+from dslc.trace.steps import PlanProtoError
 from dslc.proto import caffe2_pb2
 
 

@@ -48,7 +48,6 @@ PREFIXES = {
 }
 ROOT_PACKAGE = "dslc"                            # dslc/__init__.py: the version, the IR's names
 FLAT = {
-    "trace": "records",
     "driver": "compat distributed",
 }
 for _layer, _names in FLAT.items():

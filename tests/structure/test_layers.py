@@ -23,25 +23,11 @@ ROOT = str(paths.ROOT)
 # lower/, driver/ and a thin Caffe2 surface)
 OWNERS = {"runtime", "frontend"}
 KNOWN = [
-    Known('frontend', 'cycle',
-          'the front-end cycle',
-          'dslc.autodiff.gradient_registry dslc.autodiff.gradients dslc.checkpoint '
-          'dslc.checkpoint_managers dslc.control_ops_grad dslc.control_ops_util dslc.core '
-          'dslc.driver.immediate dslc.driver.shapes dslc.driver.transforms dslc.lower '
-          'dslc.lower.control dslc.lower.netargs dslc.lower.ops dslc.lower.plan dslc.lower.records '
-          'dslc.lower.recurrent dslc.lower.steps dslc.net_builder dslc.predictor.runner '
-          'dslc.records dslc.schema dslc.session dslc.task dslc.trace.builder_base '
-          'dslc.trace.builder_blocks dslc.trace.net dslc.trace.net_clone dslc.trace.net_record '
-          'dslc.trace.net_ssa dslc.trace.netdef dslc.trace.plan_proto dslc.trace.steps '
-          'dslc.workspace'),
     Known('frontend', 'layer',
           'dslc.lower.recurrent',
-          'dslc.autodiff.gradient_registry'),
+          'dslc.autodiff.gradient_registry dslc.autodiff.gradients'),
     Known('frontend', 'layer',
-          'dslc.lower.recurrent dslc.trace.net_record',
-          'dslc.autodiff.gradients'),
-    Known('frontend', 'layer',
-          'dslc.net_printer dslc.session',
+          'dslc.net_printer',
           'dslc.backends'),
     Known('frontend', 'layer',
           'dslc.driver.distributed',
@@ -53,43 +39,8 @@ KNOWN = [
           'dslc.driver.cli dslc.driver.jobfile',
           'dslc.checkpoint'),
     Known('frontend', 'layer',
-          'dslc.trace.builder_base',
-          'dslc.context'),
-    Known('frontend', 'layer',
-          'dslc.autodiff.gradients',
-          'dslc.control_ops_grad'),
-    Known('frontend', 'layer',
-          'dslc.trace.builder_blocks',
-          'dslc.control_ops_util'),
-    Known('frontend', 'layer',
-          'dslc.autodiff.gradient_registry dslc.autodiff.gradients dslc.driver.cli '
-          'dslc.driver.distributed dslc.driver.jobfile dslc.driver.shapes dslc.lower.ops '
-          'dslc.lower.plan dslc.lower.records dslc.lower.steps dslc.records dslc.trace.builder_base '
-          'dslc.trace.builder_blocks dslc.trace.plan_proto',
-          'dslc.core'),
-    Known('frontend', 'layer',
-          'dslc.driver.jobfile dslc.lower.records dslc.lower.steps dslc.trace.net dslc.trace.steps',
-          'dslc.net_builder'),
-    Known('frontend', 'layer',
           'dslc.driver.jobfile',
           'dslc.pipeline'),
-    Known('frontend', 'layer',
-          'dslc.autodiff.gradient_registry dslc.autodiff.gradients dslc.driver.transforms '
-          'dslc.lower.netargs dslc.trace.devices dslc.trace.net dslc.trace.netdef '
-          'dslc.trace.oprecord dslc.trace.plan_proto',
-          'dslc.proto.caffe2_pb2'),
-    Known('frontend', 'layer',
-          'dslc.records',
-          'dslc.schema'),
-    Known('frontend', 'layer',
-          'dslc.driver.cli dslc.driver.distributed dslc.driver.shapes',
-          'dslc.session'),
-    Known('frontend', 'layer',
-          'dslc.driver.jobfile dslc.driver.shapes dslc.lower.plan dslc.trace.builder_blocks',
-          'dslc.task'),
-    Known('frontend', 'layer',
-          'dslc.driver.distributed dslc.driver.immediate dslc.driver.transforms dslc.records',
-          'dslc.workspace'),
     Known('runtime', 'layer',
           'dslc.backends.numba',
           'dslc.backends.text.names dslc.backends.text.source'),

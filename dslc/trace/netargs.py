@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from dslc.trace import netdef
+from dslc.trace.net import Net
 from dslc.ir.diagnostics import VerifyError
 from dslc.trace.oprecord import OpRecord
-from dslc.proto import caffe2_pb2
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 
 
 def net_message(value, rec: OpRecord, arg: str = "step_net") -> caffe2_pb2.NetDef:
     """The net in argument ``arg`` of ``rec``: a NetDef, a Net, or a NetDef in text or binary form."""
-    from dslc.trace.net import Net
     if isinstance(value, caffe2_pb2.NetDef):
         return value
     if isinstance(value, Net):

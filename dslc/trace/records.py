@@ -1,17 +1,18 @@
-"""Making, filling and reading records (re-exported by ``dslc.schema``, Caffe2's names).
+"""Making and filling records (re-exported by ``dslc.schema``, Caffe2's names).
 
 ``from_column_list`` / ``from_blob_list`` / ``as_record`` build records from flat
 lists; ``NewRecord`` / ``ConstRecord`` / ``InitEmptyRecord`` record the ops making
-their blobs in a net; ``FeedRecord`` / ``FetchRecord`` move arrays in and out of a
-workspace; ``data_type_for_dtype`` / ``dtype_for_core_type`` map numpy types to
+their blobs in a net (``FeedRecord`` / ``FetchRecord``, which move arrays in and out of a
+workspace, are ``dslc.schema``'s own); ``data_type_for_dtype`` / ``dtype_for_core_type`` map numpy types to
 ``core.DataType`` codes and back.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dslc.core import BlobReference, DataType
-from dslc.schema import (FIELD_SEPARATOR, Field, List, ListWithEvicted, Scalar, SchemaTypeError, Struct,
+from dslc.trace.blobref import BlobReference
+from dslc.trace.oprecord import DataType
+from dslc.trace.schema import (FIELD_SEPARATOR, Field, List, ListWithEvicted, Scalar, SchemaTypeError, Struct,
                          Tuple, _fail, _normalize)
 
 
@@ -130,26 +131,3 @@ def InitEmptyRecord(net, schema_or_record, enforce_types=False):
             continue
         net.ConstantFill([], blob, shape=[0] + list(dtype.shape), dtype=code)
     return record
-
-
-def FetchRecord(blob_record, ws=None, throw_on_type_mismatch=False):
-    """The record's current values, fetched from ``ws`` (default: the current workspace)."""
-    from dslc import workspace
-    fetch = workspace.FetchBlob if ws is None else (lambda n: workspace._fetch(ws, n))
-    return from_blob_list(blob_record, [fetch(str(b)) for b in blob_record.field_blobs()],
-                          throw_on_type_mismatch)
-
-
-def FeedRecord(blob_record, arrays, ws=None):
-    """Feed ``arrays`` (a list, or a record of arrays) into the record's blobs."""
-    from dslc import workspace
-    if isinstance(arrays, Field):
-        arrays = arrays.field_blobs()
-    blobs = blob_record.field_blobs()
-    if len(arrays) != len(blobs):
-        _fail(f"the record has {len(blobs)} fields, got {len(arrays)} arrays")
-    for b, a in zip(blobs, arrays):
-        if ws is None:
-            workspace.FeedBlob(str(b), a)
-        else:
-            ws.feed(str(b), a)

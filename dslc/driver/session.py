@@ -1,0 +1,302 @@
+"""Sessions: compile a Task, TaskGroup, Net or step and run it on a backend.
+
+``LocalSession(backend="interp")`` runs everything in one root workspace; blobs of
+GLOBAL tasks persist there between runs, PRIVATE tasks get a child workspace per
+run. Task outputs are created in the root first, so they can be fetched after
+``run()`` whichever workspace wrote them.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dslc import backends
+from dslc.runtime.values import blob_types
+from dslc.runtime.workspace import Workspace, to_user
+from dslc.driver import runner
+from dslc.ir.gcpause import paused
+from dslc.ir.diagnostics import DSLError, TraceError
+from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
+from dslc.ir.passes.dce import dropped_stores
+from dslc.ir.types import join, subsumes
+from dslc.lower import lower_group
+from dslc.trace.blobref import BlobReference
+from dslc.trace.task import Task, TaskGroup, wrap_runnable
+from dslc.trace.tracing import user_location
+
+
+class CompiledRunnable:
+    """A runnable lowered to IR and compiled by a backend, with what it assumed.
+
+    ``tasks`` are the group's tasks at compile time (their outputs are pre-created
+    and bound at every run); ``deps`` maps the root blobs the module loads to the
+    types it was compiled for.
+    """
+
+    def __init__(self, group, module, program, deps, tasks, created=frozenset(), dropped=()):
+        self.group, self.module, self.program, self.deps = group, module, program, deps
+        # the blobs it stores in dropped workspaces, and which of them the root held (a store
+        # there stays only for a blob the root holds: one made since needs a recompile)
+        self.dropped = tuple(sorted(dropped))
+        self.tasks = list(tasks)
+        self.created = created  # the blobs of deps the root held created but empty
+        # (a plain net has none: a rerun then skips making and binding them)
+        self.has_outputs = any(task.output_names() for task in self.tasks)
+        self.seen = None  # the loads' fingerprint when last found valid (Session.compile)
+        self.held = ()  # the blobs of ``dropped`` the root held at compile time
+
+
+class Session:
+    """Base session: open/close, context manager, ``run(runnable)``.
+
+    The TaskGroup a runnable runs as is made once per runnable object and shared by
+    every session of the process (Caffe2 keeps this cache on the Session class), so
+    running the same Task/Net/step again reuses its tasks, names and outputs.
+    """
+
+    _groups: dict[int, tuple] = {}  # id(runnable) -> (runnable, TaskGroup); keeps both alive
+
+    def __init__(self):
+        self._open = True
+
+    def is_open(self) -> bool:
+        return self._open
+
+    def close(self) -> None:
+        """Close the session (idempotent); ``run`` raises afterwards."""
+        if self._open:
+            self._do_close()
+            self._open = False
+
+    def _do_close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, *args):
+        # Caffe2 leaves the session open when the block raised, so it can be inspected.
+        if etype is None:
+            self.close()
+        return False
+
+    @classmethod
+    def as_group(cls, runnable, workspace_type=None) -> TaskGroup:
+        """The TaskGroup ``runnable`` runs as: a TaskGroup itself, else a GLOBAL wrapper made once."""
+        got = Session._groups.get(id(runnable))
+        if got is not None and got[0] is runnable:
+            return got[1]
+        group = wrap_runnable(runnable, workspace_type)
+        Session._groups[id(runnable)] = (runnable, group)
+        return group
+
+    @staticmethod
+    def wrap(runnable, workspace_type=None, task_type=Task) -> TaskGroup:
+        """A new TaskGroup running ``runnable`` in a ``task_type`` task (not cached: ``as_group`` caches)."""
+        return wrap_runnable(runnable, workspace_type, task_type)
+
+    def run(self, runnable, workspace_type=None, setup_net_list=None):
+        """Compile ``runnable`` (once) and run it; its task outputs are fetchable afterwards."""
+        if not self._open:
+            raise TraceError("this session is closed", user_location(),
+                             "run it before close(), or open a new session")
+        if runnable is None:
+            raise TraceError("session.run() needs something to run", user_location(),
+                             "pass a Task, TaskGroup, Net, ExecutionStep or Plan")
+        if _is_job(runnable):  # its groups run epoch by epoch, without checkpoints
+            runnable.run_in(self)
+            return
+        self._run(self.as_group(runnable, workspace_type))
+
+    def _run(self, group: TaskGroup) -> None:
+        raise NotImplementedError
+
+
+class LocalSession(Session):
+    """Runs jobs in one process, on the chosen backend (``interp`` by default)."""
+
+    def __init__(self, ws=None, backend: str | None = None, source: str = "", passes=None,
+                 verify_each=None, print_after=None, ir_out=None, **options):
+        """``passes``: the pipeline to run before the backend (default: the
+        ``DSLC_PIPELINE`` environment variable, else the default pipeline; "none" for
+        none). ``verify_each`` (default: ``DSLC_DEBUG``) verifies after every pass;
+        ``print_after`` ("all" or pass names) writes the IR after those passes to ``ir_out``.
+        ``backend``: default ``DSLC_BACKEND`` from the environment, else interp.
+        """
+        super().__init__()
+        self._ws = ws if ws is not None else runner.current()
+        self.backend = backends.get(backend or default_backend())(**options)
+        self.source = source
+        self.passes = pipeline(passes)
+        self.verify_each = bool(os.environ.get("DSLC_DEBUG")) if verify_each is None else verify_each
+        self.print_after = print_after
+        self.ir_out = ir_out
+        self.pass_manager: PassManager | None = None
+        self._compiled: dict[int, CompiledRunnable] = {}
+
+    @property
+    def workspace(self) -> Workspace:
+        return self._ws
+
+    def compile(self, runnable, workspace_type=None) -> CompiledRunnable:
+        """Lower and compile ``runnable`` (or its TaskGroup) against what the root holds now.
+
+        The result is reused while every root blob it loads holds a value of the type
+        it was compiled for; a blob fed since with another type recompiles.
+        """
+        got = self._compiled.get(id(runnable))  # (a group run before: no wrapping to look it up)
+        group = runnable if got is not None and got.group is runnable else self.as_group(runnable, workspace_type)
+        got = got if group is runnable else self._compiled.get(id(group))
+        if got is not None and got.group is group and (not got.dropped or _held(self._ws, got.dropped) == got.held):
+            seen = _fingerprint(self._ws, got.deps)
+            if seen == got.seen:  # (the blobs it loads hold what they held when last checked)
+                return got
+            # (only the blobs it loads are typed to reuse it: a root may hold thousands)
+            known, created = blob_types(self._ws, got.deps)
+            if _still_valid(got.deps, known) and got.created == created:
+                got.seen = seen
+                return got
+        existing, created = blob_types(self._ws)
+        with paused():
+            module = lower_group(group, self.source, existing, created=created)
+            deps = _load_types(module)  # before any pass: what the lowering assumed
+            dropped = dropped_stores(module)
+            self.optimize(module, lambda: lower_group(group, self.source, existing, created=created))
+            program = self.backend.compile(module)
+        got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps), dropped)
+        got.seen = _fingerprint(self._ws, deps)
+        got.held = _held(self._ws, got.dropped)
+        self._compiled[id(group)] = got
+        return got
+
+    def optimize(self, module, redo=None) -> None:
+        """Run the session's pass pipeline on ``module`` (and verify the result; ``redo``
+        gives the same module again, to name the pass if one broke it: ``PassManager.run``)."""
+        if self.passes:
+            self.pass_manager = PassManager(self.passes, self.verify_each, self.print_after, self.ir_out)
+            self.pass_manager.run(module, redo)
+
+    def run_module(self, module) -> dict:
+        """Run a module (e.g. parsed from IR text); returns its tasks' outputs by blob name
+        (by the job file's names if the module records them)."""
+        return self.run_modules([module])
+
+    def run_modules(self, modules) -> dict:
+        """Run modules in order, as a job file's runnables (a Job's epoch module, whose
+        ``until`` names stop blobs, runs again until one holds true). Returns the outputs
+        the modules name (see cli.name_outputs), else every task output by blob name."""
+        named, plain = {}, {}
+        for module in modules:
+            self.optimize(module)
+            names = [str(n) for op in module.walk() if op.name == "task" for n in op.attrs["outputs"]]
+            for n in names:
+                self._ws.create_blob(n)
+            program = self.backend.compile(module)
+            until = [str(b) for b in module.op.attrs.get("until") or []]
+            while True:
+                with runner.current_as(self._ws):
+                    program.run(self._ws)
+                if not until or any(bool(np.asarray(self._fetch(b)).any()) for b in until):
+                    break
+            for o in module.op.attrs.get("outputs") or []:
+                named[str(o[0])] = self._fetch(o[1]) if len(o) == 2 else [self._fetch(n) for n in o[1:]]
+            plain.update({n: self._fetch(n) for n in names if not n.endswith(DUMMY_OUTPUT)})
+        return named or plain
+
+    def _run(self, group: TaskGroup) -> None:
+        current = runner.CURRENT  # (the current-workspace cell: this runs per RunNet)
+        compiled = self.compile(group)
+        # Outputs live in the root, so writes from private or instance workspaces land there.
+        if compiled.has_outputs:
+            for task in compiled.tasks:
+                for name in task.output_names():
+                    self._ws.create_blob(name)
+        # Python ops that call FetchBlob see this root (workspace.current_as, inlined: a
+        # created net may run once per iteration of a Python loop)
+        saved = current[0]
+        current[0] = self._ws
+        try:
+            compiled.program.run(self._ws)
+        finally:
+            if saved is not self._ws:
+                current[0] = saved
+        if compiled.has_outputs:
+            for task in compiled.tasks:
+                refs = [BlobReference(n) for n in task.output_names()]
+                task.output_list().set_values(refs, self._fetch)
+
+    def _fetch(self, name):
+        cell = self._ws.lookup(str(name))
+        if cell is None or cell.v is None:
+            # located by the caller: TaskOutput.fetch names the line that made the output
+            raise DSLError(f"output {str(name)!r} was never written: the run stored no value to it",
+                           None, "check that an op of its task writes that blob (and the blob's name)")
+        v = cell.v
+        return to_user(np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v)
+
+
+
+def _is_job(runnable) -> bool:
+    """Whether ``runnable`` is a checkpoint Job (dslc.checkpoint, which builds on sessions:
+    a Job runs itself in a session, ``job.run_in(session)``)."""
+    return callable(getattr(type(runnable), "run_in", None))
+
+
+def default_backend() -> str:
+    """The backend of sessions that name none: ``DSLC_BACKEND``, else interp."""
+    return os.environ.get("DSLC_BACKEND", "").strip() or "interp"
+
+
+DUMMY_OUTPUT = ":output/ConstantFill:0"  # the output Caffe2 gives tasks that have none
+
+
+def pipeline(passes) -> list[str]:
+    """The pass names a session runs: ``passes``, else $DSLC_PIPELINE, else the default."""
+    if passes is None:
+        passes = os.environ.get("DSLC_PIPELINE", "default")
+    if isinstance(passes, str) and passes.strip() in ("none", ""):
+        return []
+    if isinstance(passes, str) and passes.strip() == "default":
+        return list(DEFAULT_PIPELINE)
+    return parse_pipeline(passes)
+
+
+def _load_types(module) -> dict:
+    """Blob -> the type the module's loads of it were given (the widest, if they differ)."""
+    deps: dict = {}
+    for op in module.walk():
+        if op.name == "load":
+            name, t = str(op.attrs["blob"]), op.results[0].type
+            deps[name] = join(deps[name], t) if name in deps else t
+    return deps
+
+
+def _fingerprint(ws, names) -> tuple:
+    """What decides the type of each blob of ``names`` in ``ws`` (its value's class, dtype
+    and shape; None when absent, "created" when empty): equal fingerprints, equal types. A rerun of
+    a compiled runnable compares these instead of building its loads' types again."""
+    blobs = ws.blobs
+    out = []
+    for n in names:
+        c = blobs.get(n)
+        v = None if c is None else c.v
+        out.append(None if c is None else "created" if v is None else
+                   (type(v), getattr(v, "dtype", None), getattr(v, "shape", None)))
+    return tuple(out)
+
+
+def _held(ws, names) -> tuple:
+    """Which blobs of ``names`` root ``ws`` holds, with a value or created empty (the
+    lowering's ``existing``)."""
+    blobs = ws.blobs
+    return tuple(n for n in names if n in blobs)
+
+
+def _still_valid(deps: dict, existing: dict) -> bool:
+    """A compiled module still fits the root if every blob it loads holds a value of its load type.
+
+    A blob fed since with another dtype or shape forces a recompile; a blob that was
+    absent at compile time and has since appeared is checked the same way.
+    """
+    return all(subsumes(t, existing[n]) for n, t in deps.items() if n in existing)
