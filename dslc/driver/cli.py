@@ -22,8 +22,11 @@ import traceback
 import dslc
 from dslc.driver import progress
 from dslc.driver.cli_parser import build_parser
-from dslc.ir import settings
-from dslc.ir.diagnostics import DSLError, Location, one_line
+from dslc.ir import parse, parse_all, print_module, pyrefs, settings
+from dslc.ir.core import Symbol
+from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, Location, one_line
+from dslc.ir.pyrefs import check_portable
+from dslc.ir.types import join
 
 from . import cli_output as out
 
@@ -73,11 +76,8 @@ def _run_session(args, options: dict):
 
 def cmd_ir(args) -> int:
     """``dslc ir``: print (or write to ``-o FILE``) the verified IR of each runnable."""
-    from dslc.ir import print_module
-
     session, compiled = _compile(args, "interp", _session_options(args, sys.stdout), build=False)
     if args.output:
-        from dslc.ir.pyrefs import check_portable
         for m, _ in compiled:
             check_portable(m, args.output)
     texts = [print_module(m, with_locs=not args.no_locs) for m, _ in compiled]
@@ -90,7 +90,6 @@ def cmd_ir(args) -> int:
 
 def cmd_opt(args) -> int:
     """``dslc opt``: parse an IR file, run the passes, print (or write) the result."""
-    from dslc.ir import print_module
     from dslc.driver.session import LocalSession
 
     module = _read_ir(args.file)
@@ -214,7 +213,6 @@ def _compile(args, backend: str, options: dict, build: bool = True, locate: bool
         for module in modules:
             session.optimize(module)
         return session, [(m, session.backend.compile(m) if build else None) for m in modules]
-    from dslc.ir.types import join
     from dslc.lower import lower_group
 
     args._job = jobfile.load(args.job)
@@ -224,7 +222,6 @@ def _compile(args, backend: str, options: dict, build: bool = True, locate: bool
         module = lower_group(session.as_group(runnable), args.job, dict(known))
         name_outputs(module, args._job.outputs)
         if stops:  # a Job's epoch group: its text says when the epochs end
-            from dslc.ir.core import Symbol
             module.op.attrs["until"] = [Symbol(s) for s in stops]
         for op in module.walk():
             if op.name == "store":
@@ -251,8 +248,6 @@ def _compile(args, backend: str, options: dict, build: bool = True, locate: bool
 def name_outputs(module, outputs: dict) -> None:
     """Record in ``module`` the job file's names of the outputs its tasks produce
     (``outputs``: name -> TaskOutput), so that its IR text prints them too."""
-    from dslc.ir.core import Symbol
-
     produced = {str(n) for op in module.walk() if op.name == "task" for n in op.attrs["outputs"]}
     named = [[name] + [Symbol(str(n)) for n in o.names] for name, o in outputs.items()
              if o.names and all(str(n) in produced for n in o.names)]
@@ -323,17 +318,12 @@ def _json_or_file(args, obj) -> int:
 
 def _read_ir(path: str):
     """The one module in the IR file ``path``."""
-    from dslc.ir import parse
-
     return parse(_ir_text(path), path)
 
 
 def _read_modules(path: str, locate: bool = False) -> list:
     """Every module in the IR file ``path``; ``locate``: ops without a ``loc`` take their
     line in the file (errors when it runs then point there)."""
-    from dslc.ir import parse_all
-    from dslc.ir.diagnostics import UNKNOWN_LOC
-
     modules = parse_all(_ir_text(path), path)
     if locate:
         for module in modules:
@@ -345,7 +335,6 @@ def _read_modules(path: str, locate: bool = False) -> list:
 
 def _ir_text(path: str) -> str:
     """The text of the IR file ``path`` (a located error if it cannot be read as UTF-8)."""
-
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -354,7 +343,6 @@ def _ir_text(path: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        from dslc.ir.diagnostics import Location
         line = data.count(b"\n", 0, e.start) + 1
         raise DSLError(f"the IR file is not UTF-8 text (byte {data[e.start]:#04x})",
                        Location(path, line), "IR files are UTF-8: write them with dslc ir -o, "
@@ -423,8 +411,6 @@ def main(argv=None) -> int:
 
 def _consent(args) -> None:
     """--trust / --trust-module: the IR file's Python ops may import what they name."""
-    from dslc.ir import pyrefs
-
     if getattr(args, "trust", False):
         pyrefs.trust()
     elif getattr(args, "trust_module", None):

@@ -11,6 +11,8 @@ import numpy as np
 
 from dslc.ir.diagnostics import DSLError, UNKNOWN_LOC
 from dslc.ir.escape import cut, printable, printable_lines
+from dslc.ir import print_module
+from dslc.ir.pyrefs import check_portable
 
 GRAPH_FORMATS = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
 
@@ -81,9 +83,6 @@ def write_artifacts(directory: str, compiled) -> list[str]:
     The first module writes ``DIR/job.dslir`` and its artifacts into DIR; module k > 1
     (a job returning several runnables) writes ``DIR/job_k.dslir`` and ``DIR/job_k/``.
     """
-    from dslc.ir import print_module
-    from dslc.ir.pyrefs import check_portable
-
     written = []
     for k, (module, program) in enumerate(compiled, 1):
         check_portable(module, os.path.join(directory, ("job" if k == 1 else f"job_{k}") + ".dslir"))
