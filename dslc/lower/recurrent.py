@@ -31,7 +31,7 @@ from dslc.trace.oprecord import OpRecord
 from .blocks import Block
 from dslc.trace.netargs import net_message
 from dslc.autodiff import gradients
-from dslc.autodiff.gradient_registry import GradientSlice
+from dslc.trace.blobref import GradientSlice
 from dslc.trace.net import Net
 
 

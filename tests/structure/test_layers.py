@@ -25,7 +25,7 @@ OWNERS = {"runtime", "frontend"}
 KNOWN = [
     Known('frontend', 'layer',
           'dslc.lower.recurrent',
-          'dslc.autodiff.gradient_registry dslc.autodiff.gradients'),
+          'dslc.autodiff.gradients'),
     Known('frontend', 'layer',
           'dslc.net_printer',
           'dslc.backends'),
