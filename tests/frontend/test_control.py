@@ -188,7 +188,7 @@ def test_combine_one_condition_copies_it(backend):
 
 
 def _lowered(step) -> str:
-    from dslc.workspace import _bare_group
+    from dslc.driver.runner import _bare_group
     plan = core.Plan("p")
     plan.AddStep(control.Do("init", _init(0)))
     plan.AddStep(step)

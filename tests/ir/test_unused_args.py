@@ -40,7 +40,7 @@ def test_ignored_arguments_run_and_warn_once_at_the_users_line(backend, monkeypa
 
 
 def test_ignored_arguments_stay_in_the_ir_and_round_trip():
-    from dslc.workspace import _bare_group
+    from dslc.driver.runner import _bare_group
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedArgumentWarning)
         text = print_module(lower_group(_bare_group(_net()), "job.py", {}))
