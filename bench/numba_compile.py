@@ -118,7 +118,7 @@ def main():
 
         base = best_wall([sys.executable, "-c", "import dslc"], env)
         for job in ("examples/loops.py", "bench/jobs/loops_large.py"):
-            cmd = [sys.executable, "-m", "dslc.driver.cli", "run", job, "--backend", "numba"]
+            cmd = [sys.executable, "-m", "dslc.cli", "run", job, "--backend", "numba"]
             subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, check=True)  # fill the cache
             warm = best_wall(cmd, env)
             print(f"2. warm run {job}: {warm:.2f} s vs import dslc {base:.2f} s: +{warm - base:.2f} s "

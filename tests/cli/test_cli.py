@@ -373,7 +373,7 @@ def _dslc(*argv, cwd):
     # whichever `dslc` comes first on PATH (another checkout's, say)
     beside = Path(sys.executable).parent / "dslc"
     exe = str(beside) if beside.exists() else shutil.which("dslc")
-    cmd = [exe] if exe else [sys.executable, "-m", "dslc.driver.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "dslc.cli"]
     return subprocess.run(cmd + [str(a) for a in argv], cwd=cwd, capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
 

@@ -43,7 +43,7 @@ def test_another_process_imports_the_python_op_functions_again(tmp_path):
     assert cli.main(["ir", str(ROOT / "examples" / "python_op.py"), "-o", str(ir)]) == 0
     assert 'pyref<"report", ' in ir.read_text()
     env = dict(os.environ, DSLC_PIPELINE="default")
-    run = [sys.executable, "-m", "dslc.driver.cli", "run", str(ir), "--json"]
+    run = [sys.executable, "-m", "dslc.cli", "run", str(ir), "--json"]
     # IR text is code: without the user's consent it does not import the job file (issue 23)
     refused = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert refused.returncode == 2 and "--trust" in refused.stderr, refused.stderr

@@ -17,7 +17,7 @@ JOB = str(paths.EXAMPLES / "loops.py")
 def run(tmp_path, env, *args):
     full = dict(os.environ, DSLC_CACHE_DIR=str(tmp_path / "cache"))
     full.update(env)
-    return subprocess.run([sys.executable, "-m", "dslc.driver.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dslc.cli", *args], capture_output=True, text=True,
                           env=full, cwd=tmp_path, timeout=120)
 
 

@@ -48,7 +48,7 @@ PREFIXES = {
 }
 ROOT_PACKAGE = "dslc"                            # dslc/__init__.py: the version, the IR's names
 FLAT = {
-    "driver": "compat distributed",
+    "driver": "cli compat distributed",
 }
 for _layer, _names in FLAT.items():
     PREFIXES.update({f"dslc.{n}": _layer for n in _names.split()})

@@ -25,7 +25,7 @@ ROOT = str(paths.ROOT)
 def compile_json(tmp_path, cache):
     env = dict(os.environ, DSLC_CACHE_DIR=str(cache), DSLC_NUMBA_MIN_WORK="0")  # compile even this tiny job
     env.pop("DSLC_PIPELINE", None)  # (the optimized job: its loops are what compiles)
-    out = subprocess.run([sys.executable, "-m", "dslc.driver.cli", "compile", "examples/loops.py", "--backend",
+    out = subprocess.run([sys.executable, "-m", "dslc.cli", "compile", "examples/loops.py", "--backend",
                           "numba", "--json", "-o", str(tmp_path / "out")],
                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["modules"][0]["summary"]

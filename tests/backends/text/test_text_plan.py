@@ -485,7 +485,7 @@ def test_the_same_job_gives_the_same_text_in_another_process(tmp_path, monkeypat
     job = job_file(tmp_path, monkeypatch, (EXAMPLES / "multi_instance.py").read_text(encoding="utf-8"))
     runs = []
     for seed in ("1", "2"):
-        proc = subprocess.run([sys.executable, "-m", "dslc.driver.cli", "plan", job, "--after-passes"],
+        proc = subprocess.run([sys.executable, "-m", "dslc.cli", "plan", job, "--after-passes"],
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHONHASHSEED": seed})
         assert proc.returncode == 0, proc.stderr
