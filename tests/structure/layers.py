@@ -66,7 +66,9 @@ ALLOWED = {
     **{b: BELOW_BACKENDS | {b, "registry", "backend.common"} for b in BACKENDS},
     "trace": BELOW_BACKENDS | {"trace"},
     "autodiff": BELOW_BACKENDS | {"trace", "autodiff"},
-    "lower": BELOW_BACKENDS | {"trace", "lower"},
+    # lowering builds on autodiff (RecurrentNetwork's backward differentiates its step net while
+    # lowering); autodiff never imports lower
+    "lower": BELOW_BACKENDS | {"trace", "autodiff", "lower"},
     # the driver reaches a backend through the registry only (dslc.backends.get)
     "driver": BELOW_BACKENDS | FRONT | {"driver", "registry"},
     "surface": BELOW_BACKENDS | FRONT | {"driver", "surface"},

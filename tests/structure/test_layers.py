@@ -24,9 +24,6 @@ ROOT = str(paths.ROOT)
 OWNERS = {"runtime", "frontend"}
 KNOWN = [
     Known('frontend', 'layer',
-          'dslc.lower.recurrent',
-          'dslc.autodiff.gradients'),
-    Known('frontend', 'layer',
           'dslc.net_printer',
           'dslc.backends'),
     Known('frontend', 'layer',
