@@ -48,6 +48,43 @@ from dslc.runtime import streams  # noqa: E402
 streams._PROCESS_SEED[:] = [0]
 
 
+# Markers (registered in pyproject.toml; the README's inner loop deselects the costly ones):
+# a folder's, and per test what its parameters or fixtures say.
+FOLDER_MARKS = {"backends/numba": "numba", "random": "random"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by them
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = os.path.relpath(os.path.dirname(str(item.path)), TESTS).replace(os.sep, "/")
+        for prefix, mark in FOLDER_MARKS.items():
+            if folder == prefix or folder.startswith(prefix + "/"):
+                item.add_marker(mark)
+        if _runs_on_numba(item):
+            item.add_marker("numba")
+        if "ray_cluster" in item.fixturenames or item.get_closest_marker("slow_cluster"):
+            item.add_marker("cluster")
+        if "default_pipeline" in item.fixturenames or _pipeline_parameter(item) in ("none", "default"):
+            item.add_marker("own_pipeline")  # DSLC_PIPELINE does not change what it runs
+
+
+def _pipeline_parameter(item):
+    """The pass pipeline a test instance is parametrized to: a ``passes`` parameter, or a
+    ``session`` fixture made once per pipeline (tests/ir/ops/test_ops.py); else None."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("passes", params.get("session"))
+
+
+def _runs_on_numba(item) -> bool:
+    """A test instance parametrized to the numba backend (by the ``backend`` fixture, a
+    backend or device list, ``ray_session``): its id or a parameter says ``numba``."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return False
+    return "numba" in callspec.id.split("-") or any(
+        isinstance(v, str) and v == "numba" for v in callspec.params.values())
+
+
 @pytest.fixture(autouse=True)
 def fresh_state():
     names.reset()

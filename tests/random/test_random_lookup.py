@@ -3,7 +3,7 @@ ids gives the evaluator's values on every backend, with and without passes and f
 text; an id an op refuses stops the run with a located error naming the op and the id; the
 tables' gradients (dense or sparse) match central finite differences of the evaluator.
 
-CI runs a fixed, derandomized set (DSLC_LOOKUP_EXAMPLES, default 10 per backend, and fixed examples); the
+CI runs a fixed, derandomized set (DSLC_LOOKUP_EXAMPLES, default 4 per backend, and fixed examples); the
 nightly run (bench/nightly_random.py) sets DSLC_HYPOTHESIS_EXAMPLES=N for N random ones.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import assume, example, given, note
 
 import programs as P
@@ -23,7 +24,7 @@ H = 1e-6
 
 
 def _settings():
-    return P.hypothesis_settings(int(os.environ.get("DSLC_LOOKUP_EXAMPLES", "10")))
+    return P.hypothesis_settings(int(os.environ.get("DSLC_LOOKUP_EXAMPLES", "4")))
 
 
 _close = P.assert_floats_close
@@ -49,6 +50,7 @@ def _examples(programs):
     return add
 
 
+@pytest.mark.own_pipeline  # runs itself with passes default and none
 @_settings()
 @given(program=L.programs())
 @_examples(L.EXAMPLES)

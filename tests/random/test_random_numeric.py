@@ -44,6 +44,7 @@ def check(how: str, run, want) -> None:
     assert not bad, f"{how}: (got, expected) {bad}"
 
 
+@pytest.mark.own_pipeline  # runs itself with passes default and none
 @_settings()
 @given(program=N.programs())
 def test_numeric_programs_agree_with_the_evaluator(backend, program):

@@ -5,10 +5,13 @@ lowered and optimized modules parsed back from their text all give the outputs t
 plain-Python evaluator computes. And the IR text round-trips (print, parse, print)
 straight from the lowering and after each pass of the default pipeline.
 
-CI runs a fixed, derandomized set of examples; set DSLC_HYPOTHESIS_EXAMPLES=N to
-explore N random ones instead.
+CI runs a fixed, derandomized set of examples (DSLC_PROGRAM_EXAMPLES, default 12 per
+backend, of the pipelines and text tests); set DSLC_HYPOTHESIS_EXAMPLES=N to explore N
+random ones instead (the nightly run, bench/nightly_random.py).
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -23,7 +26,7 @@ from dslc.session import LocalSession
 
 
 def _settings():
-    return P.hypothesis_settings(40)
+    return P.hypothesis_settings(int(os.environ.get("DSLC_PROGRAM_EXAMPLES", "12")))
 
 
 # int64 wraparound is the semantics, not an accident: numpy's overflow warnings are noise here
@@ -94,6 +97,7 @@ _A_LOOP_BODY_DCE_EMPTIES = P.Program(ints=(3,), floats=(), bools=(), counters=(0
                                      body=(P.Loop(count=1, body=(P.Scratch(src=0),)),), private=True, in_init=True)
 
 
+@pytest.mark.own_pipeline  # runs itself with passes default and none
 @_settings()
 @given(program=P.programs())
 @example(program=_TWO_VALUES_OF_ONE_COUNTER)
@@ -113,6 +117,7 @@ def test_pipelines_text_and_evaluator_agree(backend, program):
     assert_same(run_text(print_module(optimized), backend, "none"), want, "optimized module parsed from text")
 
 
+@pytest.mark.own_pipeline  # applies the passes itself
 @_settings()
 @given(program=P.programs())
 def test_ir_text_round_trips_after_lowering_and_after_every_pass(program):
@@ -139,6 +144,7 @@ def _in_pieces(backend, program, monkeypatch):
     assert_same(run_task(task, outputs, backend, "none")[0], want, "no passes, in pieces")
 
 
+@pytest.mark.own_pipeline  # runs itself with passes default and none
 @P.hypothesis_settings(12)
 @given(program=P.programs())
 def test_regions_compiled_in_pieces_give_the_evaluators_answers(program, monkeypatch):
@@ -148,6 +154,8 @@ def test_regions_compiled_in_pieces_give_the_evaluators_answers(program, monkeyp
     _in_pieces("interp", program, monkeypatch)
 
 
+@pytest.mark.own_pipeline  # runs itself with passes default and none
+@pytest.mark.numba
 @P.hypothesis_settings(2)
 @given(program=P.programs())
 def test_numba_regions_compiled_in_pieces_give_the_evaluators_answers(program, monkeypatch):
