@@ -24,7 +24,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = ["tests/random"]  # the random-program tests and the IR fuzzer
+TESTS = ["-m", "random", "tests"]  # tests/random/ (the generators' tests, the IR fuzzer) and the like elsewhere
 
 
 def main(argv=None) -> int:

@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.slow  # (the README's inner loop skips it: each script runs in a fresh process)
+
 SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np

@@ -25,6 +25,8 @@ from dslc.runtime.blobcodec import Encoded
 from dslc.ir.diagnostics import DSLError, Location
 import paths
 
+pytestmark = pytest.mark.slow  # (the README's inner loop skips it: each case runs dslc in a fresh process, about 1.5 s)
+
 GIB = 1 << 30
 
 

@@ -10,7 +10,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from dslc.backends.interp import kernels
+
+pytestmark = pytest.mark.slow  # (the README's inner loop skips it: fresh processes importing every module)
 
 HEAVY = ["numba", "llvmlite", "scipy", "networkx", "lark", "importlib.metadata", "dslc.checkpoint",
          "dslc.backends.interp.kernels_nn", "dslc.backends.interp.kernels_db",

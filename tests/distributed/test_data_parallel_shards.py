@@ -159,6 +159,7 @@ def test_allreduce_broadcast_and_allgather_across_shards_in_shard_order():
         np.testing.assert_array_equal(workspace.FetchBlob(f"all{s}"), [[0, 0], [1, 1], [1, 1], [2, 2], [2, 2], [2, 2]])
 
 
+@pytest.mark.slow
 def test_a_missing_shard_is_a_located_error_not_a_hang():
     workspace.ResetWorkspace()
     with Cluster(), TaskGroup() as group:

@@ -134,6 +134,7 @@ def test_dlrm_trains_as_numpy(backend, loss, opt):
     assert workspace.FetchBlob("emb_0").shape == (20, 4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, opt", sorted(CAFFE2))
 def test_dlrm_prints_the_losses_caffe2_printed(loss, opt, capsys):
     workspace.ResetWorkspace()

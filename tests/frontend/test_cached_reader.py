@@ -186,6 +186,7 @@ def test_string_fields_and_an_empty_source(session, db_type, tmp_path):
 # ----------------------------------------------------------------------------- realistic sizes
 
 
+@pytest.mark.slow
 def test_a_cache_of_100k_records_with_lists(session, tmp_path):
     rng = np.random.default_rng(7)
     n = 100_000

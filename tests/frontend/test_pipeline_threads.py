@@ -42,6 +42,7 @@ def affine(rec):
     return out
 
 
+@pytest.mark.slow
 def test_100k_records_through_4_threads_and_a_queue_of_8(session):
     # one record per read: 100,000 records go through the queue of 8, one by one
     n = 100_000

@@ -136,6 +136,7 @@ print("|".join(repr(workspace.FetchBlob(b).tolist()) for b in ("free", "seeded")
 """
 
 
+@pytest.mark.slow
 def test_unseeded_fills_differ_between_runs_of_a_script(tmp_path):
     # issue 37: two runs of a script that seeds nothing drew the same values; Caffe2's differ
     # (its unseeded streams start from the time and process; the real Caffe2 printed

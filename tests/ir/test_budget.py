@@ -19,6 +19,8 @@ from test_hostile_inputs import dslc, module
 from dslc.ir import OPS
 from dslc.ir.opdef import SIZED_BY_VALUES
 
+pytestmark = pytest.mark.slow  # (the README's inner loop skips it: each case runs in a fresh process under a memory limit)
+
 MIB = 1 << 20
 
 # ----------------------------------------------------------------------------- folding (38.8)

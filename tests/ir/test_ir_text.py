@@ -54,6 +54,7 @@ def round_trip(module, when: str) -> str:
 # ----------------------------------------------------------------------------- round trips
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_each_examples_modules_round_trip_after_lowering_and_after_each_pass(path):
     job = jobfile.load(str(path))
@@ -66,6 +67,7 @@ def test_each_examples_modules_round_trip_after_lowering_and_after_each_pass(pat
             round_trip(module, f"after {name}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_each_examples_compiled_module_round_trips_without_locations(path):
     job = jobfile.load(str(path))

@@ -36,6 +36,7 @@ def test_a_job_file_and_its_ir_text_print_the_same_outputs(capsys, tmp_path, bac
     assert _run_json(capsys, ir, "--backend", backend)["outputs"] == expected
 
 
+@pytest.mark.slow
 def test_another_process_imports_the_python_op_functions_again(tmp_path):
     """The functions are not registered in the process that runs the text: it imports
     the job file by the path the text names."""

@@ -35,6 +35,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow  # (a fresh process each)
 @pytest.mark.parametrize("backend", ["interp", "numba"])
 @pytest.mark.parametrize("name, value, says", BAD, ids=[f"{n}={v}" for n, v, _ in BAD])
 def test_a_bad_setting_is_one_line_naming_it(tmp_path, name, value, says, backend):
@@ -47,6 +48,7 @@ def test_a_bad_setting_is_one_line_naming_it(tmp_path, name, value, says, backen
     assert f"{name}={value!r}" in lines[0] and says in lines[0]
 
 
+@pytest.mark.slow  # (a fresh process each)
 @pytest.mark.parametrize("name, value, says", BAD[:8], ids=[f"{n}={v}" for n, v, _ in BAD[:8]])
 def test_a_bad_setting_never_fails_an_import(tmp_path, name, value, says):
     """A library user imports dslc whatever the environment says; the bad value is reported

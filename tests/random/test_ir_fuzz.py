@@ -79,6 +79,7 @@ def outcome(path: Path, capsys) -> tuple[int, dict]:
     return code, (json.loads(out) if code != 0 and out.strip() else {})
 
 
+@pytest.mark.slow
 def test_every_mutant_compiles_or_is_a_located_user_error(texts, tmp_path, capsys):
     rng = random.Random(SEED)
     bad, kinds = [], {0: 0, 2: 0}

@@ -20,6 +20,8 @@ import pytest
 from dbtypes import HAVE_PLYVEL, leveldb
 from dslc.runtime import blobdb
 
+pytestmark = pytest.mark.slow  # (the README's inner loop skips it: writers in child processes, killed mid-save)
+
 N_BLOBS, SIZE = 8, 1 << 18  # 1 MiB of float32 per blob
 
 CHILD = textwrap.dedent(f"""

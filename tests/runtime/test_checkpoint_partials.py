@@ -25,6 +25,8 @@ from dslc.net_builder import ops
 from dslc.session import LocalSession
 from dslc.task import Task
 
+pytestmark = pytest.mark.slow  # (the README's inner loop skips it: writers in child processes, killed mid-save)
+
 PARTIAL = re.compile(r"\.tmp-(\d+)-[0-9a-f]{8}\Z")  # the writer's naming, read off its docs
 
 KILLED_MID_SAVE = textwrap.dedent("""

@@ -481,6 +481,7 @@ def test_plan_json(capsys, at_root):
     assert {"depth": 6, "text": "CountUp(task_counter)", "loc": "examples/multi_instance.py:31"} in got["lines"]
 
 
+@pytest.mark.slow
 def test_the_same_job_gives_the_same_text_in_another_process(tmp_path, monkeypatch):
     job = job_file(tmp_path, monkeypatch, (EXAMPLES / "multi_instance.py").read_text(encoding="utf-8"))
     runs = []
@@ -639,6 +640,8 @@ def run_plan(writer) -> dict:
     return ns
 
 
+@pytest.mark.slow
+@pytest.mark.random  # (random programs: the nightly run widens them too)
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.parametrize("passes", ["none", "default"])
 def test_random_programs_plans_compute_what_the_programs_compute(passes):

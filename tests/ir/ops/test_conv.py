@@ -137,6 +137,7 @@ def test_mismatched_channels_are_a_located_error():
     assert "channels" in str(e.value) and e.value.loc.file.endswith("test_conv.py")
 
 
+@pytest.mark.numba  # (it trains on numba only: the compile is most of its time)
 def test_a_lenet_shaped_model_trains():
     """conv-pool-conv-pool-fc on 8 images; 30 SGD steps lower the loss (a classifier that learns)."""
     from dslc import optimizer
