@@ -9,10 +9,14 @@ import os
 import subprocess
 import tomllib
 
+import pytest
+
 import layers
 import paths
 
 ROOT = str(paths.ROOT)
+# it reads or imports the tree and runs no pass: DSLC_PIPELINE changes nothing it does
+pytestmark = pytest.mark.own_pipeline
 
 
 def setuptools_config() -> dict:
