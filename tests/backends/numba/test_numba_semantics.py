@@ -106,6 +106,7 @@ def copies(*names):
 
 # --- loops whose carried values change before a stop_if ------------------------------
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_carried_values_change_before_stop_if(backend, compiled_calls):
     def build():
         x, y, one, five = copies("x0", "y0", "one", "five")
@@ -120,6 +121,7 @@ def test_carried_values_change_before_stop_if(backend, compiled_calls):
           {"x": I64(5), "y": I64(123)}, backend, compiled_calls)
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_several_stop_ifs_and_a_counted_loop_with_stop_if(backend, compiled_calls):
     def build():
         x, s, one = copies("x0", "s0", "one")
@@ -141,6 +143,7 @@ def test_several_stop_ifs_and_a_counted_loop_with_stop_if(backend, compiled_call
 
 # --- float division by zero is IEEE; integer division by zero is the located error ----
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_float_division_by_zero_gives_inf_and_nan(backend, compiled_calls, dtype):
     def build():
@@ -154,6 +157,7 @@ def test_float_division_by_zero_gives_inf_and_nan(backend, compiled_calls, dtype
           {"acc": dtype(np.inf), "q": dtype(np.nan), "neg": dtype(-np.inf)}, backend, compiled_calls)
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_integer_division_by_zero_is_the_interpreters_located_error(backend, compiled_calls):
     workspace.FeedBlob("a", I64(7))
     workspace.FeedBlob("z", I64(1))
@@ -176,6 +180,7 @@ def test_integer_division_by_zero_is_the_interpreters_located_error(backend, com
     assert backend == "interp" or compiled_calls[0] > 0
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 @pytest.mark.parametrize("dtype", INT_TYPES)
 def test_integer_division_truncates_and_wraps(backend, compiled_calls, dtype):
     info = np.iinfo(dtype)
@@ -199,6 +204,7 @@ def test_integer_division_truncates_and_wraps(backend, compiled_calls, dtype):
 
 # --- every integer width wraps in its own width ---------------------------------------
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 @pytest.mark.parametrize("dtype", INT_TYPES)
 def test_integer_arithmetic_wraps_in_its_own_width(backend, compiled_calls, dtype):
     bits = np.iinfo(dtype).bits
@@ -229,6 +235,7 @@ def test_integer_arithmetic_wraps_in_its_own_width(backend, compiled_calls, dtyp
     check(build, dict(m=dtype(m), k=dtype(k), d=dtype(d), one=dtype(1)), want, backend, compiled_calls)
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_int32_scalar_meets_int32_array_in_a_loop(backend, compiled_calls):
     def build():
         arr, s = copies("arr", "s")
@@ -244,6 +251,7 @@ def test_int32_scalar_meets_int32_array_in_a_loop(backend, compiled_calls):
     check(build, dict(arr=np.array([1, -2, 65536], np.int32), s=s), {"arr": want}, backend, compiled_calls)
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_the_65536_square_divided_is_zero_in_int32(backend, compiled_calls):
     def build():
         a, = copies("a")
@@ -257,6 +265,7 @@ def test_the_65536_square_divided_is_zero_in_int32(backend, compiled_calls):
 
 # --- int64 overflow wraps (it is not undefined behaviour) -----------------------------
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 @pytest.mark.parametrize("constants", [False, True])
 def test_a_loop_stopped_by_an_overflowing_product(backend, compiled_calls, constants):
     """With signed overflow undefined, LLVM folded this loop's test: 8 or 100 trips for 7."""
@@ -282,6 +291,7 @@ def test_a_loop_stopped_by_an_overflowing_product(backend, compiled_calls, const
           {"trips": I64(trips), "n": I64(n)}, backend, compiled_calls)
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_int64_extremes_wrap(backend, compiled_calls):
     def build():
         hi, lo, one = copies("hi", "lo", "one")
@@ -298,6 +308,7 @@ def test_int64_extremes_wrap(backend, compiled_calls):
 
 # --- a loop count that folds to a negative constant -----------------------------------
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_a_negative_constant_count_is_the_located_error(backend, compiled_calls):
     with Task() as task:
         acc, one = ops.Const(0), ops.Const(1)
@@ -321,6 +332,7 @@ def test_a_negative_constant_count_is_the_located_error(backend, compiled_calls)
 PAIRS = [(1.0, np.nan), (np.nan, 1.0), (0.0, -0.0), (-0.0, 0.0), (-np.inf, np.nan), (2.0, -3.0)]
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_min_relu_scalars_follow_numpy(backend, compiled_calls, dtype):
     feeds = {}
@@ -346,6 +358,7 @@ def test_max_min_relu_scalars_follow_numpy(backend, compiled_calls, dtype):
     check(build, feeds, want, backend, compiled_calls)
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_max_min_relu_arrays_and_fused_kernels_follow_numpy(backend, compiled_calls):
     x = np.array([p[0] for p in PAIRS] * 3, np.float32)
     y = np.array([p[1] for p in PAIRS] * 3, np.float32)
@@ -366,6 +379,7 @@ def test_max_min_relu_arrays_and_fused_kernels_follow_numpy(backend, compiled_ca
 
 # --- Cast: what numpy gives, including NaN and out-of-range floats --------------------
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 @pytest.mark.parametrize("to", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16])
 def test_float_to_int_cast_follows_numpy(backend, compiled_calls, to):
     values = [300.7, -300.7, 3e9, -3e9, np.nan, np.inf, 1e19, -0.5, 70000.5]
@@ -387,6 +401,7 @@ def test_float_to_int_cast_follows_numpy(backend, compiled_calls, to):
     check(build, feeds, want, backend, compiled_calls)
 
 
+@pytest.mark.own_pipeline  # both pipelines, by check() or its own loop
 def test_float32_quotients_stay_float32_in_a_loop(backend, compiled_calls):
     def build():
         acc, a, b = copies("acc", "a", "b")
