@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from dslc.driver import progress
+from dslc.runtime import hooks
 from dslc.runtime.cancel import Cancelled, Watch, swap_token
 from dslc.runtime.ieee import ieee, in_ieee
 from dslc.runtime.workspace import Workspace
@@ -110,10 +110,11 @@ class Run:
     @staticmethod
     def progress(loc, count):
         """The tick of a top-level loop's progress counter, or None when progress is off."""
-        if not progress.active():
+        make = hooks.progress  # installed by the driver (dslc/driver/progress.py) while it shows progress
+        if make is None:
             return None
         n = int(count)
-        return progress.counter(f"loop at {loc}", n).tick if n > 1 else None
+        return make(f"loop at {loc}", n).tick if n > 1 else None
 
     def plan(self, child: ChildPlan, ws) -> None:
         self.executor.run_child(child, ws, self)

@@ -25,6 +25,7 @@ import threading
 import time
 
 from dslc.ir.escape import printable
+from dslc.runtime import hooks
 
 DELAY = 0.5      # seconds before the first line is drawn
 INTERVAL = 0.1   # seconds between redraws at most
@@ -136,11 +137,14 @@ def showing(stream, delay: float | None = None, interval: float | None = None):
     previous = _active
     _active = _Display(stream, DELAY if delay is None else delay,
                        INTERVAL if interval is None else interval)
+    # the backends count their long loops through the runtime's hook, never importing this module
+    previous_hook = hooks.install_progress(_active.counter)
     try:
         yield _active
     finally:
         _active.clear()
         _active = previous
+        hooks.install_progress(previous_hook)
 
 
 def wanted(quiet: bool, *streams) -> bool:

@@ -109,6 +109,20 @@ def test_progress_waits_before_drawing_and_is_off_by_default():
     progress.counter("epoch", 5).tick()  # off: a counter that does nothing
 
 
+def test_showing_installs_the_hook_the_backends_count_through_and_puts_back_the_one_before():
+    from dslc.runtime import hooks  # (the backends report through it; they never import progress)
+    assert hooks.progress is None
+    stream = FakeTTY()
+    with progress.showing(stream, delay=0, interval=0):
+        hooks.progress("loop at job.py:3", 4).tick(4)
+        outer = hooks.progress
+        with progress.showing(FakeTTY(), delay=60):
+            assert hooks.progress is not outer
+        assert hooks.progress is outer
+    assert hooks.progress is None
+    assert "\rloop at job.py:3: 4/4 (100%)\x1b[K" in stream.getvalue()
+
+
 def test_progress_is_wanted_only_on_terminals_and_not_when_quiet():
     assert progress.wanted(False, FakeTTY(), FakeTTY())
     assert not progress.wanted(True, FakeTTY(), FakeTTY())

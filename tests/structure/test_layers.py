@@ -43,9 +43,6 @@ KNOWN = [
     Known('runtime', 'layer',
           'dslc.backends.numba',
           'dslc.backends.text.names dslc.backends.text.source'),
-    Known('runtime', 'layer',
-          'dslc.backends.interp.executor',
-          'dslc.driver.progress'),
 ]
 
 
