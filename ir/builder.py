@@ -107,3 +107,10 @@ class Builder:
 
 
 _STORE, _LOAD, _CONST = OPS["store"], OPS["load"], OPS["Const"]
+
+
+def set_ops(region: Region, ops: list) -> None:
+    """Make ``ops`` the ops of ``region`` (a pass's rewrite of a block), each re-parented."""
+    region.ops = ops
+    for op in ops:
+        op.parent = region

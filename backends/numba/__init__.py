@@ -23,7 +23,7 @@ from dslc.runtime.memory import keep_freed_memory
 from dslc.runtime.streams import session_seed
 from dslc.ir import Module, settings
 
-from dslc.ir.passes.analysis import volatile_blobs
+from dslc.ir.analysis import volatile_blobs
 from dslc.ir.types import COUNTER
 
 from . import islands

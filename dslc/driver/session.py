@@ -18,7 +18,7 @@ from dslc.driver import runner
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
-from dslc.ir.passes.dce import dropped_stores
+from dslc.ir.analysis import dropped_stores
 from dslc.ir.types import join, subsumes
 from dslc.lower import lower_group
 from dslc.trace.blobref import BlobReference

@@ -16,7 +16,7 @@ from dslc.ir import Builder, Region, Symbol
 from dslc.ir.core import MAX_NESTING
 from dslc.ir.diagnostics import TraceError, VerifyError
 from dslc.ir.opdef import OPS
-from dslc.ir.passes.analysis import is_barrier
+from dslc.ir.analysis import is_barrier
 
 _AUTO = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis import PLAN_OPS
 from ..core import Module, Region
-from .analysis import PLAN_OPS
 from .manager import Pass, register
 
 

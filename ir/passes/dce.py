@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+from ..analysis import in_dropped_workspaces
 from ..core import Module, Operation, OpResult, Region, RegionArg
 from .manager import Pass, register
 
@@ -129,7 +130,7 @@ class DeadCode(Pass):
             needed |= {str(s) for s in g.attrs.get("existing", [])}
         for t in tasks:
             needed |= {str(s) for s in t.attrs["outputs"]}
-        return set(_in_dropped_workspaces(op for op in stores if op.attrs["blob"] not in needed))
+        return set(in_dropped_workspaces(op for op in stores if op.attrs["blob"] not in needed))
 
     # --- marking
     def removable(self, op: Operation) -> bool:
@@ -297,50 +298,6 @@ class DeadCode(Pass):
             args = op.regions[0].args
             args[:] = _renumbered(args[:skip] + [args[skip + k] for k in kept])
         results[:] = _renumbered([results[k] for k in kept])
-
-
-def dropped_stores(module: Module) -> frozenset:
-    """The blobs whose stores ``find_dead_stores`` may keep only because the root holds
-    them before the run (the group's ``existing``): stored in a workspace dropped
-    afterwards, and no task's output (outputs always stay; a blob read now may not be once
-    ``promote-blobs`` forwards its stores). A compiled module holds only while each of
-    them is present, or absent, as it was."""
-    stores, outputs = [], set()
-    for op in module.walk():
-        if op.name == "store":
-            stores.append(op)
-        elif op.name == "task":
-            outputs.update(str(s) for s in op.attrs["outputs"])
-    return frozenset(str(op.attrs["blob"]) for op in _in_dropped_workspaces(stores)) - outputs
-
-
-def _in_dropped_workspaces(stores):
-    """The stores of ``stores`` that write a workspace dropped afterwards (each region asked once)."""
-    dropped: dict = {}  # region -> whether the workspace it writes is dropped afterwards
-    for op in stores:
-        r = op.parent
-        in_dropped = dropped.get(r)
-        if in_dropped is None:
-            in_dropped = dropped[r] = _writes_dropped_workspace(r)
-        if in_dropped:
-            yield op
-
-
-def _writes_dropped_workspace(r: Region) -> bool:
-    """Whether ops of region ``r`` (or nested in it) write a workspace dropped afterwards:
-    a PRIVATE task's, that of one instance of a multi-instance task (its phases 1-3), or
-    a ``scope``'s."""
-    while r is not None and r.parent is not None:
-        op = r.parent
-        if op.name == "task":
-            if op.attrs["workspace"] == "private":
-                return True
-            if int(op.attrs["instances"]) > 1 and op.regions.index(r) in (1, 2, 3):
-                return True
-        elif op.name == "scope" and r is op.regions[0]:
-            return True
-        r = op.parent
-    return False
 
 
 def _keep_operands(op: Operation, kept: list, first: int) -> None:

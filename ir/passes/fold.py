@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..budget import MAX_FOLD_ELEMENTS, foldable
+from ..builder import set_ops
 from ..core import Module, Operation, OpResult, Region
 from ..opdef import OPS
-from .analysis import set_ops
 from .infer import InferTypes
 from .manager import Pass, register
 

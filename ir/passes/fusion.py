@@ -19,11 +19,10 @@ costs more to compile than it saves.
 """
 from __future__ import annotations
 
-from ..builder import make_op
+from ..builder import make_op, set_ops
 from ..core import Module, OpResult, Region
 from ..opdef import ELEMENTWISE, PURE
 from ..types import TensorType
-from .analysis import set_ops
 from .manager import Pass, register
 
 MAX_GROUP = 32

@@ -24,17 +24,18 @@ before it and stores after it::
 
 A hoisted load is ``optional`` (the blob may be unset before the loop); ``must``
 keeps the read-before-write error where the original read was. Blobs that other
-threads may touch at the same time (see ``analysis.volatile_blobs``) keep every
+threads may touch at the same time (see ``dslc.ir.analysis.volatile_blobs``) keep every
 load and store.
 """
 from __future__ import annotations
 
 import functools
 
+from ..analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, volatile_blobs
+from ..builder import set_ops
 from ..core import Module, OpResult, Operation, Region, RegionArg, Symbol, Value
 from ..opdef import OPS
 from ..types import BOOL, join, join_all, join_into
-from .analysis import STRUCTURED, blob_refs, is_barrier, isolated_regions, set_ops, volatile_blobs
 from .infer import InferTypes
 from .manager import Pass, register
 

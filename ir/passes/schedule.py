@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 
-from ..builder import make_op
+from ..analysis import STRUCTURED, is_barrier, volatile_blobs
+from ..builder import make_op, set_ops
 from ..cores import usable_cpus
 from ..core import Module, Operation, Region
 from ..types import TensorType
-from .analysis import STRUCTURED, is_barrier, set_ops, volatile_blobs
 from .manager import Pass, register
 
 LARGE = 1 << 18  # elements: below this a thread hand-off costs more than it saves

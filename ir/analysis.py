@@ -1,9 +1,11 @@
-"""What passes ask about a module: which blobs an op touches, which blobs other
-threads may touch at the same time (those stay in the workspace), where regions are.
+"""What the passes, the lowering, the backends and the session ask about a module: which
+blobs an op touches, which ops may change any blob (barriers), which blobs other threads may
+touch at the same time (those stay in the workspace), where regions are, which stores write
+a workspace dropped afterwards.
 """
 from __future__ import annotations
 
-from ..core import Module, Operation, Region
+from .core import Module, Operation, Region
 
 STRUCTURED = ("for", "loop", "if")
 PLAN_OPS = ("parallel", "scope", "reporting")
@@ -148,7 +150,45 @@ def isolated_regions(module: Module, ops=None):
             yield from op.regions
 
 
-def set_ops(region: Region, ops: list) -> None:
-    region.ops = ops
-    for op in ops:
-        op.parent = region
+def dropped_stores(module: Module) -> frozenset:
+    """The blobs whose stores dce's ``find_dead_stores`` may keep only because the root holds
+    them before the run (the group's ``existing``): stored in a workspace dropped
+    afterwards, and no task's output (outputs always stay; a blob read now may not be once
+    ``promote-blobs`` forwards its stores). A compiled module holds only while each of
+    them is present, or absent, as it was."""
+    stores, outputs = [], set()
+    for op in module.walk():
+        if op.name == "store":
+            stores.append(op)
+        elif op.name == "task":
+            outputs.update(str(s) for s in op.attrs["outputs"])
+    return frozenset(str(op.attrs["blob"]) for op in in_dropped_workspaces(stores)) - outputs
+
+
+def in_dropped_workspaces(stores):
+    """The stores of ``stores`` that write a workspace dropped afterwards (each region asked once)."""
+    dropped: dict = {}  # region -> whether the workspace it writes is dropped afterwards
+    for op in stores:
+        r = op.parent
+        in_dropped = dropped.get(r)
+        if in_dropped is None:
+            in_dropped = dropped[r] = _writes_dropped_workspace(r)
+        if in_dropped:
+            yield op
+
+
+def _writes_dropped_workspace(r: Region) -> bool:
+    """Whether ops of region ``r`` (or nested in it) write a workspace dropped afterwards:
+    a PRIVATE task's, that of one instance of a multi-instance task (its phases 1-3), or
+    a ``scope``'s."""
+    while r is not None and r.parent is not None:
+        op = r.parent
+        if op.name == "task":
+            if op.attrs["workspace"] == "private":
+                return True
+            if int(op.attrs["instances"]) > 1 and op.regions.index(r) in (1, 2, 3):
+                return True
+        elif op.name == "scope" and r is op.regions[0]:
+            return True
+        r = op.parent
+    return False
