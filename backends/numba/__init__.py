@@ -121,8 +121,8 @@ class Config:
     def namer(self):
         """Variable names for generated code: the text plan's (the job's own names), made once."""
         if self._names is None:
-            from dslc.backends.text.names import Names
-            from dslc.backends.text.source import SourceNames
+            from dslc.backends.common.names import Names
+            from dslc.backends.common.source import SourceNames
             try:
                 self._names = Names(self.module, SourceNames()).of
             except Exception:  # names are cosmetic: never let them stop a compile

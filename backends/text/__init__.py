@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 
 from dslc.ir import Module
+from dslc.backends.common.names import is_dummy_output
+from dslc.backends.common.source import SourceNames
 from dslc.ir.diagnostics import DSLError
 
-from .names import is_dummy_output
 from .render import PlanWriter
-from .source import SourceNames
 
 
 class TextPlan:

@@ -12,7 +12,7 @@ each region with ``region``.
 """
 from __future__ import annotations
 
-from .names import is_dummy_output
+from dslc.backends.common.names import is_dummy_output
 
 
 class Layout:

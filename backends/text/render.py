@@ -24,14 +24,14 @@ import numpy as np
 from dslc.ir import OpResult, Symbol
 from dslc.ir.escape import printable
 from dslc.ir.pyrefs import PyRef
+from dslc.backends.common.liveness import BLOB_READS, CONTROL
+from dslc.backends.common.names import Names, aliased
 from dslc.ir.types import Type, dtype_of_numpy
 
-from .liveness import BLOB_READS, CONTROL
 from .control import ControlFlow
 from .lines import Line
 from .layout import Layout
-from .names import Names
-from .special import SPECIAL, aliased
+from .special import SPECIAL
 
 MAX_INLINE = 60      # longest expression written inside its user
 MAX_LITERAL = 8      # longest constant written out element by element

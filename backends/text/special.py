@@ -10,8 +10,8 @@ of its line::
     a, b, done = q.get_unless_closed()
     Save(x, y, db='/ck/n.3')         Save(%x, %y) {db = "/ck/n.3", input_names = ["x", "y"]}
 
-An op missing here (or not declared at all) is written the generic way. ``ALIASES``
-lists results that are an operand again (a queue write hands back its inputs).
+An op missing here (or not declared at all) is written the generic way. Results that are
+an operand again (a queue write hands back its inputs) are ``aliased`` (backends/common/names.py).
 """
 from __future__ import annotations
 
@@ -52,15 +52,3 @@ SPECIAL = {
     "Print": _call("Print", drop=("blob",)),
     "Summarize": _call("Summarize", drop=("blob",)),
 }
-
-# op -> index of the first operand its results repeat, in order (the rest are new)
-ALIASES = {"EnqueueBlobs": 1, "SafeEnqueueBlobs": 1}
-
-
-def aliased(op) -> list[tuple[int, int]]:
-    """(result index, operand index) pairs of results that are an operand again."""
-    first = ALIASES.get(op.name)
-    if first is None:
-        return []
-    n = len(op.operands) - first
-    return [(k, first + k) for k in range(min(n, len(op.results)))]

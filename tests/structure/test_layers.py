@@ -40,9 +40,6 @@ KNOWN = [
     Known('frontend', 'layer',
           'dslc.driver.jobfile',
           'dslc.pipeline'),
-    Known('runtime', 'layer',
-          'dslc.backends.numba',
-          'dslc.backends.text.names dslc.backends.text.source'),
 ]
 
 

@@ -651,7 +651,7 @@ def test_random_programs_plans_compute_what_the_programs_compute(passes):
     from dslc import workspace
     from dslc.trace import names as dslc_names
     from dslc.backends.text.render import PlanWriter
-    from dslc.backends.text.source import SourceNames
+    from dslc.backends.common.source import SourceNames
     from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
     from dslc.lower import lower_group
     from dslc.session import LocalSession

@@ -25,12 +25,24 @@ import re
 
 from dslc.ir import OpResult, RegionArg
 
-from .special import aliased
 from .liveness import Positions, Visibility, is_auto_blob, looks_made_up
 
 INDEX_NAMES = "ijklmnpq"
 _FILL = re.compile(r"^GivenTensor\w*Fill")  # what Const records
 _DUMMY = re.compile(r":output(_\d+)?/ConstantFill(_\d+)?:0$")
+
+
+# op -> index of the first operand its results repeat, in order (the rest are new)
+ALIASES = {"EnqueueBlobs": 1, "SafeEnqueueBlobs": 1}
+
+
+def aliased(op) -> list[tuple[int, int]]:
+    """(result index, operand index) pairs of results that are an operand again."""
+    first = ALIASES.get(op.name)
+    if first is None:
+        return []
+    n = len(op.operands) - first
+    return [(k, first + k) for k in range(min(n, len(op.results)))]
 
 
 def is_dummy_output(blob: str) -> bool:
