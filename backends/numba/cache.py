@@ -33,6 +33,7 @@ import warnings
 from pathlib import Path
 
 from dslc.ir import settings
+from dslc.runtime.files import write_whole
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -118,34 +119,6 @@ def jit(**options):
         import numba
         return attach(numba.njit(**options)(fn))
     return wrap
-
-
-def write_whole(path: Path, data: bytes, sync: bool = True) -> None:
-    """Write ``data`` to a private temporary file beside ``path`` and rename it over
-    ``path``; with ``sync``, so that it survives a power cut (a compiled file need not:
-    its checksum tells a cut one, which compiles again)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic: another process may be writing the same file
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    if not sync:
-        return
-    try:  # the rename itself survives a power cut once the directory is synced
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def _holds(path: Path, source: str) -> bool:

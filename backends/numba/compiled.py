@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from numba.core import compiler, config, environment, funcdesc, sigutils, types, typing
 
-from .cache import write_whole
+from dslc.runtime.files import write_whole
 
 MAGIC = b"DSLCNB01\n"
 MAX_FILE = 256 << 20  # (a kernel's code is tens of KB; a larger file is not one of ours)
