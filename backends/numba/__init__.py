@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dslc.ir.cores import usable_cpus
+from dslc.backends.common.names import Names
+from dslc.backends.common.source import SourceNames
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.interp.executor import Executor
 from dslc.runtime.memory import keep_freed_memory
@@ -121,8 +123,6 @@ class Config:
     def namer(self):
         """Variable names for generated code: the text plan's (the job's own names), made once."""
         if self._names is None:
-            from dslc.backends.common.names import Names
-            from dslc.backends.common.source import SourceNames
             try:
                 self._names = Names(self.module, SourceNames()).of
             except Exception:  # names are cosmetic: never let them stop a compile

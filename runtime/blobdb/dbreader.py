@@ -16,6 +16,11 @@ from dslc.ir.diagnostics import DSLError
 from dslc.ir.escape import brief
 from dslc.ir.budget import check_size
 
+from ..proto import caffe2 as caffe2_pb2
+from . import dbminidb
+from .base import DBError
+from .lmdbfile import LmdbFile
+
 _DTYPES = {1: ("float_data", np.float32), 2: ("int32_data", np.int32), 10: ("int64_data", np.int64),
            13: ("double_data", np.float64), 3: ("byte_data", np.uint8), 5: ("int32_data", np.bool_),
            6: ("int32_data", np.uint8), 7: ("int32_data", np.int8), 8: ("int32_data", np.uint16),
@@ -36,8 +41,6 @@ class KeyValueReader:
         self._lock = threading.Lock()
         self._records = None  # the pass under way: an iterator of (key, value)
         if db_type == "lmdb":
-            from .base import DBError
-            from .lmdbfile import LmdbFile
             if not os.path.isdir(path):
                 raise DBReaderError(f"cannot open the lmdb database {path!r}: it is not a directory",
                                     hint="check db= names a directory made by lmdb")
@@ -67,7 +70,6 @@ class KeyValueReader:
         return self._db.iterator(verify_checksums=True)
 
     def _minidb_records(self):
-        from . import dbminidb
         with open(self.path, "rb") as f:
             for key, offset, length in dbminidb.records(self.path):  # (each checked against the file's size)
                 f.seek(offset)
@@ -75,7 +77,6 @@ class KeyValueReader:
 
     def next_record(self) -> tuple:
         """(key, value) of the next record, going round after the last."""
-        from .base import DBError
         with self._lock:
             try:
                 for _ in range(2):
@@ -102,7 +103,6 @@ class KeyValueReader:
 
 def read_tensor_protos(reader: KeyValueReader, batch_size: int, n_outputs: int) -> list:
     """``batch_size`` records' tensors, stacked per position."""
-    from ..proto import caffe2 as caffe2_pb2
     columns = [[] for _ in range(n_outputs)]
     for _ in range(batch_size):
         key, value = reader.next_record()
