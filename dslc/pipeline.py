@@ -20,18 +20,13 @@ from __future__ import annotations
 
 from dslc import core, queue_util
 from dslc.dataio import Reader, Writer
-from dslc.ir.diagnostics import TraceError
 from dslc.net_builder import NetBuilder, StopIf, ops
 from dslc.schema import Field, as_record, from_blob_list
 from dslc.task import Node, Task, TaskGroup
+from dslc.trace.pipes import PipelineError, ZeroThreadPipe, watch_zero_thread_reader
 from dslc.trace.tracing import user_location
 
 DEFAULT_QUEUE_CAPACITY = 100
-
-
-class PipelineError(TraceError, ValueError):
-    """A pipe that cannot be built from what it was given."""
-
 
 class Output:
     """What a processor produced: nets to run, the record it made, an optional stop blob.
@@ -153,7 +148,7 @@ def _pipe_step(input, output=None, num_threads=1, processor=None, name=None, cap
         if output is not None:
             raise PipelineError("a pipe without threads has no output: it returns its reader",
                                 user_location(), "drop output=, or give it threads")
-        _watch_zero_thread_reader(reader, _ZeroThreadPipe(
+        watch_zero_thread_reader(reader, ZeroThreadPipe(
             user_location(), "num_threads" if num_threads == 0 else "num_runtime_threads"))
         return reader, None
     if name is None and processor is not None:
@@ -247,49 +242,6 @@ def _check_threads(what: str, n) -> None:
         raise PipelineError(f"pipe's {what} must be an int >= 0, got {n!r}", user_location(),
                             f"{what}=1 (the default) runs one thread; 0 makes no task and returns "
                             "the (processing) reader")
-
-
-class _ZeroThreadPipe:
-    """A ``pipe(..., num_runtime_threads=0)``: it made no task, only returned a reader;
-    whether anything read that reader since (else the pipe does nothing at all)."""
-
-    def __init__(self, loc, what: str):
-        self.loc, self.what, self.read = loc, what, False
-
-
-def _watch_zero_thread_reader(reader, pipe: _ZeroThreadPipe) -> None:
-    """Mark ``pipe`` read when ``reader`` is next read. The reader is returned as it is (Caffe2
-    hands back the same object), so its own read entry points are wrapped on the instance."""
-    _ZERO_THREAD_PIPES.append(pipe)
-    for method in ("read_ex", "read"):
-        inner = getattr(reader, method)
-
-        def marking(*args, _inner=inner, **kwargs):
-            pipe.read = True
-            return _inner(*args, **kwargs)
-        setattr(reader, method, marking)
-
-
-# the zero-thread pipes made since dslc started, so a job file's can be checked once it is built
-_ZERO_THREAD_PIPES: list[_ZeroThreadPipe] = []
-
-
-def zero_thread_pipes_mark() -> int:
-    """A mark for ``check_zero_thread_pipes``: the pipes made after it are checked."""
-    return len(_ZERO_THREAD_PIPES)
-
-
-def check_zero_thread_pipes(mark: int) -> None:
-    """Refuse the first zero-thread pipe made since ``mark`` whose reader nothing read: it
-    would silently do nothing (Caffe2 returns the reader and runs nothing)."""
-    made = _ZERO_THREAD_PIPES[mark:]
-    del _ZERO_THREAD_PIPES[mark:]
-    for p in made:
-        if not p.read:
-            raise PipelineError(f"this pipe has {p.what}=0, so it makes no task and only returns a "
-                                "reader, but nothing in the job reads that reader: the pipe does nothing",
-                                p.loc, f"give it {p.what}=1 or more to run it as a task, or read the "
-                                "reader it returns (e.g. pipe it into a writer)")
 
 
 class ProcessingReader(Reader):

@@ -258,7 +258,7 @@ def name_outputs(module, outputs: dict) -> None:
 def _units(runnables):
     """(title, runnable, stop blobs) for each thing to compile: a Job's non-empty groups
     one by one (the epoch group with its stop conditions), anything else as it is."""
-    from dslc.checkpoint import Job
+    from dslc.trace.job import Job
 
     for r in runnables:
         if not isinstance(r, Job):

@@ -20,9 +20,8 @@ import traceback
 import types
 from dataclasses import dataclass, field
 
-from dslc import pipeline
-from dslc.trace import names, tracing
-from dslc.checkpoint import Job
+from dslc.trace import names, pipes, tracing
+from dslc.trace.job import Job
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, JobFileError, Location
 from dslc.trace.builder_base import NetBuilder
@@ -73,10 +72,10 @@ def load(path: str) -> LoadedJob:
         _user_call(path, exec, code, module.__dict__)
         build = _entry(path, module)
         group = TaskGroup()
-        mark = pipeline.zero_thread_pipes_mark()
+        mark = pipes.zero_thread_pipes_mark()
         with Cluster(), group, paused():  # tracing builds a big graph: see ir/gcpause.py
             result = _user_call(path, build)
-        pipeline.check_zero_thread_pipes(mark)
+        pipes.check_zero_thread_pipes(mark)
     finally:
         if job_dir in sys.path:  # the job may have edited sys.path itself
             sys.path.remove(job_dir)

@@ -15,6 +15,7 @@ from dslc import backends
 from dslc.runtime.values import blob_types
 from dslc.runtime.workspace import Workspace, to_user
 from dslc.driver import runner
+from dslc.driver.jobrunner import JobRunner
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
@@ -22,6 +23,7 @@ from dslc.ir.analysis import dropped_stores
 from dslc.ir.types import join, subsumes
 from dslc.lower import lower_group
 from dslc.trace.blobref import BlobReference
+from dslc.trace.job import Job
 from dslc.trace.task import Task, TaskGroup, wrap_runnable
 from dslc.trace.tracing import user_location
 
@@ -104,8 +106,8 @@ class Session:
         if runnable is None:
             raise TraceError("session.run() needs something to run", user_location(),
                              "pass a Task, TaskGroup, Net, ExecutionStep or Plan")
-        if _is_job(runnable):  # its groups run epoch by epoch, without checkpoints
-            runnable.run_in(self)
+        if isinstance(runnable, Job):  # its groups run epoch by epoch, without checkpoints
+            JobRunner(runnable).train(self)
             return
         self._run(self.as_group(runnable, workspace_type))
 
@@ -235,12 +237,6 @@ class LocalSession(Session):
         v = cell.v
         return to_user(np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v)
 
-
-
-def _is_job(runnable) -> bool:
-    """Whether ``runnable`` is a checkpoint Job (dslc.checkpoint, which builds on sessions:
-    a Job runs itself in a session, ``job.run_in(session)``)."""
-    return callable(getattr(type(runnable), "run_in", None))
 
 
 def default_backend() -> str:

@@ -34,12 +34,6 @@ KNOWN = [
     Known('frontend', 'layer',
           'dslc.net_drawer',
           'dslc.backends.text.dot'),
-    Known('frontend', 'layer',
-          'dslc.driver.cli dslc.driver.jobfile',
-          'dslc.checkpoint'),
-    Known('frontend', 'layer',
-          'dslc.driver.jobfile',
-          'dslc.pipeline'),
 ]
 
 
