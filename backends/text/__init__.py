@@ -6,7 +6,8 @@ stops, nets as pseudo-Python lines), the same text for the same module. The plan
 cannot be run; ``run`` says so and points at a backend that can.
 
 ``TextBackend.dot(module, ...)`` draws the job's structure (or one task's dataflow)
-as graphviz DOT text; ``TextBackend.net_dot(name, ops)`` draws a recorded net.
+as graphviz DOT text; ``TextBackend.net_dot(name, ops)`` draws a recorded net
+(``net_dot_minimal``, ``plan_dot``: the other pictures of Caffe2's ``net_drawer``).
 """
 from __future__ import annotations
 
@@ -111,3 +112,16 @@ class TextBackend:
         """A recorded net's dataflow as DOT; ``ops`` are (type, inputs, outputs) triples."""
         from . import dot
         return dot.net(name, ops)
+
+    @staticmethod
+    def net_dot_minimal(title: str, ops, rankdir: str = "LR") -> str:
+        """A recorded net's ops alone as DOT, an arrow from each op to the later ops reading
+        what it wrote (``ops`` as for ``net_dot``)."""
+        from . import dot
+        return dot.net_minimal(title, ops, rankdir)
+
+    @staticmethod
+    def plan_dot(nets, rankdir: str = "TB") -> str:
+        """A plan's nets as DOT, each a cluster of its ops and blobs (``nets``: (name, ops) pairs)."""
+        from . import dot
+        return dot.plan_nets(nets, rankdir)

@@ -9,7 +9,9 @@
 * ``dataflow(module, task)``: one task's ops as boxes, blobs as yellow ellipses, and an
   arrow per value from where it is made to where it is used, labelled with its name;
   loops and conditionals are clusters.
-* ``net(name, ops)``: a recorded net's ops and blobs (inputs -> op -> outputs).
+* ``net(name, ops)``: a recorded net's ops and blobs (inputs -> op -> outputs);
+  ``net_minimal(title, ops)`` its ops alone, ``plan_nets(nets)`` a plan's nets side by side
+  (what Caffe2's ``net_drawer`` draws).
 """
 from __future__ import annotations
 
@@ -297,6 +299,39 @@ def net(name: str, ops) -> str:
             lines.append(f"  {node} -> {blob(b)};\n")
     return (f"digraph net {{\n{HEAD}  label={quote('net ' + name)}; labelloc=t;\n"
             + "".join(lines) + "}\n")
+
+
+def net_minimal(title: str, ops, rankdir: str = "LR") -> str:
+    """The ops of a recorded net only (``ops``: (type, inputs, outputs) triples), an arrow from
+    an op to each later op that reads what it wrote; ``title`` labels the graph."""
+    lines, writer = [], {}
+    for k, (typ, ins, outs) in enumerate(ops):
+        lines.append(f"  o{k} [shape=box, label={quote(typ)}];\n")
+        for b in dict.fromkeys(ins):
+            if b in writer:
+                lines.append(f"  o{writer[b]} -> o{k};\n")
+        for b in outs:
+            writer[b] = k
+    return (f"digraph net {{\n  rankdir={rankdir};\n  label={quote(title)};\n"
+            + "".join(lines) + "}\n")
+
+
+def plan_nets(nets, rankdir: str = "TB") -> str:
+    """A plan's nets (``nets``: (name, ops) pairs, ops as in ``net``), each a cluster of its
+    ops and blobs."""
+    parts = []
+    for k, (net_name, ops) in enumerate(nets):
+        blobs: dict = {}
+        lines = [f"    label={quote(net_name)};\n"]
+        for j, (typ, ins, outs) in enumerate(ops):
+            lines.append(f"    n{k}o{j} [shape=box, label={quote(typ)}];\n")
+            for b, out in [(b, False) for b in ins] + [(b, True) for b in outs]:
+                if b not in blobs:
+                    blobs[b] = f"n{k}b{len(blobs)}"
+                    lines.append(f"    {blobs[b]} [shape=ellipse, label={quote(b)}];\n")
+                lines.append(f"    n{k}o{j} -> {blobs[b]};\n" if out else f"    {blobs[b]} -> n{k}o{j};\n")
+        parts.append(f"  subgraph cluster_{k} {{\n" + "".join(lines) + "  }\n")
+    return f"digraph plan {{\n  rankdir={rankdir};\n" + "".join(parts) + "}\n"
 
 
 def _base(blob: str) -> str:

@@ -26,14 +26,8 @@ pytestmark = pytest.mark.own_pipeline
 OWNERS = {"runtime", "frontend"}
 KNOWN = [
     Known('frontend', 'layer',
-          'dslc.net_printer',
-          'dslc.backends'),
-    Known('frontend', 'layer',
           'dslc.driver.distributed',
           'dslc.backends.ray.cluster dslc.backends.ray.split dslc.backends.ray.worker'),
-    Known('frontend', 'layer',
-          'dslc.net_drawer',
-          'dslc.backends.text.dot'),
 ]
 
 
