@@ -22,6 +22,10 @@ import importlib
 
 BUILTIN = {"interp": "dslc.backends.interp:InterpBackend", "text": "dslc.backends.text:TextBackend",
            "numba": "dslc.backends.numba:NumbaBackend"}
+# cluster backends: what a multi-node session needs of a cluster system (start or join a
+# cluster, split a module by node, the per-node worker). They run no module themselves, so
+# they are not among ``names()``.
+CLUSTERS = {"ray": "dslc.backends.ray:RayCluster"}
 
 
 def entry_points(group: str):
@@ -49,5 +53,18 @@ def get(name: str):
                 return ep.load()
         from dslc.ir.diagnostics import DSLError
         raise DSLError(f"unknown backend {name!r}", hint=f"choose one of: {', '.join(names())}")
+    return _load(target)
+
+
+def cluster(name: str):
+    """The cluster backend called ``name`` (``"ray"``: ``dslc.backends.ray.RayCluster``)."""
+    target = CLUSTERS.get(name)
+    if target is None:
+        from dslc.ir.diagnostics import DSLError
+        raise DSLError(f"unknown cluster backend {name!r}", hint=f"choose one of: {', '.join(sorted(CLUSTERS))}")
+    return _load(target)
+
+
+def _load(target: str):
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)

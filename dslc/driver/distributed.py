@@ -21,9 +21,7 @@ from __future__ import annotations
 import sys
 import time
 
-from dslc import backends as _backends  # noqa: F401  (the registry the nodes compile with)
-from dslc.backends.ray import cluster as _cluster
-from dslc.backends.ray import split
+from dslc import backends as _backends
 from dslc.runtime.streams import session_seed
 from dslc.runtime.values import type_of_value
 from dslc.ir import print_module, pyrefs
@@ -36,6 +34,8 @@ from dslc.trace.blobref import BlobReference
 from dslc.trace.tracing import user_location
 
 STOP_TIMEOUT_S = 30.0  # how long the other nodes get to stop once one failed
+# the cluster starter, the splitter by node and the node worker, from the backend registry
+_cluster = _backends.cluster("ray")
 
 
 class ClusterUnavailable(DSLError):
@@ -81,8 +81,7 @@ class RaySession(Session):
         if address in (None, "auto") and ray.is_initialized():
             return  # this process already runs on a cluster (a test's, or the caller's own)
         if address in (None, "local"):
-            self.own_cluster = _cluster.LocalCluster(temp_dir or _cluster.short_temp_dir(),
-                                                     num_cpus=num_cpus or 2)
+            self.own_cluster = _cluster.local_cluster(temp_dir, num_cpus=num_cpus or 2)
             try:
                 self.own_cluster.start()
             except Exception as e:
@@ -113,11 +112,10 @@ class RaySession(Session):
     def _start_actor(self, node: str):
         import ray
 
-        from dslc.backends.ray.worker import NodeWorker
         opts = dict(num_cpus=0, max_concurrency=64, max_restarts=0)
         if node in self._resources:  # a Node named like a machine's custom resource runs there
             opts["resources"] = {node: 0.001}
-        return ray.remote(NodeWorker).options(**opts).remote(node, self.options, runner.current_as,
+        return ray.remote(_cluster.node_worker()).options(**opts).remote(node, self.options, runner.current_as,
                                                               self.node_setup)
 
     def node_info(self, node: str) -> dict:
@@ -180,7 +178,7 @@ class RaySession(Session):
             LocalSession.optimize(self, module)
             got = CompiledRunnable(group, module, None, deps, group.tasks())
             got.text = print_module(module)
-            got.blobs = split.node_blobs(module)
+            got.blobs = _cluster.node_blobs(module)
             # every Python op function travels by value: a node may not import the job file
             got.pyobjs = {v: pyrefs.resolve(v) for op in module.walk() for v in op.attrs.values()
                           if isinstance(v, pyrefs.PyRef)}

@@ -117,3 +117,17 @@ def test_a_queue_feeds_two_consumer_nodes_each_record_exactly_once_in_order(ray_
     assert sum(g[2] for g in got.values()) == (n - 1) * n * (2 * n - 1) // 6
     assert [g[3] for g in got.values()] == [0, 0]
     assert all(g[0] > 0 for g in got.values())  # both consumers took part
+
+
+def test_the_driver_finds_ray_through_the_backend_registry():
+    # the driver imports no backend by name: RaySession's cluster starter, splitter and node
+    # worker come from the registry's cluster backend
+    from dslc import backends
+    from dslc.backends.ray import RayCluster
+    from dslc.backends.ray.worker import NodeWorker
+    from dslc.ir.diagnostics import DSLError
+    ray_ = backends.cluster("ray")
+    assert ray_ is RayCluster and ray_.node_worker() is NodeWorker
+    assert "ray" not in backends.names()  # it runs no module itself: not a --backend choice
+    with pytest.raises(DSLError, match="unknown cluster backend 'mpi'"):
+        backends.cluster("mpi")

@@ -25,9 +25,6 @@ pytestmark = pytest.mark.own_pipeline
 # lower/, driver/ and a thin Caffe2 surface)
 OWNERS = {"runtime", "frontend"}
 KNOWN = [
-    Known('frontend', 'layer',
-          'dslc.driver.distributed',
-          'dslc.backends.ray.cluster dslc.backends.ray.split dslc.backends.ray.worker'),
 ]
 
 
