@@ -1,9 +1,9 @@
 """The layers hold (docs/architecture.md): the import-contract check over dslc/, ir/, runtime/,
-backends/ (tests/layers.py), against the KNOWN list of what the tree violates today.
+backends/ (layers.py), against the KNOWN list of violations still to fix: empty since issue 39.
 
-When you fix a KNOWN violation, delete its entry (or the names it lists) in the same commit: the
-test fails on an entry that no longer occurs, so the list only shrinks. Never add one to make a new
-violation pass; where an entry's module is moved or renamed, its owner updates the entry.
+Never add an entry to make a new violation pass: fix the import. (Where a stricter rule finds what
+the tree already does, its entries name who removes them; the test fails on an entry that no longer
+occurs, so the list only shrinks; where an entry's module is moved, its owner updates the entry.)
 """
 from __future__ import annotations
 
