@@ -6,6 +6,10 @@ Import the modules as Caffe2 programs do: ``from dslc import core``,
 """
 __version__ = "0.1.0"
 
+# the folders pyproject.toml's package-dir maps into dslc (beside dslc/ in a checkout, inside it
+# installed): the one-tree check below and the tracer's "own files" both go by this list
+_MAPPED = ("ir", "runtime", "backends")
+
 
 def _check_one_tree():
     """Refuse a dslc whose packages come from two trees.
@@ -23,7 +27,7 @@ def _check_one_tree():
 
     here = os.path.dirname(os.path.abspath(__file__))
     checkout = os.path.dirname(here)
-    for name in ("ir", "backends", "runtime"):
+    for name in _MAPPED:
         inside, beside = os.path.join(here, name), os.path.join(checkout, name)
         want = inside if os.path.isdir(inside) else beside
         spec = importlib.util.find_spec(f"{__name__}.{name}")

@@ -1,7 +1,8 @@
 """Where in the user's code a DSL call was made.
 
 Every record (op, block, task) carries the location of the innermost stack frame
-outside dslc's own packages (``dslc``, ``dslc.ir``, ``dslc.backends``), so errors
+outside dslc's own packages (``dslc`` and those mapped into it: ``dslc.ir``, ``dslc.runtime``,
+``dslc.backends``), so errors
 name the line the user wrote, not a line inside the library.
 """
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dslc.ir.diagnostics import UNKNOWN_LOC, Location
 
 
 def _package_dirs() -> tuple[str, ...]:
-    """The directories of dslc's packages; ``ir/`` and ``backends/`` live outside ``dslc/``."""
+    """The directories of dslc's packages; ``ir/``, ``runtime/`` and ``backends/`` live outside
+    ``dslc/`` in a checkout."""
     dirs = []
-    for name in ("dslc", "dslc.ir", "dslc.backends"):
+    for name in ("dslc", *(f"dslc.{m}" for m in dslc._MAPPED)):
         spec = importlib.util.find_spec(name)  # does not import dslc.backends itself
         for d in (spec.submodule_search_locations or []) if spec else []:
             dirs.append(os.path.join(os.path.abspath(d), ""))

@@ -5,6 +5,7 @@ install could not parse IR text)."""
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import os
 import subprocess
 import tomllib
@@ -59,3 +60,15 @@ def test_every_data_file_of_a_package_is_installed():
             if not any(fnmatch.fnmatch(os.path.basename(rel), pattern) for pattern in data.get(pkg, [])):
                 missing.append(f"{rel} (package {pkg})")
     assert missing == [], f"files no package-data entry installs: {missing}"
+
+
+def test_dslc_knows_every_folder_mapped_into_it():
+    """dslc._MAPPED (the one-tree check's list, and the tracer's: a frame in runtime/ was taken for
+    the user's after the runtime moved out of backends/) is pyproject's package-dir."""
+    import dslc
+    from dslc.trace import tracing
+    mapped = {pkg.partition(".")[2] for pkg in setuptools_config()["package-dir"] if pkg != "dslc"}
+    assert set(dslc._MAPPED) == mapped
+    for name in mapped:
+        package = importlib.import_module(f"dslc.{name}")
+        assert tracing.is_own_file(os.path.join(os.path.dirname(package.__file__), "any.py")), name
