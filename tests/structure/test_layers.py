@@ -28,6 +28,72 @@ KNOWN = [
 ]
 
 
+# Every function-local import of dslc's own modules, and why it is not at the top (docs/
+# architecture.md, "Allowed function-local imports"). A new one fails the test below until it is
+# listed here with its reason; a listed one that is gone fails it too.
+LAZY = "startup: loads a heavy part (sessions, lowering, Ray, lark, numba, the DB formats) only when used"
+RECURSION = "a cycle of at most 4 modules: each needs the other while it runs, not while it loads"
+ORDER = "inside one package: a module its package's __init__ loads after this one (registries)"
+ALLOWED_LOCAL = {
+    ("dslc.backends", "dslc.ir.diagnostics"): LAZY + " (the registry is imported by the CLI's --help)",
+    ("dslc.backends.interp.kernels_db", "dslc.ir.ops.dbinput"): ORDER,
+    ("dslc.backends.interp.kernels_db", "dslc.runtime.blobdb.dbreader"): LAZY,
+    ("dslc.backends.numba.cache", "dslc.backends.numba.compiled"): LAZY + " (compiled imports numba.core)",
+    ("dslc.backends.numba.emitter", "dslc.backends.interp.kernels"): ORDER,
+    ("dslc.backends.numba.emitter", "dslc.backends.numba.conv"): RECURSION,
+    ("dslc.backends.numba.emitter", "dslc.backends.numba.source"): LAZY,
+    ("dslc.backends.numba.emitter", "dslc.backends.numba.sparse"): RECURSION,
+    ("dslc.backends.numba.failures", "dslc.backends.interp.kernels"): ORDER,
+    ("dslc.backends.numba.sparse", "dslc.backends.numba.kernels"): RECURSION,
+    ("dslc.backends.numba.sparse", "dslc.backends.numba.source"): LAZY,
+    ("dslc.backends.ray", "dslc.backends.ray.worker"): LAZY + " (the worker brings in the interpreter)",
+    ("dslc.backends.ray.worker", "dslc.ir"): LAZY + " (the IR parser, lark)",
+    ("dslc.backends.text", "dslc.backends.text.analysis"): LAZY,
+    ("dslc.backends.text", "dslc.backends.text.dot"): LAZY,
+    ("dslc.backends.text", "dslc.backends.text.render"): LAZY,
+    ("dslc.checkpoint_managers", "dslc.runtime.blobdb"): LAZY,
+    ("dslc.checkpoint_managers", "dslc.runtime.partials"): LAZY,
+    ("dslc.driver.cli", "dslc.compat"): LAZY + " (dslc --help and usage errors load none of these)",
+    ("dslc.driver.cli", "dslc.driver.distributed"): LAZY,
+    ("dslc.driver.cli", "dslc.driver.jobfile"): LAZY,
+    ("dslc.driver.cli", "dslc.driver.opdocs"): LAZY,
+    ("dslc.driver.cli", "dslc.driver.session"): LAZY,
+    ("dslc.driver.cli", "dslc.lower"): LAZY,
+    ("dslc.driver.cli", "dslc.lower.records"): LAZY,
+    ("dslc.driver.cli", "dslc.trace.job"): LAZY,
+    ("dslc.driver.cli", "dslc.trace.net"): LAZY,
+    ("dslc.driver.cli_parser", "dslc.backends"): LAZY + " (the entry-point scan, importlib.metadata)",
+    ("dslc.driver.cli_parser", "dslc.ir.passes"): LAZY + " (networkx)",
+    ("dslc.driver.db_api", "dslc.runtime.blobdb"): LAZY,
+    ("dslc.driver.db_api", "dslc.runtime.blobdb.dbminidb"): LAZY,
+    ("dslc.driver.db_api", "dslc.runtime.blobdb.lmdbfile"): LAZY,
+    ("dslc.driver.distributed", "dslc.runtime.cancel"): LAZY,
+    ("dslc.driver.runner", "dslc.driver.session"): RECURSION + " (the runner runs nets through a session; "
+                                                   "a session defaults to the runner's workspace)",
+    ("dslc.ir", "dslc.ir.parser"): LAZY + " (lark, through ir.__getattr__)",
+    ("dslc.ir.ops.activations", "dslc.ir.ops.numeric"): ORDER,
+    ("dslc.ir.ops.db", "dslc.ir.ops.dbinput"): ORDER,
+    ("dslc.ir.ops.infer", "dslc.ir.diagnostics"): ORDER,
+    ("dslc.lower.control", "dslc.lower.steps"): RECURSION + " (If branches and step nets lower through ops)",
+    ("dslc.lower.ops", "dslc.lower.recurrent"): RECURSION,
+    ("dslc.lower.recurrent", "dslc.lower.ops"): RECURSION,
+    ("dslc.workspace", "dslc.driver.shapes"): LAZY + " (InferShapesAndTypes loads lowering and the passes)",
+    ("dslc.workspace", "dslc.runtime.blobdb"): LAZY,
+}
+
+
+def test_every_function_local_import_is_listed_with_its_reason(tree):
+    found = {}
+    for i in tree.imports:
+        if i.local:
+            found.setdefault((i.source, i.target), i.where())
+    new = {pair: where for pair, where in found.items() if pair not in ALLOWED_LOCAL}
+    stale = [pair for pair in ALLOWED_LOCAL if pair not in found]
+    assert not new, "function-local imports not in ALLOWED_LOCAL (move them to the top, or list " \
+        "them with why): " + "; ".join(f"{w}: {a} imports {b}" for (a, b), w in new.items())
+    assert not stale, f"ALLOWED_LOCAL lists imports that are gone (delete them): {stale}"
+
+
 @pytest.fixture(scope="module")
 def tree():
     return layers.scan(ROOT)
