@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import importlib
 
+from dslc.ir.diagnostics import DSLError
+
 BUILTIN = {"interp": "dslc.backends.interp:InterpBackend", "text": "dslc.backends.text:TextBackend",
            "numba": "dslc.backends.numba:NumbaBackend"}
 # cluster backends: what a multi-node session needs of a cluster system (start or join a
@@ -51,7 +53,6 @@ def get(name: str):
         for ep in entry_points(group="dslc.backends"):
             if ep.name == name:
                 return ep.load()
-        from dslc.ir.diagnostics import DSLError
         raise DSLError(f"unknown backend {name!r}", hint=f"choose one of: {', '.join(names())}")
     return _load(target)
 
@@ -60,7 +61,6 @@ def cluster(name: str):
     """The cluster backend called ``name`` (``"ray"``: ``dslc.backends.ray.RayCluster``)."""
     target = CLUSTERS.get(name)
     if target is None:
-        from dslc.ir.diagnostics import DSLError
         raise DSLError(f"unknown cluster backend {name!r}", hint=f"choose one of: {', '.join(sorted(CLUSTERS))}")
     return _load(target)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..diagnostics import PassError
 from ..opdef import type_error
 from ..types import (ANY, CAFFE2_DTYPE_CODES, NUMERIC_DTYPES, NUMPY_DTYPES,
                      TensorType, Type, dtype_of_numpy)
@@ -162,8 +163,6 @@ _ARRAY_TYPES: dict = {}  # (numpy dtype, shape) -> TensorType
 def lowered_away(name: str, where: str):
     """The type rule of an op the lowering expands into other IR (its nets are in its
     arguments: If, While, RecurrentNetwork...): reaching the builder is dslc's bug."""
-    from ..diagnostics import PassError
-
     def infer(types, attrs, n):
         raise PassError("lower", RuntimeError(f"{name} reached the IR builder: the lowering expands it ({where})"))
     return infer

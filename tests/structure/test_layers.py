@@ -35,7 +35,6 @@ LAZY = "startup: loads a heavy part (sessions, lowering, Ray, lark, numba, the D
 RECURSION = "a cycle of at most 4 modules: each needs the other while it runs, not while it loads"
 ORDER = "inside one package: a module its package's __init__ loads after this one (registries)"
 ALLOWED_LOCAL = {
-    ("dslc.backends", "dslc.ir.diagnostics"): LAZY + " (the registry is imported by the CLI's --help)",
     ("dslc.backends.interp.kernels_db", "dslc.ir.ops.dbinput"): ORDER,
     ("dslc.backends.interp.kernels_db", "dslc.runtime.blobdb.dbreader"): LAZY,
     ("dslc.backends.numba.cache", "dslc.backends.numba.compiled"): LAZY + " (compiled imports numba.core)",
@@ -73,7 +72,6 @@ ALLOWED_LOCAL = {
     ("dslc.ir", "dslc.ir.parser"): LAZY + " (lark, through ir.__getattr__)",
     ("dslc.ir.ops.activations", "dslc.ir.ops.numeric"): ORDER,
     ("dslc.ir.ops.db", "dslc.ir.ops.dbinput"): ORDER,
-    ("dslc.ir.ops.infer", "dslc.ir.diagnostics"): ORDER,
     ("dslc.lower.control", "dslc.lower.steps"): RECURSION + " (If branches and step nets lower through ops)",
     ("dslc.lower.ops", "dslc.lower.recurrent"): RECURSION,
     ("dslc.lower.recurrent", "dslc.lower.ops"): RECURSION,
