@@ -22,13 +22,20 @@ def write_whole(path: Path, data: bytes, sync: bool = True) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    if not sync:
+    if sync:
+        fsync_dir(str(path.parent))
+
+
+def fsync_dir(d: str) -> None:
+    """Make a rename in directory ``d`` durable (the entry lives in the directory); a
+    directory that cannot be opened or synced is left as it is."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
         return
-    try:  # the rename itself survives a power cut once the directory is synced
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    try:
+        os.fsync(fd)
     except OSError:
         pass
+    finally:
+        os.close(fd)

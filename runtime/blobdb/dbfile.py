@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import partials
 from . import base, dbio, manifest
+from ..files import fsync_dir
 from ..blobcodec import BlobEncodingError, allocate_all, from_buffer
 from .base import CorruptDBError, DBTypeError, IncompleteDBError, MissingDBError
 from .manifest import Index, rows_text
@@ -304,7 +305,7 @@ def write_atomically(path: str, fill, buffering: int = -1) -> None:
     except BaseException:
         _remove_quietly(tmp)
         raise
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _aligned(pos: int) -> int:
@@ -316,20 +317,6 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
     except OSError:
         pass
-
-
-def _fsync_dir(d: str) -> None:
-    """Make the rename itself durable (the directory entry lives in the directory)."""
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 base.register(FileDB.name, FileDB())
