@@ -365,6 +365,13 @@ def cmd_ops(args) -> int:
 def cmd_exec(args) -> int:
     """Run a Caffe2 script unmodified (dslc/compat.py): its exit status is ours."""
     from dslc import compat
+    if args.list:
+        from dslc.driver import surface
+        sys.stdout.write(surface.render())
+        return 0
+    if not args.script:
+        raise DSLError("dslc exec needs a script to run", hint="dslc exec SCRIPT.py [ARGS]; dslc exec --list "
+                       "shows the caffe2 modules dslc provides")
     if not os.path.isfile(args.script):
         raise DSLError(f"no script {args.script!r}", hint="give the path of a Python file")
     return compat.run_script(args.script, args.args, force=args.shadow)

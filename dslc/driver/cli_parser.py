@@ -122,10 +122,12 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                   "Run SCRIPT.py with its own arguments, its caffe2 imports (caffe2.python.X, "
                   "caffe2.proto.caffe2_pb2) resolved to dslc for this process only. A real Caffe2 "
                   "installed next to dslc is not shadowed unless --shadow says so.",
-                  ["dslc exec train.py --epochs 3", "dslc exec --shadow tutorial.py"])
+                  ["dslc exec train.py --epochs 3", "dslc exec --shadow tutorial.py", "dslc exec --list"])
     ex.add_argument("--shadow", action="store_true",
                     help="take over the caffe2 imports even though a real Caffe2 is installed")
-    ex.add_argument("script", metavar="SCRIPT.py", help="the Caffe2 script")
+    ex.add_argument("--list", action="store_true",
+                    help="print the caffe2 modules dslc provides, with their names, and exit")
+    ex.add_argument("script", metavar="SCRIPT.py", nargs="?", help="the Caffe2 script")
     ex.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     _common(ex)
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-import sysconfig
 import traceback
 import types
 from dataclasses import dataclass, field
 
+from dslc.driver import blame
 from dslc.trace import names, pipes, tracing
 from dslc.trace.job import Job
 from dslc.ir.gcpause import paused
@@ -129,9 +129,10 @@ def _user_call(path, fn, *args):
             e.loc = _innermost(e, path)
         raise
     except Exception as e:
-        if _raised_inside_dslc(e, path):
+        if blame.raised_inside_dslc(e, __file__):
             raise  # a dslc bug, not the job's fault: the CLI reports an internal error
-        raise JobFileError(f"{type(e).__name__}: {e}", _innermost(e, path),
+        notes = "".join(f"; {n}" for n in getattr(e, "__notes__", ()))
+        raise JobFileError(f"{type(e).__name__}: {e}{notes}", _innermost(e, path),
                            "the exception came from the job's own code; fix it there "
                            "(rerun with --debug for the traceback)") from e
 
@@ -144,30 +145,6 @@ def _frames(e: BaseException):
 
 def _same_file(filename: str, path: str) -> bool:
     return os.path.abspath(filename) == os.path.abspath(path)
-
-
-def _raised_inside_dslc(e: BaseException, path: str) -> bool:
-    """Whether the innermost frame of ``e`` that is neither a library's nor the
-    interpreter's is dslc's (rather than the job file's or a module of the job's).
-
-    Library frames (numpy, the standard library) are skipped: an exception numpy raises
-    for the job's own call is the job's, one it raises for dslc's call is dslc's.
-    """
-    for frame in reversed(_frames(e)):
-        if tracing.is_own_file(frame.filename):
-            return True
-        if not _is_library(frame.filename):
-            return False
-    return False
-
-
-_LIBRARY_DIRS = tuple(os.path.join(os.path.abspath(p), "") for p in
-                      {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
-
-
-def _is_library(filename: str) -> bool:
-    """Installed or standard-library code, or code with no file (``<frozen ...>``)."""
-    return filename.startswith("<") or os.path.abspath(filename).startswith(_LIBRARY_DIRS)
 
 
 def _innermost(e: BaseException, path: str) -> Location | None:

@@ -57,6 +57,7 @@ ALLOWED_LOCAL = {
     ("dslc.driver.cli", "dslc.driver.jobfile"): LAZY,
     ("dslc.driver.cli", "dslc.driver.opdocs"): LAZY,
     ("dslc.driver.cli", "dslc.driver.session"): LAZY,
+    ("dslc.driver.cli", "dslc.driver.surface"): LAZY,
     ("dslc.driver.cli", "dslc.lower"): LAZY,
     ("dslc.driver.cli", "dslc.lower.records"): LAZY,
     ("dslc.driver.cli", "dslc.trace.job"): LAZY,
