@@ -63,6 +63,7 @@ CAFFE2_PYTHON = (
     "mkl_test_util",
     "model_helper",
     "modeling",
+    "models",
     "net_builder",
     "net_drawer",
     "net_printer",

@@ -158,3 +158,18 @@ def test_the_list_is_the_docs_page_and_holds_no_internals(tmp_path):
     assert not {f"caffe2.python.{m}" for m in ("cli", "compat", "driver", "trace", "lower", "autodiff",
                                                "distributed", "brew_helpers")} & listed
     assert "## caffe2.python.workspace" in done.stdout and "`FeedBlob`" in done.stdout
+
+
+def test_every_top_level_module_of_dslc_is_on_the_list_or_one_of_its_internals():
+    """A module added to dslc/ for Caffe2 scripts is one line in CAFFE2_PYTHON (this fails
+    until it is there); dslc's internals stay off the list."""
+    import pkgutil
+
+    import dslc
+    from dslc.compat import CAFFE2_PYTHON
+    internals = {"autodiff", "brew_helpers", "cli", "compat", "distributed", "driver", "lower", "trace",
+                 "proto"}  # (proto is caffe2.proto, not caffe2.python.proto)
+    found = {m.name for m in pkgutil.iter_modules(dslc.__path__)}
+    assert found - internals == set(CAFFE2_PYTHON), "add the module to dslc/compat.py's CAFFE2_PYTHON " \
+        "(and regenerate docs/caffe2-surface.md: python -m dslc.driver.surface)"
+    assert list(CAFFE2_PYTHON) == sorted(CAFFE2_PYTHON)
