@@ -20,6 +20,7 @@ import numpy as np
 
 from dslc.ir import Operation, Region
 from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, ExecutionError
+from dslc.runtime.values import type_of_value
 
 from .kernels import Constant, kernel_entry
 from .together import together
@@ -116,6 +117,8 @@ class Emitter:
         self.eager: list[str] = []
         self.vars: dict = {}
         self.n = 0
+        # op -> its operands' variables, for the ops typed with an unknown dim (see rechecked)
+        self.rechecks: dict = {}
 
     # --- names
     def var(self, v) -> str:
@@ -194,7 +197,10 @@ class Emitter:
                 self.vars[op.result] = self.bind("c", k.value)
                 return
             callee = self.bind("k", k)
-        call = f"{callee}({', '.join(self.var(v) for v in op.operands)})"
+        args = [self.var(v) for v in op.operands]
+        if op.opdef.infer is not None and any(_unknown_dims(v.type) for v in op.operands):
+            self.rechecks[op] = args
+        call = f"{callee}({', '.join(args)})"
         outs = [self.var(r) for r in op.results]
         self.emit(indent, (", ".join(outs) + " = " if outs else "") + call, op)
 
@@ -308,6 +314,8 @@ class Emitter:
             main = "\n".join(["def run(_cells, _states, rt, ws):", f"    _x = [None] * {n}", *calls, ""])
             exec(compile(main, f"<dslc-region-{next(_ids)}>", "exec"), ns)
             code.fn = ns["run"]
+        for part in code.parts:
+            part.rechecks = self.rechecks
         code.names = list(self.blobs)
         code.eager = self.eager
         code.makers = self.makers
@@ -328,9 +336,36 @@ _CELL, _STATE = re.compile(r"\bb(\d+)\b"), re.compile(r"\bs(\d+)\b")
 
 
 class _Part:
-    """One compiled function of a region: its source's name and the op of each line."""
+    """One compiled function of a region: its source's name, the op of each line, and
+    the operands' variables of the ops whose types left a dim unknown (``rechecked``)."""
 
-    __slots__ = ("filename", "line_ops", "__weakref__")
+    __slots__ = ("filename", "line_ops", "rechecks", "__weakref__")
+
+
+def _unknown_dims(t) -> bool:
+    shape = getattr(t, "shape", None)
+    return shape is not None and None in shape
+
+
+def rechecked(part: _Part, op, frame) -> DSLError | None:
+    """The type error compiling ``op`` for its operands' run-time values would have raised.
+
+    A module compiled with a dim unknown (a net run with sizes that change) leaves the op's
+    shape checks to its kernel; when the kernel fails, its type rule runs again on the
+    operands it was given, so the user gets the located error a compile for those sizes gives.
+    """
+    names = part.rechecks.get(op) if part is not None else None
+    if names is None:
+        return None
+    values = frame.f_locals
+    if not all(n in values for n in names):
+        return None
+    try:
+        op.opdef.inferred(tuple(type_of_value(values[n]) for n in names), op.attrs, len(op.results))
+    except DSLError as e:
+        e.loc = op.loc
+        return e
+    return None
 
 
 def _pieces(body: list, limit: int) -> list:

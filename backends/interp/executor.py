@@ -19,7 +19,7 @@ from dslc.runtime.workspace import Workspace
 from dslc.ir import Module
 from dslc.ir.diagnostics import DSLError, ExecutionError
 
-from .codegen import SOURCES, ChildPlan, compile_region
+from .codegen import SOURCES, ChildPlan, compile_region, rechecked
 from .kernels import PythonOpError
 
 
@@ -346,15 +346,22 @@ def _raised_as(user_type: type) -> type:
     return got
 
 
-def located(e: Exception, task: str | None) -> ExecutionError:
-    """An ExecutionError for ``e`` at the op whose generated line raised it."""
-    op = None
+def located(e: Exception, task: str | None) -> DSLError:
+    """An ExecutionError for ``e`` at the op whose generated line raised it (the type error
+    of that op, for a shape check its compile left to the run: ``codegen.rechecked``)."""
+    op = part = frame = None
     tb = e.__traceback__
     while tb is not None:
         code = SOURCES.get(tb.tb_frame.f_code.co_filename)
         if code is not None:
-            op = code.line_ops.get(tb.tb_lineno, op)
+            at = code.line_ops.get(tb.tb_lineno)
+            if at is not None:
+                op, part, frame = at, code, tb.tb_frame
         tb = tb.tb_next
+    if op is not None and not isinstance(e, DSLError):
+        typed = rechecked(part, op, frame)  # (a shape check its compile left to the run)
+        if typed is not None:
+            return typed
     loc = op.loc if op is not None else None
     if isinstance(e, UnsetBlob):
         return ExecutionError(f"blob {e.name!r} is read before anything wrote it", loc,

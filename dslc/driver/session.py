@@ -16,6 +16,7 @@ from dslc.runtime.values import blob_types
 from dslc.runtime.workspace import Workspace, to_user
 from dslc.driver import runner
 from dslc.driver.jobrunner import JobRunner
+from dslc.driver.variants import MAX_VARIANTS, Guard, generalized
 from dslc.ir.gcpause import paused
 from dslc.ir.diagnostics import DSLError, TraceError
 from dslc.ir.passes import DEFAULT_PIPELINE, PassManager, parse_pipeline
@@ -45,6 +46,7 @@ class CompiledRunnable:
         self.created = created  # the blobs of deps the root held created but empty
         # (a plain net has none: a rerun then skips making and binding them)
         self.has_outputs = any(task.output_names() for task in self.tasks)
+        self.guard = Guard(deps)  # what it assumed of its loads, cheap to check again
         self.seen = None  # the loads' fingerprint when last found valid (Session.compile)
         self.held = ()  # the blobs of ``dropped`` the root held at compile time
 
@@ -135,7 +137,9 @@ class LocalSession(Session):
         self.print_after = print_after
         self.ir_out = ir_out
         self.pass_manager: PassManager | None = None
-        self._compiled: dict[int, CompiledRunnable] = {}
+        self._compiled: dict[int, CompiledRunnable] = {}  # id(group) -> the variant run last
+        self._variants: dict[int, list] = {}  # id(group) -> its variants, least recently used first
+        self.compiles = 0  # lowerings and backend compiles this session made (runnables, not modules)
 
     @property
     def workspace(self) -> Workspace:
@@ -145,21 +149,62 @@ class LocalSession(Session):
         """Lower and compile ``runnable`` (or its TaskGroup) against what the root holds now.
 
         The result is reused while every root blob it loads holds a value of the type
-        it was compiled for; a blob fed since with another type recompiles.
+        it was compiled for. A blob fed since with other dims compiles the runnable once
+        more with those dims unknown, a compile later sizes reuse; another dtype or rank
+        compiles a variant for it (at most ``variants.MAX_VARIANTS`` kept per runnable).
         """
         got = self._compiled.get(id(runnable))  # (a group run before: no wrapping to look it up)
         group = runnable if got is not None and got.group is runnable else self.as_group(runnable, workspace_type)
         got = got if group is runnable else self._compiled.get(id(group))
-        if got is not None and got.group is group and (not got.dropped or _held(self._ws, got.dropped) == got.held):
-            seen = _fingerprint(self._ws, got.deps)
-            if seen == got.seen:  # (the blobs it loads hold what they held when last checked)
+        if got is not None and got.group is group:
+            if self._fits(got):
                 return got
-            # (only the blobs it loads are typed to reuse it: a root may hold thousands)
-            known, created = blob_types(self._ws, got.deps)
-            if _still_valid(got.deps, known) and got.created == created:
-                got.seen = seen
-                return got
+            kept = self._variants.get(id(group), [])
+            for other in kept:  # (another variant: a blob back to a dtype or rank seen before)
+                if other is not got and self._fits(other):
+                    kept.remove(other)
+                    kept.append(other)
+                    self._compiled[id(group)] = other
+                    return other
         existing, created = blob_types(self._ws)
+        widened = []
+        if got is not None and got.group is group:
+            # run again with other dims: compile once with the dims that changed unknown, a
+            # compile every later size reuses (variants.py)
+            existing, widened = generalized(existing, got.deps)
+        try:
+            got = self._compile_group(group, existing, created)
+        except DSLError:
+            if not widened:
+                raise
+            # (an op whose rule needs one of those dims known: compiled for the sizes held now)
+            got = self._compile_group(group, blob_types(self._ws)[0], created)
+        kept = [v for v in self._variants.get(id(group), ()) if v.group is group]
+        self._variants[id(group)] = kept
+        kept.append(got)
+        if len(kept) > MAX_VARIANTS:
+            del kept[0]
+        self._compiled[id(group)] = got
+        return got
+
+    def _fits(self, got: CompiledRunnable) -> bool:
+        """Whether the root holds what ``got`` was compiled for (its loads' types, the blobs
+        of dropped workspaces it held): a fingerprint compared first, the types if that differs."""
+        if got.dropped and _held(self._ws, got.dropped) != got.held:
+            return False
+        seen = got.guard.fingerprint(self._ws)
+        if seen == got.seen:  # (the blobs it loads hold what they held when last checked)
+            return True
+        # (only the blobs it loads are typed to reuse it: a root may hold thousands)
+        known, created = blob_types(self._ws, got.deps)
+        if _still_valid(got.deps, known) and got.created == created:
+            got.seen = seen
+            return True
+        return False
+
+    def _compile_group(self, group, existing: dict, created) -> CompiledRunnable:
+        """Lower ``group`` against root blobs of the types ``existing`` gives, optimize, compile."""
+        self.compiles += 1
         with paused():
             module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
@@ -167,9 +212,8 @@ class LocalSession(Session):
             self.optimize(module, lambda: lower_group(group, self.source, existing, created=created))
             program = self.backend.compile(module)
         got = CompiledRunnable(group, module, program, deps, group.tasks(), created.intersection(deps), dropped)
-        got.seen = _fingerprint(self._ws, deps)
+        got.seen = got.guard.fingerprint(self._ws)
         got.held = _held(self._ws, got.dropped)
-        self._compiled[id(group)] = got
         return got
 
     def optimize(self, module, redo=None) -> None:
@@ -266,20 +310,6 @@ def _load_types(module) -> dict:
             name, t = str(op.attrs["blob"]), op.results[0].type
             deps[name] = join(deps[name], t) if name in deps else t
     return deps
-
-
-def _fingerprint(ws, names) -> tuple:
-    """What decides the type of each blob of ``names`` in ``ws`` (its value's class, dtype
-    and shape; None when absent, "created" when empty): equal fingerprints, equal types. A rerun of
-    a compiled runnable compares these instead of building its loads' types again."""
-    blobs = ws.blobs
-    out = []
-    for n in names:
-        c = blobs.get(n)
-        v = None if c is None else c.v
-        out.append(None if c is None else "created" if v is None else
-                   (type(v), getattr(v, "dtype", None), getattr(v, "shape", None)))
-    return tuple(out)
 
 
 def _held(ws, names) -> tuple:

@@ -2,7 +2,7 @@
 
 A group is a maximal set of elementwise ops of one block, over one iteration space
 (every member's result has the group's array shape; operands have it too or are
-scalars), connected by def-use edges. Values used outside the group become its
+scalars; no dim unknown), connected by def-use edges. Values used outside the group become its
 results; everything else is internal. Backends compile a group as one kernel (the
 interpreter simply runs it inline). The kernel runs where the group's last member was:
 a member that may fail (integer Div) is not moved past an op with effects, or one that
@@ -34,7 +34,9 @@ def _array_shape(op):
     if ELEMENTWISE not in traits or PURE not in traits or op.regions or len(op.results) != 1:
         return None
     t = op.result.type
-    if not isinstance(t, TensorType) or t.dtype is None or not t.shape:
+    # (an unknown dim: two operands typed f32[?] may differ at run time, and a fused kernel
+    # reads every operand at the output's flat index, with no broadcasting check)
+    if not isinstance(t, TensorType) or t.dtype is None or not t.shape or None in t.shape:
         return None
     for v in op.operands:
         vt = v.type
