@@ -167,7 +167,8 @@ def test_every_top_level_module_of_dslc_is_on_the_list_or_one_of_its_internals()
 
     import dslc
     from dslc.compat import CAFFE2_PYTHON
-    internals = {"autodiff", "brew_helpers", "cli", "compat", "distributed", "driver", "lower", "trace",
+    internals = {"autodiff", "brew_helpers", "checkpoint_managers", "cli", "compat", "distributed", "driver", "lower",
+                 "trace",
                  "proto"}  # (proto is caffe2.proto, not caffe2.python.proto)
     found = {m.name for m in pkgutil.iter_modules(dslc.__path__)}
     assert found - internals == set(CAFFE2_PYTHON), "add the module to dslc/compat.py's CAFFE2_PYTHON " \
