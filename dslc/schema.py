@@ -9,8 +9,9 @@ from __future__ import annotations
 from dslc import workspace
 from dslc.trace.records import (ConstRecord, InitEmptyRecord, NewRecord, as_record, data_type_for_dtype,
                                 dtype_for_core_type, from_blob_list, from_column_list)
-from dslc.trace.schema import (FIELD_SEPARATOR, Field, List, ListWithEvicted, Map, Metadata, NamedTuple, RawTuple,
-                               Scalar, SchemaError, SchemaTypeError, Struct, Tuple, _fail)
+from dslc.trace.schema import (FIELD_SEPARATOR, FeatureSpec, Field, List, ListWithEvicted, Map, MapWithEvicted,
+                               Metadata, NamedTuple, RawTuple, Scalar, SchemaError, SchemaTypeError, Struct, Tuple,
+                               _fail, attach_metadata_to_scalars, equal_schemas, is_schema_subset)
 
 
 def FetchRecord(blob_record, ws=None, throw_on_type_mismatch=False):
@@ -37,4 +38,5 @@ def FeedRecord(blob_record, arrays, ws=None):
 __all__ = ["FIELD_SEPARATOR", "Field", "Scalar", "List", "Struct", "Map", "NamedTuple", "Tuple", "RawTuple",
            "Metadata", "ListWithEvicted", "ConstRecord", "FeedRecord", "FetchRecord", "InitEmptyRecord",
            "NewRecord", "as_record", "data_type_for_dtype", "dtype_for_core_type", "from_blob_list",
-           "from_column_list"]
+           "from_column_list", "FeatureSpec", "MapWithEvicted", "is_schema_subset", "equal_schemas",
+           "attach_metadata_to_scalars"]

@@ -15,7 +15,7 @@ import numpy as np
 from dslc.runtime import collectives, logfiles
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
-from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, products, quantized,
+from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, norms, products, quantized,
                         recurrent, reductions, segments, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
@@ -58,7 +58,7 @@ FUNCTIONS = {
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv_math.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
-    **quantized.FUNCTIONS,
+    **quantized.FUNCTIONS, **norms.FUNCTIONS,
 }
 
 
@@ -161,6 +161,12 @@ def _results(out, n: int):
     if not isinstance(out, tuple):
         return out
     return out[0] if n == 1 else out[:n]
+
+
+@kernel("TopK")
+def _top_k(op, cfg):  # (the flat indices only when the op names a third result)
+    f, n = bound(norms.top_k, op.attrs), len(op.results)
+    return lambda x: _results(f(x), n)
 
 
 @kernel("Wngrad")

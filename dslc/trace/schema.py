@@ -45,6 +45,11 @@ def _join(prefix: str, suffix: str) -> str:
 
 Metadata = namedtuple("Metadata", ["categorical_limit", "expected_value", "feature_specs"])
 Metadata.__new__.__defaults__ = (None, None, None)
+# What a field's features are (Metadata.feature_specs): their type, names and ids, whether the
+# request alone carries them, the hash size wanted, a name -> index map.
+FeatureSpec = namedtuple("FeatureSpec", ["feature_type", "feature_names", "feature_ids", "feature_is_request_only",
+                                         "desired_hash_size", "feature_to_index"])
+FeatureSpec.__new__.__defaults__ = (None,) * 6
 
 
 def _normalize(value, keep_blobs=True) -> "Field":
@@ -410,6 +415,32 @@ def Map(keys, values, keys_name="keys", values_name="values", lengths_blob=None)
     return List(Struct((keys_name, keys), (values_name, values)), lengths_blob=lengths_blob)
 
 
+def MapWithEvicted(keys, values, keys_name="keys", values_name="values", lengths_blob=None, evicted_values=None):
+    """A Map whose list also carries the ids evicted from an LRU hash (``_evicted_values``)."""
+    return ListWithEvicted(Struct((keys_name, keys), (values_name, values)), lengths_blob=lengths_blob,
+                           evicted_values=evicted_values)
+
+
+def is_schema_subset(schema, original_schema) -> bool:
+    """Whether every field name of ``schema`` is one of ``original_schema``'s (names only)."""
+    return set(schema.field_names()) <= set(original_schema.field_names())
+
+
+def equal_schemas(schema, original_schema, check_field_names=True, check_field_types=True,
+                  check_field_metas=False) -> bool:
+    """Whether two records agree on field names, types and (asked for) metadata."""
+    if not isinstance(schema, Field) or not isinstance(original_schema, Field):
+        _fail("equal_schemas compares two records (schema.Field)", error=SchemaTypeError)
+    return not ((check_field_names and schema.field_names() != original_schema.field_names())
+                or (check_field_types and schema.field_types() != original_schema.field_types())
+                or (check_field_metas and schema.field_metadata() != original_schema.field_metadata()))
+
+
+def attach_metadata_to_scalars(field, metadata) -> None:
+    for scalar in field.all_scalars():
+        scalar.set_metadata(metadata)
+
+
 def NamedTuple(name_prefix, *fields):
     return Struct(*[(f"{name_prefix}_{i}", f) for i, f in enumerate(fields)])
 
@@ -425,4 +456,5 @@ def RawTuple(num_fields, name_prefix="field"):
 
 
 __all__ = ["FIELD_SEPARATOR", "Field", "Scalar", "List", "Struct", "Map", "NamedTuple", "Tuple",
-           "RawTuple", "Metadata", "ListWithEvicted"]
+           "RawTuple", "Metadata", "ListWithEvicted", "FeatureSpec", "MapWithEvicted", "is_schema_subset",
+           "equal_schemas", "attach_metadata_to_scalars"]

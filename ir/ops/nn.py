@@ -317,8 +317,16 @@ declare("ExpandDims", 1, _expand_dims, attrs={"dims": REQUIRED}, traits={PURE},
         doc="Y = X with size-1 dims inserted at the positions `dims`")
 declare("Squeeze", 1, _squeeze, attrs={"dims": REQUIRED}, traits={PURE},
         doc="Y = X without its size-1 dims at `dims`")
-_like_input("ExpandDims")
-_like_input("Squeeze")
+# ExpandDims and Squeeze undo each other: their gradients read only dY and `dims` (not X),
+# so they stay right when the op runs in place (Caffe2's BatchNormalization layer squeezes in place)
+@gradient("ExpandDims")
+def _expand_dims_grad(g):
+    return [GradOp("Squeeze", [g.GO[0]], [g.GI[0]], {"dims": g.args["dims"]})]
+
+
+@gradient("Squeeze")
+def _squeeze_grad(g):
+    return [GradOp("ExpandDims", [g.GO[0]], [g.GI[0]], {"dims": g.args["dims"]})]
 
 
 def _slice(types, attrs, n):

@@ -1,0 +1,24 @@
+"""Caffe2's ``layers`` package: the layer classes of a ``LayerModelHelper`` model.
+
+Importing it registers every ModelLayer subclass defined in its modules under its class
+name (``model.FC(...)`` looks the name up); the base (layers.py) knows none of them.
+"""
+from __future__ import annotations
+
+import inspect
+
+from dslc.layers import concat, fc, functional, losses, normalization
+from dslc.layers.layers import ModelLayer, register_layer
+
+_MODULES = (concat, fc, functional, losses, normalization)
+
+
+def _register(modules) -> None:
+    for module in modules:
+        for name, cls in vars(module).items():
+            if inspect.isclass(cls) and issubclass(cls, ModelLayer) and cls is not ModelLayer \
+                    and cls.__module__ == module.__name__:
+                register_layer(name, cls)
+
+
+_register(_MODULES)

@@ -1,0 +1,158 @@
+"""Fully connected layers: ``FC`` (weights ``w`` [out, in], bias ``b``), ``FCWithoutBias``
+(a MatMul) and ``AddBias``; FC optionally split along the output into pieces of at most
+``max_fc_size`` weights, transposed weights [in, out], clipped parameters, axis > 1."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dslc import schema
+from dslc.layers.layers import LayerError, ModelLayer
+from dslc.trace.tracing import user_location
+
+
+def _input_dims(layer, input_record, axis=1):
+    if not isinstance(input_record, schema.Scalar):
+        raise LayerError(f"{layer} takes a Scalar record, got {input_record}", user_location(3))
+    shape = input_record.field_types()[0].shape
+    if len(shape) == 0:
+        raise LayerError(f"{layer} needs the input's dimensions in its schema (Scalar((np.float32, (n,))))",
+                         user_location(3))
+    dims = int(np.prod(shape[axis - 1:]))
+    if dims <= 0:
+        raise LayerError(f"{layer} needs input dimensions > 0, got {dims}", user_location(3))
+    return dims
+
+
+def _uniform(scale):
+    return ("UniformFill", {"min": -scale, "max": scale})
+
+
+def fc_output_dims(max_fc_size, input_dim, output_dim):
+    """The output sizes of the pieces an FC of ``input_dim`` x ``output_dim`` weights is
+    split into so that each holds at most ``max_fc_size`` weights (None: not split)."""
+    if not max_fc_size or max_fc_size < 0:
+        return None
+    if max_fc_size < input_dim:
+        raise LayerError(f"max_fc_size ({max_fc_size}) must be at least the input dimension ({input_dim}): "
+                         "FC is split along its output", user_location(3))
+    per_piece = max_fc_size // input_dim
+    pieces = (output_dim - 1) // per_piece + 1
+    sizes = [per_piece] * (pieces - 1)
+    return sizes + [output_dim - sum(sizes)]
+
+
+class FC(ModelLayer):
+    """y = x w^T + b over the last dims of x from ``axis`` on (Caffe2's FC operator)."""
+
+    def __init__(self, model, input_record, output_dims, weight_init=None, bias_init=None, weight_optim=None,
+                 bias_optim=None, name="fc", weight_reg=None, bias_reg=None, clip_param=None, max_fc_size=None,
+                 axis=1, transposed=False, uniform_weight_init_scale_numerator=1.0, **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        if axis < 1:
+            raise LayerError(f"FC's axis is >= 1, got {axis}", user_location())
+        self.axis = axis
+        input_dims = _input_dims("FC", input_record, axis)
+        self.clip_args = None
+        if clip_param is not None:
+            if len(clip_param) != 2:
+                raise LayerError("clip_param is (clip_min, clip_max)", user_location())
+            lo, hi = clip_param
+            if lo is None and hi is None or (lo is not None and hi is not None and lo >= hi):
+                raise LayerError(f"clip_param {clip_param}: give clip_min < clip_max (one may be None)",
+                                 user_location())
+            self.clip_args = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+        scale = math.sqrt((uniform_weight_init_scale_numerator or 1.0) / input_dims)
+        weight_init = weight_init or _uniform(scale)
+        bias_init = bias_init or _uniform(scale)
+        self.output_dim_vec = fc_output_dims(max_fc_size, input_dims, output_dims)
+        self.transposed = transposed
+
+        def weight_shape(out):
+            return [input_dims, out] if transposed else [out, input_dims]
+        if self.output_dim_vec is None or len(self.output_dim_vec) == 1:
+            self.w = self.create_param("w", weight_shape(output_dims), weight_init, weight_optim,
+                                       regularizer=weight_reg)
+            self.b = self.create_param("b", [output_dims], bias_init, bias_optim, regularizer=bias_reg)
+        else:
+            # (as in Caffe2, the pieces' biases take the weights' initializer, optimizer and regularizer)
+            self.w_vec = [self.create_param(f"w_sub_{i}", weight_shape(d), weight_init, weight_optim,
+                                            regularizer=weight_reg) for i, d in enumerate(self.output_dim_vec)]
+            self.b_vec = [self.create_param(f"b_sub_{i}", [d], weight_init, weight_optim, regularizer=weight_reg)
+                          for i, d in enumerate(self.output_dim_vec)]
+        if axis == 1:
+            output_shape = (output_dims,)
+        else:
+            output_shape = tuple(list(input_record.field_types()[0].shape)[:axis - 1] + [output_dims])
+        self.output_schema = schema.Scalar((np.float32, output_shape), self.get_next_blob_reference("output"))
+
+    calculate_fc_output_dims = staticmethod(fc_output_dims)
+
+    @property
+    def param_blobs(self):
+        if self.output_dim_vec is None or len(self.output_dim_vec) == 1:
+            return [self.w, self.b]
+        return self.w_vec + self.b_vec
+
+    train_param_blobs = param_blobs
+
+    def get_fp16_compatible_parameters(self):
+        if self.output_dim_vec is None or len(self.output_dim_vec) == 1:
+            return [self.w]
+        return self.w_vec
+
+    def _fc(self, net, params, outputs):
+        op = net.FCTransposed if self.transposed else net.FC
+        return op(self.input_record.field_blobs() + params, outputs, axis=self.axis, **self.kwargs)
+
+    def _add_ops(self, net, params):
+        if self.clip_args is not None:
+            clipped = [net.NextScopedBlob(f"clipped_{p}") for p in params]
+            for p, c in zip(params, clipped):
+                net.Clip([p], [c], **self.clip_args)
+            params = clipped
+        if self.output_dim_vec is None or len(self.output_dim_vec) == 1:
+            self._fc(net, params, self.output_schema.field_blobs())
+            return
+        half = len(params) // 2
+        pieces = [self._fc(net, [w, b], [net.NextScopedBlob(f"output_sub_{i}")])
+                  for i, (w, b) in enumerate(zip(params[:half], params[half:]))]
+        out = self.output_schema.field_blobs()[0]
+        net.Concat(pieces, [out, out + "_concat_dims"])
+
+    def add_ops(self, net):
+        self._add_ops(net, self.param_blobs)
+
+    def add_train_ops(self, net):
+        self._add_ops(net, self.train_param_blobs)
+
+
+class FCWithoutBias(ModelLayer):
+    """y = x w^T (a MatMul with the weights transposed)."""
+
+    def __init__(self, model, input_record, output_dims, weight_init=None, weight_optim=None,
+                 name="fc_without_bias", uniform_weight_init_scale_numerator=1.0, **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        input_dims = _input_dims("FCWithoutBias", input_record)
+        scale = math.sqrt(uniform_weight_init_scale_numerator / input_dims)
+        self.w = self.create_param("w", [output_dims, input_dims], weight_init or _uniform(scale), weight_optim)
+        self.output_schema = schema.Scalar((np.float32, (output_dims,)), self.get_next_blob_reference("output"))
+
+    def add_ops(self, net):
+        net.MatMul(self.input_record.field_blobs() + [self.w], self.output_schema.field_blobs(),
+                   trans_b=1, **self.kwargs)
+
+
+class AddBias(ModelLayer):
+    """y = x + b (b per feature)."""
+
+    def __init__(self, model, input_record, bias_init=None, bias_optim=None, name="add_bias"):
+        super().__init__(model, name, input_record)
+        input_dims = _input_dims("AddBias", input_record)
+        scale = math.sqrt(1.0 / input_dims)
+        self.b = self.create_param("b", [input_dims], bias_init or _uniform(scale), bias_optim)
+        self.output_schema = schema.Scalar(input_record.field_type(), self.get_next_blob_reference("output"))
+
+    def add_ops(self, net):
+        net.Add(self.input_record.field_blobs() + [self.b], self.output_schema.field_blobs(), broadcast=1)

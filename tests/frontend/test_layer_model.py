@@ -1,0 +1,229 @@
+"""The layers framework (issue 43): LayerModelHelper, the main layer classes, tags and the
+train / eval / predict nets the instantiator makes from one model.
+
+Values are computed here with numpy from the inputs and the parameters the init net made.
+The op lists were read off the real Caffe2 (torch 1.10.2's caffe2.python) by running
+``_model()`` below with its imports turned back (shared/tools/caffe2-ref/run.sh) and printing
+``[op.type for op in net.Proto().op]`` for each net.
+"""
+import numpy as np
+import pytest
+
+from dslc import core, layer_model_instantiator as lmi, optimizer, regularizer, schema, scope, workspace
+from dslc.layer_model_helper import LayerModelHelper
+from dslc.layers.layers import LayerError
+from dslc.layers.tags import Tags
+from dslc.modeling.parameter_sharing import ParameterSharing
+
+
+@pytest.fixture(autouse=True)
+def _fresh_workspace():
+    workspace.ResetWorkspace()
+    yield
+    workspace.ResetWorkspace()
+
+
+def _sigmoid_xent(logit, label):
+    return np.maximum(logit, 0) - logit * label + np.log1p(np.exp(-np.abs(logit)))
+
+
+def _new_model(dim=4):
+    return LayerModelHelper("m", schema.Struct(("x", schema.Scalar((np.float32, (dim,))))),
+                            schema.Struct(("label", schema.Scalar((np.float32, (1,))))))
+
+
+def _model(lr=0.1, reg=None):
+    """FC -> Relu -> Dropout -> BatchNormalization -> Concat(h, h) -> FC -> BatchLRLoss."""
+    m = _new_model()
+    m.default_optimizer = optimizer.SgdOptimizer(lr)
+    h = m.FC(m.input_feature_schema.x, 3, weight_reg=reg)
+    h = m.Relu(h, 1)
+    h = m.Dropout(h)
+    h = m.BatchNormalization(h)
+    c = m.Concat(schema.Struct(("a", h), ("b", h)))
+    logit = m.FC(c, 1)
+    m.output_schema = schema.Struct(("logit", logit))
+    m.add_loss(m.BatchLRLoss(schema.Struct(("label", m.trainer_extra_schema.label), ("logit", logit))))
+    return m, logit
+
+
+def _feed(m, x, label):
+    schema.FeedRecord(m.input_feature_schema, [x])
+    schema.FeedRecord(m.trainer_extra_schema, [label])
+
+
+def test_nets_have_caffe2s_ops():
+    m, _ = _model()
+    init, train = lmi.generate_training_nets(m)
+    types = [op.type for op in train.Proto().op]
+    # (read off Caffe2, see the module docstring)
+    forward = ["FC", "Relu", "Dropout", "ExpandDims", "SpatialBN", "Squeeze", "Concat", "FC", "Cast", "ExpandDims",
+               "SigmoidCrossEntropyWithLogits", "AveragedLoss"]
+    assert types[:len(forward)] == forward
+    assert types.count("WeightedSum") == 6  # the SGD updates of fc/w, fc/b, scale, bias, fc_auto_0/w, b
+    predict = lmi.generate_predict_net(m)
+    assert [op.type for op in predict.Proto().op] == ["FC", "Relu", "Dropout", "ExpandDims", "SpatialBN", "Squeeze",
+                                                      "Concat", "FC"]
+    eval_net = lmi.generate_eval_net(m)
+    assert [op.type for op in eval_net.Proto().op] == forward
+    init_types = [op.type for op in init.Proto().op]
+    # the global constants (ONE, NAN, ZERO, ZERO_RANGE), then each parameter's fill
+    assert init_types[:4] == ["GivenTensorFill", "GivenTensorFill", "GivenTensorFill", "GivenTensorIntFill"]
+    assert init_types.count("UniformFill") == 4 and init_types.count("ConstantFill") >= 4
+    assert [str(p) for p in m.params] == ["fc/w", "fc/b", "batch_normalization/scale", "batch_normalization/bias",
+                                          "batch_normalization/running_mean", "batch_normalization/running_inv_var",
+                                          "fc_auto_0/w", "fc_auto_0/b"]
+
+
+def test_predict_net_computes_fc_relu_bn_concat_fc():
+    m, logit = _model()
+    init, _ = lmi.generate_training_nets(m)
+    rng = np.random.RandomState(0)
+    x = rng.randn(6, 4).astype(np.float32)
+    workspace.RunNetOnce(init)
+    predict = lmi.generate_predict_net(m)
+    schema.FeedRecord(m.input_feature_schema, [x])
+    workspace.RunNetOnce(predict)
+    w, b = workspace.FetchBlob("fc/w"), workspace.FetchBlob("fc/b")
+    w2, b2 = workspace.FetchBlob("fc_auto_0/w"), workspace.FetchBlob("fc_auto_0/b")
+    h = np.maximum(x @ w.T + b, 0)
+    h = h / np.sqrt(1.0 + 1e-5)  # running mean 0, running variance 1, scale 1, bias 0
+    expected = np.concatenate([h, h], axis=1) @ w2.T + b2
+    np.testing.assert_allclose(workspace.FetchBlob(logit()), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_one_sgd_step_matches_numpy():
+    """FC + BatchLRLoss, one training step: loss and updated weights against numpy's gradient."""
+    m = _new_model(3)
+    m.default_optimizer = optimizer.SgdOptimizer(0.5)
+    logit = m.FC(m.input_feature_schema.x, 1)
+    m.output_schema = schema.Struct(("logit", logit))
+    m.add_loss(m.BatchLRLoss(schema.Struct(("label", m.trainer_extra_schema.label), ("logit", logit))))
+    init, train = lmi.generate_training_nets(m)
+    rng = np.random.RandomState(1)
+    x = rng.randn(5, 3).astype(np.float32)
+    y = np.array([0, 1, 1, 0, 1], np.float32)
+    workspace.RunNetOnce(init)
+    w0, b0 = workspace.FetchBlob("fc/w").copy(), workspace.FetchBlob("fc/b").copy()
+    _feed(m, x, y)
+    workspace.RunNetOnce(train)
+    z = (x @ w0.T + b0)[:, 0]
+    loss = _sigmoid_xent(z, y).mean()
+    np.testing.assert_allclose(workspace.FetchBlob(m.loss.field_blobs()[0]), loss, rtol=1e-5)
+    dz = (1 / (1 + np.exp(-z)) - y) / len(y)
+    np.testing.assert_allclose(workspace.FetchBlob("fc/w"), w0 - 0.5 * (dz @ x)[None, :], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob("fc/b"), b0 - 0.5 * dz.sum(), rtol=1e-5, atol=1e-6)
+
+
+def test_weighted_lr_loss_and_mse_loss():
+    m = LayerModelHelper("m", schema.Struct(("logit", schema.Scalar((np.float32, (1,))))),
+                         schema.Struct(("label", schema.Scalar((np.float64, (1,)))),
+                                       ("weight", schema.Scalar((np.float64, (1,))))))
+    rec = schema.Struct(("label", m.trainer_extra_schema.label), ("logit", m.input_feature_schema.logit),
+                        ("weight", m.trainer_extra_schema.weight))
+    lr_loss = m.BatchLRLoss(rec)
+    mse = m.BatchMSELoss(schema.Struct(("label", m.trainer_extra_schema.label),
+                                       ("prediction", m.input_feature_schema.logit)))
+    m.output_schema = schema.Struct()
+    _, train = lmi.generate_training_nets_forward_only(m)
+    z = np.array([[0.5], [-1.0], [2.0]], np.float32)
+    y = np.array([1.0, 0.0, 0.0])
+    wt = np.array([1.0, 2.0, 0.5])
+    schema.FeedRecord(m.input_feature_schema, [z])
+    schema.FeedRecord(m.trainer_extra_schema, [y, wt])
+    workspace.RunNetOnce(train)
+    np.testing.assert_allclose(workspace.FetchBlob(lr_loss()), (_sigmoid_xent(z[:, 0], y) * wt).mean(), rtol=1e-5)
+    # SquaredL2Distance is half the squared distance
+    np.testing.assert_allclose(workspace.FetchBlob(mse()), (0.5 * (z[:, 0] - y) ** 2).mean(), rtol=1e-5)
+
+
+def test_dropout_and_batchnorm_differ_between_train_and_eval():
+    m = _new_model(8)
+    d = m.Dropout(m.input_feature_schema.x, ratio=0.5)
+    bn = m.BatchNormalization(m.input_feature_schema.x)
+    m.output_schema = schema.Struct(("d", d), ("bn", bn))
+    init, train = lmi.generate_training_nets(m)
+    x = np.random.RandomState(2).rand(64, 8).astype(np.float32) + 1.0
+    workspace.RunNetOnce(init)
+    schema.FeedRecord(m.input_feature_schema, [x])
+    workspace.RunNetOnce(train)
+    dropped = workspace.FetchBlob(d())
+    kept = dropped != 0
+    assert 0.3 < kept.mean() < 0.7
+    np.testing.assert_allclose(dropped[kept], 2 * x[kept], rtol=1e-6)
+    normed = (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob(bn()), normed, rtol=1e-3, atol=1e-4)
+    # running mean after one step: 0.9 * 0 + 0.1 * batch mean
+    np.testing.assert_allclose(workspace.FetchBlob("batch_normalization/running_mean"), 0.1 * x.mean(0), rtol=1e-4)
+    eval_net = lmi.generate_eval_net(m)
+    workspace.RunNetOnce(eval_net)
+    np.testing.assert_array_equal(workspace.FetchBlob(d()), x)
+    rm = workspace.FetchBlob("batch_normalization/running_mean")
+    rv = workspace.FetchBlob("batch_normalization/running_inv_var")
+    np.testing.assert_allclose(workspace.FetchBlob(bn()), (x - rm) / np.sqrt(rv + 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def test_tags_choose_the_nets_a_layer_joins():
+    m = _new_model()
+    m.default_optimizer = optimizer.SgdOptimizer(0.1)
+    h = m.FC(m.input_feature_schema.x, 2)
+    with Tags(Tags.TRAIN_ONLY):
+        noisy = m.Dropout(h)
+    with Tags(Tags.PREDICTION_ONLY):
+        prob = m.Sigmoid(h, 1)
+    assert m.layers[1].tags == set(Tags.TRAIN_ONLY)
+    m.output_schema = schema.Struct(("noisy", noisy), ("prob", prob))
+    _, train = lmi.generate_training_nets_forward_only(m)
+    assert [op.type for op in train.Proto().op] == ["FC", "Dropout"]
+    assert [op.type for op in lmi.generate_eval_net(m).Proto().op] == ["FC"]
+    predict = lmi.generate_predict_net(m)
+    assert [op.type for op in predict.Proto().op] == ["FC", "Sigmoid"]
+    # the output record keeps only the fields the net defines
+    assert predict.output_record().field_names() == ["prob"]
+    only_fc = lmi.generate_predict_net(m, include_tags=[Tags.EXCLUDE_FROM_TRAIN])
+    assert [op.type for op in only_fc.Proto().op] == ["Sigmoid"]
+
+
+def test_l1_regularizer_adds_to_the_loss():
+    m, _ = _model(reg=regularizer.L1Norm(0.25))
+    init, train = lmi.generate_training_nets(m)
+    assert m.loss.field_names() == ["unnamed", "fc/w_l1_regularization"]
+    workspace.RunNetOnce(init)
+    w0 = workspace.FetchBlob("fc/w").copy()
+    _feed(m, np.ones((4, 4), np.float32), np.array([0, 1, 0, 1], np.float32))
+    workspace.RunNetOnce(train)
+    np.testing.assert_allclose(workspace.FetchBlob(m.loss.field_blobs()[1]), 0.25 * np.abs(w0).sum(), rtol=1e-5)
+
+
+def test_parameter_sharing_and_layer_names():
+    m = _new_model()
+    with scope.NameScope("tower"), ParameterSharing({"b": "a"}):
+        with scope.NameScope("a"):
+            m.FC(m.input_feature_schema.x, 2)
+        with scope.NameScope("b"):
+            m.FC(m.input_feature_schema.x, 2)
+    assert [layer.name for layer in m.layers] == ["tower/a/fc", "tower/b/fc"]
+    assert [str(p) for p in m.params] == ["tower/a/fc/w", "tower/a/fc/b"] * 2
+    with scope.NameScope("tower"), ParameterSharing({"c": "a"}), scope.NameScope("c"):
+        with pytest.raises(ValueError, match="shape"):
+            m.FC(m.input_feature_schema.x, 3)
+
+
+def test_functional_layer_infers_types_and_losses_add_up():
+    m = _new_model()
+    out = m.Relu(m.input_feature_schema.x, 1)
+    assert out.field_type() == np.dtype((np.float32, (4,)))
+    a = schema.Scalar(np.float32, core.BlobReference("loss_a"))
+    m.add_loss(a)
+    m.add_loss(a, "unnamed")
+    assert m.loss.field_names() == ["unnamed", "unnamed_auto_0"]
+
+
+def test_bad_inputs_are_named():
+    m = _new_model()
+    with pytest.raises(LayerError, match="Struct"):
+        m.Concat(m.input_feature_schema.x)
+    with pytest.raises(LayerError, match="ratio"):
+        m.Dropout(m.input_feature_schema.x, ratio=1.5)
+    with pytest.raises(AttributeError, match="non-registered layer: NoSuchLayer"):
+        m.NoSuchLayer(m.input_feature_schema.x)
