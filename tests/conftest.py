@@ -62,8 +62,13 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
         if _runs_on_numba(item):
             item.add_marker("numba")
-        if "ray_cluster" in item.fixturenames or item.get_closest_marker("slow_cluster"):
+        if "ray_cluster" in item.fixturenames or item.get_closest_marker("slow_cluster") \
+                or folder == "distributed":
             item.add_marker("cluster")
+            # Under pytest-xdist (the README's `-n auto`) one worker runs every cluster test:
+            # they share one local Ray cluster per process, and some count the cluster's
+            # processes and temp dirs, which a second cluster would disturb.
+            item.add_marker(pytest.mark.xdist_group("cluster"))
         if "default_pipeline" in item.fixturenames or _pipeline_parameter(item) in ("none", "default"):
             item.add_marker("own_pipeline")  # DSLC_PIPELINE does not change what it runs
 
