@@ -12,6 +12,7 @@ every Task it creates is collected. It may return:
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import sys
@@ -65,6 +66,7 @@ def load(path: str) -> LoadedJob:
     except ValueError as e:  # e.g. NUL bytes: not Python source at all
         raise JobFileError(f"cannot compile the job file: {e}", _at(path, 0),
                            "a job file is Python source that defines build_job()") from None
+    _check_is_a_job(path, source)
     module = _fresh_module(path)
     job_dir = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, job_dir)  # so the job can import modules next to it
@@ -80,6 +82,40 @@ def load(path: str) -> LoadedJob:
         if job_dir in sys.path:  # the job may have edited sys.path itself
             sys.path.remove(job_dir)
     return _interpret(path, result, group, _def_line(path, build))
+
+
+def _check_is_a_job(path: str, source: str) -> None:
+    """Refuse, before running anything, a Caffe2 script (it imports ``caffe2``) or a file that
+    cannot define ``build_job`` (a script of dslc calls): ``dslc exec`` runs those."""
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError:
+        return  # (compile() above reported it)
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if any(n == "caffe2" or n.startswith("caffe2.") for n in names):
+            raise JobFileError("this is a Caffe2 script (it imports caffe2), not a job file", _at(path, node.lineno),
+                               f"run it as it is with: dslc exec {path} [ARGS]")
+    if not _may_define(tree, ENTRY):
+        raise JobFileError(f"no {ENTRY}() function in the job file", _at(path, 1),
+                           f"define {ENTRY}() returning the outputs to print (see the README); "
+                           f"a script that runs its nets itself runs with: dslc exec {path}")
+
+
+def _may_define(tree: ast.Module, name: str) -> bool:
+    """Whether the module's top level defines, assigns or imports ``name`` (or imports *)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name).split(".")[0] in (name, "*") for a in node.names):
+            return True
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("globals", "setattr", "exec"):
+            return True  # (defined in a way the text does not show)
+    return False
 
 
 def _at(path: str, line: int) -> Location:

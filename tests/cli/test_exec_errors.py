@@ -174,3 +174,28 @@ def test_every_top_level_module_of_dslc_is_on_the_list_or_one_of_its_internals()
     assert found - internals == set(CAFFE2_PYTHON), "add the module to dslc/compat.py's CAFFE2_PYTHON " \
         "(and regenerate docs/caffe2-surface.md: python -m dslc.driver.surface)"
     assert list(CAFFE2_PYTHON) == sorted(CAFFE2_PYTHON)
+
+
+@pytest.mark.parametrize("command", ["run", "plan", "ir", "graph"])
+def test_a_caffe2_script_given_to_a_job_command_says_to_use_exec_without_running_it(tmp_path, command):
+    s = _script(tmp_path, "train.py", """\
+        import os
+        open("ran", "w").close()
+        from caffe2.python import workspace
+        """)
+    done = _run(tmp_path, DSLC, command, s)
+    assert done.returncode == 2 and not (tmp_path / "ran").exists(), done.stderr
+    assert done.stderr.strip() == ("train.py:3: error: this is a Caffe2 script (it imports caffe2), not a job file; "
+                                   "run it as it is with: dslc exec train.py [ARGS]")
+
+
+def test_a_script_of_dslc_calls_without_build_job_is_not_run_by_plan(tmp_path):
+    """It ran the whole training, then said 'no build_job()'."""
+    s = _script(tmp_path, "train.py", """\
+        from dslc import workspace
+        open("ran", "w").close()
+        """)
+    done = _run(tmp_path, DSLC, "plan", s)
+    assert done.returncode == 2 and not (tmp_path / "ran").exists(), done.stderr
+    assert done.stderr.startswith("train.py:1: error: no build_job() function in the job file")
+    assert "dslc exec train.py" in done.stderr
