@@ -272,6 +272,14 @@ class Plan:
         """This plan as Caffe2's PlanDef message, its nets included (the end of this module)."""
         return plan_message(self)
 
+    @classmethod
+    def create_from_proto(cls, plan_proto):
+        """The Plan a PlanDef message describes, its nets rebuilt from the message's NetDefs
+        (``Plan.create_from_proto(plan.Proto())`` rebuilds ``plan``)."""
+        if not isinstance(plan_proto, caffe2_pb2.PlanDef):
+            raise TypeError(f"Plan.create_from_proto takes a caffe2_pb2.PlanDef, not {type(plan_proto).__name__}")
+        return plan_from_message(plan_proto)
+
 
 # ----------------------------------------------------------------------------- PlanDef messages
 
