@@ -46,6 +46,15 @@ def names() -> list[str]:
     return sorted(found)
 
 
+# backends that render a module rather than run it: `dslc compile` offers them, run and exec do not
+RENDER_ONLY = frozenset({"text"})
+
+
+def runnable_names() -> list[str]:
+    """The backends that run a module (``dslc run``'s and ``exec``'s choices)."""
+    return [n for n in names() if n not in RENDER_ONLY]
+
+
 def get(name: str):
     """The backend class called ``name``."""
     target = BUILTIN.get(name)

@@ -20,6 +20,7 @@ import sys
 import traceback
 
 import dslc
+from dslc.driver import options as driver_options
 from dslc.driver import progress
 from dslc.driver.cli_parser import build_parser
 from dslc.ir import parse, parse_all, print_module, pyrefs, settings
@@ -37,6 +38,7 @@ def cmd_run(args) -> int:
     from dslc.driver.session import LocalSession
 
     options = _session_options(args, sys.stderr)
+    args.backend = args.backend or driver_options.default_backend()
     shown = progress.showing(sys.stderr) if progress.wanted(args.quiet, sys.stdout, sys.stderr) \
         else contextlib.nullcontext()
     with shown:
@@ -119,6 +121,7 @@ def cmd_compile(args) -> int:
     """``dslc compile``: trace, optimize and compile for a backend; summarize; ``-o DIR`` writes
     the optimized IR (``job.dslir``) and whatever the backend's program writes."""
     options = _session_options(args, sys.stderr)
+    args.backend = args.backend or driver_options.default_backend()
     session, compiled = _compile(args, args.backend, options, locate=True)
     _report_times(session, args)
     written: list[str] = []
@@ -273,13 +276,20 @@ def _units(runnables):
 
 
 def _session_options(args, stream) -> dict:
+    """The pass options of ``args`` for the command's own session; they also become the
+    driver's options (dslc/driver/options.py), which every other session of the run reads
+    (``--backend``, ``--dump-dir``, ``--time-passes``, ``--profile`` where the command has them)."""
     passes = args.passes
     if passes is None and not args.passes_from_env:  # (with it, the session reads $DSLC_PIPELINE)
         passes = "default" if (args.print_ir_after_all or args.print_ir_after) else "none"
     _check_pass_options(args, passes)
     print_after = "all" if args.print_ir_after_all else set(args.print_ir_after) or None
-    return {"passes": passes, "print_after": print_after, "ir_out": stream,
-            "verify_each": True if args.verify_each else None}
+    verify_each = True if args.verify_each else None
+    driver_options.use(driver_options.DriverOptions(
+        backend=getattr(args, "backend", None), passes=passes, print_after=print_after, ir_out=stream, verify_each=verify_each,
+        dump_dir=getattr(args, "dump_dir", None), time_passes=args.time_passes,
+        profile=getattr(args, "profile", False)))
+    return {"passes": passes, "print_after": print_after, "ir_out": stream, "verify_each": verify_each}
 
 
 def _check_pass_options(args, passes) -> None:
@@ -304,8 +314,9 @@ def _check_pass_options(args, passes) -> None:
 
 
 def _report_times(session, args) -> None:
-    if args.time_passes and session.pass_manager is not None:
-        sys.stderr.write(session.pass_manager.timing_table())
+    """--time-passes: every pipeline this command ran (each module's, each session's), summed."""
+    if args.time_passes and driver_options.current().pass_times:
+        sys.stderr.write(driver_options.timing_table(driver_options.current().pass_times))
 
 
 def _json_or_file(args, obj) -> int:
@@ -374,7 +385,12 @@ def cmd_exec(args) -> int:
                        "shows the caffe2 modules dslc provides")
     if not os.path.isfile(args.script):
         raise DSLError(f"no script {args.script!r}", hint="give the path of a Python file")
-    return compat.run_script(args.script, args.args, force=args.shadow)
+    _session_options(args, sys.stderr)
+    driver_options.default_backend()  # (a bad DSLC_BACKEND: one line, before the script runs)
+    try:
+        return compat.run_script(args.script, args.args, force=args.shadow)
+    finally:
+        _report_times(None, args)
 
 
 COMMANDS = {"run": cmd_run, "ir": cmd_ir, "opt": cmd_opt, "plan": cmd_plan,

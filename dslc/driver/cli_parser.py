@@ -42,14 +42,15 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                    "long top-level loops show their progress on stderr.",
                    ["dslc run examples/loops.py --backend interp --json"])
     run.add_argument("job", metavar="JOB.py", help="the job file (defines build_job()), or an IR file (.dslir)")
-    run.add_argument("--backend", default="interp", choices=names,
-                     help="where to run it (default: interp)")
+    run.add_argument("--backend", choices=backends.runnable_names(),
+                     help="where to run it (default: $DSLC_BACKEND if set, else interp)")
     run.add_argument("--json", action="store_true", help="print the outputs as one JSON object")
     run.add_argument("--cluster", metavar="ray|auto|ray://HOST:PORT",
                      help="run each Node of the job in its own process of a Ray cluster: 'ray' starts a "
                           "local one for this run, 'auto' or an address joins a running one "
                           "(needs pip install 'dslc[ray]'; docs/distributed.md)")
     _pass_options(run, default=ENV)
+    _driver_options(run)
     _trust_options(run)
     _common(run, quiet=True)
 
@@ -95,11 +96,12 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
                     ["dslc compile examples/loops.py --backend text",
                      "dslc compile examples/loops.py --backend interp -o build/ --json"])
     comp.add_argument("job", metavar="JOB.py", help="the job file (defines build_job()), or an IR file (.dslir)")
-    comp.add_argument("--backend", default="interp", choices=names,
-                      help="the backend to compile for (default: interp)")
+    comp.add_argument("--backend", choices=names,
+                      help="the backend to compile for (default: $DSLC_BACKEND if set, else interp)")
     comp.add_argument("-o", "--output", metavar="DIR", help="write job.dslir and the backend's artifacts to DIR")
     comp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     _pass_options(comp, default=ENV)
+    _driver_options(comp)
     _trust_options(comp)
     _common(comp)
 
@@ -120,9 +122,16 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
 
     ex = _command(sub, "exec", "run a Caffe2 script as it is, on dslc",
                   "Run SCRIPT.py with its own arguments, its caffe2 imports (caffe2.python.X, "
-                  "caffe2.proto.caffe2_pb2) resolved to dslc for this process only. A real Caffe2 "
+                  "caffe2.proto.caffe2_pb2) resolved to dslc for this process only. dslc's options "
+                  "come before SCRIPT.py; everything after it is the script's own. They apply to every "
+                  "net the script runs (workspace.RunNet, sessions). A real Caffe2 "
                   "installed next to dslc is not shadowed unless --shadow says so.",
-                  ["dslc exec train.py --epochs 3", "dslc exec --shadow tutorial.py", "dslc exec --list"])
+                  ["dslc exec train.py --epochs 3", "dslc exec --backend numba --time-passes train.py --epochs 3",
+                   "dslc exec --profile train.py", "dslc exec --shadow tutorial.py", "dslc exec --list"])
+    ex.add_argument("--backend", choices=backends.runnable_names(),
+                    help="where the script's nets run (default: $DSLC_BACKEND if set, else interp)")
+    _pass_options(ex, default=ENV)
+    _driver_options(ex)
     ex.add_argument("--shadow", action="store_true",
                     help="take over the caffe2 imports even though a real Caffe2 is installed")
     ex.add_argument("--list", action="store_true",
@@ -147,6 +156,13 @@ def _command(sub, name: str, help: str, description: str, examples: list[str]):
     epilog = ("example:\n" if len(examples) == 1 else "examples:\n") + "".join(f"  {e}\n" for e in examples)
     return sub.add_parser(name, help=help, description=textwrap.fill(description, 78, break_on_hyphens=False), epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _driver_options(p) -> None:
+    p.add_argument("--dump-dir", metavar="DIR",
+                   help="write the IR (NNN-NAME.dslir) and plan (NNN-NAME.plan) of every module compiled into DIR")
+    p.add_argument("--profile", action="store_true",
+                   help="print the time spent per op type and per op (with its line) when done")
 
 
 def _trust_options(p) -> None:

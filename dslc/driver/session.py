@@ -14,6 +14,7 @@ import numpy as np
 from dslc import backends
 from dslc.runtime.values import blob_types
 from dslc.runtime.workspace import Workspace, to_user
+from dslc.driver import options as driver_options
 from dslc.driver import runner
 from dslc.driver.jobrunner import JobRunner
 from dslc.driver.variants import MAX_VARIANTS, Guard, generalized
@@ -122,20 +123,25 @@ class LocalSession(Session):
 
     def __init__(self, ws=None, backend: str | None = None, source: str = "", passes=None,
                  verify_each=None, print_after=None, ir_out=None, **options):
-        """``passes``: the pipeline to run before the backend (default: the
-        ``DSLC_PIPELINE`` environment variable, else the default pipeline; "none" for
-        none). ``verify_each`` (default: ``DSLC_DEBUG``) verifies after every pass;
-        ``print_after`` ("all" or pass names) writes the IR after those passes to ``ir_out``.
-        ``backend``: default ``DSLC_BACKEND`` from the environment, else interp.
+        """``passes``: the pipeline to run before the backend (default: the driver's
+        options, then the ``DSLC_PIPELINE`` environment variable, else the default pipeline;
+        "none" for none). ``verify_each`` (default: the driver's options, then ``DSLC_DEBUG``)
+        verifies after every pass; ``print_after`` ("all" or pass names) writes the IR after
+        those passes to ``ir_out``. ``backend``: default the driver's options, then
+        ``DSLC_BACKEND``, else interp. The driver's options (dslc/driver/options.py, set by
+        the CLI) fill in what is not given here.
         """
         super().__init__()
+        opts = driver_options.current()
         self._ws = ws if ws is not None else runner.current()
         self.backend = backends.get(backend or default_backend())(**options)
         self.source = source
-        self.passes = pipeline(passes)
+        self.passes = pipeline(passes if passes is not None else opts.passes)
+        if verify_each is None:
+            verify_each = opts.verify_each
         self.verify_each = bool(os.environ.get("DSLC_DEBUG")) if verify_each is None else verify_each
-        self.print_after = print_after
-        self.ir_out = ir_out
+        self.print_after = print_after if print_after is not None else opts.print_after
+        self.ir_out = ir_out if ir_out is not None else opts.ir_out
         self.pass_manager: PassManager | None = None
         self._compiled: dict[int, CompiledRunnable] = {}  # id(group) -> the variant run last
         self._variants: dict[int, list] = {}  # id(group) -> its variants, least recently used first
@@ -222,6 +228,8 @@ class LocalSession(Session):
         if self.passes:
             self.pass_manager = PassManager(self.passes, self.verify_each, self.print_after, self.ir_out)
             self.pass_manager.run(module, redo)
+            driver_options.current().record_passes(self.pass_manager.times)
+        driver_options.current().dump(module, self.source)
 
     def run_module(self, module) -> dict:
         """Run a module (e.g. parsed from IR text); returns its tasks' outputs by blob name
@@ -284,8 +292,9 @@ class LocalSession(Session):
 
 
 def default_backend() -> str:
-    """The backend of sessions that name none: ``DSLC_BACKEND``, else interp."""
-    return os.environ.get("DSLC_BACKEND", "").strip() or "interp"
+    """The backend of sessions that name none: the driver's options' (``--backend``),
+    else ``DSLC_BACKEND``, else interp."""
+    return driver_options.default_backend()
 
 
 DUMMY_OUTPUT = ":output/ConstantFill:0"  # the output Caffe2 gives tasks that have none
