@@ -21,6 +21,9 @@ import copy
 import functools
 import os
 import struct
+import sys
+import threading
+import time
 
 import hypothesis
 import hypothesis.extra.numpy
@@ -28,6 +31,7 @@ import hypothesis.strategies as st
 import numpy as np
 
 from dslc import core, device_checker, gradient_checker, test_util, workspace
+from dslc.driver import compile_clock
 from dslc.trace.devices import BackendOption
 from dslc.proto import caffe2_pb2
 
@@ -77,6 +81,60 @@ if os.getenv("CAFFE2_HYPOTHESIS_PROFILE") or getattr(hypothesis.settings, "_curr
         None, "default"):
     hypothesis.settings.load_profile("sandcastle" if is_sandcastle() else
                                      os.getenv("CAFFE2_HYPOTHESIS_PROFILE", "dev"))
+
+
+# ----------------------------------------------------------------------------- compile time
+# An example's deadline measures running it, not compiling it. On numba the first example
+# of an op compiles its kernels (seconds, more than the 10 s deadline on a loaded machine),
+# and hypothesis then fails the test for timings that differ between runs. Compile time is
+# taken out of the example's measured time the way hypothesis takes out the time a stateful
+# test spends in its rules: added to the example's run times that hypothesis subtracts
+# (``_stateful_run_times``; older hypothesis: its draw times, also subtracted, though
+# counted by the too_slow health check, which Caffe2's profiles turn off).
+_EXEMPT_KEY = "dslc:compile"
+
+
+def _exempt(seconds: float) -> None:
+    """Do not count ``seconds`` against the deadline of the hypothesis example running now."""
+    if not _numba_listened and "numba" in sys.modules:  # (a numba compile: its backend is in use)
+        _listen_to_numba()
+    try:
+        data = hypothesis.control.current_build_context().data
+    except Exception:  # (no example running: a plain test, or compiling outside hypothesis)
+        return
+    times = getattr(data, "_stateful_run_times", None)
+    if times is None:
+        times = getattr(data, "draw_times", None)
+    if isinstance(times, dict):
+        times[_EXEMPT_KEY] = times.get(_EXEMPT_KEY, 0.0) + seconds
+
+
+def _listen_to_numba() -> None:
+    """Report numba's compiles that happen outside a dslc compile (kernels numba compiles on
+    their first call, at run time): the outermost of nested ones, each once."""
+    global _numba_listened
+    _numba_listened = True
+    from numba.core import event  # (loaded already: the backend is in use)
+    state = threading.local()
+
+    class NumbaCompiles(event.Listener):
+        def on_start(self, e):
+            depth = getattr(state, "depth", 0)
+            state.depth = depth + 1
+            if depth == 0:
+                state.start = None if compile_clock.inside() else time.perf_counter()
+
+        def on_end(self, e):
+            state.depth = getattr(state, "depth", 1) - 1
+            if state.depth == 0 and getattr(state, "start", None) is not None:
+                compile_clock.report(time.perf_counter() - state.start)
+                state.start = None
+
+    event.register("numba:compile", NumbaCompiles())
+
+
+_numba_listened = False
+compile_clock.listen(_exempt)
 
 
 # ----------------------------------------------------------------------------- strategies

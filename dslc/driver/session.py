@@ -15,7 +15,7 @@ from dslc import backends
 from dslc.runtime.values import blob_types
 from dslc.runtime.workspace import Workspace, to_user
 from dslc.driver import options as driver_options
-from dslc.driver import runner
+from dslc.driver import compile_clock, runner
 from dslc.driver.jobrunner import JobRunner
 from dslc.driver.variants import MAX_VARIANTS, Guard, generalized
 from dslc.ir.gcpause import paused
@@ -211,7 +211,7 @@ class LocalSession(Session):
     def _compile_group(self, group, existing: dict, created) -> CompiledRunnable:
         """Lower ``group`` against root blobs of the types ``existing`` gives, optimize, compile."""
         self.compiles += 1
-        with paused():
+        with paused(), compile_clock.compiling():
             module = lower_group(group, self.source, existing, created=created)
             deps = _load_types(module)  # before any pass: what the lowering assumed
             dropped = dropped_stores(module)

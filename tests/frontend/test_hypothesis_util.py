@@ -7,6 +7,8 @@ and the hand-worked ones are in the docstrings.
 """
 from __future__ import annotations
 
+import time
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -257,3 +259,72 @@ def test_workspace_calls_raise_runtime_errors_as_caffe2s_do():
     workspace.CreateNet(net, overwrite=True)
     with pytest.raises(RuntimeError):
         workspace.RunNet(net.Name())
+
+
+# ----------------------------------------------------------------------------- deadlines vs compiling
+# Caffe2's op tests run each example under a deadline; numba compiling an op's kernels in the
+# first example must not count against it (hu takes compile time out of the measured time).
+# Compiles are made slow here by sleeping inside them, so the figures do not depend on load.
+SLOW = 0.4  # seconds a compile takes here
+SHORT = settings(max_examples=3, deadline=150, derandomize=True, database=None)
+
+
+def _deadline_failure(fn):
+    """The name of the exception hypothesis raised for ``fn``, or None when it passed."""
+    try:
+        fn()
+    except Exception as e:  # DeadlineExceeded, or FlakyFailure when only some runs were slow
+        return type(e).__name__ + str(e)
+    return None
+
+
+def test_compile_time_is_not_counted_against_the_deadline():
+    from dslc.driver import compile_clock
+
+    @SHORT
+    @given(x=st.integers(0, 9))
+    def compiling(x):
+        with compile_clock.compiling():
+            time.sleep(SLOW)
+
+    @SHORT
+    @given(x=st.integers(0, 9))
+    def running(x):
+        time.sleep(SLOW)
+
+    assert _deadline_failure(compiling) is None
+    assert "Deadline" in (_deadline_failure(running) or "")  # the deadline itself still holds
+
+
+def test_a_slow_session_compile_in_an_example_is_exempt(monkeypatch):
+    real = InterpBackend.compile
+
+    def slow_compile(self, module):
+        time.sleep(SLOW)
+        return real(self, module)
+
+    monkeypatch.setattr(InterpBackend, "compile", slow_compile)
+
+    @SHORT
+    @given(X=hu.tensor(max_dim=2))
+    def one_op(X):
+        workspace.ResetWorkspace()  # (every example compiles afresh)
+        workspace.FeedBlob("X", X)
+        workspace.RunOperatorOnce(core.CreateOperator("Relu", ["X"], ["Y"]))
+        np.testing.assert_array_equal(workspace.FetchBlob("Y"), np.maximum(X, 0))
+
+    assert _deadline_failure(one_op) is None
+
+
+def test_numbas_lazy_compiles_are_exempt():
+    numba_event = pytest.importorskip("numba.core.event")
+    if not hu._numba_listened:
+        hu._listen_to_numba()
+
+    @SHORT
+    @given(x=st.integers(0, 9))
+    def lazy(x):  # what numba reports around a kernel it compiles on its first call
+        with numba_event.trigger_event("numba:compile", data={"x": x}):
+            time.sleep(SLOW)
+
+    assert _deadline_failure(lazy) is None
