@@ -24,14 +24,16 @@ class Config:
 
     log: object = None  # where Print writes (default: stderr)
     seed: int = 0  # names the random ops' streams (with each op's output blob): the session's
+    profile: object = None  # an OpProfile (runtime/profile.py): time every op call into it
 
 
 class InterpBackend:
     name = "interp"
 
-    def __init__(self, log=None, seed=None, **_options):
-        """``seed``: of the random ops' streams (None: the process's, streams.default_seed)."""
-        self.cfg = Config(log or sys.stderr, session_seed(seed))
+    def __init__(self, log=None, seed=None, profile=None, **_options):
+        """``seed``: of the random ops' streams (None: the process's, streams.default_seed);
+        ``profile``: an OpProfile every op call is timed into."""
+        self.cfg = Config(log or sys.stderr, session_seed(seed), profile)
         keep_freed_memory()
 
     def compile(self, module: Module) -> Executor:

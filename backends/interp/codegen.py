@@ -15,6 +15,7 @@ import itertools
 import linecache
 import re
 import weakref
+from time import perf_counter
 
 import numpy as np
 
@@ -144,6 +145,17 @@ class Emitter:
     def emit(self, indent: int, text: str, op=None) -> None:
         self.body.append(("    " * indent + text, op))
 
+    def emit_timed(self, indent: int, text: str, op, kind: str | None = None) -> None:
+        """``emit`` a statement that calls an op's kernel; with the backend's ``profile`` set
+        (runtime/profile.py), timed into the counter of (``kind`` or the op's name, its line)."""
+        profile = getattr(self.cfg, "profile", None)
+        if profile is None:
+            return self.emit(indent, text, op)
+        counter, clock = self.bind("p", profile.counter(kind or op.name, op.loc)), self.bind("c", perf_counter)
+        self.emit(indent, f"_t0 = {clock}()", op)
+        self.emit(indent, text, op)
+        self.emit(indent, f"{counter}[0] += {clock}() - _t0; {counter}[1] += 1", op)
+
     # --- regions and ops
     def region(self, r: Region, indent: int, targets: list[str], loop_targets) -> None:
         start = len(self.body)
@@ -202,7 +214,7 @@ class Emitter:
             self.rechecks[op] = args
         call = f"{callee}({', '.join(args)})"
         outs = [self.var(r) for r in op.results]
-        self.emit(indent, (", ".join(outs) + " = " if outs else "") + call, op)
+        self.emit_timed(indent, (", ".join(outs) + " = " if outs else "") + call, op)
 
     def op_load(self, op, indent, _):
         v, c = self.var(op.result), self.cell(op.attrs["blob"])

@@ -118,6 +118,7 @@ class Config:
     seed: int = 0  # as the interpreter's: random ops run its kernels
     min_work: float = 5000  # regions estimated to do less run on the interpreter
     nn_min_work: float = 100_000  # (the backend passes its own: DSLC_NUMBA_MIN_WORK...)
+    profile: object = None  # an OpProfile: op calls and compiled regions timed into it
     _names: object = None
 
     def namer(self):
@@ -196,7 +197,8 @@ def local_counters(module: Module) -> frozenset:
 class NumbaBackend:
     name = "numba"
 
-    def __init__(self, log=None, parallel=None, seed=None, min_work=None, nn_min_work=None, **_options):
+    def __init__(self, log=None, parallel=None, seed=None, min_work=None, nn_min_work=None, profile=None,
+                 **_options):
         """``parallel``: use the prange variant of fused kernels on large arrays (default: only
         with more than two cores, where it beats the serial kernel). ``min_work``,
         ``nn_min_work``: compile regions estimated to do at least this much (default
@@ -208,11 +210,12 @@ class NumbaBackend:
         self.seed = session_seed(seed)
         self.min_work = islands.min_work_default() if min_work is None else min_work
         self.nn_min_work = islands.nn_min_work_default() if nn_min_work is None else nn_min_work
+        self.profile = profile
         keep_freed_memory()
 
     def compile(self, module: Module) -> NumbaProgram:
         cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,
-                     seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work)
+                     seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work, profile=self.profile)
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
         return NumbaProgram(module, executor, cfg.stats, cfg.min_work)
 

@@ -66,7 +66,8 @@ class NumbaEmitter(Emitter):
         lhs = (", ".join(outs) + (" = " if len(outs) == 1 else ", = ")) if outs else ""
         passed = [self.var(v) if v not in island.unread else
                   f"({self.var(v)} if {self.var(v)} is not None else {self.bind('p', stand_in(v))})" for v in args]
-        self.emit(indent + 1, f"{lhs}{self.bind('n', call)}({', '.join(passed + gens)})", island.ops[0])
+        self.emit_timed(indent + 1, f"{lhs}{self.bind('n', call)}({', '.join(passed + gens)})", island.ops[0],
+                        f"numba region ({len(island.ops)} ops)")
 
     def op_fused(self, op, indent, loop_targets):
         if self.interpreting or not islands.compilable(op) or islands.work(op) < self.cfg.min_work:
@@ -80,7 +81,7 @@ class NumbaEmitter(Emitter):
         outs = [self.var(r) for r in op.results]
         lhs = ", ".join(outs) + (" = " if len(outs) == 1 else ", = ")
         args = [self.var(v) for v in op.operands] + cells
-        self.emit(indent, f"{lhs}{self.bind('n', call)}({', '.join(args)})", op)
+        self.emit_timed(indent, f"{lhs}{self.bind('n', call)}({', '.join(args)})", op, "numba fused")
 
 
 def stand_in(v):

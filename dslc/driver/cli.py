@@ -314,9 +314,13 @@ def _check_pass_options(args, passes) -> None:
 
 
 def _report_times(session, args) -> None:
-    """--time-passes: every pipeline this command ran (each module's, each session's), summed."""
-    if args.time_passes and driver_options.current().pass_times:
-        sys.stderr.write(driver_options.timing_table(driver_options.current().pass_times))
+    """--time-passes: every pipeline this command ran (each module's, each session's), summed;
+    --profile: the time of every op run, per type and per op."""
+    current = driver_options.current()
+    if args.time_passes and current.pass_times:
+        sys.stderr.write(driver_options.timing_table(current.pass_times))
+    if current.profiler is not None:
+        sys.stderr.write(current.profiler.table())
 
 
 def _json_or_file(args, obj) -> int:

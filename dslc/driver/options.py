@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from dslc import backends
 from dslc.ir import print_module
 from dslc.ir.diagnostics import DSLError
+from dslc.runtime.profile import OpProfile
 
 
 @dataclass
@@ -33,8 +34,12 @@ class DriverOptions:
     time_passes: bool = False
     profile: bool = False
     pass_times: list = field(default_factory=list)  # (pass, seconds) of every pipeline run so far
-    profile_records: list = field(default_factory=list)  # the programs' op profiles (backends' own)
+    profiler: OpProfile | None = None  # with ``profile``: what every session's backend times its ops into
     _dumped: int = 0
+
+    def __post_init__(self):
+        if self.profile and self.profiler is None:
+            self.profiler = OpProfile()
 
     def record_passes(self, times) -> None:
         self.pass_times.extend(times)

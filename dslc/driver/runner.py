@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 import threading
+import time
 
 from dslc.runtime import workspace as _rt
 from dslc.driver import blobs
@@ -142,6 +143,48 @@ class Workspace(_rt.Workspace):
             session._run(group)  # (session.run's checks hold for a created net: run it directly)
         return True
 
+    def benchmark_net(self, name, warmup_runs: int, main_runs: int, run_individual: bool) -> list[float]:
+        """Caffe2's ``BenchmarkNet``: run the created net ``name`` ``warmup_runs`` times, then
+        time ``main_runs`` runs; with ``run_individual``, time each op alone the same way (as
+        its own one-op net, in this workspace: an op that updates a blob updates it again).
+        Prints Caffe2's report on stdout; returns [ms per run, ms per run of op 0, op 1, ...]
+        (zeros for the ops without ``run_individual``)."""
+        net = (self._nets or {}).get(name if type(name) is str else net_name(name))
+        if net is None:
+            raise DSLError(f"no net named {net_name(name)!r} was created in this workspace", user_location(),
+                           "create it first: workspace.CreateNet(net)")
+        warmup_runs, main_runs = max(int(warmup_runs), 0), int(main_runs)
+        if main_runs < 1:
+            raise DSLError(f"BenchmarkNet needs at least one main run, got {main_runs}", user_location(),
+                           "pass main_runs >= 1")
+        print("Starting benchmark.")
+        print("Running warmup runs.")
+        self.run_net(name, warmup_runs)
+        print("Main runs.")
+        ms = _timed_ms(lambda: self.run_net(name, main_runs)) / main_runs
+        print(f"Main run finished. Milliseconds per iter: {ms:g}. Iters per second: {1000 / ms if ms else 0:g}")
+        ops = list(net.Proto().op)
+        per_op = [0.0] * len(ops)
+        if run_individual:
+            session = self.session()
+            for i, op in enumerate(ops):
+                group = _bare_group(operator_net([op]))
+                for _ in range(warmup_runs):
+                    session._run(group)
+                per_op[i] = _timed_ms(lambda: [session._run(group) for _ in range(main_runs)]) / main_runs
+                print(f"Operator #{i} ({op.output[0] if op.output else ''}, {op.type}) {per_op[i]:g} ms/iter")
+            by_type: dict[str, list] = {}
+            for op, t in zip(ops, per_op):
+                row = by_type.setdefault(op.type, [0.0, 0])
+                row[0] += t
+                row[1] += 1
+            total = sum(per_op)
+            print("Time per operator type:")
+            for kind, (t, n) in sorted(by_type.items(), key=lambda kv: -kv[1][0]):
+                print(f"{t:>15g} ms. {100 * t / total if total else 0:>10g}%. {kind} ({n} ops)")  # ("1 ops": Caffe2's words)
+            print(f"{total:>15g} ms in Total")
+        return [ms] + per_op
+
     @property
     def nets(self) -> dict:
         """{name: handle} of the nets created here (``ws.nets[name].run()``), as Caffe2's."""
@@ -233,6 +276,12 @@ def operator_net(operators):
             _op_nets.pop(next(iter(_op_nets)))
         _op_nets[key] = net
     return net
+
+
+def _timed_ms(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1e3
 
 
 _runtime_kinds: dict = {}

@@ -134,6 +134,8 @@ class LocalSession(Session):
         super().__init__()
         opts = driver_options.current()
         self._ws = ws if ws is not None else runner.current()
+        if opts.profiler is not None:
+            options.setdefault("profile", opts.profiler)
         self.backend = backends.get(backend or default_backend())(**options)
         self.source = source
         self.passes = pipeline(passes if passes is not None else opts.passes)
