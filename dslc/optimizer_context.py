@@ -5,51 +5,26 @@
 
 ``model.create_param`` looks the current context up for each of the parameter's tags
 (then ``DEFAULT``) and records the optimizer in the parameter's info; nested contexts
-add to the outer ones.
+add to the outer ones (dslc/modifier_context.py).
 """
 from __future__ import annotations
 
-import contextlib
-import threading
+from dslc.modifier_context import DEFAULT_MODIFIER, ModifierContext, UseModifierBase
 
-DEFAULT_OPTIM = "DEFAULT"
-
-
-class _Stack(threading.local):
-    frames: list | None = None
+DEFAULT_OPTIM = DEFAULT_MODIFIER
 
 
-_stack = _Stack()
-
-
-class OptimizerContext:
+class OptimizerContext(ModifierContext):
     """The optimizers in force: tag -> optimizer."""
 
-    def __init__(self, optimizers: dict):
-        self._optimizers = dict(optimizers)
-
-    @staticmethod
-    def current() -> "OptimizerContext":
-        merged: dict = {}
-        for frame in _stack.frames or ():
-            merged.update(frame)
-        return OptimizerContext(merged)
-
     def has_optimizer(self, name) -> bool:
-        return name in self._optimizers
+        return self._has_modifier(name)
 
     def get_optimizer(self, name):
         assert self.has_optimizer(name), f"{name} optimizer is not provided"
-        return self._optimizers[name]
+        return self._get_modifier(name)
 
 
-@contextlib.contextmanager
-def UseOptimizer(optim_or_dict):
-    frame = dict(optim_or_dict) if isinstance(optim_or_dict, dict) else {DEFAULT_OPTIM: optim_or_dict}
-    if _stack.frames is None:
-        _stack.frames = []
-    _stack.frames.append(frame)
-    try:
-        yield
-    finally:
-        _stack.frames.pop()
+class UseOptimizer(UseModifierBase):
+    def _context_class(self):
+        return OptimizerContext

@@ -43,7 +43,7 @@ FUNCTIONS = {
     "AveragedLoss": nm.averaged_loss, "AveragedLossGradient": nm.averaged_loss_grad,
     "Accuracy": nm.accuracy, "StopGradient": num.copy, "ZeroGradient": lambda x: None,
     "DropoutGrad": nm.dropout_grad, "Iter": nm.iter_, "LearningRate": nm.learning_rate,
-    "WeightedSum": nm.weighted_sum, "MomentumSGDUpdate": nm.momentum_sgd_update,
+    "WeightedSum": nm.weighted_sum, "WeightedSumGradient": nm.weighted_sum_grad, "MomentumSGDUpdate": nm.momentum_sgd_update,
     "SumReduceLike": nm.sum_reduce_like,
     "FCTransposed": nm.fc_transposed, "FCTransposedGradient": nm.fc_transposed_grad,
 

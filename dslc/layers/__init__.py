@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import inspect
 
-from dslc.layers import concat, fc, functional, losses, normalization
+from dslc.layers import concat, fc, functional, losses, normalization, weights
 from dslc.layers.layers import ModelLayer, register_layer
 
-_MODULES = (concat, fc, functional, losses, normalization)
+_MODULES = (concat, fc, functional, losses, normalization, weights)
 
 
 def _register(modules) -> None:

@@ -241,3 +241,122 @@ class BatchSoftmaxLoss(ModelLayer):
             inputs += [weight]
         net.SoftmaxWithLoss(inputs, self.output_schema.field_blobs(), label_prob=self.label_prob, scale=self.scale,
                             average_by_batch_size=self.average_by_batch_size)
+
+
+def _tiled_positives(net, record):
+    """(negative scores, the positive score repeated once per negative of its example)."""
+    neg = record.neg_prediction["values"]()
+    pos = net.LengthsTile([record.pos_prediction(), record.neg_prediction["lengths"]()],
+                          net.NextScopedBlob("pos_score_repeated"))
+    return neg, pos
+
+
+def _needs_ranking_fields(input_record, layer):
+    _require(schema.is_schema_subset(schema.Struct(("pos_prediction", schema.Scalar()),
+                                                   ("neg_prediction", schema.List(np.float32))), input_record),
+             f"{layer} takes a Struct with pos_prediction (a Scalar) and neg_prediction (a List of float32)")
+
+
+class BPRLoss(ModelLayer):
+    """Bayesian personalized ranking: sum over (positive, negative) pairs of softplus(neg - pos)."""
+
+    def __init__(self, model, input_record, name="bpr_loss", **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        _needs_ranking_fields(input_record, "BPRLoss")
+        self.tags.update([Tags.EXCLUDE_FROM_PREDICTION])
+        self.output_schema = schema.Scalar(np.float32, self.get_next_blob_reference("output"))
+
+    def add_ops(self, net):
+        neg, pos = _tiled_positives(net, self.input_record)
+        softplus = net.Softplus([net.Sub([neg, pos])])
+        net.ReduceFrontSum(softplus, self.output_schema.field_blobs())
+
+
+class MarginRankLoss(ModelLayer):
+    """Hinge loss over (positive, negative) pairs: max(0, margin - (pos - neg)), summed (or averaged)."""
+
+    def __init__(self, model, input_record, name="margin_rank_loss", margin=0.1, average_loss=False, **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        _require(margin >= 0, f"a hinge loss's margin is >= 0, got {margin}")
+        self._margin, self._average_loss = margin, average_loss
+        _needs_ranking_fields(input_record, "MarginRankLoss")
+        self.tags.update([Tags.EXCLUDE_FROM_PREDICTION])
+        self.output_schema = schema.Scalar(np.float32, self.get_next_blob_reference("output"))
+
+    def add_ops(self, net):
+        neg, pos = _tiled_positives(net, self.input_record)
+        ones = net.ConstantFill(neg, net.NextScopedBlob("const_1"), value=1, dtype=core.DataType.INT32)
+        loss = net.MarginRankingCriterion([pos, neg, ones], net.NextScopedBlob("rank_loss"), margin=self._margin)
+        reduce = net.AveragedLoss if self._average_loss else net.ReduceFrontSum
+        reduce(loss, self.output_schema.field_blobs())
+
+
+class BatchHuberLoss(ModelLayer):
+    """Huber loss of prediction against label: 0.5 e^2 for |e| <= delta, delta (|e| - delta/2) beyond;
+    weighted by ``weight`` when given, averaged."""
+
+    def __init__(self, model, input_record, name="batch_huber_loss", delta=1.0, **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        _require(delta > 0, f"Huber's delta is > 0, got {delta}")
+        self._delta = delta
+        _needs_fields(input_record, "BatchHuberLoss", "label", "prediction")
+        self.tags.update([Tags.EXCLUDE_FROM_PREDICTION])
+        self.output_schema = schema.Scalar(np.float32, self.get_next_blob_reference("output"))
+
+    def add_ops(self, net):
+        record = self.input_record
+        prediction = net.Squeeze(record.prediction(), net.NextScopedBlob("squeezed_prediction"), dims=[1])
+        label = record.label.field_blobs()
+        if record.label.field_type().base != record.prediction.field_type().base:
+            label = net.Cast(label, net.NextScopedBlob("cast_label"),
+                             to=schema.data_type_for_dtype(record.prediction.field_type()))
+        delta = net.ConstantFill(label, net.NextScopedBlob("delta"), value=self._delta, dtype=core.DataType.FLOAT)
+        label = net.StopGradient(label, net.NextScopedBlob("stopped_label"))
+        delta = net.StopGradient(delta, net.NextScopedBlob("stopped_delta"))
+        error = net.L1Distance([label, prediction], net.NextScopedBlob("abs_error"))
+        small = net.Min([error, delta], net.NextScopedBlob("min_error_delta"))
+        quadratic = net.Scale(net.Sqr(small), scale=0.5)
+        linear = net.Mul([net.Sub([error, small]), delta], net.NextScopedBlob("huber_linear_term"))
+        dist = net.Add([quadratic, linear], net.NextScopedBlob("huber_dist"))
+        if "weight" in record.fields:
+            dist = net.Mul([dist, _float_weight(net, record)], net.NextScopedBlob("weighted_huber_distance"))
+        net.AveragedLoss(dist, self.output_schema.field_blobs())
+
+
+class LabelSmooth(ModelLayer):
+    """Smoothed labels: a categorical label's row of ``smooth_matrix`` (n x n), or for a binary
+    label (a 2-element matrix: [low, high]) low below 0.5 and high above."""
+
+    def __init__(self, model, label, smooth_matrix, name="label_smooth", **kwargs):
+        super().__init__(model, name, label, **kwargs)
+        self.label = label
+        matrix = np.array(smooth_matrix).astype(np.float32).flatten()
+        self.binary_prob_label = matrix.size == 2
+        if self.binary_prob_label:
+            self.dim = 1
+            self.smooth_matrix = matrix
+        else:
+            self.dim = int(round(np.sqrt(matrix.size)))
+            _require(self.dim * self.dim == matrix.size, f"smooth_matrix is square, got {matrix.size} elements")
+            self.smooth_matrix = self.model.add_global_constant(
+                f"{self.name}_label_smooth_matrix", array=matrix.reshape((self.dim, self.dim)),
+                dtype=np.dtype(np.float32))
+            self.len = self.model.add_global_constant(f"{self.name}_label_dim", array=self.dim,
+                                                      dtype=np.dtype(np.int64))
+        self.output_schema = schema.Scalar((np.float32, (self.dim,)), self.get_next_blob_reference("smoothed_label"))
+
+    def add_ops(self, net):
+        label = self.label()
+        if self.binary_prob_label:
+            if self.label.field_type().base != np.float32:
+                label = net.NextScopedBlob("float32_label")
+                net.Cast([self.label()], [label], to=core.DataType.FLOAT)
+            net.StumpFunc(label, self.output_schema(), threshold=0.5, low_value=self.smooth_matrix[0],
+                          high_value=self.smooth_matrix[1])
+            return
+        if self.label.field_type().base != np.int64:
+            label = net.NextScopedBlob("int64_label")
+            net.Cast([self.label()], [label], to=core.DataType.INT64)
+        one_hot = net.NextScopedBlob("one_hot_label")
+        net.OneHot([label, self.len], [one_hot])
+        net.MatMul([one_hot, self.smooth_matrix], self.output_schema())

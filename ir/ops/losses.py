@@ -165,21 +165,71 @@ def spatial_softmax_with_loss_grad(x, label, *rest, scale=1.0):
 
 
 FUNCTIONS = {"SpatialSoftmaxWithLoss": spatial_softmax_with_loss,
-             "SpatialSoftmaxWithLossGradient": spatial_softmax_with_loss_grad}
+             "SpatialSoftmaxWithLossGradient": spatial_softmax_with_loss_grad}  # (and the distances below)
 
 
-def _squared_l2(types, attrs, n):
-    x, y = floats("SquaredL2Distance", types)
-    if x.shape is not None and y.shape is not None and x.shape != y.shape and \
-            all(a is not None for a in x.shape + y.shape):
-        type_error(f"SquaredL2Distance needs inputs of one shape, got {list(x.shape)} and {list(y.shape)}",
-                   "both inputs must have the same shape")
-    rows = None if x.shape is None else (x.shape[0] if x.shape else 1)
-    return [TensorType(x.dtype, (rows,))]
+def _row_distance(name):
+    def infer(types, attrs, n):
+        x, y = floats(name, types)
+        if x.shape is not None and y.shape is not None and x.shape != y.shape and \
+                all(a is not None for a in x.shape + y.shape):
+            type_error(f"{name} needs inputs of one shape, got {list(x.shape)} and {list(y.shape)}",
+                       "both inputs must have the same shape")
+        rows = None if x.shape is None else (x.shape[0] if x.shape else 1)
+        return [TensorType(x.dtype, (rows,))]
+    return infer
 
 
-declare("SquaredL2Distance", 2, _squared_l2, traits={PURE},
+declare("SquaredL2Distance", 2, _row_distance("SquaredL2Distance"), traits={PURE},
         doc="D[i] = 0.5 * sum((X[i] - Y[i])^2) over each row")
+declare("L1Distance", 2, _row_distance("L1Distance"), traits={PURE}, doc="D[i] = sum |X[i] - Y[i]| over each row")
+declare("L1DistanceGradient", 3, lambda t, a, n: tensors("L1DistanceGradient", t)[:2],
+        results=2, traits={PURE}, doc="(dX, dY) from (X, Y, dD) of L1Distance: sign(X - Y) dD and its negative")
+
+
+@gradient("L1Distance")
+def _(g):
+    return [GradOp("L1DistanceGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0], g.GI[1]])]
+
+
+def l1_distance(x, y):
+    d = (x - y).reshape(x.shape[0] if x.ndim else 1, -1)
+    return np.abs(d).sum(axis=1).astype(x.dtype)
+
+
+def l1_distance_grad(x, y, dd):
+    g = (np.sign(x - y) * dd.reshape((-1,) + (1,) * (x.ndim - 1))).astype(x.dtype)
+    return g, 0 - g  # (0 - g: no -0.0 where X == Y, as Caffe2)
+
+
+def _margin_ranking(types, attrs, n):
+    x1, x2, y = tensors("MarginRankingCriterion", types)
+    floats("MarginRankingCriterion", [x1, x2])
+    return [x1]
+
+
+declare("MarginRankingCriterion", 3, _margin_ranking, attrs={"margin": 1.0}, traits={PURE},
+        doc="loss = max(0, -Y (X1 - X2) + margin) elementwise; Y is +1 (X1 should rank higher) or -1")
+declare("MarginRankingCriterionGradient", 4, lambda t, a, n: [tensors("MarginRankingCriterionGradient", t)[0]] * 2,
+        attrs={"margin": 1.0}, results=2, traits={PURE},
+        doc="(dX1, dX2) from (X1, X2, Y, dLOSS): -Y dLOSS and Y dLOSS where the hinge is active, else 0")
+no_gradient("MarginRankingCriterionGradient")
+
+
+@gradient("MarginRankingCriterion")
+def _(g):
+    return [GradOp("MarginRankingCriterionGradient", [g.I[0], g.I[1], g.I[2], g.GO[0]], [g.GI[0], g.GI[1]],
+                   g.pick("margin"))]
+
+
+def margin_ranking_criterion(x1, x2, y, margin=1.0):
+    return np.maximum(0, -y * (x1 - x2) + margin).astype(x1.dtype)
+
+
+def margin_ranking_criterion_grad(x1, x2, y, dloss, margin=1.0):
+    active = (-y * (x1 - x2) + margin) >= 0
+    d1 = np.where(active, -y * dloss, 0).astype(x1.dtype)
+    return d1, 0 - d1
 declare("SquaredL2DistanceGradient", 3, lambda t, a, n: tensors("SquaredL2DistanceGradient", t)[:2],
         results=2, traits={PURE}, doc="(dX, dY) from (X, Y, dD) of SquaredL2Distance")
 
@@ -339,3 +389,8 @@ def _(g):
         type_error("the gradient of a training Dropout needs its mask",
                    "name two outputs: net.Dropout([x], [y, mask])")
     return [GradOp("DropoutGrad", [g.GO[0], g.O[1]], [g.GI[0]], g.pick("ratio", "is_test"))]
+
+
+FUNCTIONS.update({"L1Distance": l1_distance, "L1DistanceGradient": l1_distance_grad,
+                  "MarginRankingCriterion": margin_ranking_criterion,
+                  "MarginRankingCriterionGradient": margin_ranking_criterion_grad})

@@ -457,6 +457,15 @@ def weighted_sum(*xs):
     return out.astype(xs[0].dtype, copy=False)
 
 
+def weighted_sum_grad(dy, *pairs, grad_on_w=0):
+    xs, ws = pairs[0::2], pairs[1::2]
+    dxs = tuple((dy * w.reshape(())).astype(x.dtype, copy=False) for x, w in zip(xs, ws))
+    if not grad_on_w:
+        return dxs if len(dxs) > 1 else dxs[0]
+    dws = tuple(np.array([np.sum(dy * x, dtype=np.float64)], dtype=w.dtype).reshape(w.shape) for x, w in zip(xs, ws))
+    return dxs + dws
+
+
 def momentum_sgd_update(g, m, lr, p, momentum=0.0, nesterov=0):
     """(grad out, moment out, param out): Caffe2's MomentumSGDUpdate."""
     lr = lr.reshape(())

@@ -4,6 +4,7 @@ record (dslc/regularizer.py). ``FUNCTIONS`` holds the numpy semantics the interp
     LpNorm([1, -2, 0, 3], p=1) -> [6.];  p=2 -> [14.] (the squared L2 norm); average: / size
     EnsureClipped(W, min=0, max=1) -> W clipped; (W, INDICES, GRAD) -> only rows INDICES clipped
     TopK([[3, 1, 2]], k=2) -> ([[3, 2]], [[0, 2]], flat [0, 2])
+    SparseNormalize(W, INDICES, norm=1) -> the rows INDICES of W scaled to norm <= 1
 """
 from __future__ import annotations
 
@@ -139,6 +140,63 @@ def top_k_grad(dv, idx, x):
     return out
 
 
+# --- per-row updates of a sparse parameter (the rows INDICES), after the optimizer's step
+def _rows_update(name, dtypes=None):
+    def infer(types, attrs, n):
+        ts = floats(name, types, 1)
+        if len(ts) not in (2, 3):
+            type_error(f"{name} takes (param, indices[, grad]), got {len(ts)} inputs")
+        indices(name, ts[1], "indices")
+        if dtypes and ts[0].dtype not in dtypes:
+            type_error(f"{name} takes a {'/'.join(dtypes)} parameter, got {ts[0].dtype}")
+        return [ts[0]]
+    return infer
+
+
+declare("SparseNormalize", (2, 3), _rows_update("SparseNormalize", ("f32",)),
+        attrs={"use_max_norm": 1, "norm": 1.0}, traits={PURE},
+        doc="Y = PARAM with each row in INDICES scaled to L2 norm `norm` (use_max_norm: only rows whose norm "
+            "is above it), the other rows copied")
+declare("Float16SparseNormalize", (2, 3), _rows_update("Float16SparseNormalize", ("f16",)),
+        attrs={"use_max_norm": 1, "norm": 1.0}, traits={PURE}, doc="SparseNormalize of a float16 parameter")
+declare("SparseLpRegularizer", (2, 3), _rows_update("SparseLpRegularizer"), attrs={"p": 2.0, "reg_lambda": 1e-5},
+        traits={PURE}, doc="Y = PARAM with each row in INDICES shrunk: p=1 soft-thresholds by reg_lambda, p=2 "
+                           "scales by 1 - reg_lambda; the other rows copied")
+no_gradient("SparseNormalize", "Float16SparseNormalize", "SparseLpRegularizer")
+
+
+def _rows(param, idx, name):
+    rows = np.asarray(idx).reshape(-1).astype(np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= len(param)):
+        raise IndexError(f"{name}: an index is outside 0..{len(param) - 1}")
+    return rows
+
+
+def sparse_normalize(param, idx, *grad, use_max_norm=1, norm=1.0):
+    out = param.copy()
+    for r in np.unique(_rows(param, idx, "SparseNormalize")):
+        row = out[r].astype(np.float32)
+        current = np.sqrt(np.square(row).sum())
+        if use_max_norm and current <= norm:
+            continue
+        # (the factor in the parameter's type, as Caffe2's fp16 kernel rounds it: 0.4 -> 0.39990234375)
+        out[r] = out[r] * param.dtype.type(norm / (current + 1e-12))
+    return out
+
+
+def sparse_lp_regularizer(param, idx, *grad, p=2.0, reg_lambda=1e-5):
+    out = param.copy()
+    rows = np.unique(_rows(param, idx, "SparseLpRegularizer"))
+    if float(p) == 1.0:
+        out[rows] = np.sign(param[rows]) * np.maximum(np.abs(param[rows]) - reg_lambda, 0)
+    elif float(p) == 2.0:
+        out[rows] = param[rows] * (1 - reg_lambda)
+    else:
+        raise ValueError(f"SparseLpRegularizer takes p=1 or p=2, got {p}")
+    return out
+
+
 # (TopK's kernel is the interpreter's: it returns as many results as the op has)
 FUNCTIONS = {"LpNorm": lp_norm, "LpNormGradient": lp_norm_grad, "EnsureClipped": ensure_clipped,
-             "TopKGradient": top_k_grad}
+             "TopKGradient": top_k_grad, "SparseNormalize": sparse_normalize,
+             "Float16SparseNormalize": sparse_normalize, "SparseLpRegularizer": sparse_lp_regularizer}

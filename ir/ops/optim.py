@@ -7,7 +7,7 @@ gives the same parameters.
 """
 from __future__ import annotations
 
-from ..gradients import no_gradient
+from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, TensorType
 from .infer import dtype_from_code, require, tensors
@@ -129,8 +129,28 @@ def _size(shape):
     return out
 
 
-declare("WeightedSum", (2, None), _weighted_sum, traits={PURE},
-        doc="Y = X0 w0 + X1 w1 + ... (weights are one-element tensors)")
+declare("WeightedSum", (2, None), _weighted_sum, attrs={"grad_on_w": 0}, traits={PURE},
+        doc="Y = X0 w0 + X1 w1 + ... (weights are one-element tensors; `grad_on_w`: the gradient reaches "
+            "the weights too)")
+
+
+def _weighted_sum_grad(types, attrs, n):
+    ts = tensors("WeightedSumGradient", types)
+    xs, ws = ts[1::2], ts[2::2]
+    return list(xs) + (list(ws) if attrs["grad_on_w"] else [])
+
+
+declare("WeightedSumGradient", (3, None), _weighted_sum_grad, attrs={"grad_on_w": 0}, results=(1, None),
+        traits={PURE}, doc="(dX0, dX1, ...[, dw0, dw1, ...]) from (dY, X0, w0, X1, w1, ...): dXi = wi dY, "
+                           "dwi = sum(dY Xi) when `grad_on_w`")
+no_gradient("WeightedSumGradient")
+
+
+@gradient("WeightedSum")
+def _(g):
+    pairs = range(0, len(g.I), 2)
+    outs = [g.GI[k] for k in pairs] + ([g.GI[k + 1] for k in pairs] if g.args.get("grad_on_w") else [])
+    return [GradOp("WeightedSumGradient", [g.GO[0]] + list(g.I), outs, g.pick("grad_on_w"))]
 
 
 def _same(name, ts, pairs):

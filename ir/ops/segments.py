@@ -93,6 +93,8 @@ declare("SparseLengthsMean", 3, _sparse_reduce("SparseLengthsMean"), traits={PUR
 declare("SparseLengthsWeightedSum", 4, _sparse_reduce("SparseLengthsWeightedSum", weighted=True),
         traits={PURE}, doc="Y[s] = the sum of WEIGHTS[k] DATA[INDICES[k]] over segment s; inputs "
                            "(DATA, WEIGHTS, INDICES, LENGTHS)")
+declare("LengthsTile", 2, _tiled("LengthsTile"), traits={PURE, SIZED_BY_VALUES},
+        doc="the rows of DATA repeated by LENGTHS (row s LENGTHS[s] times); inputs (DATA, LENGTHS)")
 declare("LengthsSumGradient", 2, _tiled("LengthsSumGradient"), traits={PURE, SIZED_BY_VALUES},
         doc="the rows of dY repeated by LENGTHS (row s LENGTHS[s] times); inputs (dY, LENGTHS)")
 declare("LengthsMeanGradient", 2, _tiled("LengthsMeanGradient"), traits={PURE, SIZED_BY_VALUES},
@@ -248,6 +250,11 @@ def _tmp(g, what):
 @gradient("LengthsSum")
 def _(g):
     return [GradOp("LengthsSumGradient", [g.GO[0], g.I[1]], [g.GI[0]])]
+
+
+@gradient("LengthsTile")  # (tiling and summing segments are each other's transpose)
+def _(g):
+    return [GradOp("LengthsSum", [g.GO[0], g.I[1]], [g.GI[0]])]
 
 
 @gradient("LengthsMean")
@@ -572,5 +579,6 @@ FUNCTIONS = {
     "LengthsSum": lengths_sum, "LengthsMean": lengths_mean, "SparseLengthsSum": sparse_lengths_sum,
     "SparseLengthsMean": sparse_lengths_mean, "SparseLengthsWeightedSum": sparse_lengths_weighted_sum,
     "LengthsSumGradient": lengths_sum_grad, "LengthsMeanGradient": lengths_mean_grad,
+    "LengthsTile": lambda data, lengths: lengths_sum_grad(data, lengths, "LengthsTile"),
     "LengthsWeightedSumGradient": lengths_weighted_sum_grad,
 }

@@ -319,5 +319,21 @@ def unique(x):
     return values.astype(x.dtype, copy=False), inverse.astype(np.int32).reshape(x.shape)
 
 
-FUNCTIONS = {"NanCheck": nan_check, "BatchBucketOneHot": batch_bucket_one_hot, "SegmentOneHot": segment_one_hot, "Free": free, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
+def _stump(types, attrs, n):
+    (x,) = tensors("StumpFunc", types)
+    if x.dtype is not None and x.dtype != "f32":
+        type_error(f"StumpFunc takes float32, got {x.dtype}", "Cast the input to float first")
+    return [x]
+
+
+declare("StumpFunc", 1, _stump, attrs={"threshold": 0.0, "low_value": 0.0, "high_value": 0.0}, traits={PURE},
+        doc="Y = low_value where X <= threshold, else high_value")
+no_gradient("StumpFunc")
+
+
+def stump_func(x, threshold=0.0, low_value=0.0, high_value=0.0):
+    return np.where(x <= threshold, low_value, high_value).astype(x.dtype)
+
+
+FUNCTIONS = {"StumpFunc": stump_func, "NanCheck": nan_check, "BatchBucketOneHot": batch_bucket_one_hot, "SegmentOneHot": segment_one_hot, "Free": free, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
              "LengthsRangeFill": lengths_range_fill, "LengthsToShape": lengths_to_shape, "DiagonalFill": diagonal_fill}

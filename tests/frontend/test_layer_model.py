@@ -227,3 +227,54 @@ def test_bad_inputs_are_named():
         m.Dropout(m.input_feature_schema.x, ratio=1.5)
     with pytest.raises(AttributeError, match="non-registered layer: NoSuchLayer"):
         m.NoSuchLayer(m.input_feature_schema.x)
+
+
+def _forward(m, record, arrays):
+    m.output_schema = schema.Struct()
+    _, net = lmi.generate_training_nets_forward_only(m)
+    schema.FeedRecord(record, arrays)
+    workspace.RunNetOnce(net)
+
+
+def test_ranking_and_huber_losses():
+    m = _new_model()
+    rank = schema.NewRecord(m.net, schema.Struct(("pos_prediction", schema.Scalar(np.float32)),
+                                                                 ("neg_prediction", schema.List(np.float32))))
+    hinge = m.MarginRankLoss(rank, margin=0.5)
+    bpr = m.BPRLoss(rank)
+    huber_in = schema.NewRecord(m.net, schema.Struct(("label", schema.Scalar(np.float32)),
+                                                     ("prediction", schema.Scalar((np.float32, (1,))))))
+    huber = m.BatchHuberLoss(huber_in, delta=1.0)
+    pos = np.array([.5, 2.], np.float32)
+    lengths = np.array([2, 1], np.int32)
+    neg = np.array([.2, .9, 0.], np.float32)
+    y = np.array([0., 1., 5.], np.float32)
+    p = np.array([[.5], [1.], [1.]], np.float32)
+    schema.FeedRecord(huber_in, [y, p])
+    _forward(m, rank, [pos, lengths, neg])
+    pos_rep = np.repeat(pos, lengths)
+    np.testing.assert_allclose(workspace.FetchBlob(hinge()), np.maximum(0, 0.5 - (pos_rep - neg)).sum(), rtol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob(bpr()), np.log1p(np.exp(neg - pos_rep)).sum(), rtol=1e-6)
+    e = np.abs(y - p[:, 0])
+    np.testing.assert_allclose(workspace.FetchBlob(huber()), np.where(e <= 1, .5 * e * e, e - .5).mean(), rtol=1e-6)
+
+
+def test_weighting_layers_and_label_smoothing():
+    m = _new_model()
+    parts = schema.NewRecord(m.net, schema.Struct(("a", schema.Scalar((np.float32, (2,)))),
+                                                  ("b", schema.Scalar((np.float32, (2,))))))
+    learned = m.BlobWeightedSum(parts, init_weights=[2.0, -1.0])
+    fixed = m.ConstantWeight(parts, weights=[0.25, 0.75])
+    label = schema.NewRecord(m.net, schema.Scalar(np.int32))
+    smooth = m.LabelSmooth(label, [[.8, .1, .1], [.1, .8, .1], [.1, .1, .8]])
+    m.output_schema = schema.Struct()
+    init, net = lmi.generate_training_nets_forward_only(m)
+    a = np.array([[1., 2.], [3., 4.]], np.float32)
+    b = np.array([[.5, .5], [1., 0.]], np.float32)
+    schema.FeedRecord(parts, [a, b])
+    schema.FeedRecord(label, [np.array([2, 0], np.int32)])
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(net)
+    np.testing.assert_allclose(workspace.FetchBlob(learned()), 2 * a - b)
+    np.testing.assert_allclose(workspace.FetchBlob(fixed()), .25 * a + .75 * b)
+    np.testing.assert_allclose(workspace.FetchBlob(smooth()), [[.1, .1, .8], [.8, .1, .1]], rtol=1e-6)

@@ -76,3 +76,39 @@ def test_top_k_larger_than_the_row_is_a_located_error():
     net.TopK(["a"], ["v", "i"], k=5)
     with pytest.raises(DSLError, match="TopK k=5"):
         workspace.RunNetOnce(net)
+
+
+W = np.array([[3., 4.], [.3, .4], [1., 0.], [6., 8.]], np.float32)
+
+
+@pytest.mark.parametrize("use_max_norm,expected", [
+    (True, [[.6, .8], [.3, .4], [1., 0.], [6., 8.]]),   # row 0 (norm 5) scaled to 1, row 1 (0.5) kept
+    (False, [[.6, .8], [.6, .8], [1., 0.], [6., 8.]]),  # both listed rows scaled to 1 (row 1 twice: same)
+])
+def test_sparse_normalize(backend, use_max_norm, expected):
+    workspace.FeedBlob("w", W)
+    workspace.FeedBlob("i", np.array([0, 1, 1], np.int64))
+    _run(backend, core.CreateOperator("SparseNormalize", ["w", "i"], ["w"], use_max_norm=use_max_norm, norm=1.0))
+    np.testing.assert_allclose(workspace.FetchBlob("w"), expected, rtol=1e-6)
+
+
+def test_float16_sparse_normalize_rounds_the_factor_as_caffe2(backend):
+    workspace.FeedBlob("w", W.astype(np.float16))
+    workspace.FeedBlob("i", np.array([0, 3], np.int64))
+    _run(backend, core.CreateOperator("Float16SparseNormalize", ["w", "i"], ["w"], use_max_norm=True, norm=2.0))
+    out = workspace.FetchBlob("w")
+    assert out.dtype == np.float16
+    # 3 * fp16(0.4) = 3 * 0.39990234375 -> 1.19921875 (Caffe2's figure; 1.2 itself would round up)
+    assert out.tolist() == [[1.19921875, 1.599609375], [0.300048828125, 0.39990234375], [1.0, 0.0],
+                            [1.19921875, 1.599609375]]
+
+
+@pytest.mark.parametrize("p,expected", [
+    (1.0, [[2.5, 3.5], [.3, .4], [.5, 0.], [6., 8.]]),  # rows 0, 2 soft-thresholded by 0.5
+    (2.0, [[1.5, 2.], [.3, .4], [.5, 0.], [6., 8.]]),   # rows 0, 2 scaled by 1 - 0.5
+])
+def test_sparse_lp_regularizer(backend, p, expected):
+    workspace.FeedBlob("w", W)
+    workspace.FeedBlob("i", np.array([0, 2], np.int64))
+    _run(backend, core.CreateOperator("SparseLpRegularizer", ["w", "i"], ["w"], p=p, reg_lambda=0.5))
+    np.testing.assert_allclose(workspace.FetchBlob("w"), expected, rtol=1e-6)
