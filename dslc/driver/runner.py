@@ -24,7 +24,8 @@ from dslc.ir.diagnostics import DSLError, DSLTypeError
 from dslc.runtime.proto import caffe2 as caffe2_pb2
 from dslc.trace import devices
 from dslc.trace.net import Net
-from dslc.trace.netdef import parse_message
+from dslc.trace import netdef_wire
+from dslc.trace.netdef import is_bulky, parse_message
 from dslc.trace.steps import iter_nets
 from dslc.trace.task import BareTask, TaskGroup, WorkspaceType, wrap_runnable
 from dslc.trace.tracing import user_location
@@ -100,8 +101,8 @@ class Workspace(_rt.Workspace):
         """Check and compile ``net`` so that ``run_net(name)`` runs it; every blob it reads
         before writing must exist already (Caffe2 makes each op at this point, and an op
         whose input is missing fails). Type errors wait for the run, as in Caffe2."""
-        if isinstance(net, (bytes, bytearray)):
-            net = parsed(caffe2_pb2.NetDef, net, "the net")
+        if isinstance(net, (bytes, bytearray, memoryview)):
+            net = _bytes_net(net)
         name = net_name(net)  # (a NetDef's own name, even if its Net is named apart)
         net = as_net(net)
         if not hasattr(net, "_ops"):
@@ -214,19 +215,27 @@ def net_name(net) -> str:
         return net
     if isinstance(net, caffe2_pb2.NetDef):
         return net.name
+    if isinstance(net, _NamedNet):
+        return net._given_name
     return net.Name() if hasattr(net, "Name") else str(net)
 
 
 _message_nets: dict = {}  # NetDef bytes -> the Net made from it (its compiled plan is reused)
+HEAVY = 1 << 22  # a NetDef of at least this many bytes is a model's weights, not a net run often
 
 
-def as_net(net):
+def as_net(net, what: str = "the net"):
     """``net``, or the Net a NetDef message (or its serialized bytes) describes (the same Net
-    for the same message)."""
-    if isinstance(net, (bytes, bytearray)):
-        net = parsed(caffe2_pb2.NetDef, net, "the net")
+    for the same message). A net of a model's weights (``HEAVY`` bytes or more, or a
+    message with a fill of more than a few thousand values) is read at the speed of its
+    bytes (dslc/trace/netdef_wire.py) and made afresh each time: kept, its weights would
+    stay in memory after the run."""
+    if isinstance(net, (bytes, bytearray, memoryview)):
+        net = _bytes_net(net, what)
     if not isinstance(net, caffe2_pb2.NetDef):
         return net
+    if any(map(is_bulky, net.op)):
+        return Net(net)
     key = net.SerializeToString(deterministic=True)
     got = _message_nets.get(key)
     if got is None:
@@ -234,6 +243,24 @@ def as_net(net):
             _message_nets.pop(next(iter(_message_nets)))
         got = _message_nets[key] = Net(net)
     return got
+
+
+def _bytes_net(data, what: str = "the net"):
+    """The NetDef message of serialized bytes, or for a model's weights the Net itself (made
+    without a message holding the weights; its Proto() is named as the bytes' NetDef is)."""
+    if len(data) < HEAVY:
+        return parsed(caffe2_pb2.NetDef, data, what)
+    msg, bulk = netdef_wire.split(data, user_location(), what)
+    return _NamedNet(msg, _bulk=bulk)
+
+
+class _NamedNet(Net):
+    """A Net made from a NetDef of a model's weights, known by the NetDef's own name (as
+    the message it stands for would be)."""
+
+    def __init__(self, msg, _bulk):
+        super().__init__(msg, _bulk=_bulk)
+        self._given_name = msg.name
 
 
 def _read_first(net) -> list[str]:

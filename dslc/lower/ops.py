@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslc.trace.oprecord import FILL_ALIASES, OpRecord
+from dslc.trace.oprecord import FILL_ALIASES, OpRecord, is_operator
 from dslc.ir.budget import foldable
 from dslc.ir.diagnostics import DSLError, UnknownOperatorError, VerifyError, warn_unused_args
 from dslc.ir.escape import brief
@@ -15,6 +15,29 @@ from dslc.ir.types import ANY, NUMPY_DTYPES
 from .blocks import Block, is_sync
 from .control import CONTROL_OPS, lower_control
 from .kept import kept_values
+
+
+_LISTED = 20  # unknown operators named one by one in the error (the rest are counted)
+
+
+def check_known(records, net_name: str) -> None:
+    """Raise one UnknownOperatorError naming every op of ``records`` (a net's ops, in order)
+    whose type dslc does not have, each with its index in the net and its name, so that
+    a converted model's gaps show in one run. ``error.unknown`` lists (index, type, name)."""
+    unknown = [(i, rec) for i, rec in enumerate(records)
+               if not (is_operator(rec.type) or rec.type in CONTROL_OPS)]
+    if not unknown:
+        return
+    types = sorted({rec.type for _, rec in unknown})
+    listed = ", ".join(f"#{i} {rec.type}" + (f" ({rec.extra['name']!r})" if rec.extra.get("name") else "")
+                       for i, rec in unknown[:_LISTED])
+    more = f", and {len(unknown) - _LISTED} more" if len(unknown) > _LISTED else ""
+    which = f"{len(unknown)} ops of types dslc does not have" if len(unknown) > 1 else "an op of a type dslc does not have"
+    e = UnknownOperatorError(f"net {net_name!r} has {which} ({', '.join(types)}): {listed}{more}",
+                             unknown[0][1].loc, "`dslc ops` lists the operators dslc has; "
+                             "replace these ops, or run the net where they are defined")
+    e.unknown = [(i, rec.type, rec.extra.get("name", "")) for i, rec in unknown]
+    raise e
 
 
 def lower_op(blk: Block, rec: OpRecord) -> None:

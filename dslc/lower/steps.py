@@ -26,7 +26,7 @@ from dslc.ir.types import I64, INT_DTYPES, TensorType
 from dslc.trace.builder_base import NetBuilder, StopIf
 
 from .blocks import Block, Scope
-from .ops import lower_op
+from .ops import check_known, lower_op
 from .records import names_read, names_written
 
 
@@ -74,7 +74,9 @@ def lower_seq(blk: Block, items, in_loop: bool) -> None:
 
 def lower_item(blk: Block, item) -> None:
     if isinstance(item, Net):
-        for rec in item._ops:
+        ops = item._ops
+        check_known(ops, item.Name())
+        for rec in ops:
             lower_op(blk, rec)
     elif isinstance(item, ExecutionStep):
         lower_step(blk, item)

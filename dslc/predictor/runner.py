@@ -12,7 +12,7 @@ parameters are the others), in the net's order.
 from __future__ import annotations
 
 from dslc.driver.blobs import fetch
-from dslc.driver.runner import Workspace
+from dslc.driver.runner import HEAVY, Workspace, as_net
 from dslc.ir.diagnostics import DSLError
 from dslc.trace.net import Net
 from dslc.trace.netdef import parse_message
@@ -24,13 +24,20 @@ class PredictorError(DSLError, RuntimeError):
     """Inputs that do not fit the predict net."""
 
 
-def _netdef(net, what: str) -> caffe2_pb2.NetDef:
-    if isinstance(net, str):  # (Python 2's str of the bytes, as Caffe2's tests pass them)
+def _given(net, what: str):
+    """The bytes, NetDef or Net a caller passed (a str is Python 2's str of the bytes, as
+    Caffe2's tests pass them)."""
+    if isinstance(net, str):
         try:
-            net = net.encode("latin-1")
+            return net.encode("latin-1")
         except UnicodeEncodeError:
             raise PredictorError(f"the {what} is a str that is not serialized bytes", user_location(),
                                  "pass net.Proto() or net.Proto().SerializeToString()") from None
+    return net
+
+
+def _netdef(net, what: str) -> caffe2_pb2.NetDef:
+    net = _given(net, what)
     if isinstance(net, (bytes, bytearray)):
         return parse_message(caffe2_pb2.NetDef, net, f"the {what}", user_location(),
                              "pass net.Proto() or net.Proto().SerializeToString()")
@@ -40,8 +47,13 @@ def _netdef(net, what: str) -> caffe2_pb2.NetDef:
 class Predictor:
     def __init__(self, init_net, predict_net):
         self._ws = Workspace()
-        init, predict = _netdef(init_net, "init net"), _netdef(predict_net, "predict net")
-        self._ws.run(Net(init))
+        init = _given(init_net, "init net")
+        if isinstance(init, (bytes, bytearray)) and len(init) < HEAVY:
+            init = _netdef(init, "init net")  # (a model's weights are read apart, by as_net)
+        predict = _netdef(predict_net, "predict net")
+        # (the init net runs once: a Net made afresh from a NetDef, its weights held by the workspace alone)
+        self._ws.run(init if isinstance(init, Net) else Net(init) if isinstance(init, caffe2_pb2.NetDef)
+                     else as_net(init, "the init net"))
         self._net = Net(predict)
         self.input_names = [b for b in predict.external_input if not self._ws.has_blob(b)]
         self.output_names = list(predict.external_output)

@@ -5,15 +5,27 @@ Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/trace/net_rec
 """
 from __future__ import annotations
 
+import hashlib
+
+import numpy as np
 
 from dslc.trace import names, net_clone, netdef
 from dslc.trace.blobref import BlobReference, CurrentNameScope, ScopedBlobReference, ScopedName
 from dslc.ir.diagnostics import TraceError
 from dslc.ir.gcpause import paused
 from dslc.trace.net_record import NetRecording, _OpRecorder
-from dslc.trace.oprecord import OpRecord
+from dslc.trace.oprecord import FILL_ALIASES, OpRecord
 from dslc.runtime.proto import caffe2 as caffe2_pb2
 from dslc.trace.tracing import call_site, user_location
+
+
+_BULK = 1 << 16  # a fill's values of at least this many bytes are held by its record alone
+
+
+def _digest(msg) -> bytes:
+    """A digest of ``msg``'s bytes: what _pull compares (a net of a model's weights is not
+    kept a second time as bytes)."""
+    return hashlib.blake2b(msg.SerializeToString(), digest_size=16).digest()
 
 
 def _not_a_name(got):
@@ -37,9 +49,10 @@ class Net(NetRecording):
     _op_names: dict[int, str] | None = None  # op index -> the name PopulateProtoWithFileName gave it
     _message = None  # the NetDef Proto() hands out (``_proto``), kept in step with the records (see _pull)
     _source = None  # a copied NetDef's bytes, until its message is first asked for (``_proto``)
-    _synced = None  # _proto's bytes when it last agreed with the records (None: not known)
+    _synced = None  # _proto's digest when it last agreed with the records (None: not known)
+    _bulk_args: list | tuple = ()  # (op index, arg name) of the fill values _source leaves out
 
-    def __init__(self, name_or_proto=None, inplace=False, _prefix=None):
+    def __init__(self, name_or_proto=None, inplace=False, _prefix=None, _bulk=None):
         """A new net named ``name_or_proto``, or a copy of a Net or of a NetDef message
         (``net.Proto()``, or one parsed or built by hand): its ops, external inputs and outputs."""
         # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
@@ -55,16 +68,24 @@ class Net(NetRecording):
         if isinstance(src, Net):
             self.AppendNet(src)
         elif src is not None:
-            self._copy_proto(src)
+            self._copy_proto(src, _bulk)
 
-    def _copy_proto(self, proto) -> None:
+    def _copy_proto(self, proto, bulk=None) -> None:
         """The ops of a NetDef (the very records, for ops made from records), its external
         lists, and its other fields (type, arg ...), which the copy's Proto() keeps.
+        ``bulk``: {(op index, arg name): array} read apart from ``proto`` (a fill's values,
+        dslc/trace/netdef_wire.py).
 
         The copy is kept as bytes (protobuf's wire form is about a tenth of its message
         in memory: 29 against some 330 bytes per op of a NetDef of 200k ops), its message
-        made when something first asks for it (Proto(), a recorded op, a clone)."""
-        self._load(proto, user_location())
+        made when something first asks for it (Proto(), a recorded op, a clone). A fill's
+        values are not in those bytes: they are in its record, as one array (a model's
+        weights are held once), and go back into the message when it is made."""
+        self._load(proto, user_location(), bulk)
+        self._bulk_args = [(i, name) for i, rec in enumerate(self._op_list) if rec.type in FILL_ALIASES
+                           for name, v in rec.args.items() if isinstance(v, np.ndarray) and v.nbytes >= _BULK]
+        if self._bulk_args or bulk:
+            proto = netdef.without_args(proto, self._bulk_args)
         # (bytes parse as one message merged from both parts: the net's own name, last, wins)
         self._source = proto.SerializeToString() + caffe2_pb2.NetDef(name=self._name).SerializeToString()
 
@@ -76,17 +97,27 @@ class Net(NetRecording):
         if msg is None and self._source is not None:
             msg = self._message = caffe2_pb2.NetDef.FromString(self._source)
             self._source = None
-            self._synced = msg.SerializeToString()  # (the records were made from it)
+            for i, name in self._bulk_args:
+                netdef.set_argument(msg.op[i].arg.add(), name, self._op_list[i].args[name])
+            self._bulk_args = ()
+            self._synced = _digest(msg)  # (the records were made from it)
         return msg
 
     @_proto.setter
     def _proto(self, msg) -> None:
         self._message, self._source = msg, None
 
-    def _load(self, msg, loc) -> None:
-        """Records from the NetDef ``msg`` (ops the user added or changed are located at ``loc``)."""
+    def _load(self, msg, loc, bulk=None) -> None:
+        """Records from the NetDef ``msg`` (ops the user added or changed are located at ``loc``;
+        ``bulk`` as in _copy_proto)."""
         with paused():  # (a record per op, each a few objects: no rescan of them all as they come)
-            self._op_list = [netdef.op_record(op, loc) for op in msg.op]
+            if bulk:
+                by_op: dict = {}
+                for (i, name), value in bulk.items():
+                    by_op.setdefault(i, {})[name] = value
+                self._op_list = [netdef.op_record(op, loc, by_op.get(i)) for i, op in enumerate(msg.op)]
+            else:
+                self._op_list = [netdef.op_record(op, loc) for op in msg.op]
         self._op_names = None
         for i, (op, rec) in enumerate(zip(msg.op, self._op_list)):
             if op.name != rec.extra.get("name", ""):  # (a name PopulateProtoWithFileName gave)
@@ -118,7 +149,7 @@ class Net(NetRecording):
         Bytes equal to those it had when it last agreed with the records answer first:
         building it afresh costs far more than serializing it (a NetDef of 200k ops)."""
         mine = self._proto
-        now = mine.SerializeToString()
+        now = _digest(mine)
         if now == self._synced:
             return
         fresh = self._fresh()
@@ -133,7 +164,7 @@ class Net(NetRecording):
         """Rewrite the handed-out NetDef from the records (its other fields stay)."""
         netdef.fill_net(self._proto, self._name, self._op_list, self._op_names or {}, self._external_inputs,
                         self._external_outputs)
-        self._synced = self._proto.SerializeToString()
+        self._synced = _digest(self._proto)
 
     def _mirror(self, rec: OpRecord, new_inputs) -> None:
         """Append one just-recorded op (and the external inputs it added) to the handed-out NetDef."""

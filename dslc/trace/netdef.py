@@ -27,10 +27,11 @@ from google.protobuf.message import Message
 from dslc.ir.diagnostics import DSLError, Location
 from dslc.ir.escape import brief
 from dslc.ir.pyrefs import PyRef
-from dslc.trace.oprecord import OpRecord
+from dslc.trace.oprecord import FILL_ALIASES, OpRecord
 from dslc.runtime.proto import caffe2 as caffe2_pb2
 
 _REMEMBERED = 1 << 17  # op messages whose records are kept (oldest forgotten first)
+_BULKY = 1 << 12  # an op with more values than this is not remembered (a fill of a model's weights)
 _known: OrderedDict[bytes, OpRecord] = OrderedDict()
 _objects: dict[str, object] = {}  # token -> the object registered under it
 _TOKEN = "dslc.object:"
@@ -74,6 +75,11 @@ def set_argument(arg, name: str, value) -> None:
     """Fill ``arg`` (an Argument message) with ``name`` and ``value`` (see the module docstring)."""
     arg.name = name
     if isinstance(value, np.ndarray):
+        if value.ndim and value.size > 1024 and value.dtype.kind == "f":
+            # (protobuf parses packed floats as one copy; extending the field takes them one by one)
+            body = np.ascontiguousarray(value, dtype="<f4").tobytes()
+            arg.MergeFromString(_PACKED_FLOATS + varint_bytes(len(body)) + body)
+            return
         value = value.reshape(-1).tolist() if value.ndim else value.item()
     if isinstance(value, (bool, int, np.integer)):
         arg.i = int(value)
@@ -96,6 +102,19 @@ def set_argument(arg, name: str, value) -> None:
     else:
         raise ProtoError(f"argument {name!r} of type {type(value).__name__} has no protobuf form", None,
                          "arguments are numbers, strings, lists of them, nets or tensors")
+
+
+_PACKED_FLOATS = bytes([caffe2_pb2.Argument.DESCRIPTOR.fields_by_name["floats"].number << 3 | 2])
+
+
+def varint_bytes(n: int) -> bytes:
+    """``n`` as protobuf's varint."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def _set_list(arg, name: str, values: list) -> None:
@@ -146,7 +165,8 @@ def fill_op(msg, rec: OpRecord, name: str | None = None, in_net: bool = False):
         msg.is_gradient_op = True
     if extra.get("debug_info"):
         msg.debug_info = extra["debug_info"]
-    _remember(msg.SerializeToString(deterministic=True), rec)
+    if not is_bulky(msg):
+        _remember(msg.SerializeToString(deterministic=True), rec)
     return msg
 
 
@@ -165,6 +185,38 @@ def fill_net(msg, name: str, records, op_names: dict, external_inputs, external_
     msg.external_input.extend(external_inputs)
     del msg.external_output[:]
     msg.external_output.extend(external_outputs)
+
+
+def without_args(msg, drop):
+    """A copy of the NetDef ``msg`` without the arguments ``drop`` lists as (op index, arg
+    name), made without copying them (a model's weights)."""
+    by_op: dict = {}
+    for i, name in drop:
+        by_op.setdefault(i, set()).add(name)
+    out = caffe2_pb2.NetDef()
+    _copy_fields(out, msg, "op")
+    for i, op in enumerate(msg.op):
+        names = by_op.get(i)
+        if not names:
+            out.op.add().CopyFrom(op)
+            continue
+        small = out.op.add()
+        _copy_fields(small, op, "arg")
+        small.arg.extend(a for a in op.arg if a.name not in names)
+    return out
+
+
+def _copy_fields(dst, src, skip: str) -> None:
+    """Set ``dst``'s fields to ``src``'s, all but ``skip``."""
+    for fd, value in src.ListFields():
+        if fd.name == skip:
+            continue
+        if isinstance(value, Message):
+            getattr(dst, fd.name).CopyFrom(value)
+        elif isinstance(value, (str, bytes, int, float)):
+            setattr(dst, fd.name, value)
+        else:
+            getattr(dst, fd.name).extend(value)
 
 
 def _remember(key: bytes, rec: OpRecord) -> None:
@@ -207,21 +259,47 @@ def _utf8(b: bytes) -> bool:
 _NOTHING: dict = {}  # the args and extra of a record that has none (shared: records are never changed)
 
 
-def op_record(msg, loc: Location | None) -> OpRecord:
+def is_bulky(op) -> bool:
+    """Whether the OperatorDef ``op`` holds a long list of values (a fill of a model's
+    weights), asked without serializing it (protobuf's ByteSize() would, in full)."""
+    return any(a.name == "values" and (len(a.floats) > _BULKY or len(a.ints) > _BULKY) for a in op.arg)
+
+
+def _fill_values(msg_type: str, arg):
+    """A fill's ``values`` as one array (the field's own type: float32 or int64), read from
+    the message's repeated field by numpy in one call; None for the other arguments."""
+    if arg.name != "values" or FILL_ALIASES.get(msg_type, np.object_) is np.object_:
+        return None
+    if len(arg.floats):
+        return np.array(arg.floats, dtype=np.float32)
+    if len(arg.ints):
+        return np.array(arg.ints, dtype=np.int64)
+    return None
+
+
+def op_record(msg, loc: Location | None, bulk: dict | None = None) -> OpRecord:
     """The op record of an OperatorDef: the record it was made from if it still matches one,
-    else a new record at ``loc`` (where the message entered dslc)."""
-    if _known:
+    else a new record at ``loc`` (where the message entered dslc). ``bulk``: arguments
+    read apart from the message (dslc/trace/netdef_wire.py), by name, as arrays.
+
+    A fill's values become one array (never a list of Python numbers): a model's weights
+    take their own size once."""
+    if _known and not bulk and not is_bulky(msg):
         known = _known.get(msg.SerializeToString(deterministic=True))
         if known is not None:
             return known
-    if not msg.arg and not msg.name and not msg.engine and not msg.control_input and not msg.is_gradient_op \
-            and not msg.debug_info and not msg.HasField("device_option"):
+    if not msg.arg and not bulk and not msg.name and not msg.engine and not msg.control_input \
+            and not msg.is_gradient_op and not msg.debug_info and not msg.HasField("device_option"):
         # (most ops of a NetDef from a file: no argument, no name; blob names interned, so
         # each is held once however many ops name it; a NetDef of 200k ops is 200k records)
         return OpRecord(intern(msg.type), tuple(map(intern, msg.input)), tuple(map(intern, msg.output)), _NOTHING, loc,
                         _NOTHING)
     args = {}
     for arg in msg.arg:
+        value = _fill_values(msg.type, arg) if msg.type in FILL_ALIASES else None
+        if value is not None:
+            args[arg.name] = value
+            continue
         value = argument_value(arg)
         if isinstance(value, str) and value.startswith(_TOKEN):
             if value not in _objects:
@@ -231,6 +309,8 @@ def op_record(msg, loc: Location | None) -> OpRecord:
                                  "record the op with net.Python(f)(...) in this process")
             value = _objects[value]
         args[arg.name] = value
+    if bulk:
+        args.update(bulk)
     extra = {}
     if msg.name:
         extra["name"] = msg.name
@@ -251,4 +331,5 @@ def op_record(msg, loc: Location | None) -> OpRecord:
 
 
 __all__ = ["ProtoError", "argument_value", "fill_net", "fill_op", "op_message", "op_record", "parse_message",
+           "is_bulky", "varint_bytes", "without_args",
            "register_object", "set_argument"]

@@ -7,6 +7,8 @@ reuses its results. Earlier ops of enclosing regions count; isolated regions
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..analysis import PLAN_OPS
@@ -65,8 +67,23 @@ def _constant_key(op):
     if len(attrs) == 1:
         value = attrs.get("value")
         if type(value) is np.ndarray and value.dtype.kind != "O":
+            if value.nbytes > _DIGEST_BYTES:  # (a model's weights: not copied into a key; see _interchangeable)
+                return (op.name, "nd", value.dtype, value.shape, _digest(value))
             return (op.name, "nd", value.dtype, value.shape, value.tobytes())
     return (op.name, (), _freeze_attrs(attrs) if attrs else ())
+
+
+_DIGEST_BYTES = 1 << 12  # a constant larger than this is keyed by a digest of its bytes
+
+
+def _digest(value: np.ndarray) -> bytes:
+    return hashlib.blake2b(memoryview(np.ascontiguousarray(value)).cast("B"), digest_size=16).digest()
+
+
+def _large_const(op):
+    """The value of a Const keyed by its digest, else None."""
+    value = op.attrs.get("value") if len(op.attrs) == 1 else None
+    return value if type(value) is np.ndarray and value.dtype.kind != "O" and value.nbytes > _DIGEST_BYTES else None
 
 
 def _interchangeable(op, first) -> bool:
@@ -74,7 +91,10 @@ def _interchangeable(op, first) -> bool:
     candidate key (which holds the name, operands and, without operands, attributes)."""
     if not _same_types(op, first):
         return False
-    return not op.operands or _freeze_attrs(op.attrs) == _freeze_attrs(first.attrs)
+    if not op.operands:
+        big = _large_const(op)
+        return big is None or np.array_equal(big, first.attrs["value"])  # (equal digests: the bytes decide)
+    return _freeze_attrs(op.attrs) == _freeze_attrs(first.attrs)
 
 
 def _same_types(a, b) -> bool:
