@@ -204,3 +204,7 @@ def create_resnet50(model, data, num_input_channels, num_labels, label=None, is_
                           num_width_per_group=64, label=label, is_test=is_test, no_loss=no_loss,
                           no_bias=no_bias, conv1_kernel=conv1_kernel, conv1_stride=conv1_stride,
                           final_avg_kernel=final_avg_kernel)
+
+
+__all__ = ["RESNEXT_BLOCK_CONFIG", "RESNEXT_STRIDES", "ResNetBuilder", "create_resnet50", "create_resnet_32x32",
+           "create_resnext"]

@@ -12,7 +12,7 @@ parameters are the others), in the net's order.
 from __future__ import annotations
 
 from dslc.driver.blobs import fetch
-from dslc.driver.runner import HEAVY, Workspace, as_net
+from dslc.driver.runner import HEAVY as _HEAVY, Workspace, as_net as _as_net
 from dslc.ir.diagnostics import DSLError
 from dslc.trace.net import Net
 from dslc.trace.netdef import parse_message
@@ -48,12 +48,12 @@ class Predictor:
     def __init__(self, init_net, predict_net):
         self._ws = Workspace()
         init = _given(init_net, "init net")
-        if isinstance(init, (bytes, bytearray)) and len(init) < HEAVY:
+        if isinstance(init, (bytes, bytearray)) and len(init) < _HEAVY:
             init = _netdef(init, "init net")  # (a model's weights are read apart, by as_net)
         predict = _netdef(predict_net, "predict net")
         # (the init net runs once: a Net made afresh from a NetDef, its weights held by the workspace alone)
         self._ws.run(init if isinstance(init, Net) else Net(init) if isinstance(init, caffe2_pb2.NetDef)
-                     else as_net(init, "the init net"))
+                     else _as_net(init, "the init net"))
         self._net = Net(predict)
         self.input_names = [b for b in predict.external_input if not self._ws.has_blob(b)]
         self.output_names = list(predict.external_output)
