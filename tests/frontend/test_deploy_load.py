@@ -184,3 +184,21 @@ def test_an_init_net_message_allocates_its_weights_once():
         tracemalloc.stop()
     assert np.array_equal(workspace.FetchBlob("w"), big)
     assert peak <= 1.3 * big.nbytes, peak / big.nbytes
+
+
+def test_large_constants_merge_only_when_their_bytes_are_equal():
+    """cse keys a large constant by a sample of its elements (not a copy of its bytes): equal
+    fills still share one constant, and fills that differ where no sample looks (one element,
+    or 0.0 against -0.0) stay apart."""
+    base = RNG.standard_normal(5000).astype(np.float32)
+    base[1] = 0.0
+    other, signed = base.copy(), base.copy()
+    other[1001] += 1.0  # (not one of the 64 elements sampled every 78)
+    signed[1] = -0.0
+    net = caffe2_pb2.NetDef(name="consts")
+    for name, values in (("a", base), ("same", base), ("other", other), ("signed", signed)):
+        _fill(net, "GivenTensorFill", name, values, values.shape)
+    workspace.RunNetOnce(net)
+    for name, values in (("a", base), ("same", base), ("other", other), ("signed", signed)):
+        got = workspace.FetchBlob(name)
+        assert got.tobytes() == values.tobytes(), name
