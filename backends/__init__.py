@@ -23,7 +23,7 @@ import importlib
 from dslc.ir.diagnostics import DSLError
 
 BUILTIN = {"interp": "dslc.backends.interp:InterpBackend", "text": "dslc.backends.text:TextBackend",
-           "numba": "dslc.backends.numba:NumbaBackend"}
+           "numba": "dslc.backends.numba:NumbaBackend", "xla": "dslc.backends.xla:XlaBackend"}
 # cluster backends: what a multi-node session needs of a cluster system (start or join a
 # cluster, split a module by node, the per-node worker). They run no module themselves, so
 # they are not among ``names()``.

@@ -21,6 +21,15 @@ from dslc.trace import names
 from dslc.session import LocalSession
 
 BACKENDS = ["interp", "numba"]
+# The xla backend (JAX, an optional extra) runs where the tensor ops are: the random-program
+# tests and the op tests of nets and their gradients (folders or files under tests/; a
+# module's own `backend` parametrization is left alone). Without JAX those instances skip.
+XLA_TESTS = ("random/", "ir/ops/test_nn_ops.py", "ir/ops/test_nn_grads.py", "backends/xla/")
+try:
+    import jax  # noqa: F401
+    HAVE_JAX = True
+except ImportError:
+    HAVE_JAX = False
 
 # Test modules import shared helpers and one another by bare name (``import programs``,
 # ``from markers import Markers``, ``from test_job_files import JOB``) wherever in tests/
@@ -50,7 +59,7 @@ streams._PROCESS_SEED[:] = [0]
 
 # Markers (registered in pyproject.toml; the README's inner loop deselects the costly ones):
 # a folder's, and per test what its parameters or fixtures say.
-FOLDER_MARKS = {"backends/numba": "numba", "random": "random"}
+FOLDER_MARKS = {"backends/numba": "numba", "backends/xla": "xla", "random": "random"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by them
@@ -62,6 +71,8 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
         if _runs_on_numba(item):
             item.add_marker("numba")
+        if _runs_on(item, "xla"):
+            item.add_marker("xla")
         if "ray_cluster" in item.fixturenames or item.get_closest_marker("slow_cluster") \
                 or folder == "distributed":
             item.add_marker("cluster")
@@ -83,11 +94,25 @@ def _pipeline_parameter(item):
 def _runs_on_numba(item) -> bool:
     """A test instance parametrized to the numba backend (by the ``backend`` fixture, a
     backend or device list, ``ray_session``): its id or a parameter says ``numba``."""
+    return _runs_on(item, "numba")
+
+
+def _runs_on(item, backend: str) -> bool:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return False
-    return "numba" in callspec.id.split("-") or any(
-        isinstance(v, str) and v == "numba" for v in callspec.params.values())
+    return backend in callspec.id.split("-") or any(
+        isinstance(v, str) and v == backend for v in callspec.params.values())
+
+
+def pytest_generate_tests(metafunc):
+    """The ``backend`` fixture's backends: BACKENDS, and "xla" too in the XLA_TESTS modules."""
+    if "backend" not in metafunc.fixturenames or any(
+            "backend" in m.args[0] for m in metafunc.definition.iter_markers("parametrize")):
+        return
+    where = os.path.relpath(str(metafunc.definition.path), TESTS).replace(os.sep, "/")
+    metafunc.parametrize("backend", [*BACKENDS, "xla"] if where.startswith(XLA_TESTS) else BACKENDS,
+                         indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +127,9 @@ def compile_everything(monkeypatch):
     from dslc.backends.numba import islands
     monkeypatch.setattr(islands, "MIN_WORK", 0)
     monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
+    if HAVE_JAX:
+        from dslc.backends.xla import regions
+        monkeypatch.setattr(regions, "MIN_WORK", 0)
 
 
 @pytest.fixture
@@ -111,9 +139,11 @@ def default_pipeline(monkeypatch):
     monkeypatch.delenv("DSLC_PIPELINE", raising=False)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend(request):
     """Each test that takes it runs once per backend; answers must match the interpreter's."""
+    if request.param == "xla" and not HAVE_JAX:
+        pytest.skip("the xla backend needs JAX: pip install -e '.[xla]'")
     return request.param
 
 

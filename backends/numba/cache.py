@@ -24,7 +24,6 @@ import functools
 import hashlib
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ import types
 import warnings
 from pathlib import Path
 
-from dslc.ir import settings
+from dslc.backends.common.cachedir import cache_root, not_private
 from dslc.runtime.files import write_whole
 
 _lock = threading.Lock()
@@ -48,10 +47,7 @@ class KernelCacheWarning(UserWarning):
 
 def cache_dir() -> Path:
     """The directory kernels are kept in (checked once per process and configured path)."""
-    root = settings.directory("DSLC_CACHE_DIR")  # (a path that cannot be one: the user's error)
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "dslc")
+    root = cache_root()
     got = _dirs.get(root)
     if got is None or not got.is_dir():
         with _dirs_lock:
@@ -72,26 +68,6 @@ def _checked(path: Path) -> Path:
                            "a private directory for this process (make it yours with chown and chmod 700, "
                            "or set DSLC_CACHE_DIR)", KernelCacheWarning, str(path), 0)
     return _private_dir()
-
-
-def not_private(path: Path) -> str:
-    """Why the directory ``path`` is not this user's alone, or "": it must be owned by the
-    user and writable by no one else, and no directory above it (as named, and after
-    symlinks) may let another user replace it."""
-    me = os.geteuid()
-    st = os.stat(path)
-    if st.st_uid != me:
-        return f"is owned by user {st.st_uid}, not by you ({me})"
-    if st.st_mode & 0o022:
-        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    named, real = Path(os.path.abspath(path)), Path(os.path.realpath(path))
-    for above in dict.fromkeys([*named.parents, *real.parents]):
-        st = os.stat(above)
-        if st.st_uid not in (me, 0):
-            return f"is inside {above}, which user {st.st_uid} owns"
-        if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
-            return f"is inside {above}, which anyone may write to (mode {stat.S_IMODE(st.st_mode):o})"
-    return ""
 
 
 @functools.cache

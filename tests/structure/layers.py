@@ -40,6 +40,7 @@ PREFIXES = {
     "dslc.backends.numba": "backend.numba",
     "dslc.backends.text": "backend.text",
     "dslc.backends.ray": "backend.ray",
+    "dslc.backends.xla": "backend.xla",
     "dslc.trace": "trace",
     "dslc.autodiff": "autodiff",
     "dslc.lower": "lower",
@@ -53,7 +54,7 @@ FLAT = {
 for _layer, _names in FLAT.items():
     PREFIXES.update({f"dslc.{n}": _layer for n in _names.split()})
 
-BACKENDS = ["backend.common", "backend.interp", "backend.numba", "backend.text", "backend.ray"]
+BACKENDS = ["backend.common", "backend.interp", "backend.numba", "backend.text", "backend.ray", "backend.xla"]
 BELOW_BACKENDS = {"ir", "passes", "runtime"}
 FRONT = {"trace", "autodiff", "lower"}
 # which layers a layer may import (its own included)
@@ -80,6 +81,7 @@ for _layer in FRONT | {"driver", "surface"}:
 # a backend declared to build on another
 ALLOWED["backend.numba"].add("backend.interp")
 ALLOWED["backend.ray"].add("backend.interp")
+ALLOWED["backend.xla"].add("backend.interp")
 
 
 def layer_of(module: str) -> str:

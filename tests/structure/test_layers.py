@@ -48,6 +48,7 @@ ALLOWED_LOCAL = {
     ("dslc.backends.ray", "dslc.backends.ray.worker"): LAZY + " (the worker brings in the interpreter)",
     ("dslc.backends.ray.worker", "dslc.ir"): LAZY + " (the IR parser, lark)",
     ("dslc.backends.text", "dslc.backends.text.analysis"): LAZY,
+    ("dslc.backends.xla", "dslc.backends.xla.emitter"): LAZY + " (the emitter imports JAX: an optional extra)",
     ("dslc.backends.text", "dslc.backends.text.dot"): LAZY,
     ("dslc.backends.text", "dslc.backends.text.render"): LAZY,
     ("dslc.checkpoint_managers", "dslc.runtime.blobdb"): LAZY,

@@ -1,0 +1,128 @@
+"""The xla backend's region compiler: the interpreter's, with runs of ops as jax.jit calls.
+
+Each region is compiled as the interpreter compiles it, except that the runs
+``regions.partition`` picks become one call of an XLA executable, compiled ahead for
+the IR's shapes and dtypes. Beside each call stays the interpreter's code for the same
+ops, which runs when an input is unset (a blob nothing wrote yet: the interpreter
+reports it), when a value does not have the type the executable was compiled for, or
+when one of the run's checks fails (a label outside the classes: the interpreter
+reports the error at the user's line)::
+
+    v9 = None if v1 is None or v2 is None else n0(v1, v2)
+    if v9 is None:
+        ... the interpreter's code for the run's ops ...
+    else:
+        v7, v8, = v9
+"""
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import numpy as np
+
+from dslc.backends.interp.codegen import Emitter
+from dslc.backends.interp.kernels import kernel_entry
+
+from . import kernels_conv  # noqa: F401  (registers its kernels)
+from .kernels import checking, dtype
+from .regions import Run, min_work_default, partition
+
+X64 = ("i64", "f64")
+
+
+class XlaEmitter(Emitter):
+    backend = "xla"
+    interpreting = False  # set while writing a run's interpreter fallback
+
+    def partition(self, r):
+        if self.interpreting:
+            return r.ops
+        return partition(r, self.cfg.stats.interpreted, self.cfg.min_work)
+
+    def island(self, run: Run, indent, loop_targets):
+        call = self.cfg.stats.timed(lambda: build(run, self.cfg))
+        self.cfg.stats.runs.append(run)
+        result = f"v0_xla{len(self.cfg.stats.runs)}"
+        args = [self.var(v) for v in run.inputs]
+        unset = " or ".join(f"{a} is None" for a in args)
+        callee = self.bind("n", call)
+        head = f"{result} = None if {unset} else {callee}({', '.join(args)})" if args else \
+            f"{result} = {callee}()"
+        self.emit(indent, head, run.ops[0])
+        self.emit(indent, f"if {result} is None:", run.ops[0])
+        self.interpreting = True
+        start = len(self.body)
+        for op in run.ops:  # the interpreter's way
+            super().op(op, indent + 1, loop_targets)
+        if len(self.body) == start:
+            self.emit(indent + 1, "pass", run.ops[0])
+        self.interpreting = False
+        if run.outputs:
+            self.emit(indent, "else:", run.ops[0])
+            self.emit(indent + 1, f"{', '.join(self.var(v) for v in run.outputs)}, = {result}", run.ops[0])
+
+
+def _x64(run: Run) -> bool:
+    values = list(run.inputs) + [r for o in run.ops for r in o.results]
+    return any(v.type.dtype in X64 for v in values) or any(o.name == "Adam" for o in run.ops)
+
+
+def _constant(op, cfg):
+    return np.asarray(kernel_entry("Const")[0](op, cfg).value)
+
+
+def build(run: Run, cfg) -> "RunCall":
+    """The run as one function of its inputs, jitted and compiled for their types."""
+    consts = {op.result: _constant(op, cfg) for op in run.ops if op.name == "Const"}
+    steps = [(op, fn) for op, fn in run.kernels if op.name != "Const"]
+    inputs, outputs = list(run.inputs), list(run.outputs)
+
+    def body(*args):
+        env = dict(zip(inputs, args))
+        env.update(consts)
+        with checking() as checks:
+            for op, fn in steps:
+                got = fn(*[env[v] for v in op.operands])
+                if len(op.results) == 1:
+                    env[op.results[0]] = got
+                else:
+                    env.update(zip(op.results, got))
+            return [env[v].astype(dtype(v)) for v in outputs], checks.all()
+
+    x64 = _x64(run)
+    specs = [jax.ShapeDtypeStruct(tuple(v.type.shape), dtype(v)) for v in inputs]
+    with _scope(x64):
+        compiled = cfg.stats.compile(jax.jit(body), specs)
+    return RunCall(compiled, [dtype(v) for v in outputs], x64)
+
+
+def _scope(x64: bool):
+    """64-bit types on in XLA for this run only (a run of int64 or float64 values)."""
+    return jax.enable_x64(True) if x64 else contextlib.nullcontext()
+
+
+class RunCall:
+    """Calls a run's executable: its outputs as numpy values (a rank-0 one as a numpy
+    scalar, as the interpreter keeps them), or None when the interpreter must run it."""
+
+    __slots__ = ("compiled", "dtypes", "x64")
+
+    def __init__(self, compiled, dtypes, x64):
+        self.compiled, self.dtypes, self.x64 = compiled, dtypes, x64
+
+    def __call__(self, *args):
+        try:
+            with _scope(self.x64):
+                outs, ok = self.compiled(*args)
+        except (TypeError, ValueError):  # a value of another shape or dtype than the IR's
+            return None
+        if not ok:
+            return None
+        return [_numpy(o) for o in outs]
+
+
+def _numpy(x):
+    a = np.asarray(x)
+    return a[()] if a.ndim == 0 else a
+__all__ = ["XlaEmitter", "build", "min_work_default"]

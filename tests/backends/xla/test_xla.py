@@ -1,0 +1,237 @@
+"""The xla backend (backends/xla/): regions compiled by XLA give the interpreter's answers.
+
+Every program runs on interp and on xla (every region compiled: the work threshold is 0
+under test) and the results must agree to float32 rounding; the compile summary must
+show the ops compiled, or say why not. Values that do not come from the interpreter are
+worked out by hand (max pooling's ties, C's integer division). Skips without JAX.
+"""
+import numpy as np
+import pytest
+
+from dslc import brew, core, optimizer, workspace
+from dslc.ir.diagnostics import DSLError
+from dslc.model_helper import ModelHelper
+from dslc.session import LocalSession
+
+jax = pytest.importorskip("jax")
+
+
+def _run(backend, net, feeds, init=None, times=1):
+    ws = workspace.Workspace()
+    for name, value in feeds.items():
+        ws.feed_blob(name, value)
+    s = LocalSession(ws, backend=backend)
+    if init is not None:
+        s.run(init)
+    for _ in range(times):
+        s.run(net)
+    return ws, s
+
+
+def _both(net, feeds, fetch, init=None, times=1, rtol=2e-5, atol=1e-6):
+    """Run on interp and xla; the fetched blobs agree; the xla session's summary of ``net``."""
+    got = {}
+    for backend in ("interp", "xla"):
+        ws, s = _run(backend, net, feeds, init, times)
+        got[backend] = [np.array(ws.fetch_blob(b)) for b in fetch]
+    for name, want, have in zip(fetch, got["interp"], got["xla"]):
+        assert have.dtype == want.dtype and have.shape == want.shape, name
+        np.testing.assert_allclose(have, want, rtol=rtol, atol=atol, err_msg=name)
+    return got["xla"], s.compile(net).program.summary()
+
+
+def _interpreted(summary, name):
+    return [why for why in summary["ops interpreted, and why"] if why.startswith(name + ":")]
+
+
+GEOMETRIES = [{}, {"stride": 2, "pad": 1}, {"dilation": 2, "pad_t": 1, "pad_l": 2}, {"group": 2, "stride_h": 2},
+              {"legacy_pad": 1, "stride": 2}, {"legacy_pad": 2, "stride": 2}, {"group": 4, "pad": 1}]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: ",".join(f"{k}={v}" for k, v in g.items()) or "plain")
+def test_conv_and_its_gradient_equal_interp(geometry):
+    rng = np.random.default_rng(4)
+    group = geometry.get("group", 1)
+    x = rng.normal(size=(2, 4, 9, 8)).astype(np.float32)
+    w = rng.normal(size=(4, 4 // group, 3, 2)).astype(np.float32)
+    b = rng.normal(size=4).astype(np.float32)
+    net = core.Net("conv")
+    net.Conv(["x", "w", "b"], "y", **geometry)
+    y = _run("interp", net, {"x": x, "w": w, "b": b})[0].fetch_blob("y")
+    dy = rng.normal(size=y.shape).astype(np.float32)
+    net.ConvGradient(["x", "w", "dy"], ["dw", "db", "dx"], **geometry)
+    _, summary = _both(net, {"x": x, "w": w, "b": b, "dy": dy}, ["y", "dw", "db", "dx"], rtol=1e-4, atol=1e-4)
+    assert summary["ops compiled"] == 2 and not _interpreted(summary, "Conv"), summary
+
+
+@pytest.mark.parametrize("op,attrs", [("MaxPool", {"kernel": 3, "stride": 2, "pad": 1}),
+                                      ("AveragePool", {"kernel": 3, "stride": 2, "pad": 1}),
+                                      ("AveragePool", {"kernel": 3, "stride": 2, "pad": 1, "count_include_pad": 1}),
+                                      ("MaxPool", {"kernel": 3, "stride": 2, "legacy_pad": 3}),
+                                      ("AveragePool", {"kernel": 2, "stride": 2, "legacy_pad": 3, "pad": 1}),
+                                      ("MaxPool", {"global_pooling": 1})])
+def test_pooling_and_its_gradient_equal_interp(op, attrs):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 8, 7)).astype(np.float32)
+    net = core.Net("pool")
+    net.__getattr__(op)(["x"], "y", **attrs)
+    y = _run("interp", net, {"x": x})[0].fetch_blob("y")
+    dy = rng.normal(size=y.shape).astype(np.float32)
+    net.__getattr__(op + "Gradient")(["x", "y", "dy"], "dx", **attrs)
+    _, summary = _both(net, {"x": x, "dy": dy}, ["y", "dx"])
+    assert summary["ops compiled"] == 2, summary
+
+
+def test_max_pooling_gives_every_tied_maximum_the_gradient():
+    # Caffe2 gives a window's gradient to every element equal to its max; a window of zeros
+    # (after a ReLU) gives it to all four. XLA's own gradient would give it to one.
+    x = np.zeros((1, 1, 2, 4), np.float32)
+    x[0, 0, :, 2:] = [[1, 3], [3, 2]]
+    net = core.Net("ties")
+    net.MaxPool(["x"], "y", kernel=2, stride=2)
+    net.MaxPoolGradient(["x", "y", "dy"], "dx", kernel=2, stride=2)
+    ws, _ = _run("xla", net, {"x": x, "dy": np.array([[[[2.0, 5.0]]]], np.float32)})
+    np.testing.assert_array_equal(ws.fetch_blob("dx"), [[[[2, 2, 0, 5], [2, 2, 5, 0]]]])
+
+
+def _lenet(batch_norm=False, momentum=0.0, adam=False):
+    m = ModelHelper(name="lenet")
+    c1 = brew.conv(m, "data", "conv1", dim_in=1, dim_out=4, kernel=3, pad=1)
+    if batch_norm:
+        c1 = brew.spatial_bn(m, c1, "bn1", 4, epsilon=1e-3, is_test=False)
+    p1 = brew.max_pool(m, brew.relu(m, c1, "r1"), "pool1", kernel=2, stride=2)
+    c2 = brew.conv(m, p1, "conv2", dim_in=4, dim_out=6, kernel=3, group=2)
+    p2 = brew.average_pool(m, c2, "pool2", kernel=2, stride=2)
+    fc = brew.relu(m, brew.fc(m, p2, "fc3", dim_in=6 * 2 * 2, dim_out=12), "relu3")
+    pred = brew.fc(m, fc, "pred", 12, 5)
+    sm, loss = m.net.SoftmaxWithLoss([pred, "label"], ["softmax", "loss"])
+    m.net.Accuracy([sm, "label"], "accuracy")
+    m.AddGradientOperators([loss])
+    if adam:
+        optimizer.build_adam(m, 0.01)
+    else:
+        optimizer.build_sgd(m, 0.1, momentum=momentum)
+    return m
+
+
+def _images(n=4):
+    rng = np.random.default_rng(7)
+    return {"data": rng.normal(size=(n, 1, 12, 12)).astype(np.float32),
+            "label": rng.integers(0, 5, n).astype(np.int32)}
+
+
+@pytest.mark.parametrize("kind", ["sgd", "momentum_bn", "adam"])
+def test_training_steps_equal_interp_as_one_function(kind):
+    m = _lenet(batch_norm=kind == "momentum_bn", momentum=0.9 if kind == "momentum_bn" else 0.0, adam=kind == "adam")
+    fetch = ["loss", "accuracy", "conv1_w", "conv2_b", "fc3_w", "pred_b", "conv1_w_grad"]
+    if kind == "momentum_bn":
+        fetch += ["bn1_s", "bn1_rm", "bn1_riv"]
+    _, summary = _both(m.net, _images(), fetch, init=m.param_init_net, times=3, rtol=1e-4, atol=1e-5)
+    assert len(summary["regions compiled"]) == 1, summary
+    for name in ("Conv", "FC", "SoftmaxWithLoss", "MaxPoolGradient", "WeightedSum", "MomentumSGDUpdate", "Adam",
+                 "SpatialBN"):
+        assert not _interpreted(summary, name), summary
+
+
+def test_test_mode_batch_norm_equals_interp():
+    rng = np.random.default_rng(2)
+    net = core.Net("bn")
+    net.SpatialBN(["x", "s", "b", "m", "v"], "y", is_test=1, epsilon=1e-4)
+    feeds = {"x": rng.normal(size=(2, 3, 4, 5)).astype(np.float32), "s": rng.normal(size=3).astype(np.float32),
+             "b": rng.normal(size=3).astype(np.float32), "m": rng.normal(size=3).astype(np.float32),
+             "v": rng.uniform(0.5, 2, size=3).astype(np.float32)}
+    _both(net, feeds, ["y"])
+
+
+def test_a_label_outside_the_classes_is_the_interpreters_error():
+    m = _lenet()
+    feeds = _images()
+    feeds["label"][2] = 7  # (5 classes)
+    errors = []
+    for backend in ("interp", "xla"):
+        with pytest.raises(DSLError) as e:
+            _run(backend, m.net, feeds, init=m.param_init_net)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "SoftmaxWithLoss" in errors[0]
+
+
+def test_an_unset_input_is_the_interpreters_error():
+    net = core.Net("unset")
+    net.Relu(["never_fed"], "y")
+    with pytest.raises(DSLError, match="never_fed"):
+        _run("xla", net, {})
+
+
+def test_integers_divide_as_c_does_and_int64_runs_in_a_64_bit_scope():
+    net = core.Net("ints")
+    net.Div(["a", "b"], "q")
+    net.Add(["big", "big"], "twice")
+    feeds = {"a": np.array([-7, 7, -8, 9], np.int32), "b": np.array([2, -2, 3, 4], np.int32),
+             "big": np.array([2 ** 40, -3], np.int64)}
+    ws, s = _run("xla", net, feeds)
+    np.testing.assert_array_equal(ws.fetch_blob("q"), [-3, -3, -2, 2])  # (truncated toward zero)
+    assert ws.fetch_blob("twice").dtype == np.int64
+    np.testing.assert_array_equal(ws.fetch_blob("twice"), [2 ** 41, -6])
+    assert s.compile(net).program.summary()["ops compiled"] == 2
+    assert not jax.config.jax_enable_x64  # (the scope ended with the call)
+    feeds["b"][1] = 0
+    with pytest.raises(DSLError, match="integer division by zero"):
+        _run("xla", net, feeds)
+
+
+def test_what_stays_interpreted_says_why():
+    m = ModelHelper(name="why")
+    fc = brew.fc(m, "data", "fc", dim_in=6, dim_out=4)
+    drop = m.net.Dropout([fc], ["drop", "mask"], ratio=0.5)[0]
+    m.net.Print([drop], [])
+    ws, s = _run("xla", m.net, {"data": np.ones((3, 6), np.float32)}, init=m.param_init_net)
+    why = s.compile(m.net).program.summary()["ops interpreted, and why"]
+    assert any(k.startswith("Dropout: Dropout in training") for k in why), why
+    assert any(k.startswith("Print:") for k in why), why
+
+
+def test_compiled_regions_persist_in_the_cache_dir(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import json, numpy as np
+        from dslc import core, workspace
+        from dslc.session import LocalSession
+        net = core.Net("n")
+        net.FC(["x", "w", "b"], "y")
+        ws = workspace.Workspace()
+        ws.feed_blob("x", np.ones((64, 32), np.float32))
+        ws.feed_blob("w", np.ones((16, 32), np.float32))
+        ws.feed_blob("b", np.ones(16, np.float32))
+        s = LocalSession(ws, backend="xla")
+        s.run(net)
+        assert float(ws.fetch_blob("y")[0, 0]) == 33.0
+    """)
+    env = dict(__import__("os").environ, DSLC_CACHE_DIR=str(tmp_path / "cache"), DSLC_XLA_MIN_WORK="0")
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=300)
+    cached = list((tmp_path / "cache" / "xla").iterdir())
+    assert cached, "nothing in the XLA cache"
+
+
+def test_without_jax_the_backend_says_how_to_install_it(monkeypatch):
+    from dslc import backends
+    xla = backends.get("xla")
+    monkeypatch.setattr("dslc.backends.xla.available", lambda: False)
+    with pytest.raises(DSLError, match=r"needs JAX") as e:
+        xla()
+    assert "dslc[xla]" in e.value.hint
+
+
+def _gpu():
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs jax[cuda12] and a GPU (docs/xla.md)")
+def test_on_a_gpu_the_regions_run_there():
+    m = _lenet()
+    _, summary = _both(m.net, _images(), ["loss", "conv1_w"], init=m.param_init_net, times=2, rtol=1e-3, atol=1e-4)
+    assert "cuda" in summary["device"].lower() or "gpu" in summary["device"].lower(), summary
