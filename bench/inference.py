@@ -122,7 +122,7 @@ def shufflenet(brew, m, x, size, groups=3):
             z = shuffle(m, z, name + "_sh", groups, mid, hw)
             z = conv_bn(brew, m, z, name + "_dw", mid, mid, 3, 2 if first else 1, group=mid, relu=False)
             if first:
-                hw //= 2
+                hw = (hw - 1) // 2 + 1
             z = conv_bn(brew, m, z, name + "_g2", mid, out, 1, group=groups, relu=False)
             if first:
                 p = brew.average_pool(m, y, name + "_ap", kernel=3, stride=2, pad=1)
