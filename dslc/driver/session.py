@@ -50,6 +50,7 @@ class CompiledRunnable:
         self.guard = Guard(deps)  # what it assumed of its loads, cheap to check again
         self.seen = None  # the loads' fingerprint when last found valid (Session.compile)
         self.held = ()  # the blobs of ``dropped`` the root held at compile time
+        self.widens = True  # a run with other dims compiles with them unknown (else for them)
 
 
 class Session:
@@ -175,18 +176,22 @@ class LocalSession(Session):
                     self._compiled[id(group)] = other
                     return other
         existing, created = blob_types(self._ws)
-        widened = []
-        if got is not None and got.group is group:
+        before = got if got is not None and got.group is group else None
+        widens, widened = before is None or before.widens, []
+        if before is not None and widens:
             # run again with other dims: compile once with the dims that changed unknown, a
             # compile every later size reuses (variants.py)
-            existing, widened = generalized(existing, got.deps)
+            existing, widened = generalized(existing, before.deps)
         try:
             got = self._compile_group(group, existing, created)
         except DSLError:
             if not widened:
                 raise
-            # (an op whose rule needs one of those dims known: compiled for the sizes held now)
+            # (an op whose rule needs one of those dims known: compiled for the sizes held now,
+            # and for each later size too, without trying to widen again)
             got = self._compile_group(group, blob_types(self._ws)[0], created)
+            widens = False
+        got.widens = widens
         kept = [v for v in self._variants.get(id(group), ()) if v.group is group]
         self._variants[id(group)] = kept
         kept.append(got)

@@ -146,3 +146,32 @@ def test_a_shape_check_left_to_the_run_gives_the_compiles_located_error(on):
     add_line = 1 + next(i for i, text in enumerate(lines) if text.strip().startswith('net.Add(["x", "y"], "z")'))
     assert run_time.value.loc.line == compile_time.value.loc.line == add_line
     assert os.path.samefile(run_time.value.loc.file, __file__)
+
+
+def test_a_net_that_cannot_take_an_unknown_dim_is_compiled_per_size_without_trying_again(on, monkeypatch):
+    from dslc.driver import session as session_module
+
+    real, widened = session_module.lower_group, []
+
+    def lower_group(group, source, existing, **kw):  # (as an op whose rule needs every dim known)
+        if any(None in (getattr(t, "shape", None) or ()) for t in existing.values()):
+            widened.append(1)
+            raise DSLTypeError("needs every dim known")
+        return real(group, source, existing, **kw)
+
+    monkeypatch.setattr(session_module, "lower_group", lower_group)
+    workspace.FeedBlob("table", np.arange(40, dtype=np.float32).reshape(10, 4))
+    workspace.FeedBlob("ids", np.arange(5, dtype=np.int64))
+    workspace.FeedBlob("lengths", np.array([5], np.int32))
+    net = core.Net("sls")
+    net.SparseLengthsSum(["table", "ids", "lengths"], "out")
+    workspace.CreateNet(net)
+    table = workspace.FetchBlob("table")
+    for n in (5, 7, 9, 3, 10):
+        workspace.FeedBlob("ids", np.arange(n, dtype=np.int64)[::-1].copy())
+        workspace.FeedBlob("lengths", np.array([n], np.int32))
+        workspace.RunNet("sls")
+        np.testing.assert_array_equal(workspace.FetchBlob("out"), [table[:n].sum(axis=0)])
+    assert len(widened) == 1  # tried once, at the first new size
+    # CreateNet's; at 7 the widened try and the compile for 7; then one per new size (9, 3, 10)
+    assert _session().compiles == 6
