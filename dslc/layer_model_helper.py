@@ -39,7 +39,7 @@ from dslc.trace.tracing import user_location
 logger = logging.getLogger(__name__)
 
 
-class LayerModelError(DSLError, ValueError):
+class LayerModelError(DSLError, ValueError, AssertionError):
     """A layer model used against its contract (a record set twice, inconsistent sharing)."""
 
 
@@ -195,7 +195,7 @@ class LayerModelHelper(model_helper.ModelHelper):
     def _validate_param_shape(self, param_name, shape):
         ref_shape = self._param_to_shape.get(param_name)
         if param_name in self._param_to_shape and shape != ref_shape:
-            raise ValueError(f"shared parameter {param_name} has shape {ref_shape}; now asked for {shape} "
+            raise ValueError(f"Got inconsistent shapes between shared parameters: {param_name} has {ref_shape}, now asked for {shape} "
                              f"(in scope {core.CurrentNameScope()!r})")
 
     def _validate_param_optim(self, param_name, optim):

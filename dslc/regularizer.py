@@ -18,7 +18,7 @@ from dslc.ir.diagnostics import DSLError
 from dslc.trace.tracing import user_location
 
 
-class RegularizerError(DSLError, ValueError):
+class RegularizerError(DSLError, ValueError, AssertionError):
     """A regularizer given a bad setting or called for a stage it does not take."""
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import inspect
 
-from dslc.layers import concat, fc, functional, losses, normalization, weights
+from dslc.layers import concat, fc, functional, interactions, losses, normalization, records, sparse, weights
 from dslc.layers.layers import ModelLayer, register_layer
 
-_MODULES = (concat, fc, functional, losses, normalization, weights)
+_MODULES = (concat, fc, functional, interactions, losses, normalization, records, sparse, weights)
 
 
 def _register(modules) -> None:

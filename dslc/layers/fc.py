@@ -156,3 +156,49 @@ class AddBias(ModelLayer):
 
     def add_ops(self, net):
         net.Add(self.input_record.field_blobs() + [self.b], self.output_schema.field_blobs(), broadcast=1)
+
+
+class Conv(ModelLayer):
+    """A 2-D convolution of an (H, W, C) (NHWC) or (C, H, W) (NCHW) input into ``output_dim``
+    channels; with stride 1 an unset pad keeps the size ('same' padding)."""
+
+    def __init__(self, model, input_record, output_dim, kernel_h, kernel_w, stride_h, stride_w, pad_b=None,
+                 pad_l=None, pad_r=None, pad_t=None, order="NHWC", kernel_init=None, bias_init=None,
+                 kernel_optim=None, bias_optim=None, name="conv", **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        if not isinstance(input_record, schema.Scalar):
+            raise LayerError(f"Conv takes a Scalar, got {input_record}", user_location())
+        for what, v in (("kernel_h", kernel_h), ("kernel_w", kernel_w), ("stride_h", stride_h),
+                        ("stride_w", stride_w)):
+            if not (isinstance(v, int) and v > 0):
+                raise LayerError(f"{what} should be a positive integer, got {v!r}", user_location())
+        self.kernel_h, self.kernel_w, self.stride_h, self.stride_w = kernel_h, kernel_w, stride_h, stride_w
+
+        def pad(given, kernel, stride):
+            return given if given is not None else ((kernel - 1) // 2 if stride == 1 else 0)
+        self.pad_t, self.pad_b = pad(pad_t, kernel_h, stride_h), pad(pad_b, kernel_h, stride_h)
+        self.pad_l, self.pad_r = pad(pad_l, kernel_w, stride_w), pad(pad_r, kernel_w, stride_w)
+        for what in ("pad_t", "pad_b", "pad_l", "pad_r"):
+            v = getattr(self, what)
+            if not (isinstance(v, int) and v >= 0):
+                raise LayerError(f"{what} should be an int >= 0, got {v!r}", user_location())
+        if order not in ("NHWC", "NCHW"):
+            raise LayerError(f"order is 'NHWC' or 'NCHW', got {order!r}", user_location())
+        self.order = order
+        dims = input_record.field_type().shape
+        channels = dims[-1] if order == "NHWC" else dims[0]
+        if channels <= 0:
+            raise LayerError("the input needs a positive channel count in its schema", user_location())
+        kernel_shape = [output_dim, kernel_h, kernel_w, channels] if order == "NHWC" else \
+            [output_dim, channels, kernel_h, kernel_w]
+        self.kernel = self.create_param(param_name="conv_kernel", shape=kernel_shape,
+                                        initializer=kernel_init or ("XavierFill", {}), optimizer=kernel_optim)
+        self.bias = self.create_param(param_name="conv_bias", shape=[output_dim],
+                                      initializer=bias_init or ("ConstantFill", {"value": 0.0}), optimizer=bias_optim)
+        # (Caffe2 records the output as (output_dim,) though the blob is (H', W', output_dim))
+        self.output_schema = schema.Scalar((np.float32, (output_dim,)), self.get_next_blob_reference("output"))
+
+    def add_ops(self, net):
+        net.Conv(self.input_record.field_blobs() + [self.kernel, self.bias], self.output_schema.field_blobs(),
+                 kernel_h=self.kernel_h, kernel_w=self.kernel_w, stride_h=self.stride_h, stride_w=self.stride_w,
+                 pad_t=self.pad_t, pad_l=self.pad_l, pad_b=self.pad_b, pad_r=self.pad_r, order=self.order)

@@ -33,8 +33,9 @@ from dslc.trace.tracing import user_location
 logger = logging.getLogger(__name__)
 
 
-class LayerError(DSLError, ValueError):
-    """A layer given an input it cannot take, or a layer name nobody registered."""
+class LayerError(DSLError, ValueError, AssertionError):
+    """A layer given an input it cannot take. Also an AssertionError: Caffe2 asserts these
+    conditions, and code written for it catches that."""
 
 
 IdList = schema.List(np.int64)

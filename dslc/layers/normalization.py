@@ -89,3 +89,62 @@ class BatchNormalization(ModelLayer):
 
     def add_ops(self, net):
         self.add_eval_ops(net)
+
+
+class LayerNormalization(ModelLayer):
+    """Each example normalized over its features (LayerNorm from ``axis``), then scaled and
+    shifted per feature; ``use_layer_norm_op=False`` spells it out of reductions (2-D inputs)."""
+
+    def __init__(self, model, input_record, name="layer_normalization", scale_optim=None, bias_optim=None,
+                 epsilon=1e-4, axis=1, use_layer_norm_op=True, scale_init_value=1.0, **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        if not isinstance(input_record, schema.Scalar):
+            raise LayerError(f"LayerNormalization takes a Scalar, got {input_record}", user_location())
+        self.input_shape = input_record.field_type().shape
+        self.axis = axis
+        if len(self.input_shape) < 1:
+            raise LayerError("LayerNormalization takes inputs of at least 2 dims", user_location())
+        features = self.input_shape[0]
+        self.output_schema = schema.Scalar((np.float32, self.input_shape), self.get_next_blob_reference("output"))
+        self.scale = self.create_param(param_name="scale", shape=[features],
+                                       initializer=("ConstantFill", {"value": scale_init_value}), optimizer=scale_optim)
+        self.bias = self.create_param(param_name="bias", shape=[features], initializer=("ConstantFill", {"value": 0.0}),
+                                      optimizer=bias_optim)
+        self.use_layer_norm_op = use_layer_norm_op
+        if use_layer_norm_op:
+            self.epsilon = epsilon
+        else:
+            if len(self.input_shape) != 1:
+                raise LayerError("use_layer_norm_op=False takes 2-D inputs", user_location())
+            self.epsilon = model.maybe_add_global_constant(f"{self.name}_epsilon", float(epsilon))
+
+    def _with_op(self, net):
+        outs = [net.NextScopedBlob("ln_output"), net.NextScopedBlob("ln_mean"), net.NextScopedBlob("ln_stdev")]
+        normalized, _, _ = net.LayerNorm(self.input_record.field_blobs(), outs, axis=self.axis, epsilon=self.epsilon)
+        scaled = net.Mul([normalized, self.scale], [net.NextScopedBlob("ln_scaled")], broadcast=1, axis=self.axis)
+        net.Add([scaled, self.bias], self.output_schema.field_blobs(), broadcast=1, axis=self.axis)
+
+    def _spelled_out(self, net):
+        x = self.input_record.field_blobs()
+        out, mean, stdev = net.NextScopedBlob("ln_output"), net.NextScopedBlob("ln_mean"), net.NextScopedBlob("ln_stdev")
+        mean_arr = net.NextScopedBlob("ln_mean_arr")
+        net.ReduceBackMean(x, [mean_arr])
+        net.ExpandDims([mean_arr], [mean], dims=[1])
+        centered = net.NextScopedBlob("ln_centered")
+        net.Sub(x + [mean], [centered])
+        sqr = net.NextScopedBlob("ln_sqr")
+        net.Sqr([centered], [sqr])
+        sqr_mean = net.NextScopedBlob("ln_sqr_mean")
+        net.ReduceBackMean([sqr], [sqr_mean])
+        var = net.NextScopedBlob("ln_var")
+        net.Add([sqr_mean, self.epsilon], var)
+        std_arr = net.NextScopedBlob("ln_std_arr")
+        net.Pow([var], [std_arr], exponent=0.5)
+        net.ExpandDims([std_arr], [stdev], dims=[1])
+        net.Div([centered, stdev], [out])
+        scaled = net.NextScopedBlob("ln_scaled")
+        net.Mul([out, self.scale], [scaled])
+        net.Add([scaled, self.bias], self.output_schema.field_blobs())
+
+    def add_ops(self, net):
+        (self._with_op if self.use_layer_norm_op else self._spelled_out)(net)

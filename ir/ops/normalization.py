@@ -212,3 +212,52 @@ def lrn_grad(x, y, dy, *scale, size, alpha=0.0, beta=0.0, bias=1.0, order="NCHW"
 
 
 FUNCTIONS.update({"LRN": lrn, "LRNGradient": lrn_grad})
+
+
+# --- LayerNorm: each example normalized over its dims from `axis` on
+def _layer_norm(types, attrs, n):
+    (x,) = floats("LayerNorm", types)
+    if x.shape is None:
+        return [x, TensorType(x.dtype, None), TensorType(x.dtype, None)]
+    axis = int(attrs["axis"]) % max(len(x.shape), 1)
+    stats = TensorType(x.dtype, tuple(x.shape[:axis]) + (1,))
+    return [x, stats, stats]
+
+
+declare("LayerNorm", 1, _layer_norm, attrs={"axis": 1, "epsilon": 1e-5}, results=3, traits={PURE},
+        doc="(Y, MEAN, STD): X normalized over its dims from `axis` on, STD = sqrt(var + epsilon); MEAN and STD "
+            "shaped dims[:axis] + [1]")
+declare("LayerNormGradient", 5, lambda t, a, n: [floats("LayerNormGradient", t)[4]], attrs={"axis": 1, "epsilon": 1e-5},
+        traits={PURE}, doc="dX from (dY, Y, MEAN, STD, X) of LayerNorm (through Y only)")
+no_gradient("LayerNormGradient")
+
+
+@gradient("LayerNorm")
+def _(g):
+    return [GradOp("LayerNormGradient", [g.GO[0], g.O[0], g.O[1], g.O[2], g.I[0]], [g.GI[0]],
+                   g.pick("axis", "epsilon"))]
+
+
+def _rows_of(x, axis):
+    axis = axis % max(x.ndim, 1)
+    return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1), tuple(x.shape[:axis]) + (1,)
+
+
+def layer_norm(x, axis=1, epsilon=1e-5):
+    rows, stat_shape = _rows_of(x, axis)
+    r = rows.astype(np.float64)
+    mean = r.mean(axis=1, keepdims=True)
+    std = np.sqrt(r.var(axis=1, keepdims=True) + epsilon)
+    y = ((r - mean) / std).reshape(x.shape)
+    return y.astype(x.dtype), mean.reshape(stat_shape).astype(x.dtype), std.reshape(stat_shape).astype(x.dtype)
+
+
+def layer_norm_grad(dy, y, mean, std, x, axis=1, epsilon=1e-5):
+    d, _ = _rows_of(dy.astype(np.float64), axis)
+    yr, _ = _rows_of(y.astype(np.float64), axis)
+    s = std.reshape(-1, 1).astype(np.float64)
+    dx = (d - d.mean(axis=1, keepdims=True) - yr * (d * yr).mean(axis=1, keepdims=True)) / s
+    return dx.reshape(x.shape).astype(x.dtype)
+
+
+FUNCTIONS.update({"LayerNorm": layer_norm, "LayerNormGradient": layer_norm_grad})

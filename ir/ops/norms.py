@@ -61,6 +61,43 @@ def lp_norm_grad(x, dy, p=2, average=0):
     return (g * scale).astype(x.dtype)
 
 
+# --- Normalize: X scaled to unit L2 norm along an axis (a zero vector stays zero)
+def _normalize(name):
+    def infer(types, attrs, n):
+        ts = floats(name, types)
+        x = ts[0]
+        if x.shape is not None and not -len(x.shape) <= int(attrs["axis"]) < max(len(x.shape), 1):
+            type_error(f"{name} axis {attrs['axis']} is outside a rank-{len(x.shape)} input")
+        return [x]
+    return infer
+
+
+declare("Normalize", 1, _normalize("Normalize"), attrs={"axis": -1}, traits={PURE},
+        doc="Y = X / max(||X||, 1e-12), the L2 norm taken along `axis`")
+declare("NormalizeGradient", 2, _normalize("NormalizeGradient"), attrs={"axis": -1}, traits={PURE},
+        doc="dX from (X, dY) of Normalize: (dY - Y <Y, dY>) / ||X||")
+no_gradient("NormalizeGradient")
+
+
+@gradient("Normalize")
+def _normalize_gradient(g):
+    return [GradOp("NormalizeGradient", [g.I[0], g.GO[0]], [g.GI[0]], g.pick("axis"))]
+
+
+def _norm_along(x, axis):
+    return np.maximum(np.sqrt(np.square(x, dtype=np.float64).sum(axis=axis, keepdims=True)), 1e-12)
+
+
+def normalize(x, axis=-1):
+    return (x / _norm_along(x, axis)).astype(x.dtype)
+
+
+def normalize_grad(x, dy, axis=-1):
+    norm = _norm_along(x, axis)
+    y = x / norm
+    return ((dy - y * (y * dy).sum(axis=axis, keepdims=True)) / norm).astype(x.dtype)
+
+
 # --- EnsureClipped: a parameter clipped into [min, max] (in place in Caffe2's nets)
 def _ensure_clipped(types, attrs, n):
     ts = floats("EnsureClipped", types, 1)
@@ -153,6 +190,9 @@ def _rows_update(name, dtypes=None):
     return infer
 
 
+declare("CopyRowsToTensor", 3, lambda t, a, n: [tensors("CopyRowsToTensor", t)[0]], traits={PURE},
+        doc="Y = TENSOR with each row in INDICES replaced by ROW (the rows of evicted ids re-initialized)")
+no_gradient("CopyRowsToTensor")
 declare("SparseNormalize", (2, 3), _rows_update("SparseNormalize", ("f32",)),
         attrs={"use_max_norm": 1, "norm": 1.0}, traits={PURE},
         doc="Y = PARAM with each row in INDICES scaled to L2 norm `norm` (use_max_norm: only rows whose norm "
@@ -184,6 +224,12 @@ def sparse_normalize(param, idx, *grad, use_max_norm=1, norm=1.0):
     return out
 
 
+def copy_rows_to_tensor(tensor, idx, row):
+    out = tensor.copy()
+    out[_rows(tensor, idx, "CopyRowsToTensor")] = row
+    return out
+
+
 def sparse_lp_regularizer(param, idx, *grad, p=2.0, reg_lambda=1e-5):
     out = param.copy()
     rows = np.unique(_rows(param, idx, "SparseLpRegularizer"))
@@ -199,4 +245,5 @@ def sparse_lp_regularizer(param, idx, *grad, p=2.0, reg_lambda=1e-5):
 # (TopK's kernel is the interpreter's: it returns as many results as the op has)
 FUNCTIONS = {"LpNorm": lp_norm, "LpNormGradient": lp_norm_grad, "EnsureClipped": ensure_clipped,
              "TopKGradient": top_k_grad, "SparseNormalize": sparse_normalize,
-             "Float16SparseNormalize": sparse_normalize, "SparseLpRegularizer": sparse_lp_regularizer}
+             "Float16SparseNormalize": sparse_normalize, "SparseLpRegularizer": sparse_lp_regularizer,
+             "Normalize": normalize, "NormalizeGradient": normalize_grad, "CopyRowsToTensor": copy_rows_to_tensor}

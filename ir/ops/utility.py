@@ -335,5 +335,37 @@ def stump_func(x, threshold=0.0, low_value=0.0, high_value=0.0):
     return np.where(x <= threshold, low_value, high_value).astype(x.dtype)
 
 
-FUNCTIONS = {"StumpFunc": stump_func, "NanCheck": nan_check, "BatchBucketOneHot": batch_bucket_one_hot, "SegmentOneHot": segment_one_hot, "Free": free, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
+def _merge_id_lists(types, attrs, n):
+    ts = tensors("MergeIdLists", types)
+    if not ts or len(ts) % 2:
+        type_error(f"MergeIdLists takes (LENGTHS, VALUES) pairs, got {len(ts)} inputs")
+    for k in range(0, len(ts), 2):
+        indices("MergeIdLists", ts[k], "lengths")
+        indices("MergeIdLists", ts[k + 1], "ids")
+    return [TensorType(ts[0].dtype, ts[0].shape), TensorType(ts[1].dtype, (None,))]
+
+
+declare("MergeIdLists", (2, None), _merge_id_lists, results=2, traits={PURE},
+        doc="(LENGTHS, VALUES) id lists (LENGTHS_1, VALUES_1, ...) of one batch merged: each example's ids of all "
+            "the lists, once each, ascending")
+no_gradient("MergeIdLists")
+
+
+def merge_id_lists(*pairs):
+    lengths = [np.asarray(pairs[k]).astype(np.int64) for k in range(0, len(pairs), 2)]
+    values = [np.asarray(pairs[k + 1]) for k in range(0, len(pairs), 2)]
+    n = len(lengths[0])
+    if any(len(ls) != n for ls in lengths):
+        raise ValueError("MergeIdLists: the lists have different batch sizes")
+    starts = [np.concatenate([[0], np.cumsum(ls)]) for ls in lengths]
+    rows, out_lengths = [], []
+    for i in range(n):
+        ids = np.unique(np.concatenate([v[s[i]:s[i + 1]] for v, s in zip(values, starts)]))
+        rows.append(ids)
+        out_lengths.append(len(ids))
+    merged = np.concatenate(rows).astype(values[0].dtype) if rows else np.zeros(0, values[0].dtype)
+    return np.array(out_lengths, dtype=pairs[0].dtype), merged
+
+
+FUNCTIONS = {"StumpFunc": stump_func, "MergeIdLists": merge_id_lists, "NanCheck": nan_check, "BatchBucketOneHot": batch_bucket_one_hot, "SegmentOneHot": segment_one_hot, "Free": free, "OneHot": one_hot, "BatchOneHot": batch_one_hot, "Size": size, "Shape": shape, "Range": range_,
              "LengthsRangeFill": lengths_range_fill, "LengthsToShape": lengths_to_shape, "DiagonalFill": diagonal_fill}

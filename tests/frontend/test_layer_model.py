@@ -278,3 +278,47 @@ def test_weighting_layers_and_label_smoothing():
     np.testing.assert_allclose(workspace.FetchBlob(learned()), 2 * a - b)
     np.testing.assert_allclose(workspace.FetchBlob(fixed()), .25 * a + .75 * b)
     np.testing.assert_allclose(workspace.FetchBlob(smooth()), [[.1, .1, .8], [.8, .1, .1]], rtol=1e-6)
+
+
+def _id_list(limit):
+    return schema.List(schema.Scalar(np.int64, metadata=schema.Metadata(categorical_limit=limit)))
+
+
+def test_sparse_lookup_pools_embedding_rows():
+    m = _new_model()
+    ids = schema.NewRecord(m.net, _id_list(10))
+    sums = m.SparseLookup(ids, [3], "Sum")
+    means = m.SparseLookup(ids, [3], "Mean")
+    sqrt = m.SparseLookup(ids, [3], "Sqrt")
+    m.output_schema = schema.Struct()
+    init, net = lmi.generate_training_nets_forward_only(m)
+    lengths = np.array([2, 0, 3], np.int32)
+    values = np.array([1, 4, 4, 0, 9], np.int64)
+    schema.FeedRecord(ids, [lengths, values])
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(net)
+    for layer, out, pooled in zip(m.layers, (sums, means, sqrt), ("sum", "mean", "sqrt")):
+        w = workspace.FetchBlob(str(layer.w))
+        assert w.shape == (10, 3)
+        rows = np.split(w[values], np.cumsum(lengths)[:-1])
+        expected = [r.sum(0) if pooled == "sum" else r.sum(0) / max(len(r), 1) if pooled == "mean"
+                    else r.sum(0) / np.sqrt(max(len(r), 1)) for r in rows]
+        np.testing.assert_allclose(workspace.FetchBlob(out()), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_pairwise_similarity_is_the_dot_product_interaction():
+    m = _new_model()
+    emb = schema.NewRecord(m.net, schema.Struct(("all_embeddings", schema.Scalar((np.float32, (3, 4))))))
+    out = m.PairwiseSimilarity(emb, 9)
+    norm = m.LayerNormalization(schema.NewRecord(m.net, schema.Scalar((np.float32, (4,)))), epsilon=1e-4)
+    m.output_schema = schema.Struct()
+    init, net = lmi.generate_training_nets_forward_only(m)
+    e = np.random.RandomState(3).randn(2, 3, 4).astype(np.float32)
+    x = np.random.RandomState(4).randn(5, 4).astype(np.float32)
+    schema.FeedRecord(emb, [e])
+    schema.FeedRecord(m.layers[-1].input_record, [x])
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(net)
+    np.testing.assert_allclose(workspace.FetchBlob(out()), np.einsum("bnd,bmd->bnm", e, e).reshape(2, 9), rtol=1e-5)
+    expected = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-4)  # scale 1, bias 0
+    np.testing.assert_allclose(workspace.FetchBlob(norm()), expected, rtol=1e-4, atol=1e-5)

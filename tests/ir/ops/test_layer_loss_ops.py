@@ -74,3 +74,52 @@ def test_weighted_sum_gradient_reaches_the_weights_with_grad_on_w(backend):
         if grad_on_w:
             assert workspace.FetchBlob("wa_grad").tolist() == [10.]  # sum(a)
             assert workspace.FetchBlob("wb_grad").tolist() == [2.]   # sum(b)
+
+
+def test_normalize_and_gradient(backend):
+    # (figures read off Caffe2; a zero vector stays zero)
+    workspace.FeedBlob("x", np.array([[[3., 4.], [0., 0.]], [[1., 2.], [2., 2.]]], np.float32))
+    workspace.FeedBlob("dy", np.array([[[1., 0.], [1., 1.]], [[0., 1.], [2., -1.]]], np.float32))
+    (y,) = _run(backend, "Normalize", ["x"], ["y"])
+    np.testing.assert_allclose(y, [[[.6, .8], [0., 0.]], [[.4472136, .8944272], [.7071068, .7071068]]], rtol=1e-6)
+    (dx,) = _run(backend, "NormalizeGradient", ["x", "dy"], ["dx"], axis=1)
+    np.testing.assert_allclose(dx, [[[0., 0.], [1 / 3, .25]], [[-.357771, .353553], [.178885, -.353553]]],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_copy_rows_to_tensor_and_merge_id_lists(backend):
+    workspace.FeedBlob("t", np.zeros((3, 2), np.float32))
+    workspace.FeedBlob("i", np.array([2, 0], np.int64))
+    workspace.FeedBlob("r", np.array([7., 8.], np.float32))
+    assert _run(backend, "CopyRowsToTensor", ["t", "i", "r"], ["t"]) == [[[7., 8.], [0., 0.], [7., 8.]]]
+    workspace.FeedBlob("l1", np.array([2, 1, 0], np.int32))
+    workspace.FeedBlob("v1", np.array([5, 3, 7], np.int64))
+    workspace.FeedBlob("l2", np.array([1, 2, 1], np.int32))
+    workspace.FeedBlob("v2", np.array([3, 1, 7, 2], np.int64))
+    # each example's ids once, ascending: {5, 3} | {3}, {7} | {1, 7}, {} | {2}
+    assert _run(backend, "MergeIdLists", ["l1", "v1", "l2", "v2"], ["ol", "ov"]) == [[2, 2, 1], [3, 5, 1, 7, 2]]
+
+
+def test_layer_norm_and_its_gradient(backend):
+    x = np.array([[1., 2., 4.], [0., 0., 3.]], np.float32)
+    workspace.FeedBlob("x", x)
+    y, mean, std = _run(backend, "LayerNorm", ["x"], ["y", "m", "s"], axis=1, epsilon=1e-4)
+    sd = np.sqrt(x.var(1, keepdims=True) + 1e-4)
+    np.testing.assert_allclose(y, (x - x.mean(1, keepdims=True)) / sd, rtol=1e-5)
+    np.testing.assert_allclose(mean, x.mean(1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(std, sd, rtol=1e-6)
+    net = core.Net("g")
+    net.LayerNorm(["x"], ["y", "m", "s"], axis=1, epsilon=1e-4)
+    net.Mul(["y", "x"], "yx")
+    net.SumElements(["yx"], "t")
+    net.AddGradientOperators(["t"])
+    workspace.RunNetOnce(net)
+    # d/dx sum(y * x) by central differences
+    eps, num = 1e-3, np.zeros_like(x, dtype=np.float64)
+    for idx in np.ndindex(x.shape):
+        for sign in (1, -1):
+            xp = x.astype(np.float64).copy()
+            xp[idx] += sign * eps
+            yp = (xp - xp.mean(1, keepdims=True)) / np.sqrt(xp.var(1, keepdims=True) + 1e-4)
+            num[idx] += sign * (yp * xp).sum() / (2 * eps)
+    np.testing.assert_allclose(workspace.FetchBlob("x_grad"), num, rtol=1e-3, atol=1e-3)
