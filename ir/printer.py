@@ -32,7 +32,7 @@ def format_attr(v) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):
-        return _format_float(float(v))
+        return format_float(v)
     if isinstance(v, str):
         return json.dumps(v)
     if v is None:
@@ -56,13 +56,22 @@ def _format_pyref(v: PyRef) -> str:
     return "pyref<" + ", ".join(map(json.dumps, parts)) + ">"
 
 
-def _format_float(f: float) -> str:
+def _format_float(f: float, dtype: str = "f64") -> str:
+    """The shortest text that reads back to the same value of ``dtype`` (f32: 0.9, not the
+    double expansion of its float32, 0.8999999761581421)."""
     if math.isnan(f):
         return "nan"
     if math.isinf(f):
         return "inf" if f > 0 else "-inf"
-    s = repr(f)
+    s = str(np.float32(f)) if dtype == "f32" else str(np.float16(f)) if dtype == "f16" else repr(f)
     return s if ("." in s or "e" in s or "n" in s) else s + ".0"
+
+
+def format_float(x) -> str:
+    """A float as the IR and the plan print it: a float32 (or float16) as the shortest text that
+    reads back to it, any other float as Python's repr."""
+    dtype = "f32" if isinstance(x, np.float32) else "f16" if isinstance(x, np.float16) else "f64"
+    return _format_float(float(x), dtype)
 
 
 def _format_dense(a: np.ndarray) -> str:
@@ -74,7 +83,7 @@ def _format_dense(a: np.ndarray) -> str:
     elif dt == "bool":
         items = ["true" if x else "false" for x in flat]
     elif dt.startswith("f"):
-        items = [_format_float(float(x)) for x in flat]
+        items = [_format_float(float(x), dt) for x in flat]
     else:
         items = [str(int(x)) for x in flat]
     return f"dense<{dt}{shape}: " + ", ".join(items) + ">"

@@ -169,7 +169,8 @@ class NumbaProgram:
     def write_artifacts(self, directory: str) -> list[str]:
         """The generated source of every kernel, as ``kernels/kernel_<n>.py``."""
         out = os.path.join(directory, "kernels")
-        os.makedirs(out, exist_ok=True)
+        if self.stats.sources:  # (no kernel, no folder: an empty kernels/ said nothing)
+            os.makedirs(out, exist_ok=True)
         paths = []
         for i, src in enumerate(self.stats.sources):
             path = os.path.join(out, f"kernel_{i}.py")

@@ -23,6 +23,7 @@ import numpy as np
 
 from dslc.ir import OpResult, Symbol
 from dslc.ir.escape import printable
+from dslc.ir.printer import format_float
 from dslc.ir.pyrefs import PyRef
 from dslc.backends.common.liveness import BLOB_READS, CONTROL
 from dslc.backends.common.names import Names, aliased
@@ -248,7 +249,11 @@ def literal(v) -> str:
     if isinstance(v, np.ndarray):
         if v.size > MAX_LITERAL:
             return f"array({dtype_of_numpy(v.dtype)}[{', '.join(map(str, v.shape))}])"
+        if v.dtype in (np.float32, np.float16):  # (tolist would widen them to their double expansions)
+            return format_float(v[()]) if v.ndim == 0 else "[" + ", ".join(literal(x) for x in v) + "]"
         v = v.tolist()
+    if isinstance(v, (np.float32, np.float16)):
+        return format_float(v)
     if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, bytes):

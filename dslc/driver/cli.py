@@ -94,6 +94,10 @@ def cmd_opt(args) -> int:
     """``dslc opt``: parse an IR file, run the passes, print (or write) the result."""
     from dslc.driver.session import LocalSession
 
+    if args.file.endswith(".py"):
+        raise DSLError(f"dslc opt reads IR files (.dslir), and {args.file} is Python",
+                       Location(args.file, 0), f"see a job file's IR after passes with: dslc ir {args.file} "
+                       f"--passes A,B (or -O), or write it first: dslc ir {args.file} -o job.dslir")
     module = _read_ir(args.file)
     session = LocalSession(source=args.file, **_session_options(args, sys.stdout))
     session.optimize(module, lambda: _read_ir(args.file))
@@ -421,7 +425,8 @@ def main(argv=None) -> int:
     try:
         settings.check_all()  # (a bad DSLC_* value: one line, before anything runs)
         _consent(args)
-        return COMMANDS[args.command](args)
+        with driver_options.using(driver_options.DriverOptions()):  # (the command's, undone after it)
+            return COMMANDS[args.command](args)
     except DSLError as e:
         return _report(args, e.one_line(), 2, out.error_json(e, 2))
     except KeyboardInterrupt:

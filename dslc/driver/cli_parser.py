@@ -6,6 +6,8 @@ exit with 2, like every other user error.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import textwrap
 
 EPILOG = """examples:
@@ -21,7 +23,37 @@ Each command explains its options: dslc COMMAND --help."""
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
+        m = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if m:  # a mistyped command or choice: the closest one
+            choices = re.findall(r"'([^']*)'", m.group(3))
+            close = difflib.get_close_matches(m.group(2), choices, 1)
+            if m.group(1) == "--backend" and m.group(2) == "text":
+                message += "; the text backend writes plans, it does not run them: dslc plan JOB.py shows the plan"
+            elif close:
+                message += f"; did you mean {close[0]!r}?"
         self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an option the command does not know is reported by that command
+        (``dslc run: error: unrecognized argument --bakend; did you mean --backend?``), not by
+        ``dslc``, whose help would not list it."""
+        args, extra = self.parse_known_args(args, namespace)
+        if extra:
+            sub = self._subparsers_of(args)
+            target = sub or self
+            options = [o for a in target._actions for o in a.option_strings]
+            first = next((e for e in extra if e.startswith("-")), extra[0])
+            close = difflib.get_close_matches(first.split("=", 1)[0], options, 1) if first.startswith("-") else []
+            hint = f"; did you mean {close[0]}?" if close else ""
+            target.error(f"unrecognized argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}{hint}")
+        return args
+
+    def _subparsers_of(self, args):
+        command = getattr(args, "command", None)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                return action.choices[command]
+        return None
 
 
 def build_parser(version: str, commands) -> argparse.ArgumentParser:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import os
+import re
 import sys
 import traceback
 import types
@@ -205,7 +207,7 @@ def _interpret(path: str, result, group: TaskGroup, where: Location) -> LoadedJo
                                        "use final_output(blob) to make task outputs")
                 outputs[str(k)] = v
         elif isinstance(it, TaskOutput):
-            outputs[_shown(it)] = it
+            outputs[_shown(it, path)] = it
         elif isinstance(it, RUNNABLES):
             runnables.append(it)
         else:
@@ -258,8 +260,27 @@ def _check_outputs_run(outputs: dict, runnables, group: TaskGroup) -> None:
                                "to run every task the job made")
 
 
-def _shown(o: TaskOutput) -> str:
-    return ", ".join(str(n) for n in o.names)
+def _shown(o: TaskOutput, path: str | None = None) -> str:
+    """The name an output prints under: its blobs' names; a blob named by dslc after its op
+    (``local/task/Add_2``) goes by the job's own name for it, from ``final_output(y)`` or
+    ``y = final_output(...)`` on its line, else "output"."""
+    names = [str(n) for n in o.names]
+    if path is None or len(names) != 1 or not _AUTO_BLOB.match(names[0].rsplit("/", 1)[-1]):
+        return ", ".join(names)
+    line = linecache.getline(os.path.abspath(path), o.loc.line if o.loc else 0).strip()
+    try:
+        tree = ast.parse(line.removeprefix("return ").strip())
+    except SyntaxError:
+        return "output"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            return node.targets[0].id
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name):
+            return node.args[0].id
+    return "output"
+
+
+_AUTO_BLOB = re.compile(r"^[A-Z][A-Za-z0-9]*(_\d+)?(:\d+)?$")  # an op type, numbered (Caffe2's auto names)
 
 
 def _a(noun: str) -> str:
