@@ -498,9 +498,10 @@ def test_a_plan_cannot_be_run(capsys):
     code = cli.main(["run", str(EXAMPLES / "loops.py"), "--backend", "text"])
     _, err = capsys.readouterr()
     assert code == 2  # (run offers only the backends that run: issue 42)
-    assert err.strip() == ("dslc run: error: argument --backend: invalid choice: 'text' (choose from 'interp', "
-                           "'numba'); the text backend writes plans, it does not run them: dslc plan JOB.py "
-                           "shows the plan; see 'dslc run --help'")
+    assert err.startswith("dslc run: error: argument --backend: invalid choice: 'text' (choose from 'interp', "
+                          "'numba'")  # (and any other backend that runs: xla when installed)
+    assert err.strip().endswith("); the text backend writes plans, it does not run them: dslc plan JOB.py "
+                                "shows the plan; see 'dslc run --help'")
 
 
 def test_text_backend_run_raises_a_user_error():
