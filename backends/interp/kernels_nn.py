@@ -15,8 +15,8 @@ import numpy as np
 from dslc.runtime import collectives, logfiles
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
-from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, norms, products, quantized,
-                        recurrent, reductions, segments, utility)
+from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, norms, pointwise, products,
+                        quantized, recurrent, reductions, segments, spatial, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -58,7 +58,7 @@ FUNCTIONS = {
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv_math.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
-    **quantized.FUNCTIONS, **norms.FUNCTIONS,
+    **quantized.FUNCTIONS, **norms.FUNCTIONS, **pointwise.FUNCTIONS, **spatial.FUNCTIONS,
 }
 
 
@@ -161,6 +161,11 @@ def _results(out, n: int):
     if not isinstance(out, tuple):
         return out
     return out[0] if n == 1 else out[:n]
+
+
+@kernel("InstanceNorm")
+def _instance_norm(op, cfg):  # (the saved mean and inverse std only when the op names them)
+    return bound(functools.partial(spatial.instance_norm, n_out=len(op.results)), op.attrs)
 
 
 @kernel("TopK")

@@ -654,6 +654,14 @@ ACTIVATION_FORMS = {
     "SinGradient": ("({1} * np.cos({0}))",) * 2,
     "Cos": ("np.cos({0})",) * 2,
     "CosGradient": ("(-({1} * np.sin({0})))",) * 2,
+    "Mish": ("({0} * np.tanh(np.logaddexp({zero}, {0})))",) * 2,
+    "MishGradient": ("({2} * (np.tanh(np.logaddexp({zero}, {0})) + {0} / ({one} + np.exp(-{0}))"
+                     " * ({one} - np.tanh(np.logaddexp({zero}, {0})) * np.tanh(np.logaddexp({zero}, {0})))))",) * 2,
+    "Logit": ("np.log(min(max({0}, {eps}), {one} - {eps}) / ({one} - min(max({0}, {eps}), {one} - {eps})))",
+              "np.log(np.minimum(np.maximum({0}, {eps}), {one} - {eps})"
+              " / ({one} - np.minimum(np.maximum({0}, {eps}), {one} - {eps})))"),
+    "LogitGradient": ("({zero} if ({0} < {eps} or {0} > {one} - {eps}) else {1} / ({0} * ({one} - {0})))",
+                      "np.where(({0} < {eps}) | ({0} > {one} - {eps}), {zero}, {1} / ({0} * ({one} - {0})))"),
 }
 
 

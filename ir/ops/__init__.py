@@ -3,3 +3,4 @@ from . import collect, collective, control_nets, data, dataflow, db, dbinput, ef
 from . import nn, losses, optim, nn_grads  # noqa: F401  (training ops and their gradients)
 from . import activations, adaptive, conv, normalization, norms, products, quantized, recurrent, reductions, segments, utility  # noqa: F401
 from . import index  # noqa: F401  (Caffe2's key -> id indexes)
+from . import pointwise, spatial  # noqa: F401  (selections, padding and space/batch moves, instance norm)

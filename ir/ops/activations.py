@@ -55,6 +55,16 @@ def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
+def _mish_slope(x):
+    t = np.tanh(np.logaddexp(0, x))
+    return t + x * _sigmoid(x) * (1 - t * t)
+
+
+def _logit(x, eps):
+    z = np.clip(x, eps, 1 - eps)
+    return np.log(z / (1 - z))
+
+
 ACTIVATIONS = [
     Activation("LeakyRelu", "y = x if x > 0 else alpha x", lambda x, alpha: _where(x > 0, x, x * alpha),
                ("Y", "dY"), "dX = dY if y > 0 else alpha dY",
@@ -93,6 +103,12 @@ ACTIVATIONS = [
                ("X", "dY"), "dX = dY exponent x^(exponent - 1)",
                lambda x, dy, exponent, **_: dy * exponent * np.power(x, exponent - 1),
                {"exponent": 1.0, "broadcast": 0, "axis": -1}),
+    Activation("Mish", "y = x tanh(softplus(x))", lambda x: x * np.tanh(np.logaddexp(0, x)),
+               ("X", "Y", "dY"), "dX = dY (tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)), sp = softplus(x)",
+               lambda x, y, dy: dy * _mish_slope(x)),
+    Activation("Logit", "y = log(z / (1 - z)), z = x clipped into [eps, 1 - eps]",
+               lambda x, eps: _logit(x, eps), ("X", "dY"), "dX = dY / (x (1 - x)) inside [eps, 1 - eps], else 0",
+               lambda x, dy, eps: _where((x < eps) | (x > 1 - eps), 0, dy / (x * (1 - x))), {"eps": 1e-6}),
     Activation("Gelu", "y = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2",
                lambda x: x * (1 + _erf(x / np.sqrt(2))) / 2,
                ("dY", "X"), "dX = dY (Phi(x) + x phi(x))",
