@@ -95,7 +95,18 @@ class FC(ModelLayer):
             return [self.w, self.b]
         return self.w_vec + self.b_vec
 
-    train_param_blobs = param_blobs
+    @property
+    def train_param_blobs(self):
+        """The parameters training reads: param_blobs, unless set once to others (SamplingTrain
+        trains on the rows it gathers)."""
+        sampled = getattr(self, "_train_param_blobs", None)
+        return self.param_blobs if sampled is None else sampled
+
+    @train_param_blobs.setter
+    def train_param_blobs(self, blobs):
+        if getattr(self, "_train_param_blobs", None) is not None or blobs is None:
+            raise LayerError(f"{self.name}: train_param_blobs is set once, to blobs", user_location())
+        self._train_param_blobs = blobs
 
     def get_fp16_compatible_parameters(self):
         if self.output_dim_vec is None or len(self.output_dim_vec) == 1:

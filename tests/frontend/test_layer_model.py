@@ -322,3 +322,23 @@ def test_pairwise_similarity_is_the_dot_product_interaction():
     np.testing.assert_allclose(workspace.FetchBlob(out()), np.einsum("bnd,bmd->bnm", e, e).reshape(2, 9), rtol=1e-5)
     expected = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-4)  # scale 1, bias 0
     np.testing.assert_allclose(workspace.FetchBlob(norm()), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_random_feature_maps():
+    m = _new_model()
+    x_rec = m.input_feature_schema.x
+    rff = m.RandomFourierFeatures(x_rec, 6, sigma=2.0)
+    arc = m.ArcCosineFeatureMap(x_rec, 5, s=2)
+    m.output_schema = schema.Struct()
+    init, net = lmi.generate_training_nets_forward_only(m)
+    x = np.random.RandomState(5).randn(3, 4).astype(np.float32)
+    schema.FeedRecord(m.input_feature_schema, [x])
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(net)
+    w, b = workspace.FetchBlob("random_fourier_features/w"), workspace.FetchBlob("random_fourier_features/b")
+    np.testing.assert_allclose(workspace.FetchBlob(rff()), np.sqrt(2 / 6) * np.cos(x @ w.T + b), rtol=1e-4, atol=1e-5)
+    rw, rb = workspace.FetchBlob("arc_cosine_feature_map/random_w"), workspace.FetchBlob("arc_cosine_feature_map/random_b")
+    z = x @ rw.T + rb
+    np.testing.assert_allclose(workspace.FetchBlob(arc()), np.maximum(z, 0) * z, rtol=1e-4, atol=1e-6)  # s = 2
+    assert [str(p) for p in m.params][:2] == ["random_fourier_features/w", "random_fourier_features/b"]
+    assert m.param_to_optim["random_fourier_features/w"] == m.NoOptim  # fixed random weights

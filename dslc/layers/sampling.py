@@ -1,0 +1,72 @@
+"""Layers that keep samples of the stream or train on samples: ``LastNWindowCollector`` (the
+last N examples seen) and ``SamplingTrain`` (a prediction layer trained on the sampled rows
+of its weights, its logits corrected by the sampling probabilities)."""
+from __future__ import annotations
+
+from dslc import core, schema
+from dslc.layers.fc import FC
+from dslc.layers.layers import LayerError, ModelLayer, get_layer_class
+from dslc.trace.tracing import user_location
+
+
+class LastNWindowCollector(ModelLayer):
+    """A ring buffer of the last ``num_to_collect`` rows of its input, kept across runs, and how
+    many rows it has seen."""
+
+    def __init__(self, model, input_record, num_to_collect, name="last_n_window_collector", **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        if num_to_collect <= 0 or not isinstance(input_record, schema.Scalar):
+            raise LayerError(f"LastNWindowCollector takes a Scalar and num_to_collect > 0, got {input_record}, "
+                             f"{num_to_collect}", user_location())
+        self.num_to_collect = num_to_collect
+
+        def state(name, shape, init):
+            return self.create_param(param_name=name, shape=shape, initializer=init, optimizer=model.NoOptim)
+        self.last_n = state("last_n", [0], ("ConstantFill", {}))
+        self.next_blob = state("next", [], ("ConstantFill", {"value": 0, "dtype": core.DataType.INT32}))
+        self.mutex = state("mutex", [], ("CreateMutex",))
+        self.num_visited_blob = state("num_visited", [], ("ConstantFill", {"value": 0, "dtype": core.DataType.INT64}))
+        self.output_schema = schema.Struct(("last_n", schema.from_blob_list(input_record, [self.last_n])),
+                                           ("num_visited", schema.Scalar(blob=self.num_visited_blob)),
+                                           ("mutex", schema.Scalar(blob=self.mutex)))
+
+    def add_ops(self, net):
+        net.LastNWindowCollector([self.last_n, self.next_blob, self.input_record(), self.mutex, self.num_visited_blob],
+                                 [self.last_n, self.next_blob, self.num_visited_blob],
+                                 num_to_collect=self.num_to_collect)
+
+
+class SamplingTrain(ModelLayer):
+    """Input Struct (``input``, ``indices``[, ``sampling_prob``]): a ``prediction_layer`` (FC)
+    over ``input`` that in training reads only the rows ``indices`` of its parameters, and
+    subtracts log(sampling_prob) from its output (``subtract_log_odd``)."""
+
+    def __init__(self, model, input_record, prediction_layer, output_dims, subtract_log_odd=True,
+                 name="sampling_train", **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        layer_class = get_layer_class(prediction_layer)
+        if not issubclass(layer_class, FC):
+            raise LayerError(f"SamplingTrain trains an FC-like layer, got {prediction_layer}", user_location())
+        if "indices" not in input_record or not isinstance(input_record.indices, schema.Scalar) or \
+                "input" not in input_record:
+            raise LayerError("SamplingTrain takes a Struct with input and indices (a Scalar)", user_location())
+        self.subtract_log_odd = subtract_log_odd
+        if subtract_log_odd and "sampling_prob" not in input_record:
+            raise LayerError("subtract_log_odd needs a sampling_prob field", user_location())
+        self._prediction_layer = layer_class(model, input_record.input, output_dims=output_dims, **kwargs)
+        self._prediction_layer.train_param_blobs = [model.net.NextBlob(str(b) + "_sampled")
+                                                    for b in self._prediction_layer.param_blobs]
+        self.params = self._prediction_layer.params
+        self.output_schema = self._prediction_layer.output_schema
+
+    def add_ops(self, net):
+        self._prediction_layer.add_ops(net)
+
+    def add_train_ops(self, net):
+        layer = self._prediction_layer
+        for full, sampled in zip(layer.param_blobs, layer.train_param_blobs):
+            net.Gather([full, self.input_record.indices()], sampled)
+        layer.add_train_ops(net)
+        if self.subtract_log_odd:
+            log_q = net.Log(self.input_record.sampling_prob(), net.NextScopedBlob("log_q"))
+            net.Sub([self.output_schema(), log_q], self.output_schema(), broadcast=1)
