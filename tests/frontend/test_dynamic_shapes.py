@@ -175,3 +175,47 @@ def test_a_net_that_cannot_take_an_unknown_dim_is_compiled_per_size_without_tryi
     assert len(widened) == 1  # tried once, at the first new size
     # CreateNet's; at 7 the widened try and the compile for 7; then one per new size (9, 3, 10)
     assert _session().compiles == 6
+
+
+@pytest.mark.own_pipeline  # (runs the default pipeline itself)
+def test_unknown_dims_flow_through_inference_and_the_passes_and_stop_fusion():
+    from dslc.ir import parse
+    from dslc.ir.passes import DEFAULT_PIPELINE, PassManager
+    from dslc.ir.types import TensorType
+    from dslc.lower import lower_group
+    from dslc.session import LocalSession
+
+    net = core.Net("n")
+    net.Gather(["table", "ids"], "rows")
+    net.Relu(["rows"], "r")
+    net.Negative(["r"], "nr")
+    net.Mul(["x", "x"], "xx")
+    net.Relu(["xx"], "y")
+    existing = {"table": TensorType("f32", (10, 4)), "ids": TensorType("i64", (None,)),
+                "x": TensorType("f32", (3,))}
+    module = lower_group(LocalSession.as_group(net), "", existing)
+    PassManager(DEFAULT_PIPELINE).run(module)
+    text = print_module(module, with_locs=False)
+    # the rows of a [10,4] table picked by ids of unknown count: [?,4] through Relu and
+    # Negative, left unfused; the static [3] chain fused
+    body = text.split("body {", 2)[2].split("} exit")[0]
+    assert [line.strip() for line in body.strip().splitlines()] == [
+        '%table = load @"table" : f32[10,4]',
+        '%ids = load @"ids" : i64[?]',
+        '%rows = Gather(%table, %ids) : f32[?,4]',
+        '%r = Relu(%rows) : f32[?,4]',
+        '%nr = Negative(%r) : f32[?,4]',
+        '%x = load @"x" : f32[3]',
+        '%xx, %y = fused(%x) : f32[3], f32[3] {',
+        '^(%x_1: f32[3]):',
+        '%xx_1 = Mul(%x_1, %x_1) : f32[3]',
+        '%y_1 = Relu(%xx_1) : f32[3]',
+        'yield(%xx_1, %y_1)',
+        '}',
+        'store @"rows"(%rows)',
+        'store @"r"(%r)',
+        'store @"nr"(%nr)',
+        'store @"xx"(%xx)',
+        'store @"y"(%y)',
+    ]
+    assert print_module(parse(print_module(module))) == print_module(module)  # (parse verifies)
