@@ -292,6 +292,23 @@ for _name in ("GaussianFill", "UniformFill", "Float16UniformFill", "UniformIntFi
     _random_fill(_name)
 
 
+def _sparse_dropout_kernel(name, fn, per_example):
+    @kernel(name, per_instance=True)
+    def make_kernel(op, cfg):
+        gen_of = op_stream(op, cfg)
+        ratio, value = float(op.attrs["ratio"]), int(op.attrs["replacement_value"])
+
+        def make(inst):
+            gen = gen_of(inst)
+            return lambda values, lengths: fn(values, lengths, gen.random(len(lengths) if per_example else len(values)),
+                                              ratio, value)
+        return make
+
+
+_sparse_dropout_kernel("SparseDropoutWithReplacement", losses.sparse_dropout, True)
+_sparse_dropout_kernel("SparseItemwiseDropoutWithReplacement", losses.sparse_itemwise_dropout, False)
+
+
 @kernel("Dropout", per_instance=True)
 def _dropout(op, cfg):
     attrs, gen_of = op.attrs, op_stream(op, cfg)

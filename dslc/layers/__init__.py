@@ -18,7 +18,7 @@ _MODULES = (concat, fc, functional, interactions, losses, normalization, random_
 def _register(modules) -> None:
     for module in modules:
         for name, cls in vars(module).items():
-            if inspect.isclass(cls) and issubclass(cls, ModelLayer) and cls is not ModelLayer \
+            if inspect.isclass(cls) and issubclass(cls, ModelLayer) and not name.startswith("_") \
                     and cls.__module__ == module.__name__:
                 register_layer(name, cls)
 

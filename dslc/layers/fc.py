@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from dslc import schema
+from dslc import core, schema
 from dslc.layers.layers import LayerError, ModelLayer
 from dslc.trace.tracing import user_location
 
@@ -213,3 +213,84 @@ class Conv(ModelLayer):
         net.Conv(self.input_record.field_blobs() + [self.kernel, self.bias], self.output_schema.field_blobs(),
                  kernel_h=self.kernel_h, kernel_w=self.kernel_w, stride_h=self.stride_h, stride_w=self.stride_w,
                  pad_t=self.pad_t, pad_l=self.pad_l, pad_b=self.pad_b, pad_r=self.pad_r, order=self.order)
+
+
+class FCWithBootstrap(ModelLayer):
+    """``num_bootstrap`` FCs, each trained on a bootstrap resample of the batch (the rows
+    ``indices``, drawn uniformly with replacement); output Struct of (indices, preds) per FC.
+    Prediction and eval run every FC on the whole batch."""
+
+    def __init__(self, model, input_record, output_dims, num_bootstrap, weight_init=None, bias_init=None,
+                 weight_optim=None, bias_optim=None, name="fc_with_bootstrap", weight_reg=None, bias_reg=None,
+                 clip_param=None, axis=1, **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        if axis < 1:
+            raise LayerError(f"FCWithBootstrap's axis is >= 1, got {axis}", user_location())
+        self.axis = axis
+        self.input_dims = input_dims = _input_dims("FCWithBootstrap", input_record, axis)
+        self.num_bootstrap = num_bootstrap
+        self.clip_args = None
+        if clip_param is not None:
+            lo, hi = clip_param
+            if lo is None and hi is None or (lo is not None and hi is not None and lo >= hi):
+                raise LayerError(f"clip_param {clip_param}: give clip_min < clip_max (one may be None)",
+                                 user_location())
+            self.clip_args = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+        scale = math.sqrt(1.0 / input_dims)
+        weight_init, bias_init = weight_init or _uniform(scale), bias_init or _uniform(scale)
+        self.batch_size = self.lower_bound = self.upper_bound = None
+        self.bootstrapped_FCs = []
+        output_schema = schema.Struct()
+        for i in range(num_bootstrap):
+            prefix = f"bootstrap_iteration_{i}"
+            output_schema += schema.Struct((f"{prefix}/indices", self.get_next_blob_reference(f"{prefix}/indices")),
+                                           (f"{prefix}/preds", self.get_next_blob_reference(f"{prefix}/preds")))
+            self.bootstrapped_FCs += [
+                self.create_param(f"{prefix}/w", [output_dims, input_dims], weight_init, weight_optim,
+                                  regularizer=weight_reg),
+                self.create_param(f"{prefix}/b", [output_dims], bias_init, bias_optim, regularizer=bias_reg)]
+        self.output_schema = output_schema
+
+    @property
+    def param_blobs(self):
+        return self.bootstrapped_FCs
+
+    train_param_blobs = param_blobs
+
+    def get_fp16_compatible_parameters(self):
+        return self.bootstrapped_FCs[0::2]
+
+    def _indices(self, net, features, iteration):
+        """The resample's row ids: batch-size draws in [0, batch size - 1] (the bounds made once)."""
+        with core.NameScope(f"bootstrap_iteration_{iteration}"):
+            if iteration == 0:
+                shape = net.Shape(features, "input_shape")
+                self.batch_size = net.Gather([shape, net.Const(np.array([0]), "batch_size_index")], "batch_size")
+                self.lower_bound = net.Const(np.array([0]), "lower_bound", dtype=np.int32)
+                offset = net.Const(np.array([1]), "offset", dtype=np.int32)
+                as_int = net.Cast([self.batch_size], "int_batch_size", to=core.DataType.INT32)
+                self.upper_bound = net.Sub([as_int, offset], "upper_bound")
+            return net.UniformIntFill([self.batch_size, self.lower_bound, self.upper_bound],
+                                      self.output_schema[iteration * 2].field_blobs()[0], input_as_shape=1)
+
+    def _fc(self, net, features, params, iteration):
+        if self.clip_args is not None:
+            clipped = [net.NextScopedBlob(f"clipped_{p}") for p in params]
+            for p, c in zip(params, clipped):
+                net.Clip([p], [c], **self.clip_args)
+            params = clipped
+        net.FC(features + params, [self.output_schema.field_blobs()[iteration * 2 + 1]], axis=self.axis,
+               **self.kwargs)
+
+    def add_ops(self, net):
+        features = self.input_record.field_blobs()
+        for i in range(self.num_bootstrap):
+            self._indices(net, features[0], i)
+            self._fc(net, features, self.bootstrapped_FCs[2 * i:2 * i + 2], i)
+
+    def add_train_ops(self, net):
+        features = self.input_record.field_blobs()[0]
+        for i in range(self.num_bootstrap):
+            indices = self._indices(net, features, i)
+            resampled = net.Gather([features, indices], net.NextScopedBlob(f"bootstrapped_features_{i}"))
+            self._fc(net, [resampled], self.train_param_blobs[2 * i:2 * i + 2], i)

@@ -204,3 +204,60 @@ class PositionWeighted(ModelLayer):
     def add_ops(self, net):
         positions = net.LengthsRangeFill([self.input_record.lengths()], self.input_record.lengths() + "_pos_w_seq")
         net.Gather([self.pos_w, positions], self.output_schema.position_weights.field_blobs())
+
+
+class _SparseDropout(ModelLayer):
+    """An id list with ids (or whole lists) replaced by ``replacement_value`` with a probability
+    set per instantiation: train, eval, predict."""
+    _op = None
+
+    def __init__(self, model, input_record, dropout_prob_train, dropout_prob_eval, dropout_prob_predict,
+                 replacement_value, name, **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        _require(schema.equal_schemas(input_record, IdList), f"{type(self).__name__} takes an IdList")
+        self.dropout_prob_train = float(dropout_prob_train)
+        self.dropout_prob_eval = float(dropout_prob_eval)
+        self.dropout_prob_predict = float(dropout_prob_predict)
+        self.replacement_value = int(replacement_value)
+        probs = (self.dropout_prob_train, self.dropout_prob_eval, self.dropout_prob_predict)
+        _require(all(0 <= p <= 1.0 for p in probs), f"dropout probabilities are in [0, 1], got {probs}")
+        _require(any(p > 0 for p in probs), "Ratios all set to 0.0 for train, eval and predict")
+        self.output_schema = schema.NewRecord(model.net, IdList)
+        if input_record.lengths.metadata:
+            self.output_schema.lengths.set_metadata(input_record.lengths.metadata)
+        if input_record.items.metadata:
+            self.output_schema.items.set_metadata(input_record.items.metadata)
+
+    def _add_ops(self, net, ratio):
+        getattr(net, self._op)([self.input_record.items(), self.input_record.lengths()],
+                               [self.output_schema.items(), self.output_schema.lengths()], ratio=ratio,
+                               replacement_value=self.replacement_value)
+
+    def add_train_ops(self, net):
+        self._add_ops(net, self.dropout_prob_train)
+
+    def add_eval_ops(self, net):
+        self._add_ops(net, self.dropout_prob_eval)
+
+    def add_ops(self, net):
+        self._add_ops(net, self.dropout_prob_predict)
+
+
+class SparseDropoutWithReplacement(_SparseDropout):
+    """Each example's whole list replaced by [replacement_value] with the probability."""
+    _op = "SparseDropoutWithReplacement"
+
+    def __init__(self, model, input_record, dropout_prob_train, dropout_prob_eval, dropout_prob_predict,
+                 replacement_value, name="sparse_dropout", **kwargs):
+        super().__init__(model, input_record, dropout_prob_train, dropout_prob_eval, dropout_prob_predict,
+                         replacement_value, name, **kwargs)
+
+
+class SparseItemwiseDropoutWithReplacement(_SparseDropout):
+    """Each id replaced by replacement_value with the probability."""
+    _op = "SparseItemwiseDropoutWithReplacement"
+
+    def __init__(self, model, input_record, dropout_prob_train, dropout_prob_eval, dropout_prob_predict,
+                 replacement_value, name="sparse_itemwise_dropout", **kwargs):
+        super().__init__(model, input_record, dropout_prob_train, dropout_prob_eval, dropout_prob_predict,
+                         replacement_value, name, **kwargs)

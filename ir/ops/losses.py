@@ -391,6 +391,51 @@ def _(g):
     return [GradOp("DropoutGrad", [g.GO[0], g.O[1]], [g.GI[0]], g.pick("ratio", "is_test"))]
 
 
+def _sparse_dropout(name):
+    def infer(types, attrs, n):
+        values, lengths = tensors(name, types)
+        indices(name, values, "ids")
+        indices(name, lengths, "lengths")
+        if not 0 <= float(attrs["ratio"]) <= 1:
+            type_error(f"{name} ratio must be in [0, 1], got {attrs['ratio']}")
+        return [TensorType(values.dtype, (None,)), lengths]
+    return infer
+
+
+_SPARSE_DROPOUT = {"ratio": 0.0, "replacement_value": -1, "random_seed": -1, "output_names": []}
+declare("SparseDropoutWithReplacement", 2, _sparse_dropout("SparseDropoutWithReplacement"), results=2,
+        attrs=_SPARSE_DROPOUT, effects=RANDOM,
+        doc="(VALUES, LENGTHS) -> (VALUES', LENGTHS'): each example's whole id list replaced, with probability "
+            "`ratio`, by the one id `replacement_value` (from the op's seeded stream)")
+declare("SparseItemwiseDropoutWithReplacement", 2, _sparse_dropout("SparseItemwiseDropoutWithReplacement"),
+        results=2, attrs=_SPARSE_DROPOUT, effects=RANDOM,
+        doc="(VALUES, LENGTHS) -> (VALUES', LENGTHS): each id replaced, with probability `ratio`, by "
+            "`replacement_value` (from the op's seeded stream)")
+no_gradient("SparseDropoutWithReplacement", "SparseItemwiseDropoutWithReplacement")
+
+
+def sparse_dropout(values, lengths, draws, ratio, replacement_value):
+    """The example-wise form: ``draws`` one uniform per example; an example drawn below ``ratio``
+    becomes [replacement_value]."""
+    lengths = np.asarray(lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if starts[-1] != len(values):
+        raise ValueError(f"SparseDropoutWithReplacement: the lengths add up to {starts[-1]}, "
+                         f"there are {len(values)} ids")
+    dropped = draws < ratio
+    out = [np.array([replacement_value], values.dtype) if d else values[starts[i]:starts[i + 1]]
+           for i, d in enumerate(dropped)]
+    out_lengths = np.where(dropped, 1, lengths).astype(lengths.dtype)
+    return (np.concatenate(out) if out else values[:0].copy()), out_lengths
+
+
+def sparse_itemwise_dropout(values, lengths, draws, ratio, replacement_value):
+    if int(np.sum(lengths)) != len(values):
+        raise ValueError(f"SparseItemwiseDropoutWithReplacement: the lengths add up to {int(np.sum(lengths))}, "
+                         f"there are {len(values)} ids")
+    return np.where(draws < ratio, values.dtype.type(replacement_value), values), np.asarray(lengths).copy()
+
+
 FUNCTIONS.update({"L1Distance": l1_distance, "L1DistanceGradient": l1_distance_grad,
                   "MarginRankingCriterion": margin_ranking_criterion,
                   "MarginRankingCriterionGradient": margin_ranking_criterion_grad})

@@ -342,3 +342,37 @@ def test_random_feature_maps():
     np.testing.assert_allclose(workspace.FetchBlob(arc()), np.maximum(z, 0) * z, rtol=1e-4, atol=1e-6)  # s = 2
     assert [str(p) for p in m.params][:2] == ["random_fourier_features/w", "random_fourier_features/b"]
     assert m.param_to_optim["random_fourier_features/w"] == m.NoOptim  # fixed random weights
+
+
+def test_sparse_dropout_per_instantiation_and_bootstrap_fc():
+    m = _new_model()
+    ids = schema.NewRecord(m.net, _id_list(10))
+    whole = m.SparseDropoutWithReplacement(ids, 0.0, 0.5, 1.0, -1)
+    items = m.SparseItemwiseDropoutWithReplacement(ids, 1.0, 0.0, 0.0, -7)
+    boot = m.FCWithBootstrap(m.input_feature_schema.x, output_dims=2, num_bootstrap=2)
+    m.output_schema = schema.Struct()
+    lengths, values = np.array([2, 0, 3], np.int32), np.array([1, 4, 4, 0, 9], np.int64)
+    x = np.random.RandomState(6).randn(5, 4).astype(np.float32)
+    schema.FeedRecord(ids, [lengths, values])
+    schema.FeedRecord(m.input_feature_schema, [x])
+    init, train = lmi.generate_training_nets_forward_only(m)
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(train)
+    # training: lists kept whole (ratio 0), every id replaced (ratio 1)
+    assert workspace.FetchBlob(whole.items()).tolist() == values.tolist()
+    assert workspace.FetchBlob(items.items()).tolist() == [-7] * 5
+    assert workspace.FetchBlob(items.lengths()).tolist() == lengths.tolist()
+    for i in range(2):
+        idx = workspace.FetchBlob(boot[2 * i]())
+        assert idx.shape == (5,) and idx.min() >= 0 and idx.max() <= 4
+        w = workspace.FetchBlob(f"fc_with_bootstrap/bootstrap_iteration_{i}/w")
+        b = workspace.FetchBlob(f"fc_with_bootstrap/bootstrap_iteration_{i}/b")
+        np.testing.assert_allclose(workspace.FetchBlob(boot[2 * i + 1]()), x[idx] @ w.T + b, rtol=1e-5, atol=1e-6)
+    workspace.RunNetOnce(lmi.generate_predict_net(m))
+    # prediction: every list replaced by [-1] (ratio 1), ids kept (ratio 0), the FCs on the whole batch
+    assert workspace.FetchBlob(whole.items()).tolist() == [-1, -1, -1]
+    assert workspace.FetchBlob(whole.lengths()).tolist() == [1, 1, 1]
+    assert workspace.FetchBlob(items.items()).tolist() == values.tolist()
+    w = workspace.FetchBlob("fc_with_bootstrap/bootstrap_iteration_0/w")
+    b = workspace.FetchBlob("fc_with_bootstrap/bootstrap_iteration_0/b")
+    np.testing.assert_allclose(workspace.FetchBlob(boot[1]()), x @ w.T + b, rtol=1e-5, atol=1e-6)
