@@ -74,13 +74,17 @@ class XlaProgram:
         return {
             "ops": len(self.module.walk()) - 1,
             "device": str(jax.devices()[0]),
-            "regions compiled": [f"from {r.ops[0].name} at {r.ops[0].loc}: {len(r.ops)} ops, "
-                                 f"{r.work} elements" for r in s.runs],
-            "ops compiled": sum(len(r.ops) for r in s.runs),
+            "regions compiled": [_described(r) for r in s.runs],
+            "ops compiled": sum(len(o.walk()) for r in s.runs for o in r.ops),
             "functions compiled": s.compiled,
             "compile seconds": round(s.seconds, 3),
             "ops interpreted, and why": dict(why.most_common()),
         }
+
+
+def _described(run) -> str:
+    first = next((o for o in run.ops if o.name != "Const"), run.ops[0])
+    return f"from {first.name} at {first.loc}: {sum(len(o.walk()) for o in run.ops)} ops, {run.work} elements"
 
 
 _configured = []

@@ -19,14 +19,16 @@ from __future__ import annotations
 import contextlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from dslc.backends.interp.codegen import Emitter
 from dslc.backends.interp.kernels import kernel_entry
 
 from . import kernels_conv  # noqa: F401  (registers its kernels)
 from .kernels import checking, dtype
-from .regions import Run, min_work_default, partition
+from .regions import Loop, Run, min_work_default, partition
 
 X64 = ("i64", "f64")
 
@@ -64,8 +66,10 @@ class XlaEmitter(Emitter):
 
 
 def _x64(run: Run) -> bool:
-    values = list(run.inputs) + [r for o in run.ops for r in o.results]
-    return any(v.type.dtype in X64 for v in values) or any(o.name == "Adam" for o in run.ops)
+    nested = [o for op in run.ops for o in op.walk()]
+    values = list(run.inputs) + [r for o in nested for r in o.results] + \
+        [a for o in nested for r in o.regions for a in r.args]
+    return any(v.type.dtype in X64 for v in values) or any(o.name == "Adam" for o in nested)
 
 
 def _constant(op, cfg):
@@ -74,20 +78,14 @@ def _constant(op, cfg):
 
 def build(run: Run, cfg) -> "RunCall":
     """The run as one function of its inputs, jitted and compiled for their types."""
-    consts = {op.result: _constant(op, cfg) for op in run.ops if op.name == "Const"}
-    steps = [(op, fn) for op, fn in run.kernels if op.name != "Const"]
+    consts = {op.result: _constant(op, cfg) for top in run.ops for op in top.walk() if op.name == "Const"}
     inputs, outputs = list(run.inputs), list(run.outputs)
 
     def body(*args):
         env = dict(zip(inputs, args))
         env.update(consts)
         with checking() as checks:
-            for op, fn in steps:
-                got = fn(*[env[v] for v in op.operands])
-                if len(op.results) == 1:
-                    env[op.results[0]] = got
-                else:
-                    env.update(zip(op.results, got))
+            _evaluate(run.kernels, env)
             return [env[v].astype(dtype(v)) for v in outputs], checks.all()
 
     x64 = _x64(run)
@@ -95,6 +93,40 @@ def build(run: Run, cfg) -> "RunCall":
     with _scope(x64):
         compiled = cfg.stats.compile(jax.jit(body), specs)
     return RunCall(compiled, [dtype(v) for v in outputs], x64)
+
+
+def _evaluate(steps, env) -> None:
+    """Trace ``steps`` ((op, its kernel) in order) over ``env`` (value -> jax value)."""
+    for op, fn in steps:
+        if op.name in ("Const", "yield"):
+            continue
+        if op.name == "must":
+            env[op.result] = env[op.operands[0]]
+        elif isinstance(fn, Loop):
+            env.update(zip(op.results, _loop(fn, env)))
+        else:
+            got = fn(*[env[v] for v in op.operands])
+            if len(op.results) == 1:
+                env[op.results[0]] = got
+            else:
+                env.update(zip(op.results, got))
+
+
+def _loop(loop: Loop, env) -> list:
+    body = loop.op.regions[0]
+    index, carried = body.args[0], body.args[1:]
+    unread = set(loop.unread())
+    start = tuple(jnp.zeros(tuple(a.type.shape), dtype(a)) if v in unread else jnp.asarray(env[v]).astype(dtype(a))
+                  for v, a in zip(loop.op.operands[1:], carried))
+    results = body.ops[-1].operands
+
+    def step(i, values):
+        inner = dict(env)
+        inner[index] = jnp.asarray(i).astype(dtype(index))
+        inner.update(zip(carried, values))
+        _evaluate(loop.steps, inner)
+        return tuple(jnp.asarray(inner[v]).astype(dtype(a)) for v, a in zip(results, carried))
+    return list(lax.fori_loop(0, loop.trips, step, start))
 
 
 def _scope(x64: bool):

@@ -37,8 +37,10 @@ def why_not(op: Operation):
     """(the op's jax function, None), or (None, why XLA does not take it)."""
     if op.name == "Const":
         return (None, None) if static(op.result) else (None, "a constant XLA cannot hold")
+    if op.name == "for":
+        return _loop(op)
     if op.regions:
-        return None, "control flow stays on the interpreter"
+        return None, "control flow stays on the interpreter (a for of a constant count is compiled)"
     factory = KERNELS.get(op.name)
     if factory is None:
         if op.name in ("load", "store", "flag", "must"):
@@ -55,7 +57,45 @@ def why_not(op: Operation):
         return None, str(e)
 
 
+def _loop(op: Operation):
+    """A ``for`` of a constant count of at least 1 whose body XLA takes whole: its ``Loop``."""
+    owner = getattr(op.operands[0], "owner", None)
+    if owner is None or owner.name != "Const" or int(owner.attrs["value"]) < 1:
+        return None, "a loop whose count is not a constant of at least 1"
+    body = op.regions[0]
+    if not all(static(v) for v in list(op.results) + list(body.args)):
+        return None, "a loop carrying a value of a type XLA cannot hold"
+    steps = []
+    for o in body.ops:
+        if o.name in ("yield", "must"):  # (inside, a `must` is the identity: see Loop)
+            steps.append((o, None))
+            continue
+        fn, why = why_not(o)
+        if why is not None:
+            return None, f"a loop whose body holds {o.name} ({why})"
+        steps.append((o, fn))
+    return Loop(op, int(owner.attrs["value"]), steps), None
+
+
+@dataclass
+class Loop:
+    """A ``for`` run as ``lax.fori_loop``. A carried value the body does not read before it
+    writes it (a step's activations and gradients, unset before the first run) starts as
+    zeros: the count is at least 1, so that start is never seen. A ``must`` inside is the
+    identity: an unset blob is an unset input of the run, which then runs on the interpreter."""
+
+    op: Operation
+    trips: int
+    steps: list
+
+    def unread(self) -> list:
+        return [v for v, a in zip(self.op.operands[1:], self.op.regions[0].args[1:]) if not a.uses]
+
+
 def elements(op: Operation) -> int:
+    if op.name == "for":
+        trips = int(op.operands[0].owner.attrs["value"])
+        return trips * sum(elements(o) for o in op.regions[0].ops if o.name not in ("yield", "must", "Const"))
     n = 0
     for r in op.results:
         size = 1
@@ -109,9 +149,13 @@ def partition(r: Region, interpreted, min_work=None) -> list:
 
 def _connect(run: Run) -> None:
     inside = set(run.ops)
-    defined = {v for o in run.ops for v in o.results}
-    for o in run.ops:
-        for v in o.operands:
+    nested = [o for op in run.ops for o in op.walk()]
+    defined = {v for o in nested for v in o.results} | {a for o in nested for r in o.regions for a in r.args}
+    unread = {v for _, fn in run.kernels if isinstance(fn, Loop) for v in fn.unread()}
+    for o in nested:
+        for k, v in enumerate(o.operands):
+            if o.name == "for" and k > 0 and v in unread:
+                continue  # (a loop's start value it never reads: not an input)
             if v not in defined and v not in run.inputs:
                 run.inputs.append(v)
     for o in run.ops:

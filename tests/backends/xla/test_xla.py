@@ -235,3 +235,21 @@ def test_on_a_gpu_the_regions_run_there():
     m = _lenet()
     _, summary = _both(m.net, _images(), ["loss", "conv1_w"], init=m.param_init_net, times=2, rtol=1e-3, atol=1e-4)
     assert "cuda" in summary["device"].lower() or "gpu" in summary["device"].lower(), summary
+
+
+def test_a_loop_of_training_steps_is_one_function():
+    # an execution step's num_iter is a `for` of a constant count: all its iterations are one
+    # XLA call (lax.fori_loop), the activations it carries start as zeros it never reads
+    rng = np.random.default_rng(3)
+    feeds = {"data": rng.normal(size=(8, 4)).astype(np.float32), "label": rng.integers(0, 3, 8).astype(np.int32)}
+    m = ModelHelper(name="loop")
+    h = brew.relu(m, brew.fc(m, "data", "fc1", dim_in=4, dim_out=6), "r1")
+    _, loss = m.net.SoftmaxWithLoss([brew.fc(m, h, "fc2", dim_in=6, dim_out=3), "label"], ["softmax", "loss"])
+    m.AddGradientOperators([loss])
+    optimizer.build_sgd(m, 0.1, momentum=0.9)
+    loop = core.execution_step("train", [m.net], num_iter=7)
+    got, summary = _both(loop, feeds, ["loss", "fc1_w", "fc2_b", "optimizer_iteration", "r1_grad"],
+                         init=m.param_init_net, times=2, rtol=1e-4, atol=1e-6)
+    assert got[3].tolist() == [14]
+    assert [r for r in summary["regions compiled"] if r.startswith("from for")], summary
+    assert not _interpreted(summary, "FC") and not _interpreted(summary, "for"), summary
