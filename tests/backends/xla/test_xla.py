@@ -237,9 +237,10 @@ def test_on_a_gpu_the_regions_run_there():
     assert "cuda" in summary["device"].lower() or "gpu" in summary["device"].lower(), summary
 
 
-def test_a_loop_of_training_steps_is_one_function():
+def test_a_loop_of_training_steps_is_one_function(default_pipeline):
     # an execution step's num_iter is a `for` of a constant count: all its iterations are one
     # XLA call (lax.fori_loop), the activations it carries start as zeros it never reads
+    # (the default pipeline: promote-blobs makes the loop's body pure dataflow)
     rng = np.random.default_rng(3)
     feeds = {"data": rng.normal(size=(8, 4)).astype(np.float32), "label": rng.integers(0, 3, 8).astype(np.int32)}
     m = ModelHelper(name="loop")
