@@ -309,6 +309,26 @@ _sparse_dropout_kernel("SparseDropoutWithReplacement", losses.sparse_dropout, Tr
 _sparse_dropout_kernel("SparseItemwiseDropoutWithReplacement", losses.sparse_itemwise_dropout, False)
 
 
+@kernel("UniqueUniformFill", per_instance=True)
+def _unique_uniform_fill(op, cfg):
+    attrs, gen_of = op.attrs, op_stream(op, cfg)
+    dt = NUMPY_DTYPES[dtype_from_code("UniqueUniformFill", attrs["dtype"])]
+
+    def make(inst):
+        gen = gen_of(inst)
+
+        def fill(shape, avoid=None):
+            n = int(np.prod(np.asarray(shape).reshape(-1)))
+            lo, hi = int(attrs["min"]), int(attrs["max"])
+            check_size("UniqueUniformFill", (max(hi - lo + 1, 0),), np.int64)  # (the pool drawn from)
+            pool = np.setdiff1d(np.arange(lo, hi + 1), [] if avoid is None else np.asarray(avoid).reshape(-1))
+            if n > len(pool):
+                raise ValueError(f"UniqueUniformFill: {n} distinct values asked for, {len(pool)} available")
+            return gen.choice(pool, size=n, replace=False).astype(dt)
+        return fill
+    return make
+
+
 @kernel("Dropout", per_instance=True)
 def _dropout(op, cfg):
     attrs, gen_of = op.attrs, op_stream(op, cfg)

@@ -3,6 +3,8 @@ last N examples seen) and ``SamplingTrain`` (a prediction layer trained on the s
 of its weights, its logits corrected by the sampling probabilities)."""
 from __future__ import annotations
 
+import numpy as np
+
 from dslc import core, schema
 from dslc.layers.fc import FC
 from dslc.layers.layers import LayerError, ModelLayer, get_layer_class
@@ -70,3 +72,38 @@ class SamplingTrain(ModelLayer):
         if self.subtract_log_odd:
             log_q = net.Log(self.input_record.sampling_prob(), net.NextScopedBlob("log_q"))
             net.Sub([self.output_schema(), log_q], self.output_schema(), broadcast=1)
+
+
+class UniformSampling(ModelLayer):
+    """The input ids (distinct) followed by ``num_samples - len(input)`` more distinct ids drawn
+    uniformly from [0, num_elements) outside them; ``sampling_prob`` is num_samples / num_elements
+    for each."""
+
+    def __init__(self, model, input_record, num_samples, num_elements, name="uniform_sampling", **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        if not num_elements > num_samples > 0:
+            raise LayerError(f"UniformSampling needs num_elements > num_samples > 0, got {num_elements}, "
+                             f"{num_samples}", user_location())
+        if not isinstance(input_record, schema.Scalar):
+            raise LayerError(f"UniformSampling takes a Scalar, got {input_record}", user_location())
+        self.num_elements = num_elements
+        self.num_samples = self.create_param(param_name="num_examples", shape=(1,),
+                                             initializer=("GivenTensorInt64Fill", {"values": [num_samples]}),
+                                             optimizer=model.NoOptim)
+        self.sampling_prob = self.create_param(
+            param_name="prob", shape=(num_samples,),
+            initializer=("ConstantFill", {"value": float(num_samples) / num_elements, "dtype": core.DataType.FLOAT}),
+            optimizer=model.NoOptim)
+        self.output_schema = schema.Struct(
+            ("samples", schema.Scalar(np.int32, self.get_next_blob_reference("samples"))),
+            ("sampling_prob", schema.Scalar(np.float32, self.sampling_prob)))
+
+    def add_ops(self, net):
+        net.StopGradient(self.sampling_prob, self.sampling_prob)
+        shape = net.Shape([self.input_record()], net.NextScopedBlob("shape"))
+        shape = net.Sub([self.num_samples, shape], shape)
+        samples = net.UniqueUniformFill([shape, self.input_record()], net.NextScopedBlob("samples_before_concat"),
+                                        min=0, max=self.num_elements - 1, input_as_shape=True)
+        net.Concat([self.input_record(), samples], [self.output_schema.samples(), net.NextScopedBlob("split_info")],
+                   axis=0)
+        net.StopGradient(self.output_schema.samples(), self.output_schema.samples())

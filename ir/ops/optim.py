@@ -56,6 +56,21 @@ _fill("UniformIntFill", _ints=True, min=0, max=1, _doc="a tensor of int32 unifor
       "min and max may be inputs 2 and 3)")
 _fill("Float16UniformFill", min=0.0, max=1.0, _f16=True,
       _doc="UniformFill's draws as float16 (Caffe2's fp16 embedding tables)")
+def _unique_uniform_fill(types, attrs, n):
+    dt = dtype_from_code("UniqueUniformFill", attrs["dtype"])
+    require("UniqueUniformFill", dt, {"i32", "i64"}, "int32 or int64")
+    if not types or not attrs["input_as_shape"]:
+        type_error("UniqueUniformFill takes its shape as its first input (input_as_shape=1)",
+                   "pass the shape blob, and optionally the ids to avoid")
+    return [TensorType(dt, None)]
+
+
+declare("UniqueUniformFill", (1, 2), _unique_uniform_fill,
+        attrs={"min": 0, "max": 1, "dtype": 2, "input_as_shape": 1, "random_seed": -1, "output_names": []},
+        effects=RANDOM, traits={SIZED_BY_VALUES},
+        doc="distinct uniform integers in [min, max] (both ends), as many as the shape input says, none of them "
+            "among the second input's values")
+no_gradient("UniqueUniformFill")
 _fill("XavierFill", _doc="uniform draws in [-s, s), s = sqrt(3 / fan_in), fan_in = size / dims[0]")
 _fill("MSRAFill", _doc="normal draws with std sqrt(2 / fan_out), fan_out = size / dims[1]")
 

@@ -123,3 +123,12 @@ def test_layer_norm_and_its_gradient(backend):
             yp = (xp - xp.mean(1, keepdims=True)) / np.sqrt(xp.var(1, keepdims=True) + 1e-4)
             num[idx] += sign * (yp * xp).sum() / (2 * eps)
     np.testing.assert_allclose(workspace.FetchBlob("x_grad"), num, rtol=1e-3, atol=1e-3)
+
+
+def test_unique_uniform_fill_draws_distinct_ids_outside_the_avoided(backend):
+    workspace.FeedBlob("shape", np.array([14], np.int64))
+    workspace.FeedBlob("avoid", np.array([3, 10, 11, 15, 19, 0], np.int32))
+    (out,) = _run(backend, "UniqueUniformFill", ["shape", "avoid"], ["u"], min=0, max=19, input_as_shape=1)
+    # 20 ids in [0, 19], 6 of them avoided: the 14 drawn are exactly the other 14, in some order
+    assert sorted(out) == sorted(set(range(20)) - {3, 10, 11, 15, 19, 0})
+    assert workspace.FetchBlob("u").dtype == np.int32
