@@ -17,6 +17,7 @@ import numpy as np
 from .core import MAX_NESTING, Module, Operation, Region, Symbol
 from .diagnostics import UNKNOWN_LOC, DSLError, Location, one_line
 from .opdef import OPS
+from .printer import IR_VERSION, STAMP
 from .pyrefs import PyRef
 from .types import ANY, NUMPY_DTYPES, HandleType, TensorType
 from .verifier import verify
@@ -78,11 +79,23 @@ def parse(text: str, filename: str = "<text>", check: bool = True) -> Module:
     return modules[0]
 
 
+def _check_version(text: str, filename: str) -> None:
+    """Refuse text stamped with a newer version of the IR than this dslc reads (an unstamped
+    text is version 1, as files written before the stamp are)."""
+    m = STAMP.match(text)
+    if m and int(m.group(1)) > IR_VERSION:
+        by = f" (written by dslc {m.group(2)})" if m.group(2) else ""
+        raise ParseError(f"this IR file is version {m.group(1)} of the IR{by}; this dslc reads versions up to "
+                         f"{IR_VERSION}", Location(filename, 1), 1,
+                         "write it again with this dslc (dslc ir JOB.py -o FILE), or use the dslc that wrote it")
+
+
 def parse_all(text: str, filename: str = "<text>", check: bool = True) -> list[Module]:
     """Every module the text describes, in order (``dslc ir -o`` writes one per runnable
     of a job file, and one per group of a Job)."""
     if not text.endswith("\n"):
         text += "\n"
+    _check_version(text, filename)
     try:
         tree = _lark().parse(text)
     except lark.exceptions.UnexpectedInput as e:

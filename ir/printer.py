@@ -23,6 +23,18 @@ from .types import Type, dtype_of_numpy
 
 _HINT_RE = re.compile(r"[^A-Za-z0-9_]")
 
+# The version of the IR's text form. A file written to disk starts with a stamp naming it
+# (``// dslir 1, written by dslc 0.1.0``); the parser reads a file without one as version 1 and
+# refuses a newer version, naming the dslc that wrote it. Raise it when old text would be
+# read wrongly (an op's meaning or an attribute's form changes), not for additions.
+IR_VERSION = 1
+STAMP = re.compile(r"^// dslir (\d+)(?:, written by dslc (\S+))?")
+
+
+def stamped(text: str, writer: str) -> str:
+    """``text`` (printed modules) with the version stamp a file of it begins with."""
+    return f"// dslir {IR_VERSION}, written by dslc {writer}\n{text}"
+
 
 def format_attr(v) -> str:
     if isinstance(v, Symbol):
@@ -205,3 +217,19 @@ def print_op(op: Operation, with_locs: bool = True) -> str:
 def print_module(module: Module, with_locs: bool = True) -> str:
     """The module's text form (the parser reads it back)."""
     return print_op(module.op, with_locs)
+
+
+_DENSE = re.compile(r"dense<(\w+)(\[[\d,]*\])?: ([^>]*)>")
+ELIDE_OVER = 16  # elements: a constant with more prints its first few and its size on a terminal
+
+
+def elide_constants(text: str, keep: int = 8) -> str:
+    """``text`` with each dense constant of more than ``ELIDE_OVER`` elements cut to its first
+    ``keep`` and a count (``dense<f32[1000]: 0.5, 0.25, ... (1000 elements)>``): for reading, not
+    for parsing back (``dslc ir --full-constants`` and files keep every element)."""
+    def cut(m):
+        items = m.group(3).split(", ")
+        if len(items) <= ELIDE_OVER:
+            return m.group(0)
+        return f"dense<{m.group(1)}{m.group(2) or ''}: {', '.join(items[:keep])}, ... ({len(items)} elements)>"
+    return _DENSE.sub(cut, text)

@@ -26,6 +26,7 @@ from dslc.driver.cli_parser import build_parser
 from dslc.ir import parse, parse_all, print_module, pyrefs, settings
 from dslc.ir.core import Symbol
 from dslc.ir.diagnostics import UNKNOWN_LOC, DSLError, Location, one_line
+from dslc.ir.printer import elide_constants, stamped
 from dslc.ir.pyrefs import check_portable
 from dslc.ir.types import join
 
@@ -86,8 +87,17 @@ def cmd_ir(args) -> int:
     _report_times(session, args)
     if args.json:
         return _json_or_file(args, {"modules": texts})
-    out.write(args.output, "\n".join(texts))
+    text = "\n".join(texts)
+    out.write(args.output, stamped(text, dslc.__version__) if args.output else _shown_ir(text, args))
     return 0
+
+
+def _shown_ir(text: str, args) -> str:
+    """IR text for a terminal: a constant of many elements elided to its start and size,
+    unless ``--full-constants`` (a file, a pipe and --json get every element)."""
+    if getattr(args, "full_constants", False) or not sys.stdout.isatty():
+        return text
+    return elide_constants(text)
 
 
 def cmd_opt(args) -> int:
@@ -105,7 +115,7 @@ def cmd_opt(args) -> int:
     text = print_module(module, with_locs=not args.no_locs)
     if args.json:
         return _json_or_file(args, {"module": text})
-    out.write(args.output, text)
+    out.write(args.output, stamped(text, dslc.__version__) if args.output else _shown_ir(text, args))
     return 0
 
 

@@ -11,7 +11,9 @@ import numpy as np
 
 from dslc.ir.diagnostics import DSLError, UNKNOWN_LOC
 from dslc.ir.escape import cut, printable, printable_lines
+from dslc import __version__
 from dslc.ir import print_module
+from dslc.ir.printer import stamped
 from dslc.ir.pyrefs import check_portable
 
 GRAPH_FORMATS = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
@@ -94,7 +96,7 @@ def write_artifacts(directory: str, compiled) -> list[str]:
             raise DSLError(f"cannot create the directory {where!r}: {e.strerror}",
                            hint="pick an output directory you can write to") from None
         path = os.path.join(directory, stem + ".dslir")
-        write(path, print_module(module))
+        write(path, stamped(print_module(module), __version__))
         written.append(path)
         writer = getattr(program, "write_artifacts", None)
         if writer is not None:

@@ -93,6 +93,8 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     ir.add_argument("--no-locs", action="store_true", help="leave out source locations")
     ir.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
     ir.add_argument("--json", action="store_true", help="print {\"modules\": [IR text, ...]}")
+    ir.add_argument("--full-constants", action="store_true",
+                    help="print every element of large constants on a terminal too (files and pipes get them all)")
     _pass_options(ir, default=None)
     _common(ir)
 
@@ -103,6 +105,8 @@ def build_parser(version: str, commands) -> argparse.ArgumentParser:
     opt.add_argument("--no-locs", action="store_true", help="leave out source locations")
     opt.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE instead of stdout")
     opt.add_argument("--json", action="store_true", help="print {\"module\": IR text}")
+    opt.add_argument("--full-constants", action="store_true",
+                     help="print every element of large constants on a terminal too (files and pipes get them all)")
     _pass_options(opt, default=ENV)
     _common(opt)
 

@@ -14,9 +14,10 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from dslc import backends
+from dslc import __version__, backends
 from dslc.ir import print_module
 from dslc.ir.diagnostics import DSLError
+from dslc.ir.printer import stamped
 from dslc.runtime.profile import OpProfile
 
 
@@ -54,7 +55,7 @@ class DriverOptions:
         task = next((str(op.attrs["name"]) for op in module.walk() if op.name == "task"), "")
         stem = os.path.join(self.dump_dir, f"{self._dumped:03d}-{_stem(source or task)}")
         with open(stem + ".dslir", "w", encoding="utf-8") as f:
-            f.write(print_module(module))
+            f.write(stamped(print_module(module), __version__))
         written = [stem + ".dslir"]
         try:
             plan = backends.get("text")().compile(module)

@@ -133,7 +133,8 @@ def test_ir_output_file(capsys, tmp_path):
     target = tmp_path / "loops.ir"
     code, out, _ = run_cli(capsys, "ir", EXAMPLES / "loops.py", "-o", target)
     assert code == 0 and out == ""
-    assert target.read_text(encoding="utf-8") == shown
+    stamp, text = target.read_text(encoding="utf-8").split("\n", 1)
+    assert text == shown and stamp.startswith("// dslir 1, written by dslc ")  # (the file's version)
 
 
 def test_ir_output_file_in_a_missing_directory(capsys, tmp_path):
