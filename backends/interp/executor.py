@@ -346,6 +346,9 @@ def _raised_as(user_type: type) -> type:
     return got
 
 
+_GENERIC = (ValueError, IndexError, TypeError)  # what numpy raises for operands that do not fit
+
+
 def located(e: Exception, task: str | None) -> DSLError:
     """An ExecutionError for ``e`` at the op whose generated line raised it (the type error
     of that op, for a shape check its compile left to the run: ``codegen.rechecked``)."""
@@ -358,8 +361,10 @@ def located(e: Exception, task: str | None) -> DSLError:
             if at is not None:
                 op, part, frame = at, code, tb.tb_frame
         tb = tb.tb_next
-    if op is not None and not isinstance(e, DSLError):
-        typed = rechecked(part, op, frame)  # (a shape check its compile left to the run)
+    if op is not None and type(e) in _GENERIC:
+        # (a shape check its compile left to the run, failing in numpy; a kernel's own
+        # error, a subclass worded for the user, stays as it is)
+        typed = rechecked(part, op, frame)
         if typed is not None:
             return typed
     loc = op.loc if op is not None else None
