@@ -15,8 +15,8 @@ import numpy as np
 from dslc.runtime import collectives, logfiles
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
-from dslc.ir.ops import (activations, adaptive, conv_math, losses, nn_grads, normalization, norms, pointwise, products,
-                        quantized, recurrent, reductions, segments, spatial, utility)
+from dslc.ir.ops import (activations, adaptive, conv_fused, conv_math, losses, nn_grads, normalization, norms,
+                        pointwise, products, quantized, recurrent, reductions, segments, spatial, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -57,6 +57,7 @@ FUNCTIONS = {
     "CrossEntropy": nm.cross_entropy, "CrossEntropyGradient": nm.cross_entropy_grad,
     "MakeTwoClass": nm.make_two_class, "MakeTwoClassGradient": nm.make_two_class_grad,
     **activations.FUNCTIONS, **segments.FUNCTIONS, **products.FUNCTIONS, **conv_math.FUNCTIONS,
+    **conv_fused.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS, **norms.FUNCTIONS, **pointwise.FUNCTIONS, **spatial.FUNCTIONS,
 }

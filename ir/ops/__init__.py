@@ -1,6 +1,6 @@
 """Importing this package declares every operator in ``dslc.ir.OPS``."""
 from . import collect, collective, control_nets, data, dataflow, db, dbinput, effects, records, shape, structure, tensor  # noqa: F401
 from . import nn, losses, optim, nn_grads  # noqa: F401  (training ops and their gradients)
-from . import activations, adaptive, conv, normalization, norms, products, quantized, recurrent, reductions, segments, utility  # noqa: F401
+from . import activations, adaptive, conv, conv_fused, normalization, norms, products, quantized, recurrent, reductions, segments, utility  # noqa: F401
 from . import index  # noqa: F401  (Caffe2's key -> id indexes)
 from . import pointwise, spatial  # noqa: F401  (selections, padding and space/batch moves, instance norm)

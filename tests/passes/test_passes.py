@@ -615,6 +615,113 @@ module {
 """)
 
 
+case('fuse-conv: Conv, test-mode SpatialBN, a residual Sum and Relu become one ConvFused', "fuse-conv", """
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %x = load @"x" : f32[1,4,5,5]
+      %w = load @"w" : f32[4,4,3,3]
+      %b = load @"b" : f32[4]
+      %s = load @"s" : f32[4]
+      %t = load @"t" : f32[4]
+      %m = load @"m" : f32[4]
+      %v = load @"v" : f32[4]
+      %c = Conv(%x, %w, %b) {kernel = 3, pad = 1} : f32[1,4,5,5]
+      %n = SpatialBN(%c, %s, %t, %m, %v) {is_test = 1} : f32[1,4,5,5]
+      %u = Sum(%n, %x) : f32[1,4,5,5]
+      %y = Relu(%u) : f32[1,4,5,5]
+      store @"y"(%y)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %x = load @"x" : f32[1,4,5,5]
+      %w = load @"w" : f32[4,4,3,3]
+      %b = load @"b" : f32[4]
+      %s = load @"s" : f32[4]
+      %t = load @"t" : f32[4]
+      %m = load @"m" : f32[4]
+      %v = load @"v" : f32[4]
+      %y = ConvFused(%x, %w, %b, %s, %t, %m, %v, %x) {kernel = 3, pad = 1, bias = 1, bn = 1, residual = 1, relu = 1} : f32[1,4,5,5]
+      store @"y"(%y)
+    }
+  }
+}
+""")
+
+case('fuse-conv: a stored or twice-read intermediate, training BN and NHWC stay apart', "fuse-conv", """
+module {
+  group body {
+    task @"t" {outputs = [@"y", @"c", @"z"]} body {
+      %x = load @"x" : f32[1,4,5,5]
+      %w = load @"w" : f32[4,4,1,1]
+      %s = load @"s" : f32[4]
+      %c = Conv(%x, %w) : f32[1,4,5,5]
+      store @"c"(%c)
+      %y = Relu(%c) : f32[1,4,5,5]
+      store @"y"(%y)
+      %d = Conv(%x, %w) : f32[1,4,5,5]
+      %n, %rm, %rv, %sm, %sv = SpatialBN(%d, %s, %s, %s, %s) : f32[1,4,5,5], f32[4], f32[4], f32[4], f32[4]
+      %z = Relu(%n) : f32[1,4,5,5]
+      store @"z"(%z)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"y", @"c", @"z"]} body {
+      %x = load @"x" : f32[1,4,5,5]
+      %w = load @"w" : f32[4,4,1,1]
+      %s = load @"s" : f32[4]
+      %c = Conv(%x, %w) : f32[1,4,5,5]
+      store @"c"(%c)
+      %y = Relu(%c) : f32[1,4,5,5]
+      store @"y"(%y)
+      %d = Conv(%x, %w) : f32[1,4,5,5]
+      %n, %rm, %rv, %sm, %sv = SpatialBN(%d, %s, %s, %s, %s) : f32[1,4,5,5], f32[4], f32[4], f32[4], f32[4]
+      %z = Relu(%n) : f32[1,4,5,5]
+      store @"z"(%z)
+    }
+  }
+}
+""")
+
+case('fuse-conv: two convolutions joined by one Sum: the first takes the join, the second its bias only', "fuse-conv", """
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %x = load @"x" : f32[1,4,5,5]
+      %w = load @"w" : f32[4,4,1,1]
+      %b = load @"b" : f32[4]
+      %p = Conv(%x, %w) : f32[1,4,5,5]
+      %q = Conv(%x, %w, %b) : f32[1,4,5,5]
+      %r = Relu(%q) : f32[1,4,5,5]
+      %u = Add(%p, %r) : f32[1,4,5,5]
+      %y = Relu(%u) : f32[1,4,5,5]
+      store @"y"(%y)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {outputs = [@"y"]} body {
+      %x = load @"x" : f32[1,4,5,5]
+      %w = load @"w" : f32[4,4,1,1]
+      %b = load @"b" : f32[4]
+      %r = ConvFused(%x, %w, %b) {bias = 1, relu = 1} : f32[1,4,5,5]
+      %y = ConvFused(%x, %w, %r) {residual = 1, relu = 1} : f32[1,4,5,5]
+      store @"y"(%y)
+    }
+  }
+}
+""")
+
+
 @pytest.mark.parametrize("before, passes, after", CASES)
 def test_pass(before, passes, after, monkeypatch):
     # (the cases are written for a process that may run on two CPUs: schedule's concurrent ops)
