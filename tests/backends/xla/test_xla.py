@@ -254,3 +254,31 @@ def test_a_loop_of_training_steps_is_one_function(default_pipeline):
     assert got[3].tolist() == [14]
     assert [r for r in summary["regions compiled"] if r.startswith("from for")], summary
     assert not _interpreted(summary, "FC") and not _interpreted(summary, "for"), summary
+
+
+JOB = '''
+from dslc import core
+
+
+def build_job():
+    net = core.Net("job")
+    net.ConstantFill([], "x", shape=[4, 8], value=1.0)
+    net.ConstantFill([], "w", shape=[3, 8], value=1.0)
+    net.ConstantFill([], "b", shape=[3], value=0.0)
+    net.FC(["x", "w", "b"], "y")
+    net.Dropout(["y"], ["d", "mask"], ratio=0.5)
+    net.ConstantFill([], "it", shape=[1], value=3, dtype=core.DataType.INT64)
+    net.LearningRate(["it"], "lr", base_lr=0.1, policy="step", stepsize=2, gamma=0.5)
+    return net
+'''
+
+
+def test_dslc_compile_says_what_xla_took_and_why_not(tmp_path, capsys, default_pipeline):
+    from dslc.driver import cli
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    assert cli.main(["compile", str(job), "--backend", "xla"]) == 0
+    out = capsys.readouterr().out
+    assert "from FC at job.py:9" in out and "FC:" not in out, out
+    assert "Dropout: Dropout in training: its draws come from the workspace's random stream" in out, out
+    assert "LearningRate: LearningRate policy 'step'" in out, out
