@@ -279,6 +279,6 @@ def test_dslc_compile_says_what_xla_took_and_why_not(tmp_path, capsys, default_p
     job.write_text(JOB)
     assert cli.main(["compile", str(job), "--backend", "xla"]) == 0
     out = capsys.readouterr().out
-    assert "from FC at job.py:9" in out and "FC:" not in out, out
+    assert "from FC at " in out and "job.py:10:" in out and "FC:" not in out, out
     assert "Dropout: Dropout in training: its draws come from the workspace's random stream" in out, out
     assert "LearningRate: LearningRate policy 'step'" in out, out
