@@ -12,6 +12,7 @@ driver's: the runner and the current workspace (dslc/driver/runner.py), blob val
 # ruff: noqa: F401  (the driver's names Caffe2 programs and tests reach through this module)
 from __future__ import annotations
 
+import contextlib
 import types
 
 import numpy as np
@@ -92,6 +93,18 @@ def Workspaces() -> list[str]:
 def SwitchWorkspace(name, create_if_missing: bool = False) -> None:
     """Make workspace ``name`` current; each keeps its blobs and created nets."""
     runner.switch(name, create_if_missing)  # (Caffe2's returns nothing)
+
+
+@contextlib.contextmanager
+def WorkspaceGuard(workspace_name):
+    """Run the block in workspace ``workspace_name`` (made if missing), then switch back to the
+    workspace current before, even when the block raises."""
+    previous = CurrentWorkspace()
+    SwitchWorkspace(workspace_name, True)
+    try:
+        yield
+    finally:
+        SwitchWorkspace(previous)
 
 
 def RootFolder() -> str:

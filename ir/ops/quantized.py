@@ -8,6 +8,11 @@ by the lookups of inference.
 Quantizing rounds half to even, as C's lrintf; a constant row has scale 0. The lookups
 (Gather, SparseLengthsSum/WeightedSum/Mean) dequantize only the rows they read. None has
 a gradient: these are for serving a trained table.
+
+Caffe2's older, unfused form keeps the same bytes and the scales apart: Q uint8 [rows, cols]
+and SCALE_BIAS float32 [rows, 2] (``FloatToRowwiseQuantized8Bits``; a constant row gets scale
+1), read by ``Rowwise8BitQuantizedToFloat`` and ``SparseLengths{Sum,WeightedSum,Mean}8BitsRowwise``
+(SCALE_BIAS last), which run as the fused lookups on the rows joined with their scales.
 """
 from __future__ import annotations
 
@@ -85,6 +90,62 @@ declare("SparseLengthsMeanFused8BitRowwise", 3, _lookup("SparseLengthsMeanFused8
 declare("SparseLengthsWeightedSumFused8BitRowwise", 4,
         _lookup("SparseLengthsWeightedSumFused8BitRowwise", weighted=True), traits={PURE},
         doc="SparseLengthsWeightedSum of a fused 8-bit table: (Q, WEIGHTS, INDICES, LENGTHS)")
+
+
+# the unfused form: (Q, SCALE_BIAS)
+def _quantize_unfused(types, attrs, n):
+    (x,) = tensors("FloatToRowwiseQuantized8Bits", types)
+    if x.dtype is not None and x.dtype not in ("f32", "f16"):
+        type_error(f"FloatToRowwiseQuantized8Bits takes float rows, got {x}", "Cast the table to float first")
+    if x.shape is not None and len(x.shape) != 2:
+        type_error(f"FloatToRowwiseQuantized8Bits takes a matrix, got shape {list(x.shape)}",
+                   "reshape the table to [rows, cols]")
+    rows = None if x.shape is None else x.shape[0]
+    return [TensorType("u8", x.shape), TensorType("f32", (rows, 2))]
+
+
+def _unfused_table(name, q, sb):
+    if q.dtype is not None and q.dtype != "u8":
+        type_error(f"{name} reads a uint8 table made by FloatToRowwiseQuantized8Bits, got {q}")
+    if sb.shape is not None and (len(sb.shape) != 2 or sb.shape[1] not in (None, 2)):
+        type_error(f"{name}'s scale_bias is [rows, 2] (scale, bias per row), got shape {list(sb.shape)}")
+
+
+def _dequantize_unfused(types, attrs, n):
+    q, sb = tensors("Rowwise8BitQuantizedToFloat", types)
+    _unfused_table("Rowwise8BitQuantizedToFloat", q, sb)
+    return [TensorType("f32", q.shape)]
+
+
+def _lookup_unfused(name, weighted=False):
+    def infer(types, attrs, n):
+        ts = tensors(name, types)
+        _unfused_table(name, ts[0], ts[-1])
+        idx, lengths = ts[-3], ts[-2]
+        indices(name, idx, "indices")
+        indices(name, lengths, "lengths")
+        if weighted:
+            segments.weights_per_id(name, ts[1], idx)
+        rows = None if lengths.shape is None else lengths.shape[0]
+        cols = None if ts[0].shape is None else ts[0].shape[1]
+        return [TensorType("f32", (rows, cols))]
+    return infer
+
+
+declare("FloatToRowwiseQuantized8Bits", 1, _quantize_unfused, results=2, traits={PURE},
+        doc="X [rows, cols] float -> (Q uint8 [rows, cols], SCALE_BIAS [rows, 2]): Q = (x - min) / scale, "
+            "scale = (max - min) / 255 (1 for a constant row), bias = min")
+declare("Rowwise8BitQuantizedToFloat", 2, _dequantize_unfused, traits={PURE},
+        doc="(Q, SCALE_BIAS) -> the float32 rows q * scale + bias")
+declare("SparseLengthsSum8BitsRowwise", 4, _lookup_unfused("SparseLengthsSum8BitsRowwise"), traits={PURE},
+        doc="SparseLengthsSum of an unfused 8-bit table: (Q, INDICES, LENGTHS, SCALE_BIAS)")
+declare("SparseLengthsMean8BitsRowwise", 4, _lookup_unfused("SparseLengthsMean8BitsRowwise"), traits={PURE},
+        doc="SparseLengthsMean of an unfused 8-bit table: (Q, INDICES, LENGTHS, SCALE_BIAS)")
+declare("SparseLengthsWeightedSum8BitsRowwise", 5,
+        _lookup_unfused("SparseLengthsWeightedSum8BitsRowwise", weighted=True), traits={PURE},
+        doc="SparseLengthsWeightedSum of an unfused 8-bit table: (Q, WEIGHTS, INDICES, LENGTHS, SCALE_BIAS)")
+no_gradient("FloatToRowwiseQuantized8Bits", "Rowwise8BitQuantizedToFloat", "SparseLengthsSum8BitsRowwise",
+            "SparseLengthsMean8BitsRowwise", "SparseLengthsWeightedSum8BitsRowwise")
 no_gradient("FloatToFused8BitRowwiseQuantized", "Fused8BitRowwiseQuantizedToFloat", "GatherFused8BitRowwise",
             "SparseLengthsSumFused8BitRowwise", "SparseLengthsMeanFused8BitRowwise",
             "SparseLengthsWeightedSumFused8BitRowwise")
@@ -158,7 +219,43 @@ def _bags(name, q, idx, lengths, weights=None, mean=False):
     return segments._mean(out, lens) if mean else out
 
 
+def quantize_unfused(x):
+    """(Q, SCALE_BIAS): the fused bytes apart from their scales; a constant row gets scale 1 (as Caffe2)."""
+    fused = quantize(x)
+    q = np.ascontiguousarray(fused[:, :-8])
+    scale, bias = _scale_bias(fused)
+    scale = np.where(scale == 0, np.float32(1), scale).astype(np.float32)
+    return q, np.stack([scale, bias], axis=1).astype(np.float32)
+
+
+def dequantize_unfused(q, sb):
+    """q * scale + bias in float32, product and sum each rounded (as Caffe2's unfused op; the
+    fused one rounds once)."""
+    _fused(q, sb, "Rowwise8BitQuantizedToFloat")  # (checks the shapes)
+    sb = np.asarray(sb, dtype=np.float32)
+    return (q.astype(np.float32) * sb[:, :1] + sb[:, 1:]).astype(np.float32)
+
+
+def _fused(q, sb, name):
+    """The unfused (Q, SCALE_BIAS) as one fused table (each row then its scale and bias bytes)."""
+    q = np.ascontiguousarray(q)
+    sb = np.ascontiguousarray(sb, dtype=np.float32)
+    if q.ndim != 2 or q.dtype != np.uint8 or sb.shape != (q.shape[0], 2):
+        raise segments.SegmentError(f"{name}: an 8-bit table is uint8 [rows, cols] with scale_bias [rows, 2], "
+                                    f"got {q.dtype} {list(q.shape)} and {list(sb.shape)}")
+    return np.concatenate([q, sb[:, :1].view(np.uint8), sb[:, 1:].view(np.uint8)], axis=1)
+
+
 FUNCTIONS = {
+    "FloatToRowwiseQuantized8Bits": quantize_unfused,
+    "Rowwise8BitQuantizedToFloat": lambda q, sb: dequantize_unfused(q, sb),
+    "SparseLengthsSum8BitsRowwise": lambda q, idx, lengths, sb: _bags(
+        "SparseLengthsSum8BitsRowwise", _fused(q, sb, "SparseLengthsSum8BitsRowwise"), idx, lengths),
+    "SparseLengthsMean8BitsRowwise": lambda q, idx, lengths, sb: _bags(
+        "SparseLengthsMean8BitsRowwise", _fused(q, sb, "SparseLengthsMean8BitsRowwise"), idx, lengths, mean=True),
+    "SparseLengthsWeightedSum8BitsRowwise": lambda q, w, idx, lengths, sb: _bags(
+        "SparseLengthsWeightedSum8BitsRowwise", _fused(q, sb, "SparseLengthsWeightedSum8BitsRowwise"), idx, lengths,
+        weights=w),
     "FloatToFused8BitRowwiseQuantized": quantize,
     "Fused8BitRowwiseQuantizedToFloat": dequantize,
     "GatherFused8BitRowwise": gather,

@@ -162,3 +162,17 @@ def test_plan_create_from_proto_rebuilds_the_plan():
     assert workspace.FetchBlob("x")[0] == 8.0  # 1 doubled three times
     with pytest.raises(TypeError, match="PlanDef"):
         core.Plan.create_from_proto(init.Proto())
+
+
+def test_workspace_guard_switches_and_comes_back():
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("a", np.ones(1, np.float32))
+    before = workspace.CurrentWorkspace()
+    with pytest.raises(RuntimeError, match="inside"):
+        with workspace.WorkspaceGuard("guarded"):
+            assert workspace.CurrentWorkspace() == "guarded" and not workspace.HasBlob("a")
+            workspace.FeedBlob("b", np.ones(1, np.float32))
+            raise RuntimeError("inside")
+    assert workspace.CurrentWorkspace() == before and workspace.HasBlob("a") and not workspace.HasBlob("b")
+    with workspace.WorkspaceGuard("guarded"):
+        assert workspace.HasBlob("b")  # the named workspace kept its blobs
