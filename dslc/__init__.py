@@ -6,6 +6,27 @@ Import the modules as Caffe2 programs do: ``from dslc import core``,
 """
 __version__ = "0.1.0"
 
+
+def _quiet_interrupt_at_start():
+    """Started as the ``dslc`` command, a Ctrl-C while Python still imports dslc (before the
+    CLI's own handler runs) ends with one line, not an import traceback."""
+    import os
+    import sys
+
+    if not sys.argv or os.path.basename(sys.argv[0]) not in ("dslc", "dslc.exe", "dslc-script.py"):
+        return
+    original = sys.excepthook
+
+    def hook(etype, value, tb):
+        if issubclass(etype, KeyboardInterrupt):
+            sys.stderr.write("dslc: interrupted\n")
+            return
+        original(etype, value, tb)
+    sys.excepthook = hook
+
+
+_quiet_interrupt_at_start()
+
 # the folders pyproject.toml's package-dir maps into dslc (beside dslc/ in a checkout, inside it
 # installed): the one-tree check below and the tracer's "own files" both go by this list
 _MAPPED = ("ir", "runtime", "backends")

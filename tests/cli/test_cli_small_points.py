@@ -64,3 +64,24 @@ def test_compile_o_writes_no_empty_kernels_folder(tmp_path):
     done = _dslc(tmp_path, "compile", "--backend", "numba", "-o", "out", paths.EXAMPLES / "loops.py")
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path / "out")) == ["job.dslir"]
+
+
+def test_ctrl_c_while_dslc_starts_is_one_line(tmp_path):
+    """A Ctrl-C that lands while the dslc command still imports its modules (simulated here: a
+    sitecustomize makes the import of dslc.ir.core raise KeyboardInterrupt, where a real Ctrl-C
+    lands at random) printed the import's traceback. (One that lands inside Python's own start,
+    before dslc runs any code, is Python's to report.)"""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""\
+        import sys
+
+        class Interrupt:
+            def find_spec(self, name, path=None, target=None):
+                if name == "dslc.ir.core":
+                    raise KeyboardInterrupt
+
+        sys.meta_path.insert(0, Interrupt())
+        """))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([DSLC, "run", str(paths.EXAMPLES / "loops.py")], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.stderr == "dslc: interrupted\n" and done.returncode != 0, done.stderr[-2000:]
