@@ -91,8 +91,15 @@ declare("SparseLengthsSum", 3, _sparse_reduce("SparseLengthsSum"), traits={PURE}
 declare("SparseLengthsMean", 3, _sparse_reduce("SparseLengthsMean"), traits={PURE},
         doc="Y[s] = the mean of DATA[INDICES[k]] over segment s of INDICES (0 for an empty one)")
 declare("SparseLengthsWeightedSum", 4, _sparse_reduce("SparseLengthsWeightedSum", weighted=True),
-        traits={PURE}, doc="Y[s] = the sum of WEIGHTS[k] DATA[INDICES[k]] over segment s; inputs "
-                           "(DATA, WEIGHTS, INDICES, LENGTHS)")
+        attrs={"grad_on_weights": 0}, traits={PURE},
+        doc="Y[s] = the sum of WEIGHTS[k] DATA[INDICES[k]] over segment s; inputs (DATA, WEIGHTS, INDICES, "
+            "LENGTHS); `grad_on_weights`: the gradient reaches WEIGHTS too")
+declare("SparseLengthsWeightedSumWeightsGradient", 4,
+        lambda t, a, n: [TensorType(tensors("SparseLengthsWeightedSumWeightsGradient", t)[3].dtype,
+                                    tensors("SparseLengthsWeightedSumWeightsGradient", t)[1].shape)],
+        traits={PURE}, doc="dWEIGHTS[k] = <dY[s], DATA[INDICES[k]]> for id k of segment s; inputs (DATA, INDICES, "
+                           "LENGTHS, dY) of SparseLengthsWeightedSum")
+no_gradient("SparseLengthsWeightedSumWeightsGradient")
 declare("LengthsTile", 2, _tiled("LengthsTile"), traits={PURE, SIZED_BY_VALUES},
         doc="the rows of DATA repeated by LENGTHS (row s LENGTHS[s] times); inputs (DATA, LENGTHS)")
 declare("LengthsSumGradient", 2, _tiled("LengthsSumGradient"), traits={PURE, SIZED_BY_VALUES},
@@ -275,10 +282,12 @@ def _(g):
 
 
 @gradient("SparseLengthsWeightedSum")
-def _(g):  # (no gradient for WEIGHTS, as in Caffe2 by default)
+def _(g):  # (WEIGHTS get a gradient only with grad_on_weights, as in Caffe2: a PositionWeighted bag's)
     rows = _tmp(g, "slws_grad")
-    return [GradOp("LengthsWeightedSumGradient", [g.I[1], g.GO[0], g.I[3]], [rows]),
-            SparseGrad(0, g.I[2], rows)]
+    ops = [GradOp("LengthsWeightedSumGradient", [g.I[1], g.GO[0], g.I[3]], [rows]), SparseGrad(0, g.I[2], rows)]
+    if g.args.get("grad_on_weights"):
+        ops.append(GradOp("SparseLengthsWeightedSumWeightsGradient", [g.I[0], g.I[2], g.I[3], g.GO[0]], [g.GI[1]]))
+    return ops
 
 
 # ----------------------------------------------------------------------------- numpy semantics
@@ -350,6 +359,13 @@ def sparse_lengths_weighted_sum(data, weights, idx, lengths, name="SparseLengths
     rows = _bag_rows(data, idx, name)
     w = weights.astype(rows.dtype, copy=False).reshape((-1,) + (1,) * (rows.ndim - 1))
     return _segment_sums(rows * w, lengths, name)[0]
+
+
+def sparse_lengths_weighted_sum_weights_grad(data, idx, lengths, dy):
+    name = "SparseLengthsWeightedSumWeightsGradient"
+    rows = _bag_rows(data, idx, name).astype(dy.dtype, copy=False)
+    per_id = lengths_sum_grad(dy, lengths, name)  # (dY's row s once per id of segment s)
+    return (rows * per_id).reshape(len(rows), -1).sum(axis=1).astype(dy.dtype)
 
 
 def _counts(name, lengths, segments=None):
@@ -580,5 +596,6 @@ FUNCTIONS = {
     "SparseLengthsMean": sparse_lengths_mean, "SparseLengthsWeightedSum": sparse_lengths_weighted_sum,
     "LengthsSumGradient": lengths_sum_grad, "LengthsMeanGradient": lengths_mean_grad,
     "LengthsTile": lambda data, lengths: lengths_sum_grad(data, lengths, "LengthsTile"),
+    "SparseLengthsWeightedSumWeightsGradient": sparse_lengths_weighted_sum_weights_grad,
     "LengthsWeightedSumGradient": lengths_weighted_sum_grad,
 }

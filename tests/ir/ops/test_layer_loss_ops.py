@@ -132,3 +132,20 @@ def test_unique_uniform_fill_draws_distinct_ids_outside_the_avoided(backend):
     # 20 ids in [0, 19], 6 of them avoided: the 14 drawn are exactly the other 14, in some order
     assert sorted(out) == sorted(set(range(20)) - {3, 10, 11, 15, 19, 0})
     assert workspace.FetchBlob("u").dtype == np.int32
+
+
+def test_sparse_lengths_weighted_sum_gradient_reaches_the_weights_with_grad_on_weights(backend):
+    # a PositionWeighted SparseLookup trains its position weights through this; Caffe2 gives
+    # y = [[4.5, 7, 9.5], [-9, -10, -11]] and dw = [430, 52, -604] for d/dw sum(y^2)
+    workspace.FeedBlob("d", np.arange(12, dtype=np.float32).reshape(4, 3))
+    workspace.FeedBlob("w", np.array([.5, 2., -1.], np.float32))
+    workspace.FeedBlob("i", np.array([3, 0, 3], np.int64))
+    workspace.FeedBlob("l", np.array([2, 1], np.int32))
+    net = core.Net("slws")
+    net.SparseLengthsWeightedSum(["d", "w", "i", "l"], "y", grad_on_weights=1)
+    net.Mul(["y", "y"], "yy")
+    net.SumElements(["yy"], "s")
+    net.AddGradientOperators(["s"])
+    workspace.current().run(net, backend=backend)
+    assert workspace.FetchBlob("y").tolist() == [[4.5, 7., 9.5], [-9., -10., -11.]]
+    assert workspace.FetchBlob("w_grad").tolist() == [430., 52., -604.]  # 2 <y[seg], d[id]>
