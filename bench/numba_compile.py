@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 
+os.environ.setdefault("DSLC_NUMBA_COMPILE", "now")  # (compile times: every region, before the run)
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 

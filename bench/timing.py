@@ -1,8 +1,14 @@
 """Timing for the bench scripts: every figure is a median of warmed-up runs."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
+
+# The benches time compiled code: the numba backend compiles every region before a run
+# (its default compiles a region once it is hot, in the background: a warm-up would time
+# the interpreter, then the switch). bench/first_result.py times the default.
+os.environ.setdefault("DSLC_NUMBA_COMPILE", "now")
 
 
 def median_time(f, reps: int = 7, clock=time.perf_counter) -> float:

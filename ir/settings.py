@@ -66,6 +66,17 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 <<
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
 
 
+def choice(name: str, options: tuple, default: str) -> str:
+    """One of ``options`` (case ignored; ``default`` when unset)."""
+    text = raw(name)
+    if text is None:
+        return default
+    if text.lower() in options:
+        return text.lower()
+    raise SettingError(f"{name}={_quoted(text)} is not one of {', '.join(options)}",
+                       hint=f"set it to {' or '.join(options)}, or unset it (default: {default})")
+
+
 def byte_size(name: str, least: int = 1) -> int | None:
     """A number of bytes (at least ``least``), plain or with a unit (``268435456``,
     ``256MiB``, ``256M``, ``1.5GiB``, ``2GB``); None when unset."""
@@ -114,6 +125,8 @@ VARIABLES = {
     "DSLC_NUMBA_NN_MIN_WORK": lambda n: count(n, 100_000),
     "DSLC_NUMBA_MAX_OPS": lambda n: count(n, 400, lo=1),
     "DSLC_NUMBA_PARALLEL": switch,
+    "DSLC_NUMBA_COMPILE": lambda n: choice(n, ("hot", "now"), "hot"),
+    "DSLC_NUMBA_HOT_MS": lambda n: count(n, 1000),
 }
 
 

@@ -28,7 +28,7 @@ from dslc.ir import Module, settings
 from dslc.ir.analysis import volatile_blobs
 from dslc.ir.types import COUNTER
 
-from . import islands
+from . import hot, islands
 from .kernels import EXPR
 from .emitter import NumbaEmitter
 
@@ -60,11 +60,17 @@ class Stats:
         why = reason or _why(op)
         self.interp[(why, op.name)] += 1
 
-    def compile(self, fn, types, consts, streams=0) -> None:
+    def compile(self, fn, types, consts, streams=0, worker=False) -> None:
         """Compile ``fn`` now for the IR's argument types, then ``streams`` random generators
-        and the constants (numba loads it from its cache if it can)."""
+        and the constants (numba loads it from its cache if it can; ``worker``: a function
+        the cache lacks is compiled into it by the compile worker first, see hot.py)."""
         sig = tuple(_numba_type(t) for t in types) + (_generator_type(),) * streams + \
             tuple(_numba_type_of(c) for c in consts)
+        if worker:
+            hot.compile_through_worker(fn, sig)
+        else:
+            hot.switcher().say_once("now", "dslc: numba is compiling the job's kernels before it runs "
+                                    "(or loading them from the cache: DSLC_NUMBA_COMPILE=now)")
         before = sum(fn.stats.cache_hits.values())
         fn.compile(sig)
         hit = sum(fn.stats.cache_hits.values()) > before
@@ -119,6 +125,9 @@ class Config:
     min_work: float = 5000  # regions estimated to do less run on the interpreter
     nn_min_work: float = 100_000  # (the backend passes its own: DSLC_NUMBA_MIN_WORK...)
     profile: object = None  # an OpProfile: op calls and compiled regions timed into it
+    when: str = "now"  # or "hot": start on the interpreter, compile what turns out hot (hot.py)
+    hot_seconds: float | None = None  # (None: hot.py's rule)
+    hots: list = field(default_factory=list)  # the Hots of a "hot" compile, in the order made
     _names: object = None
 
     def namer(self):
@@ -134,14 +143,22 @@ class Config:
 class NumbaProgram:
     """A module compiled for the numba backend; ``run(ws)`` runs it."""
 
-    def __init__(self, module: Module, executor: Executor, stats: Stats, min_work: float = 5000):
+    def __init__(self, module: Module, executor: Executor, stats: Stats, min_work: float = 5000, hots=()):
         self.module, self.executor, self.stats = module, executor, stats
         self.min_work = min_work  # (the threshold it was compiled with, for the summary)
+        self.hots = list(hots)  # what compiles when hot (hot.py); empty when compiled now
+
+    def compile_now(self) -> None:
+        """Compile (or load from the cache) everything still waiting to turn hot, here."""
+        for h in self.hots:
+            h.ensure()
 
     def run(self, ws, token=None) -> None:
         self.executor.run(ws, token)
 
     def summary(self) -> dict:
+        """What was compiled (``dslc compile``: everything that would be when hot is compiled first)."""
+        self.compile_now()
         s = self.stats
         in_islands = sum(len(op.walk()) for island, _ in s.islands for op in island.ops)
         why = Counter()
@@ -168,6 +185,7 @@ class NumbaProgram:
 
     def write_artifacts(self, directory: str) -> list[str]:
         """The generated source of every kernel, as ``kernels/kernel_<n>.py``."""
+        self.compile_now()
         out = os.path.join(directory, "kernels")
         if self.stats.sources:  # (no kernel, no folder: an empty kernels/ said nothing)
             os.makedirs(out, exist_ok=True)
@@ -199,11 +217,15 @@ class NumbaBackend:
     name = "numba"
 
     def __init__(self, log=None, parallel=None, seed=None, min_work=None, nn_min_work=None, profile=None,
+                 when=None,
                  **_options):
         """``parallel``: use the prange variant of fused kernels on large arrays (default: only
         with more than two cores, where it beats the serial kernel). ``min_work``,
         ``nn_min_work``: compile regions estimated to do at least this much (default
-        DSLC_NUMBA_MIN_WORK and DSLC_NUMBA_NN_MIN_WORK; 0 compiles every compilable region)."""
+        DSLC_NUMBA_MIN_WORK and DSLC_NUMBA_NN_MIN_WORK; 0 compiles every compilable region,
+        before the run: ``when="now"``). ``when``: "hot" (default DSLC_NUMBA_COMPILE, else
+        hot: run on the interpreter and compile in the background what turns out hot) or
+        "now" (compile every region before the run starts)."""
         if parallel is None:
             parallel = usable_cpus() > 2 or settings.switch("DSLC_NUMBA_PARALLEL")
         self.log = log or sys.stderr
@@ -212,13 +234,26 @@ class NumbaBackend:
         self.min_work = islands.min_work_default() if min_work is None else min_work
         self.nn_min_work = islands.nn_min_work_default() if nn_min_work is None else nn_min_work
         self.profile = profile
+        if when is None:  # (asked for every region compiled: that means before the run)
+            when = "now" if self.min_work == 0 else islands.when_default()
+        if when not in ("hot", "now"):
+            raise ValueError(f"the numba backend's when= is 'hot' or 'now', not {when!r}")
+        self.when = when
+        ms = islands.hot_ms_default()
+        self.hot_seconds = None if ms is None else ms / 1000
         keep_freed_memory()
 
     def compile(self, module: Module) -> NumbaProgram:
         cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,
-                     seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work, profile=self.profile)
+                     seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work, profile=self.profile,
+                     when=self.when, hot_seconds=self.hot_seconds)
+        t = time.perf_counter()
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
-        return NumbaProgram(module, executor, cfg.stats, cfg.min_work)
+        if cfg.stats.compiled:
+            hot.switcher().say_once("now done", f"dslc: numba compiled {cfg.stats.compiled} function(s) "
+                                    f"({cfg.stats.cache_hits} more from the cache) in "
+                                    f"{time.perf_counter() - t:.1f} s")
+        return NumbaProgram(module, executor, cfg.stats, cfg.min_work, cfg.hots)
 
     def run(self, module: Module, ws) -> None:
         self.compile(module).run(ws)

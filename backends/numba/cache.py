@@ -45,8 +45,19 @@ class KernelCacheWarning(UserWarning):
     or the cache directory was not private (a private one was used instead)."""
 
 
+_given: list = []  # the directory a compile worker was told to use (use_directory)
+
+
+def use_directory(path: Path) -> None:
+    """Keep this process's kernels in ``path`` (checked as a configured one is): the compile
+    worker uses the directory its parent does, even a private one."""
+    _given[:] = [_checked(path)]
+
+
 def cache_dir() -> Path:
     """The directory kernels are kept in (checked once per process and configured path)."""
+    if _given:
+        return _given[0]
     root = cache_root()
     got = _dirs.get(root)
     if got is None or not got.is_dir():
@@ -129,6 +140,7 @@ def module_for(source: str):
         mod.__file__ = str(path)
         sys.modules[name] = mod
         exec(code, mod.__dict__)
+        mod.__dslc_source__ = source  # (what the compile worker is given: hot.py)
         for v in list(vars(mod).values()):
             if isinstance(v, numba.core.dispatcher.Dispatcher) and v.py_func.__module__ == name:
                 attach(v, key)

@@ -310,6 +310,12 @@ class KernelCache:
     def _path(self, key: str) -> Path:
         return self._directory() / f"x_{key[:40]}.dslck"
 
+    def has(self, sig, target_context) -> bool:
+        """Whether a file for ``sig`` is there (not whether it loads: ``load_overload`` checks)."""
+        target_context.refresh()
+        key = self._key(sig, target_context.codegen())
+        return key is not None and self._path(key).is_file()
+
     def load_overload(self, sig, target_context):
         target_context.refresh()
         key = self._key(sig, target_context.codegen())

@@ -29,6 +29,11 @@ MIN_WORK = None     # estimated op executions: DSLC_NUMBA_MIN_WORK, default 5000
 # numba's compile time
 NN_MIN_WORK = None  # DSLC_NUMBA_NN_MIN_WORK, default 100_000
 MAX_OPS = None      # ops per generated function: DSLC_NUMBA_MAX_OPS, default 400
+# when to compile (hot.py): "hot" (an island starts on the interpreter and is compiled, in
+# the background, once it has run HOT_MS milliseconds there) or "now" (every island before
+# the job runs; the tests' setting: every region compiled, deterministically)
+WHEN = None         # DSLC_NUMBA_COMPILE, default "hot"
+HOT_MS = None       # DSLC_NUMBA_HOT_MS, default: hot.py's (1000 ms, 200 once numba is loaded)
 STRUCTURE = ("for", "loop", "if")
 EXITS = ("yield", "break_if")
 HOISTED = ("load", "must")  # interpreted ops that may run before an island they sit in
@@ -37,6 +42,17 @@ MAX_BREAKS = 40  # break_ifs in one loop body: each nests the generated code one
 
 def min_work_default() -> int:
     return MIN_WORK if MIN_WORK is not None else settings.count("DSLC_NUMBA_MIN_WORK", 5000)
+
+
+def when_default() -> str:
+    return WHEN if WHEN is not None else settings.choice("DSLC_NUMBA_COMPILE", ("hot", "now"), "hot")
+
+
+def hot_ms_default() -> int | None:
+    """The milliseconds a region runs interpreted before it is compiled; None: hot.py's rule."""
+    if HOT_MS is not None:
+        return HOT_MS
+    return settings.count("DSLC_NUMBA_HOT_MS", 0) if settings.raw("DSLC_NUMBA_HOT_MS") else None
 
 
 def nn_min_work_default() -> int:

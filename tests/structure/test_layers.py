@@ -39,6 +39,7 @@ ALLOWED_LOCAL = {
     ("dslc.backends.interp.kernels_db", "dslc.runtime.blobdb.dbreader"): LAZY,
     ("dslc.backends.numba.cache", "dslc.backends.numba.compiled"): LAZY + " (compiled imports numba.core)",
     ("dslc.backends.numba.emitter", "dslc.backends.interp.kernels"): ORDER,
+    ("dslc.backends.numba.hot", "dslc.backends.numba.compiled"): LAZY + " (compiled imports numba.core)",
     ("dslc.backends.numba.emitter", "dslc.backends.numba.conv"): RECURSION,
     ("dslc.backends.numba.emitter", "dslc.backends.numba.source"): LAZY,
     ("dslc.backends.numba.emitter", "dslc.backends.numba.sparse"): RECURSION,

@@ -1,0 +1,247 @@
+"""Compiling what turns out to be hot, off the path to the first result.
+
+By default (``DSLC_NUMBA_COMPILE=hot``) the numba backend compiles nothing before a job
+runs, and does not even import numba: each island, fused group and compiled helper kernel
+(sparse updates, bag sums, convolution windows) starts on the interpreter's code, which
+times itself. One that has spent as long on the interpreter as switching would cost is
+queued (``FIRST`` = 1 s before numba is loaded in the process: importing it and setting
+up its CPU target take about 1.3 s of CPU; ``NEXT`` = 0.2 s after, about what loading one
+function costs; ``DSLC_NUMBA_HOT_MS`` sets one figure for both). Paying for the switch only
+once the interpreter has spent as much keeps a run within about twice the interpreter's
+time on that region whatever the job's length (the rule for renting skis), and a long
+job is compiled after a second. A thread of this process takes the queue in order. For each, it asks the kernel
+cache for the compiled function; on a miss, a worker process (``worker``) compiles it into
+the cache, so numba's typing and LLVM run on another core without this process's GIL, and
+the thread loads the result from the cache (the same trusted, pickle-free files as
+always). The region's call then switches to the compiled function between two calls:
+the generated code reads the callee from a global, which the thread replaces.
+
+A job that ends before anything is hot ran exactly the interpreter's code (a small MLP, a
+short DLRM: numba's import and compile would have cost more than they save); a long one
+runs compiled from the moment each kernel is ready. A region that runs once, however long
+(one call of a loop over the whole job), stays on the interpreter in this mode:
+``DSLC_NUMBA_COMPILE=now`` compiles every island before the run starts, as the tests do.
+
+The worker outlives a job that ends first: it finishes what it was given, so the next
+run finds those kernels in the cache. On a terminal, stderr says once what is being
+compiled, and once how long it took.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+from .cache import cache_dir
+
+QUEUED, DONE, FAILED = 1, 2, 3
+FIRST, NEXT = 1.0, 0.2  # seconds interpreted before a switch: numba not loaded yet, loaded
+
+
+class Hot:
+    """Something compilable that runs on the interpreter until it has spent ``limit``
+    seconds there. The generated code calls ``spent(seconds)`` after each interpreted run
+    and calls the global ``name`` of ``ns`` (the region's namespace, set once the region
+    is compiled) once the callee ``build(background)`` made is there."""
+
+    __slots__ = ("label", "build", "limit", "total", "state", "ns", "name", "lock", "switcher", "seconds")
+
+    def __init__(self, label: str, build, limit: float | None, switcher):
+        self.label, self.build, self.limit, self.switcher = label, build, limit, switcher
+        self.total = 0.0
+        self.state = 0
+        self.ns = self.name = None
+        self.lock = threading.Lock()
+        self.seconds = 0.0  # what its compile (or load) took
+
+    def spent(self, seconds: float) -> None:
+        if self.state:
+            return
+        self.total += seconds
+        if self.total >= (self.limit if self.limit is not None else NEXT if "numba" in sys.modules else FIRST):
+            self.state = QUEUED
+            self.switcher.submit(self)
+
+    def ensure(self, background: bool = False) -> bool:
+        """Compile (or load) and install now, unless done; whether it is compiled.
+        ``background``: a compile the cache lacks goes to the worker process."""
+        with self.lock:
+            if self.state not in (DONE, FAILED):
+                t = time.perf_counter()
+                try:
+                    callee = self.build(background)
+                except Exception as e:  # noqa: BLE001  (the interpreter's code goes on giving its answers)
+                    self.state = FAILED
+                    self.switcher.failed(self, e)
+                else:
+                    if self.ns is not None:
+                        self.ns[self.name] = callee
+                    self.state = DONE
+                self.seconds = time.perf_counter() - t
+        return self.state == DONE
+
+
+class Switcher:
+    """The thread that compiles (through the worker) and installs queued Hots, in order."""
+
+    def __init__(self, log=None):
+        self.log = log
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = None
+        self.lock = threading.Lock()
+        self.batch: list = []   # what was queued since the queue was last empty
+        self.started = None
+        self.told = False
+        self.closing = False
+        self.said: set = set()
+
+    def submit(self, hot: Hot) -> None:
+        with self.lock:
+            if self.closing:
+                return
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="dslc-numba-compile", daemon=True)
+                self.thread.start()
+            if not self.batch:
+                self.started = time.perf_counter()
+            self.batch.append(hot)
+        self.queue.put(hot)
+
+    def _loop(self) -> None:
+        while True:
+            hot = self.queue.get()
+            if self.closing:
+                return
+            if not self.told:
+                self.say(f"dslc: numba is compiling {self._what()} in the background; "
+                         "the interpreter runs it until then")
+            hot.ensure(background=True)
+            with self.lock:
+                if self.queue.empty():
+                    done, self.batch = self.batch, []
+                    if not self.told:
+                        self.told = True
+                        ok = sum(h.state == DONE for h in done)
+                        self.say(f"dslc: numba compiled {ok} of {len(done)} hot region(s) in "
+                                 f"{time.perf_counter() - self.started:.1f} s; they run compiled from now on")
+
+    def _what(self) -> str:
+        with self.lock:
+            labels = [h.label for h in self.batch]
+        shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        return f"{len(labels)} hot region(s) ({shown})"
+
+    def failed(self, hot: Hot, e: Exception) -> None:
+        self.say(f"dslc: numba could not compile {hot.label} ({type(e).__name__}: {e}); "
+                 "it stays on the interpreter")
+
+    def say_once(self, key: str, line: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            self.say(line)
+
+    def say(self, line: str) -> None:
+        """One line on stderr, only when stderr is a terminal (a log or a pipe gets none)."""
+        out = self.log or sys.stderr
+        try:
+            if out.isatty():
+                out.write(line + "\n")
+                out.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+
+    def close(self) -> None:
+        """At exit: start nothing new; let a load under way finish (it holds its Hot's lock:
+        numba's linker must not be running while the process tears down)."""
+        with self.lock:
+            self.closing = True
+            pending = list(self.batch)
+        for hot in pending:
+            if hot.lock.acquire(timeout=30):
+                hot.lock.release()
+
+
+_switcher: Switcher | None = None
+_switcher_lock = threading.Lock()
+
+
+def switcher(log=None) -> Switcher:
+    """The process's one Switcher."""
+    global _switcher
+    with _switcher_lock:
+        if _switcher is None:
+            _switcher = Switcher(log)
+            atexit.register(_switcher.close)
+        return _switcher
+
+
+# ----------------------------------------------------------------------------- the worker process
+
+class Worker:
+    """A process that compiles functions into the kernel cache (``worker.py``), one request
+    at a time: the generated module's text, the function's name and its signature as data
+    (``compiled.encode_type``), as one JSON line; it answers one JSON line."""
+
+    def __init__(self):
+        self.proc = None
+        self.lock = threading.Lock()
+        self.ids = 0
+
+    def compile(self, source: str, name: str, sig_data: list) -> str | None:
+        """Have the worker compile ``name`` of ``source`` for ``sig_data``; None when done,
+        else why not (the caller then compiles it itself)."""
+        with self.lock:
+            try:
+                proc = self._proc()
+                self.ids += 1
+                proc.stdin.write(json.dumps({"id": self.ids, "source": source, "name": name,
+                                             "sig": sig_data}) + "\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+            except (OSError, ValueError) as e:
+                self.proc = None
+                return f"the compile worker stopped ({e})"
+            if not line:
+                self.proc = None
+                return "the compile worker stopped"
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                return "the compile worker answered nonsense"
+            return None if answer.get("ok") else str(answer.get("error", "failed"))
+
+    def _proc(self):
+        if self.proc is None or self.proc.poll() is not None:
+            # the kernel directory this process uses (a private one, when the configured one
+            # was refused), passed on: the worker checks it again
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dslc.backends.numba.worker", str(cache_dir())],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                start_new_session=True,  # (a Ctrl-C at the terminal stops the job, not its last compiles)
+                cwd=str(cache_dir()))  # (-m puts the cwd first on sys.path: no checkout's dslc there)
+        return self.proc
+
+
+_worker = Worker()
+
+
+def compile_through_worker(fn, sig) -> None:
+    """Fill the kernel cache with ``fn`` (a dispatcher of a generated module) for ``sig``
+    through the worker, unless the cache holds it; nothing happens for a function the
+    cache cannot keep (the caller's own compile does it)."""
+    from .compiled import Uncachable, encode_type
+    cache = getattr(fn, "_cache", None)
+    if cache is None or not hasattr(cache, "has") or cache.has(sig, fn.targetctx):
+        return
+    try:
+        data = [encode_type(t) for t in sig]
+    except Uncachable:
+        return
+    source = getattr(sys.modules.get(fn.py_func.__module__), "__dslc_source__", None)
+    if source is None:
+        return
+    _worker.compile(source, fn.py_func.__name__, data)

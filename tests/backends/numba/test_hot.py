@@ -1,0 +1,179 @@
+"""Compiling when hot (backends/numba/hot.py): the numba backend's default outside the tests.
+
+Regions start on the interpreter's code and switch to their compiled function once it is
+ready; nothing is compiled, and numba is not even imported, for a job that ends first.
+The rest of the suite compiles every region before the run (conftest: ``islands.WHEN``).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from dslc import workspace
+from dslc.backends.numba import cache, conv, emitter, hot, islands, sparse, worker
+from dslc.ir import settings
+from dslc.net_builder import ops
+from dslc.session import LocalSession
+from dslc.task import Task, TaskGroup, final_output
+
+
+def _job(n_iters):
+    """x (a 2-vector) added to itself n_iters times in a loop: one island, on the default
+    pipeline (promote-blobs makes the loop pure dataflow)."""
+    with TaskGroup() as tg, Task():
+        total = ops.Copy("x")
+        with ops.loop(n_iters):
+            ops.Add([total, "x"], [total])
+        out = final_output(total)
+    return tg, out
+
+
+def test_the_helper_kernel_names_are_the_compiled_loops():
+    """The emitter names the ops with compiled loops without importing them (they import
+    numba): the list must be exactly their tables' keys."""
+    assert emitter.HELPER_KERNELS == set(sparse.KERNELS) | set(conv.KERNELS)
+
+
+def test_an_island_runs_interpreted_until_compiled_then_compiled(monkeypatch):
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)  # never hot by itself: the test compiles it
+    tg, out = _job(6)
+    workspace.FeedBlob("x", np.array([3, -4], np.int64))
+    with LocalSession(backend="numba", passes="default", when="hot") as s:
+        program = s.compile(tg).program
+        loops = program.hots  # (one island: the Copy and the loop)
+        assert len(loops) == 1 and program.stats.compiled + program.stats.cache_hits == 0
+        s.run(tg)
+        np.testing.assert_array_equal(out.fetch(), [21, -28])  # 3 * 7, by hand
+        h = loops[0]
+        ran = h.total
+        assert ran > 0 and h.ns[h.name] is None  # timed on the interpreter, not compiled
+        assert h.ensure() and h.ns[h.name] is not None  # (what the switcher does, here)
+        workspace.FeedBlob("x", np.array([5, 1], np.int64))
+        s.run(tg)
+        np.testing.assert_array_equal(out.fetch(), [35, 7])
+        assert h.total == ran  # the compiled function ran: the interpreter's code did not
+
+
+@pytest.mark.slow
+def test_a_hot_island_is_compiled_in_the_background_and_switched_to(monkeypatch, tmp_path):
+    """The whole path: hot after its first run, compiled by the worker process into an
+    empty cache, loaded by the switcher thread, called from then on."""
+    monkeypatch.setattr(islands, "HOT_MS", 0)
+    monkeypatch.setenv("DSLC_CACHE_DIR", str(tmp_path))
+    tg, out = _job(4)
+    workspace.FeedBlob("x", np.array([2.5, 1.0]))
+    with LocalSession(backend="numba", passes="default", when="hot") as s:
+        s.run(tg)
+        h, = s.compile(tg).program.hots
+        assert h.state in (hot.QUEUED, hot.DONE)
+        end = time.time() + 240
+        while h.state == hot.QUEUED and time.time() < end:
+            time.sleep(0.1)
+        assert h.state == hot.DONE and h.ns[h.name] is not None
+        ran = h.total
+        s.run(tg)
+        np.testing.assert_array_equal(out.fetch(), [12.5, 5.0])
+        assert h.total == ran
+    assert any(p.name.startswith("x_") for p in (tmp_path / "numba").iterdir())  # the worker's file
+
+
+def test_a_job_that_ends_before_anything_is_hot_never_imports_numba(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from dslc import workspace
+        from dslc.net_builder import ops
+        from dslc.session import LocalSession
+        from dslc.task import Task, TaskGroup, final_output
+        with TaskGroup() as tg, Task():
+            total = ops.Copy("x")
+            with ops.loop(50):
+                ops.Add([total, "x"], [total])
+            out = final_output(total)
+        workspace.FeedBlob("x", np.arange(3.0))
+        with LocalSession(backend="numba", passes="default") as s:
+            s.run(tg)
+        print(out.fetch().tolist(), "numba" in sys.modules)
+    """)
+    env = dict(os.environ, DSLC_CACHE_DIR=str(tmp_path))
+    for name in ("DSLC_NUMBA_COMPILE", "DSLC_NUMBA_MIN_WORK", "DSLC_NUMBA_HOT_MS"):
+        env.pop(name, None)
+    got = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["[0.0,", "51.0,", "102.0]", "False"]  # x * 51, by hand
+    assert not (tmp_path / "numba").exists()
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_what_compiles_is_said_only_on_a_terminal(tty):
+    out = _Stream(tty)
+    hot.Switcher(out).say("dslc: numba is compiling 1 hot region(s)")
+    assert out.getvalue() == ("dslc: numba is compiling 1 hot region(s)\n" if tty else "")
+
+
+def test_the_worker_compiles_a_request_into_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setattr(cache, "_given", [])
+    cache.use_directory(tmp_path)
+    source = ("import numpy as np\nfrom numba import njit\n\n\n@njit(nogil=True)\n"
+              "def kernel(a, b):\n    return a * b + 1\n")
+    request = {"id": 7, "source": source, "name": "kernel", "sig": ["int64", "int64"]}
+    out = io.StringIO()
+    worker.serve([json.dumps(request) + "\n", "not json\n"], out)
+    first, second = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert first["ok"] and first["id"] == 7
+    assert not second["ok"] and "JSONDecodeError" in second["error"]
+    assert [p.name[:2] for p in sorted(tmp_path.iterdir())] == ["k_", "x_"]  # its source and its code
+
+
+def test_the_compile_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("DSLC_NUMBA_COMPILE", "later")
+    with pytest.raises(settings.SettingError, match="DSLC_NUMBA_COMPILE='later' is not one of hot, now"):
+        settings.check_all()
+    monkeypatch.setenv("DSLC_NUMBA_COMPILE", "NOW")
+    monkeypatch.setattr(islands, "WHEN", None)
+    assert islands.when_default() == "now"
+
+
+
+def test_a_training_step_switched_midway_gives_the_interpreters_answers(monkeypatch):
+    """Two steps interpreted, then the step's function (Dropout's draws included: its
+    generator is an argument the call was written with before the source) for three more:
+    every fetched value equals five interpreted steps'."""
+    from test_numba_nn import dropout_softmax_xent, feed
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)
+    got = {}
+    for backend in ("interp", "numba"):
+        ws = workspace.Workspace()
+        feed(ws)
+        model, fetch = dropout_softmax_xent()
+        s = LocalSession(ws, backend=backend, **({"when": "hot"} if backend == "numba" else {}))
+        s.run(model.param_init_net)
+        for step in range(5):
+            if step == 2 and backend == "numba":
+                program = s.compile(model.net).program
+                assert program.hots and all(h.ns[h.name] is None for h in program.hots)
+                program.compile_now()
+                assert all(h.state == hot.DONE for h in program.hots)
+            s.run(model.net)
+        got[backend] = [np.array(ws.fetch_blob(b)) for b in fetch]
+    for w, g in zip(got["interp"], got["numba"]):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+    assert got["numba"][5].tolist() == got["interp"][5].tolist()  # the same draws
