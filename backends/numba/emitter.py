@@ -42,7 +42,8 @@ from .source import Writer, fused_source
 # numba) before one is hot; tests/backends/numba/test_hot.py checks the two agree.
 HELPER_KERNELS = frozenset({
     "SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "ScatterWeightedSum", "SparseAdagrad",
-    "RowWiseSparseAdagrad", "Conv", "ConvGradient", "ConvTranspose", "ConvTransposeGradient", "MaxPoolGradient"})
+    "RowWiseSparseAdagrad", "Conv", "ConvFused", "ConvGradient", "ConvTranspose", "ConvTransposeGradient",
+    "MaxPoolGradient"})
 
 
 def helper_kernel(name: str):
