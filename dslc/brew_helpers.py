@@ -221,6 +221,21 @@ def spatial_bn(model, blob_in, blob_out, dim_in, init_scale=1.0, init_bias=0.0, 
     return model.net.SpatialBN(ins, outs, order=order, **kwargs)[0]
 
 
+def instance_norm(model, blob_in, blob_out, dim_in, order="NCHW", **kwargs):
+    """InstanceNorm with scale ``<blob_out>_s`` (ones) and bias ``_b`` (zeros); in training it also
+    writes the saved mean ``_sm`` and inverse std ``_siv``."""
+    blob_out = blob_out or model.net.NextName()
+    fill = ("ConstantFill", {})
+    scale = model.create_param(f"{blob_out}_s", [dim_in], _initializer(None, ("ConstantFill", {"value": 1.0}), fill,
+                                                                       model), ParameterTags.WEIGHT)
+    bias = model.create_param(f"{blob_out}_b", [dim_in], _initializer(None, ("ConstantFill", {"value": 0.0}), fill,
+                                                                      model), ParameterTags.BIAS)
+    ins = [blob_in, scale, bias]
+    if kwargs.get("is_test", False):
+        return model.net.InstanceNorm(ins, [blob_out], order=order, **kwargs)
+    return model.net.InstanceNorm(ins, [blob_out, f"{blob_out}_sm", f"{blob_out}_siv"], order=order, **kwargs)[0]
+
+
 def lrn(model, blob_in, blob_out, order="NCHW", use_cudnn=False, **kwargs):
     return model.net.LRN(blob_in, [blob_out, "_" + blob_out + "_scale"], order=order, **kwargs)[0]
 
@@ -251,5 +266,5 @@ def loop(model, cond_blob, external_blobs, loop_model, cond_model=None):
 # the helpers brew registers, by name (Caffe2's registry lists the same names)
 HELPERS = {f.__name__: f for f in (fc, mat_mul, batch_mat_mul, transpose, sum, sub, reduce_sum, arg_min,
                                    relu, tanh, sigmoid, softmax, prelu, dropout, concat, depth_concat, iter,
-                                   accuracy, add_weight_decay, conv, conv_transpose, max_pool, average_pool, spatial_bn, lrn,
+                                   accuracy, add_weight_decay, conv, conv_transpose, max_pool, average_pool, spatial_bn, instance_norm, lrn,
                                    db_input, cond, loop)}

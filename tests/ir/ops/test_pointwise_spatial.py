@@ -141,3 +141,18 @@ def test_bad_arguments_are_located_errors():
         _one("interp", "SpaceToBatch", [np.ones((1, 1, 3, 4), f32)], pad=0, block_size=2)
     with pytest.raises(DSLError, match="condition must be bool"):
         _one("interp", "Where", [np.ones(2, f32), np.ones(2, f32), np.ones(2, f32)])
+
+
+def test_brew_instance_norm_makes_caffe2s_params_and_outputs():
+    from dslc import brew
+    from dslc.model_helper import ModelHelper
+    workspace.ResetWorkspace()
+    model = ModelHelper(name="in")
+    out = brew.instance_norm(model, "x", "y", 2, epsilon=0.01)
+    assert str(out) == "y" and [str(p) for p in model.params] == ["y_s", "y_b"]
+    assert list(model.net.Proto().op[-1].output) == ["y", "y_sm", "y_siv"]
+    workspace.FeedBlob("x", np.array([[[1, 2, 4], [0, 3, 3]]], f32))
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.RunNetOnce(model.net)
+    # scale 1, bias 0: the InstanceNorm case above without its scale and bias (Caffe2: (Y - bias) / scale)
+    np.testing.assert_allclose(workspace.FetchBlob("y")[0, 0], [-1.065625, -0.266406, 1.332031], atol=2e-5)
