@@ -9,6 +9,7 @@ says otherwise.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -26,11 +27,7 @@ BACKENDS = ["interp", "numba"]
 # tests and the op tests of nets and their gradients (folders or files under tests/; a
 # module's own `backend` parametrization is left alone). Without JAX those instances skip.
 XLA_TESTS = ("random/", "ir/ops/test_nn_ops.py", "ir/ops/test_nn_grads.py", "backends/xla/")
-try:
-    import jax  # noqa: F401
-    HAVE_JAX = True
-except ImportError:
-    HAVE_JAX = False
+HAVE_JAX = importlib.util.find_spec("jax") is not None  # (not imported: a worker without xla tests never loads it)
 
 # Test modules import shared helpers and one another by bare name (``import programs``,
 # ``from markers import Markers``, ``from test_job_files import JOB``) wherever in tests/
@@ -129,9 +126,7 @@ def compile_everything(monkeypatch):
     monkeypatch.setattr(islands, "MIN_WORK", 0)
     monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
     monkeypatch.setattr(islands, "WHEN", "now")  # compiled before each run, not when hot: deterministic
-    if HAVE_JAX:
-        from dslc.backends.xla import regions
-        monkeypatch.setattr(regions, "MIN_WORK", 0)
+    monkeypatch.setenv("DSLC_XLA_MIN_WORK", "0")
 
 
 @pytest.fixture
