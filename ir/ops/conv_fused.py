@@ -64,7 +64,7 @@ def conv_fused(x, w, *rest, windows=None, bias=0, bn=0, epsilon=1e-5, residual=0
     """``windows``: as conv_math.conv's."""
     rest = list(rest)
     b = rest.pop(0) if bias else None
-    y = conv_math.conv(x, w, windows=windows, **attrs)  # (a fresh array: the epilogue runs in place)
+    y = conv_math.conv(x, w, windows=windows, op_name="ConvFused", **attrs)  # (a fresh array: the epilogue runs in place)
     shape = (1, -1) + (1,) * (y.ndim - 2)
     if bn:
         scale, shift, mean, var = rest[:4]

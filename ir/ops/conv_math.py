@@ -303,10 +303,11 @@ def _bias_shape(b, nd):
 
 
 # ----------------------------------------------------------------------------- the ops
-def conv(x, w, *b, windows=None, **attrs):
-    """``windows``: how the image is cut into windows (default ``NUMPY_WINDOWS``)."""
+def conv(x, w, *b, windows=None, op_name="Conv", **attrs):
+    """``windows``: how the image is cut into windows (default ``NUMPY_WINDOWS``);
+    ``op_name``: the op errors name (ConvFused runs this too)."""
     x, w = _nchw(x, attrs), _nchw(w, attrs)
-    g = geometry("Conv", x, attrs, kernel=list(w.shape[2:]), channels=w.shape[0])
+    g = geometry(op_name, x, attrs, kernel=list(w.shape[2:]), channels=w.shape[0])
     y = _forward(x, w, g, int(attrs.get("group", 1)), windows or NUMPY_WINDOWS)
     if b:
         y += _bias_shape(b[0], len(g.kernel))

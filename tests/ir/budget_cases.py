@@ -87,12 +87,13 @@ CASES = {
                         [("CreateTreeCursor", [], ["cursor"], {"fields": ["x:lengths", "x:values"]}),
                          ("ComputeOffset", ["cursor", "l", "v"], ["offsets"], {})]),
 }
-for _op, _args in [("Conv", {"kernel": 1, "pad": 20000}), ("ConvTranspose", {"kernel": 1, "stride": 20000}),
+for _op, _args in [("Conv", {"kernel": 1, "pad": 20000}), ("ConvFused", {"kernel": 1, "pad": 20000, "relu": 1}),
+                   ("ConvTranspose", {"kernel": 1, "stride": 20000}),
                    ("MaxPool", {"kernel": 1, "pad": 20000}), ("AveragePool", {"kernel": 1, "pad": 20000}),
                    ("LpPool", {"kernel": 1, "pad": 20000})]:  # (pads or strides: 6 GB from a 4x4 image)
     CASES[_op] = ({"xs": XS, "w": np.ones((1, 1, 1, 1), np.float32)}, _args, [IMAGE])
 INPUTS_FIRST = {"TextFileReaderRead": ["reader"], "ReadRandomBatch": ["cursor", "idx", "offsets", "l", "v"],
-                "Conv": ["x", "w"], "ConvTranspose": ["x", "w"], "MaxPool": ["x"], "AveragePool": ["x"],
+                "Conv": ["x", "w"], "ConvFused": ["x", "w"], "ConvTranspose": ["x", "w"], "MaxPool": ["x"], "AveragePool": ["x"],
                 "LpPool": ["x"]}
 
 
