@@ -41,6 +41,8 @@ CASES = {
     "Float16UniformFill": ({"shape": np.array([G, G], I64)}, {"input_as_shape": 1}, []),
     "XavierFill": ({"shape": np.array([G, G], I64)}, {"input_as_shape": 1}, []),
     "MSRAFill": ({"shape": np.array([G, G], I64)}, {"input_as_shape": 1}, []),
+    "UniqueUniformFill": ({"shape": np.array([G, G], I64)},
+                          {"input_as_shape": 1, "min": 0, "max": 2 ** 40, "dtype": 10}, []),
     "DiagonalFill": ({}, {"shape": [G, G], "value": 1.0}, []),
     "OneHot": ({"i": np.array([0], I64), "n": np.array([10 ** 9], I64)}, {}, []),
     "BatchOneHot": ({"x": np.zeros((G, 1), np.float32), "lens": np.array([G], np.int32),
@@ -62,6 +64,7 @@ CASES = {
     "SparseLengthsIndicesInGradientWeightedSumGradient": (
         {"w": np.ones(G, np.float32), "dy": np.ones((1, G), np.float32), "l": np.array([G], np.int32),
          "i": np.zeros(G, I64)}, {}, []),
+    "LengthsTile": ({"d": np.ones((1, 4), np.float32), "l": np.array([10 ** 9], np.int32)}, {}, []),
     "LengthsToSegmentIds": ({"l": np.array([10 ** 9], np.int32)}, {}, []),
     "LengthsToWeights": ({"l": np.array([10 ** 9], np.int32)}, {}, []),
     "SegmentIdsToLengths": ({"ids": np.array([0, 10 ** 10], I64)}, {}, []),
