@@ -251,7 +251,14 @@ def run_script(path: str, args, force: bool = False) -> int:
         return 1
     except Exception as e:
         if isinstance(e, DSLError):
-            raise  # (dslc's own located error: one line, exit 2)
+            cause = _users_own_cause(e)
+            if cause is None:
+                raise  # (dslc's own located error: one line, exit 2)
+            # (the script's own function failed inside a Python op: its traceback, as
+            # `python script.py` shows the script's exceptions, then the op it ran as)
+            sys.stderr.write(blame.user_traceback(cause, path, outer=e))
+            sys.stderr.write(f"dslc: raised in {e.one_line()}\n")
+            return 1
         missing = _missing_name(e)
         if missing is not None:
             raise missing from None
@@ -263,6 +270,18 @@ def run_script(path: str, args, force: bool = False) -> int:
         restore()
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
+
+
+def _users_own_cause(e: DSLError) -> BaseException | None:
+    """The exception of the user's own code behind dslc's located error ``e`` (a Python op's
+    function raised it: the op's error is caused by it), or None."""
+    c = e.__cause__
+    while c is not None:
+        if not isinstance(c, DSLError) and not blame.raised_inside_dslc(c) \
+                and blame.innermost_user_line(c) is not None:
+            return c
+        c = c.__cause__
+    return None
 
 
 def _missing_name(e: Exception) -> UnsupportedCaffe2 | None:

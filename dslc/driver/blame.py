@@ -146,10 +146,15 @@ def _trim(stack, path: str) -> _Trimmed:
     return trimmed
 
 
-def user_traceback(e: BaseException, path: str) -> str:
+def user_traceback(e: BaseException, path: str, outer: BaseException | None = None) -> str:
     """The traceback of ``e`` as ``python path`` prints it, chained exceptions included, with
-    the frames above the script's and each run of frames inside dslc left out."""
+    the frames above the script's and each run of frames inside dslc left out. ``outer``: the
+    exception ``e`` was re-raised as inside dslc (a Python op's error): its frames, the script's
+    call into dslc, come first, so the traceback runs from the script's line to the raise."""
     te = traceback.TracebackException.from_exception(e)
+    if outer is not None:
+        calls = traceback.TracebackException.from_exception(outer).stack
+        te.stack = traceback.StackSummary.from_list(list(calls) + list(te.stack))
     seen = set()
     todo = [te]
     while todo:

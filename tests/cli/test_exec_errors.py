@@ -199,3 +199,36 @@ def test_a_script_of_dslc_calls_without_build_job_is_not_run_by_plan(tmp_path):
     assert done.returncode == 2 and not (tmp_path / "ran").exists(), done.stderr
     assert done.stderr.startswith("train.py:1: error: no build_job() function in the job file")
     assert "dslc exec train.py" in done.stderr
+
+
+def test_a_python_ops_own_exception_prints_the_users_traceback(tmp_path):
+    # the function is the user's code: its traceback from the script's RunNetOnce line to
+    # the raise (dslc's frames between folded), exit 1 as python's; then the op it ran as
+    s = _script(tmp_path, "pyop.py", """\
+        import numpy as np
+        from caffe2.python import core, workspace
+
+
+        def check(value):
+            if value.sum() > 2:
+                raise ValueError(f"sum too large: {value.sum()}")
+
+
+        def op(inputs, outputs):
+            check(inputs[0].data)
+
+
+        workspace.FeedBlob("x", np.ones(4, np.float32))
+        net = core.Net("n")
+        net.Python(op)(["x"], [])
+        workspace.RunNetOnce(net)
+        """)
+    r = _run(tmp_path, DSLC, "exec", s)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    files = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
+    assert [f.split(", ")[1] for f in files] == ["line 17", "line 11", "line 7"], r.stderr
+    assert "frames inside dslc]" in r.stderr and "internal error" not in r.stderr
+    assert "ValueError: sum too large: 4.0" in lines
+    assert lines[-1].startswith("dslc: raised in ") and "pyop.py:16" in lines[-1], lines[-1]
