@@ -15,6 +15,7 @@ from dslc.driver.blobs import fetch
 from dslc.driver.runner import HEAVY as _HEAVY, Workspace, as_net as _as_net
 from dslc.ir.diagnostics import DSLError
 from dslc.trace.net import Net
+from dslc.trace.task import Task, TaskGroup, WorkspaceType
 from dslc.trace.netdef import parse_message
 from dslc.proto import caffe2_pb2
 from dslc.trace.tracing import user_location
@@ -57,7 +58,13 @@ class Predictor:
         self._net = Net(predict)
         self.input_names = [b for b in predict.external_input if not self._ws.has_blob(b)]
         self.output_names = list(predict.external_output)
-        self._created = False
+        # Caffe2's predictor keeps its workspace to itself: no one but ``run`` sees a blob
+        # of it, and ``run`` returns the external outputs alone. So the predict net runs as
+        # a task whose other blobs vanish after each run (a PRIVATE workspace over this
+        # one: the weights and what the net updates in place stay): dce then drops the
+        # stores of the intermediates and fuse-conv fuses Conv -> SpatialBN -> Sum -> Relu.
+        self._group = TaskGroup(workspace_type=WorkspaceType.PRIVATE)
+        Task(step=self._net, outputs=self.output_names, group=self._group)
 
     def run(self, inputs) -> list:
         if isinstance(inputs, dict):
@@ -75,8 +82,5 @@ class Predictor:
             feeds = dict(zip(self.input_names, inputs))
         for name, value in feeds.items():
             self._ws.feed(name, value)
-        if not self._created:
-            self._ws.create_net(self._net)
-            self._created = True
-        self._ws.run_net(self._net)
+        self._ws.session().run(self._group)
         return [fetch(self._ws, name) for name in self.output_names]
