@@ -1,6 +1,7 @@
 """Caffe2's Predictor (``workspace.Predictor(init_net, predict_net)``): a model served from
 a workspace of its own. The init net runs once when it is made; ``run`` feeds the inputs,
-runs the predict net (compiled once) and returns its external outputs.
+runs the predict net (compiled once) and returns its external outputs; its other blobs
+are not kept (no one can fetch them), so the passes may fuse through them.
 
     p = workspace.Predictor(init_net_bytes, predict_net_bytes)
     (probs,) = p.run([batch])              # the inputs in the predict net's input order

@@ -10,7 +10,6 @@ The expected outputs are computed here with plain numpy (a direct convolution su
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from dslc import brew, core, model_helper, workspace
 from dslc.proto import caffe2_pb2
