@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from caffe2.python import brew, core, model_helper, optimizer, workspace
+from caffe2.python import brew, model_helper, optimizer, workspace
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--iters", type=int, default=200)
