@@ -20,6 +20,7 @@ from dslc.ir.cores import usable_cpus
 from dslc.backends.common.names import Names
 from dslc.backends.common.source import SourceNames
 from dslc.backends.interp.codegen import compile_region
+from dslc.backends.common.stats import CompileStats
 from dslc.backends.interp.executor import Executor
 from dslc.runtime.memory import keep_freed_memory
 from dslc.runtime.streams import session_seed
@@ -36,23 +37,13 @@ PAR_MIN = 1 << 22  # elements before a fused kernel's parallel variant pays for 
 
 
 @dataclass
-class Stats:
+class Stats(CompileStats):
     """What compiling one module did (``dslc compile`` prints it)."""
 
     islands: list = field(default_factory=list)
     fused: int = 0
     sources: list = field(default_factory=list)
-    interp: Counter = field(default_factory=Counter)
-    seconds: float = 0.0
-    compiled: int = 0
     cache_hits: int = 0
-
-    def timed(self, fn):
-        t = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            self.seconds += time.perf_counter() - t
 
     def interpreted(self, op, reason) -> None:
         if op.name in ("yield", "break_if"):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from dslc.backends.common.cachedir import cache_root, not_private
 from dslc.backends.interp.codegen import compile_region
+from dslc.backends.common.stats import CompileStats
 from dslc.backends.interp.executor import Executor
 from dslc.ir import Module
 from dslc.ir.diagnostics import DSLError
@@ -24,20 +24,10 @@ from dslc.runtime.streams import session_seed
 
 
 @dataclass
-class Stats:
+class Stats(CompileStats):
     """What compiling one module did (``dslc compile`` prints it)."""
 
     runs: list = field(default_factory=list)
-    interp: Counter = field(default_factory=Counter)
-    seconds: float = 0.0
-    compiled: int = 0
-
-    def timed(self, fn):
-        t = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            self.seconds += time.perf_counter() - t
 
     def interpreted(self, op, why) -> None:
         self.interp[(why, op.name)] += 1
