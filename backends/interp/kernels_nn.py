@@ -15,8 +15,8 @@ import numpy as np
 from dslc.runtime import collectives, logfiles
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
-from dslc.ir.ops import (activations, adaptive, conv_fused, conv_math, losses, nn_grads, normalization, norms,
-                        pointwise, products, quantized, recurrent, reductions, segments, spatial, utility)
+from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, losses, nn_grads, normalization, norms,
+                        pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -60,6 +60,7 @@ FUNCTIONS = {
     **conv_fused.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS, **norms.FUNCTIONS, **pointwise.FUNCTIONS, **spatial.FUNCTIONS,
+    **boxes.FUNCTIONS, **resample.FUNCTIONS,
 }
 
 
@@ -167,6 +168,14 @@ def _results(out, n: int):
 @kernel("InstanceNorm")
 def _instance_norm(op, cfg):  # (the saved mean and inverse std only when the op names them)
     return bound(functools.partial(spatial.instance_norm, n_out=len(op.results)), op.attrs)
+
+
+def _counted(fn):  # (an op whose kernel makes only the outputs the op names)
+    return lambda op, cfg: bound(functools.partial(fn, n_out=len(op.results)), op.attrs)
+
+
+for _name, _fn in boxes.COUNTED.items():
+    kernel(_name)(_counted(_fn))
 
 
 @kernel("TopK")

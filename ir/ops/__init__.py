@@ -4,3 +4,4 @@ from . import nn, losses, optim, nn_grads  # noqa: F401  (training ops and their
 from . import activations, adaptive, conv, conv_fused, normalization, norms, products, quantized, recurrent, reductions, segments, utility  # noqa: F401
 from . import index  # noqa: F401  (Caffe2's key -> id indexes)
 from . import pointwise, spatial  # noqa: F401  (selections, padding and space/batch moves, instance norm)
+from . import boxes, resample  # noqa: F401  (Detectron's detection ops: boxes, proposals, NMS, RoIAlign, resizing)
