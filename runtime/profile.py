@@ -16,6 +16,10 @@ class OpProfile:
 
     def __init__(self):
         self.counters: dict[tuple[str, str], list] = {}
+        self.notes: list[str] = []  # what a backend decided while running (numba: regions kept interpreted)
+
+    def note(self, line: str) -> None:
+        self.notes.append(line)
 
     def counter(self, kind: str, loc) -> list:
         key = (kind, str(loc) if loc is not None else "?")
@@ -52,4 +56,6 @@ class OpProfile:
                   f"  {'ms':>11}    share    calls  {'us/call':>9}  op type at line"]
         for (kind, where), (t, n) in shown:
             lines.append(f"  {t * 1e3:11.3f}  {share(t):6.1f}%  {n:7d}  {t * 1e6 / n:9.2f}  {kind} at {where}")
+        if self.notes:
+            lines += ["backend notes:"] + [f"  {line}" for line in self.notes]
         return "\n".join(lines) + "\n"

@@ -44,6 +44,7 @@ class Stats(CompileStats):
     fused: int = 0
     sources: list = field(default_factory=list)
     cache_hits: int = 0
+    trials: list = field(default_factory=list)  # each compiled region's race against the interpreter
 
     def interpreted(self, op, reason) -> None:
         if op.name in ("yield", "break_if"):
@@ -119,7 +120,14 @@ class Config:
     when: str = "now"  # or "hot": start on the interpreter, compile what turns out hot (hot.py)
     hot_seconds: float | None = None  # (None: hot.py's rule)
     hots: list = field(default_factory=list)  # the Hots of a "hot" compile, in the order made
+    trial_runs: int = 0  # timed runs each way a compiled region races the interpreter (trial.py); 0: none
     _names: object = None
+
+    def report_trial(self, trial) -> None:
+        """A decided race (trial.py), noted in the profile's report when there is one."""
+        note = getattr(self.profile, "note", None)
+        if note is not None:
+            note(trial.describe())
 
     def namer(self):
         """Variable names for generated code: the text plan's (the job's own names), made once."""
@@ -168,6 +176,8 @@ class NumbaProgram:
             "compile seconds": round(s.seconds, 3),
             "ops interpreted, and why": dict(why.most_common()),
         }
+        if s.trials:
+            summary["regions timed against the interpreter"] = _trials(s.trials)
         if any(reason == "cold" for reason, _ in s.interp):
             summary["note"] = (f"regions whose estimated work is under {self.min_work} op executions "
                                "run on the interpreter (compiling them would cost more than it saves); "
@@ -189,6 +199,17 @@ class NumbaProgram:
         return paths
 
 
+def _trials(trials) -> list[str]:
+    """The races decided so far (which regions fell back, with both times), then what is pending."""
+    done = [t for t in trials if t.kept is not None]
+    lines = [t.describe() for t in sorted(done, key=lambda t: t.kept != "interpreter")]
+    if len(done) < len(trials):
+        lines.append(f"{len(trials) - len(done)} region(s) not decided yet: each runs "
+                     f"{trials[0].runs} times compiled and {trials[0].runs} times interpreted, timed, "
+                     "in its first runs, and the faster is kept (DSLC_NUMBA_TRIAL_RUNS=0: always compiled)")
+    return lines
+
+
 def local_counters(module: Module) -> frozenset:
     """Counter handles only one thread uses: loaded from, or stored only to, private blobs."""
     volatile = volatile_blobs(module)
@@ -208,7 +229,7 @@ class NumbaBackend:
     name = "numba"
 
     def __init__(self, log=None, parallel=None, seed=None, min_work=None, nn_min_work=None, profile=None,
-                 when=None,
+                 when=None, trial_runs=None,
                  **_options):
         """``parallel``: use the prange variant of fused kernels on large arrays (default: only
         with more than two cores, where it beats the serial kernel). ``min_work``,
@@ -216,7 +237,9 @@ class NumbaBackend:
         DSLC_NUMBA_MIN_WORK and DSLC_NUMBA_NN_MIN_WORK; 0 compiles every compilable region,
         before the run: ``when="now"``). ``when``: "hot" (default DSLC_NUMBA_COMPILE, else
         hot: run on the interpreter and compile in the background what turns out hot) or
-        "now" (compile every region before the run starts)."""
+        "now" (compile every region before the run starts). ``trial_runs``: timed runs each
+        way in which a compiled region races the interpreter's code, the faster kept
+        (trial.py; default DSLC_NUMBA_TRIAL_RUNS, else 3; 0: every compiled region kept)."""
         if parallel is None:
             parallel = usable_cpus() > 2 or settings.switch("DSLC_NUMBA_PARALLEL")
         self.log = log or sys.stderr
@@ -230,6 +253,7 @@ class NumbaBackend:
         if when not in ("hot", "now"):
             raise ValueError(f"the numba backend's when= is 'hot' or 'now', not {when!r}")
         self.when = when
+        self.trial_runs = islands.trial_runs_default() if trial_runs is None else trial_runs
         ms = islands.hot_ms_default()
         self.hot_seconds = None if ms is None else ms / 1000
         keep_freed_memory()
@@ -237,7 +261,7 @@ class NumbaBackend:
     def compile(self, module: Module) -> NumbaProgram:
         cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,
                      seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work, profile=self.profile,
-                     when=self.when, hot_seconds=self.hot_seconds)
+                     when=self.when, hot_seconds=self.hot_seconds, trial_runs=self.trial_runs)
         t = time.perf_counter()
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
         if cfg.stats.compiled:

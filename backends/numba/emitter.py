@@ -14,6 +14,12 @@ the interpreter's code runs, timed:
         h4.spent(c5() - _ht)          # hot enough: queued for compiling, n3 set when done
     else:
         v9, = n3(v1, v2)
+
+Compiled before the run (DSLC_NUMBA_COMPILE=now), the same code is written and n3 set
+before the run starts; either way n3 first times its calls against the interpreter's
+(trial.py) and goes back to None for good if the interpreter's code was the faster.
+With no race (DSLC_NUMBA_TRIAL_RUNS=0) a region compiled before the run is called
+directly (``direct``).
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from dslc.backends.interp.kernels_nn import op_stream
 from . import islands
 from .cache import module_for
 from .hot import Hot, switcher
+from .trial import Trial
 from .calls import FusedCall, IslandCall
 from .failures import Sites
 from dslc.ir.escape import source_text
@@ -64,8 +71,13 @@ class NumbaEmitter(Emitter):
     def now(self) -> bool:
         return self.cfg.when == "now"
 
+    @property
+    def direct(self) -> bool:
+        """Compiled callees bound as they are: compiled before the run, racing nothing."""
+        return self.now and not self.cfg.trial_runs
+
     def kernel_entry(self, name: str):
-        if name in HELPER_KERNELS and self.now:
+        if name in HELPER_KERNELS and self.direct:
             return helper_kernel(name), False
         return super().kernel_entry(name)
 
@@ -73,19 +85,25 @@ class NumbaEmitter(Emitter):
         code = super().finish()
         for h in self.hots:  # (the namespace their callees are read from)
             h.ns = code.fn.__globals__
+            if self.now:
+                h.now()
         return code
 
     def hot(self, label: str, build, callee: str | None = None):
         """(callee, hot, clock): names of a Hot's callee (None until compiled, unless given),
         the Hot, and the clock that times the interpreted runs."""
-        h = Hot(label, build, self.cfg.hot_seconds, switcher())
+        trial = None
+        if self.cfg.trial_runs:
+            trial = Trial(label, self.cfg.trial_runs, self.cfg.report_trial)
+            self.cfg.stats.trials.append(trial)
+        h = Hot(label, build, self.cfg.hot_seconds, switcher(), trial)
         h.name = callee or self.bind("n", None)
         self.hots.append(h)
         self.cfg.hots.append(h)
         return h.name, self.bind("h", h), self.bind("c", time.perf_counter)
 
     def op(self, op, indent, loop_targets):
-        if self.now or self.interpreting or op.name not in HELPER_KERNELS or \
+        if self.direct or self.interpreting or op.name not in HELPER_KERNELS or \
                 super().kernel_entry(op.name) is None or super().kernel_entry(op.name)[1]:
             return super().op(op, indent, loop_targets)
         # the interpreter's kernel, timed; the compiled loops' replace it once hot
@@ -111,7 +129,7 @@ class NumbaEmitter(Emitter):
 
     def island(self, island, indent, loop_targets):
         cfg = self.cfg
-        if self.now:
+        if self.direct:
             call, args, streams = cfg.stats.timed(lambda: build_island(island, cfg))
             callee, hot = self.bind("n", call), None
         else:
@@ -159,7 +177,7 @@ class NumbaEmitter(Emitter):
         outs = [self.var(r) for r in op.results]
         lhs = ", ".join(outs) + (" = " if len(outs) == 1 else ", = ")
         args = [self.var(v) for v in op.operands] + cells
-        if self.now:
+        if self.direct:
             call = self.cfg.stats.timed(lambda: build_fused(op, self.cfg))
             self.emit_timed(indent, f"{lhs}{self.bind('n', call)}({', '.join(args)})", op, "numba fused")
             return

@@ -48,10 +48,11 @@ class Hot:
     and calls the global ``name`` of ``ns`` (the region's namespace, set once the region
     is compiled) once the callee ``build(background)`` made is there."""
 
-    __slots__ = ("label", "build", "limit", "total", "state", "ns", "name", "lock", "switcher", "seconds")
+    __slots__ = ("label", "build", "limit", "total", "state", "ns", "name", "lock", "switcher", "seconds", "trial")
 
-    def __init__(self, label: str, build, limit: float | None, switcher):
-        self.label, self.build, self.limit, self.switcher = label, build, limit, switcher
+    def __init__(self, label: str, build, limit: float | None, switcher, trial=None):
+        """``trial``: a trial.Trial the compiled callee races the interpreter's code in."""
+        self.label, self.build, self.limit, self.switcher, self.trial = label, build, limit, switcher, trial
         self.total = 0.0
         self.state = 0
         self.ns = self.name = None
@@ -59,11 +60,15 @@ class Hot:
         self.seconds = 0.0  # what its compile (or load) took
 
     def spent(self, seconds: float) -> None:
+        if self.trial is not None:
+            self.trial.interpreted(seconds)
         if self.state:
             return
         self.total += seconds
         if self.total >= (self.limit if self.limit is not None else NEXT if "numba" in sys.modules else FIRST):
             self.state = QUEUED
+            if self.trial is not None:
+                self.trial.queued()
             self.switcher.submit(self)
 
     def ensure(self, background: bool = False) -> bool:
@@ -78,11 +83,28 @@ class Hot:
                     self.state = FAILED
                     self.switcher.failed(self, e)
                 else:
-                    if self.ns is not None:
-                        self.ns[self.name] = callee
+                    self.install(callee)
                     self.state = DONE
                 self.seconds = time.perf_counter() - t
         return self.state == DONE
+
+    def now(self) -> None:
+        """Compile (or load) and install here, before the run (DSLC_NUMBA_COMPILE=now): a
+        failure is raised, as the direct compile's is."""
+        with self.lock:
+            t = time.perf_counter()
+            self.install(self.build(False))
+            self.state = DONE
+            self.seconds = time.perf_counter() - t
+
+    def install(self, callee) -> None:
+        """Make ``callee`` the region's, through its trial when it races the interpreter."""
+        if self.ns is None:
+            return
+        if self.trial is not None:
+            self.trial.start(self.ns, self.name, callee)
+        else:
+            self.ns[self.name] = callee
 
 
 class Switcher:

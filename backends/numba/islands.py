@@ -34,6 +34,9 @@ MAX_OPS = None      # ops per generated function: DSLC_NUMBA_MAX_OPS, default 40
 # the job runs; the tests' setting: every region compiled, deterministically)
 WHEN = None         # DSLC_NUMBA_COMPILE, default "hot"
 HOT_MS = None       # DSLC_NUMBA_HOT_MS, default: hot.py's (1000 ms, 200 once numba is loaded)
+# timed runs each way in which a compiled region races the interpreter's code (trial.py);
+# 0: every compiled region kept, untimed (the tests' setting: they run the compiled code)
+TRIAL_RUNS = None   # DSLC_NUMBA_TRIAL_RUNS, default 3
 STRUCTURE = ("for", "loop", "if")
 EXITS = ("yield", "break_if")
 HOISTED = ("load", "must")  # interpreted ops that may run before an island they sit in
@@ -53,6 +56,10 @@ def hot_ms_default() -> int | None:
     if HOT_MS is not None:
         return HOT_MS
     return settings.count("DSLC_NUMBA_HOT_MS", 0) if settings.raw("DSLC_NUMBA_HOT_MS") else None
+
+
+def trial_runs_default() -> int:
+    return TRIAL_RUNS if TRIAL_RUNS is not None else settings.count("DSLC_NUMBA_TRIAL_RUNS", 3)
 
 
 def nn_min_work_default() -> int:
