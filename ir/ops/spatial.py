@@ -7,6 +7,8 @@ interpreter runs.
     SpaceToBatch(X [N, C, H, W], pad, block_size=b) -> [b b N, C, (H + 2 pad) / b, (W + 2 pad) / b]
         Y[(i b + j) N + n, c, h, w] = Xpadded[n, c, h b + i, w b + j]; BatchToSpace undoes it
     InstanceNorm(X, scale [C], bias [C]) -> per (n, c): (x - mean) / sqrt(var + epsilon) scale + bias
+    ChannelShuffle(X [N, C, ...], group=G) -> channel k G + g of Y is channel g K + k of X (K = C / G);
+        its gradient is the shuffle with G and K swapped (ShuffleNet's channel mixing)
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, declare, type_error
 from ..types import TensorType
+from .infer import tensors
 from .nn import floats
 
 _PAD_MODES = ("constant", "reflect", "edge")
@@ -269,7 +272,70 @@ def instance_norm_grad(x, scale, bias, dy, epsilon=1e-5, order="NCHW"):
             dbias.astype(bias.dtype))
 
 
+# ----------------------------------------------------------------------------- ChannelShuffle
+def _channel_shuffle(name):
+    def infer(types, attrs, n):
+        (x,) = tensors(name, types)
+        if attrs["order"] not in ("NCHW", "NHWC"):
+            type_error(f"{name}'s order must be NCHW or NHWC, got {attrs['order']!r}")
+        g = int(attrs["group"])
+        if g < 1:
+            type_error(f"{name}'s group must be >= 1, got {g}")
+        if x.shape is not None:
+            if len(x.shape) < 2:
+                type_error(f"{name} takes X of rank 2 or more ([N, C, ...] or [N, ..., C]), got rank {len(x.shape)}")
+            c = x.shape[1 if attrs["order"] == "NCHW" else -1]
+            if c is not None and c % g:
+                type_error(f"{name}: {c} channels do not split into group={g} equal groups",
+                           "pass a group that divides the channel count")
+        return [x]
+    return infer
+
+
+_SHUFFLE_ATTRS = {"group": 1, "order": "NCHW", "kernel": None}  # (kernel: ShuffleNet's builder passes it; unused)
+declare("ChannelShuffle", 1, _channel_shuffle("ChannelShuffle"), attrs=dict(_SHUFFLE_ATTRS), traits={PURE},
+        doc="Y[:, k G + g] = X[:, g K + k] (G = group, K = C / G; channels last with order NHWC)")
+declare("ChannelShuffleGradient", 1, _channel_shuffle("ChannelShuffleGradient"), attrs=dict(_SHUFFLE_ATTRS),
+        traits={PURE}, doc="dX[:, g K + k] = dY[:, k G + g]: ChannelShuffle undone")
+no_gradient("ChannelShuffleGradient")
+
+
+@gradient("ChannelShuffle")
+def _(g):
+    return [GradOp("ChannelShuffleGradient", [g.GO[0]], [g.GI[0]], g.pick("group", "order"))]
+
+
+def _shuffle(x, groups, order):
+    """X's channels seen as [groups, C / groups], transposed: channel k groups + g <- g (C/groups) + k."""
+    n = x.shape[0]
+    if order == "NCHW":  # (the spatial size spelled out: an empty batch has no -1 to infer)
+        c = x.shape[1]
+        y = x.reshape(n, groups, c // groups, int(np.prod(x.shape[2:]))).transpose(0, 2, 1, 3)
+    else:
+        c = x.shape[-1]
+        y = x.reshape(n, int(np.prod(x.shape[1:-1])), groups, c // groups).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(y).reshape(x.shape)
+
+
+def _shuffle_groups(x, group, order):
+    c = x.shape[1 if order == "NCHW" else -1]
+    if group < 1 or c % group:
+        raise ValueError(f"ChannelShuffle: {c} channels do not split into group={group} equal groups")
+    return c
+
+
+def channel_shuffle(x, group=1, order="NCHW", kernel=None):
+    _shuffle_groups(x, group, order)
+    return _shuffle(x, group, order)
+
+
+def channel_shuffle_grad(dy, group=1, order="NCHW", kernel=None):
+    c = _shuffle_groups(dy, group, order)
+    return _shuffle(dy, c // group, order)
+
+
 FUNCTIONS = {
+    "ChannelShuffle": channel_shuffle, "ChannelShuffleGradient": channel_shuffle_grad,
     "PadImage": pad_image, "PadImageGradient": pad_image_grad,
     "SpaceToBatch": space_to_batch, "BatchToSpace": batch_to_space,
     "InstanceNormGradient": instance_norm_grad,
