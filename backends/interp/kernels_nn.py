@@ -15,8 +15,8 @@ import numpy as np
 from dslc.runtime import collectives, logfiles
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
-from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, losses, nn_grads, normalization, norms,
-                        pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, utility)
+from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, features, losses, nn_grads, normalization,
+                        norms, pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -60,7 +60,7 @@ FUNCTIONS = {
     **conv_fused.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS, **norms.FUNCTIONS, **pointwise.FUNCTIONS, **spatial.FUNCTIONS,
-    **boxes.FUNCTIONS, **resample.FUNCTIONS,
+    **boxes.FUNCTIONS, **resample.FUNCTIONS, **features.FUNCTIONS,
 }
 
 
@@ -163,6 +163,11 @@ def _results(out, n: int):
     if not isinstance(out, tuple):
         return out
     return out[0] if n == 1 else out[:n]
+
+
+@kernel("SparseToDenseMask")
+def _sparse_to_dense_mask(op, cfg):  # (the presence mask only when the op names it)
+    return bound(functools.partial(features.sparse_to_dense_mask, n_out=len(op.results)), op.attrs)
 
 
 @kernel("InstanceNorm")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import inspect
 
-from dslc.layers import (concat, fc, functional, interactions, losses, normalization, random_features, records, sampling,
-                         sparse, weights)
+from dslc.layers import (concat, fc, features, functional, interactions, losses, normalization, random_features, records,
+                         sampling, sparse, weights)
 from dslc.layers.layers import ModelLayer, register_layer
 
-_MODULES = (concat, fc, functional, interactions, losses, normalization, random_features, records, sampling, sparse,
-            weights)
+_MODULES = (concat, fc, features, functional, interactions, losses, normalization, random_features, records, sampling,
+            sparse, weights)
 
 
 def _register(modules) -> None:

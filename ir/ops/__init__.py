@@ -5,3 +5,4 @@ from . import activations, adaptive, conv, conv_fused, normalization, norms, pro
 from . import index  # noqa: F401  (Caffe2's key -> id indexes)
 from . import pointwise, spatial  # noqa: F401  (selections, padding and space/batch moves, instance norm)
 from . import boxes, resample  # noqa: F401  (Detectron's detection ops: boxes, proposals, NMS, RoIAlign, resizing)
+from . import features  # noqa: F401  (sparse features: SparseToDenseMask, IndexHash, Mod)
