@@ -9,7 +9,7 @@ from .core import Module, Operation, Region
 
 STRUCTURED = ("for", "loop", "if")
 PLAN_OPS = ("parallel", "scope", "reporting")
-BLOB_OPS = ("load", "store", "flag")
+BLOB_OPS = ("load", "store", "flag", "defer")
 
 
 def is_barrier(op: Operation) -> bool:
@@ -56,7 +56,7 @@ def blob_refs(op: Operation) -> BlobRefs:
         n = o.name
         if n == "load":
             refs.loads.add(o.attrs["blob"])
-        elif n == "store":
+        elif n == "store" or n == "defer":
             refs.stores.add(o.attrs["blob"])
         elif n == "flag":
             refs.flags.add(o.attrs["blob"])

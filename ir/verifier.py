@@ -181,6 +181,14 @@ class _Verifier:
                 self.fail(op, "if regions take no arguments")
             self.yields(op, r, op.results)
 
+    def check_defer(self, op, parent):
+        body = op.regions[0]
+        self.arg_types(op, body, [v.type for v in op.operands])
+        ops = body.ops
+        if len(ops) != 2 or ops[1].name != "yield" or len(ops[1].operands) != 1 or not ops[0].opdef.is_pure \
+                or ops[1].operands[0] not in ops[0].results:
+            self.fail(op, "the body must be one pure op and a yield of one of its results")
+
     def arg_types(self, op, region, want):
         got = [a.type for a in region.args]
         if got != want:
@@ -211,7 +219,7 @@ class _Verifier:
 
 # Per-op structural checks beyond the declaration (control-flow ops).
 _CHECKS = {"break_if": _Verifier.check_break_if, "for": _Verifier.check_for,
-           "loop": _Verifier.check_loop, "if": _Verifier.check_if}
+           "loop": _Verifier.check_loop, "if": _Verifier.check_if, "defer": _Verifier.check_defer}
 _PLACED = frozenset(PLACEMENT) | frozenset(_CHECKS)  # ops whose parent structure() checks
 
 

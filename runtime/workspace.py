@@ -7,6 +7,7 @@ value is None was created but never written.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -14,7 +15,7 @@ import numpy as np
 class Cell:
     """One blob: a name and its current value (None until something writes it)."""
 
-    __slots__ = ("v", "name")
+    __slots__ = ("v", "name", "__weakref__")
 
     def __init__(self, name: str, v=None):
         self.name = name
@@ -22,6 +23,61 @@ class Cell:
 
     def __repr__(self):
         return f"Cell({self.name!r})"
+
+    def defer(self, fn, *args) -> None:
+        """Make the cell's value ``fn(*args)``, computed when something first reads it.
+
+        A value nobody may read (a gradient no op of the job uses, such as ``data_grad``:
+        Caffe2 makes the blob, so it must exist with its value) costs nothing until a
+        fetch or a later run reads it. The cell turns into its class's ``Deferred`` twin,
+        whose ``v`` computes the value, stores it and turns the cell back: a plain cell's
+        reads pay nothing. ``args`` are the values at the store (arrays no kernel writes
+        in place while this holds them: the in-place updates check who else holds an
+        array); ``materialize_all`` computes every pending value before a user may write
+        an array in place."""
+        _RAW.__set__(self, _Pending(fn, args))
+        self.__class__ = _deferred_class(type(self))
+        _PENDING.add(self)
+
+
+_RAW = Cell.v  # the slot itself, under the Deferred classes' property
+_PENDING: "weakref.WeakSet[Cell]" = weakref.WeakSet()
+_DEFERRED: dict = {}
+
+
+class _Pending:
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+
+def _deferred_class(cls):
+    if getattr(cls, "_plain", None) is not None:
+        return cls
+    got = _DEFERRED.get(cls)
+    if got is None:
+        def read(cell):
+            v = _RAW.__get__(cell)
+            if type(v) is _Pending:
+                v = v.fn(*v.args)
+                write(cell, v)
+            return v
+
+        def write(cell, v):
+            _RAW.__set__(cell, v)
+            cell.__class__ = cls
+            _PENDING.discard(cell)
+
+        got = _DEFERRED[cls] = type(f"Deferred{cls.__name__}", (cls,),
+                                    {"__slots__": (), "_plain": cls, "v": property(read, write)})
+    return got
+
+
+def materialize_all() -> None:
+    """Compute every deferred value now (before a user writes into an array in place)."""
+    for cell in list(_PENDING):
+        cell.v  # noqa: B018  (the read computes it)
 
 
 class Workspace:

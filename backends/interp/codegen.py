@@ -253,6 +253,20 @@ class Emitter:
     def op_store(self, op, indent, _):
         self.emit(indent, f"{self.cell(op.attrs['blob'])}.v = {self.var(op.operands[0])}", op)
 
+    def op_defer(self, op, indent, _):
+        """The cell computes the body's op when read: its kernel, the operands' values now."""
+        inner, done = op.regions[0].ops
+        factory, per_instance = self.kernel_entry(inner.name)
+        k = factory(inner, self.cfg)
+        if per_instance:
+            self.makers.append(k)
+            k = f"s{len(self.makers) - 1}"
+        else:
+            k = self.bind("k", k)
+        index = inner.results.index(done.operands[0])
+        args = "".join(f", {self.var(v)}" for v in op.operands)
+        self.emit(indent, f"{self.cell(op.attrs['blob'])}.defer({self.bind('c', _picked)}, {k}, {index}{args})", op)
+
     def op_break_if(self, op, indent, loop_targets):
         self.emit(indent, f"if {self.var(op.operands[0])}:", op)
         self.assign(indent + 1, loop_targets, [self.var(v) for v in op.operands[1:]], op)
@@ -352,6 +366,11 @@ class _Part:
     the operands' variables of the ops whose types left a dim unknown (``rechecked``)."""
 
     __slots__ = ("filename", "line_ops", "rechecks", "__weakref__")
+
+
+def _picked(kernel, index, *args):
+    """Result ``index`` of ``kernel(*args)``: a deferred blob's value (``op_defer``)."""
+    return kernel(*args)[index]
 
 
 def _unknown_dims(t) -> bool:

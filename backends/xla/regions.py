@@ -39,6 +39,8 @@ def why_not(op: Operation):
         return (None, None) if static(op.result) else (None, "a constant XLA cannot hold")
     if op.name == "for":
         return _loop(op)
+    if op.name == "defer":
+        return None, "workspace access"
     if op.regions:
         return None, "control flow stays on the interpreter (a for of a constant count is compiled)"
     factory = KERNELS.get(op.name)

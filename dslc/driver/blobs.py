@@ -53,6 +53,7 @@ class _Tensor:
 
     @property
     def data(self):
+        _rt.materialize_all()  # (a deferred value may read the array the caller is to write)
         v = self.blob.v
         if not isinstance(v, np.ndarray) or not v.flags.writeable:
             v = self.blob.v = np.array(self.blob.fetch())

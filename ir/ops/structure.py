@@ -23,6 +23,11 @@ declare("flag", 0, lambda t, a, n: [BOOL], attrs={"blob": REQUIRED}, traits={BLO
         doc="a stop flag: the blob's bool value, False if nothing wrote it yet")
 declare("store", 1, lambda t, a, n: [], results=(0, 0), attrs={"blob": REQUIRED}, traits={BLOB},
         effects=_BLOB_W, symbol="blob", doc="write the value into the blob")
+declare("defer", (0, None), lambda t, a, n: [], results=(0, 0), attrs={"blob": REQUIRED}, regions=("body",),
+        traits={BLOB}, effects=_BLOB_W, symbol="blob",
+        doc="write into the blob the value the body yields, computed only when something reads the blob "
+            "(dce makes these of a store of a value nothing else uses: FCGradient's dX); the body is one "
+            "pure op of the body args (the operands) and a yield of one of its results")
 
 
 def _cond(name, t):

@@ -9,20 +9,30 @@
   (an integer ``Div`` whose divisor may be 0: its error is a result the user sees), and
   whatever they use, transitively, through carried loop values and ``if`` results; the rest goes,
   including carried values and results nothing live needs, and the optional last
-  results of an op (FCGradient's dX) when nothing live needs them.
+  results of an op (FCGradient's dX) when nothing live needs them;
+* a store that stays of such an optional result that nothing else uses (``data_grad``:
+  Caffe2 makes the blob, but no op needs it) becomes a ``defer`` of the op: the blob
+  gets its value when something reads it, and the op does not compute it now.
 
     %c = Const {value = dense<i64: 2>} : i64       (nothing uses %c)
     store @"tmp"(%x)        (in a PRIVATE task; nothing reads @"tmp")   ->   (both gone)
+
+    %dw, %db, %dx = FCGradient(%x, %w, %dy)          %dw, %db = FCGradient(%x, %w, %dy)
+    store @"data_grad"(%dx)                    ->    defer @"data_grad"(%x, %w, %dy) ({
+                                                     ^bb0(%a, %b, %c):
+                                                       %0, %1, %2 = FCGradient(%a, %b, %c)
+                                                       yield %2 })
 """
 from __future__ import annotations
 
 from ..analysis import in_dropped_workspaces
+from ..builder import make_op
 from ..core import Module, Operation, OpResult, Region, RegionArg
 from .manager import Pass, register
 
 REMOVABLE = ("flag", "yield", "for", "if")  # besides pure ops and optional loads
 LOOPS = ("for", "loop")
-_SPECIAL_OPERANDS = frozenset(LOOPS + ("if", "yield", "break_if", "fused"))  # see mark_op
+_SPECIAL_OPERANDS = frozenset(LOOPS + ("if", "yield", "break_if", "fused", "defer"))  # see mark_op
 _SLOTTED = frozenset(LOOPS + ("if",))  # ops with carried values or results fed by yields
 
 
@@ -118,7 +128,29 @@ class DeadCode(Pass):
         dead = self.dead_stores
         for op in self.stores:
             if op not in dead:
-                self.mark_op(op)
+                self.mark_op(self.deferred(op) or op)
+
+    def deferred(self, store: Operation) -> Operation | None:
+        """A ``defer`` in place of ``store`` (inserted before it; the store, unmarked, goes),
+        if it stores an optional result of a pure op that nothing else uses, of a blob
+        nothing in the module reads; else None."""
+        v = store.operands[0]
+        if type(v) is not OpResult or store.attrs["blob"] in self.read:
+            return None
+        op = v.owner
+        d = op.opdef
+        if not d.optional_results or v.index < len(op.results) - d.optional_results or not d.is_pure \
+                or d.fails(op) or any(u.name != "store" for u, _ in v.uses):
+            return None
+        body = Region([x.type for x in op.operands], [x.hint for x in op.operands])
+        inner = body.append(Operation(d, body.args, [r.type for r in op.results], op.attrs, loc=op.loc,
+                                      hints=[r.hint for r in op.results]))
+        body.append(make_op("yield", [inner.results[v.index]], loc=op.loc))
+        defer = make_op("defer", list(op.operands), attrs={"blob": store.attrs["blob"]}, regions=[body],
+                        loc=store.loc)
+        r = store.parent
+        r.insert(r.ops.index(store), defer)
+        return defer
 
     @staticmethod
     def find_dead_stores(module: Module, stores: list, tasks: list, read: set) -> set:
@@ -169,7 +201,7 @@ class DeadCode(Pass):
             op = r.parent
 
     def mark_special_operands(self, op: Operation) -> None:
-        """What a live loop, ``if``, ``yield``, ``break_if`` or ``fused`` needs, besides
+        """What a live loop, ``if``, ``yield``, ``break_if``, ``fused`` or ``defer`` needs, besides
         its carried values and results (see ``mark_slot``)."""
         if op.name in LOOPS:
             if op.name == "for":
@@ -180,7 +212,7 @@ class DeadCode(Pass):
             pass  # yielded values are live only for live slots (see mark_slot)
         elif op.name == "break_if":
             self.mark_val(op.operands[0])
-        else:  # fused
+        else:  # fused, defer
             for v in op.operands:
                 self.mark_val(v)
             for inner in op.regions[0].walk():  # a kernel is kept whole

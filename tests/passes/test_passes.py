@@ -79,6 +79,47 @@ module {
 }
 """)
 
+case('dce: a kept store of a dX nothing else uses becomes a defer (the blob gets its value when read); '
+     'one of a blob the module reads stays', "dce", """
+module {
+  group body {
+    task @"t" {workspace = "global"} body {
+      %x = load @"x" : f32[4,3]
+      %w = load @"w" : f32[5,3]
+      %dy = load @"dy" : f32[4,5]
+      %dw, %db, %dx = FCGradient(%x, %w, %dy) : f32[5,3], f32[5], f32[4,3]
+      store @"w_grad"(%dw)
+      store @"x_grad"(%dx)
+      %dw2, %db2, %dx2 = FCGradient(%x, %w, %dy) : f32[5,3], f32[5], f32[4,3]
+      store @"y_grad"(%dx2)
+      %l = load @"y_grad" : f32[4,3]
+      store @"z"(%l)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {workspace = "global"} body {
+      %x = load @"x" : f32[4,3]
+      %w = load @"w" : f32[5,3]
+      %dy = load @"dy" : f32[4,5]
+      %dw, %db = FCGradient(%x, %w, %dy) : f32[5,3], f32[5]
+      store @"w_grad"(%dw)
+      defer @"x_grad"(%x, %w, %dy) {
+      ^(%x_1: f32[4,3], %w_1: f32[5,3], %dy_1: f32[4,5]):
+        %dw_1, %db_1, %dx = FCGradient(%x_1, %w_1, %dy_1) : f32[5,3], f32[5], f32[4,3]
+        yield(%dx)
+      }
+      %dw2, %db2, %dx2 = FCGradient(%x, %w, %dy) : f32[5,3], f32[5], f32[4,3]
+      store @"y_grad"(%dx2)
+      %l = load @"y_grad" : f32[4,3]
+      store @"z"(%l)
+    }
+  }
+}
+""")
+
 case('fuse-nets then dce: stores nobody reads in a private task go', "fuse-nets,dce", """
 module {
   group body {
