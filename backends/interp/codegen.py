@@ -118,6 +118,7 @@ class Emitter:
         self.eager: list[str] = []
         self.vars: dict = {}
         self.n = 0
+        self.state_of: dict = {}  # op -> the index of its per-instance state in makers
         # op -> its operands' variables, for the ops typed with an unknown dim (see rechecked)
         self.rechecks: dict = {}
 
@@ -141,6 +142,16 @@ class Emitter:
         if c is None:
             c = self.blobs[blob] = f"b{len(self.blobs)}"
         return c
+
+    def instance_state(self, op, make) -> str:
+        """The name of ``op``'s per-instance state, made by ``make(inst)`` when the region is
+        bound: one per op (a region written again from this emitter's names, the numba
+        backend's once it is hot, keeps the states the first writing's calls made)."""
+        i = self.state_of.get(op)
+        if i is None:
+            self.makers.append(make)
+            i = self.state_of[op] = len(self.makers) - 1
+        return f"s{i}"
 
     def emit(self, indent: int, text: str, op=None) -> None:
         self.body.append(("    " * indent + text, op))
@@ -202,8 +213,7 @@ class Emitter:
                 e.loc = op.loc
             raise
         if per_instance:
-            self.makers.append(k)
-            callee = f"s{len(self.makers) - 1}"
+            callee = self.instance_state(op, k)
         else:
             if isinstance(k, Constant):  # uses read the bound value directly
                 self.vars[op.result] = self.bind("c", k.value)

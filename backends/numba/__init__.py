@@ -3,7 +3,9 @@
 After the pass pipeline has promoted blobs, a loop nest is pure dataflow; the
 numba backend compiles such islands (``islands``) into generated Python functions
 (``source``) decorated with ``numba.njit``, cached on disk by content (``cache``),
-and runs everything else with the interpreter's runtime in the same workspace.
+and runs everything else with the interpreter's runtime in the same workspace. By
+default regions are split into islands only once they turn out hot (``lazy``), and
+islands compiled only once they do (``hot``).
 The answers are the interpreter's: the test suite runs on both and compares.
 """
 from __future__ import annotations
@@ -17,8 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dslc.ir.cores import usable_cpus
-from dslc.backends.common.names import Names
-from dslc.backends.common.source import SourceNames
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.common.stats import CompileStats
 from dslc.backends.interp.executor import Executor
@@ -29,9 +29,9 @@ from dslc.ir import Module, settings
 from dslc.ir.analysis import volatile_blobs
 from dslc.ir.types import COUNTER
 
-from . import hot, islands
-from .kernels import EXPR
-from .emitter import NumbaEmitter
+# (the rest of the backend, and numba, are imported when a region is split into islands:
+# a "hot" compile of a job that ends first imports nothing more, lazy.py)
+from . import islands
 
 PAR_MIN = 1 << 22  # elements before a fused kernel's parallel variant pays for its threads
 
@@ -56,6 +56,7 @@ class Stats(CompileStats):
         """Compile ``fn`` now for the IR's argument types, then ``streams`` random generators
         and the constants (numba loads it from its cache if it can; ``worker``: a function
         the cache lacks is compiled into it by the compile worker first, see hot.py)."""
+        from . import hot
         sig = tuple(_numba_type(t) for t in types) + (_generator_type(),) * streams + \
             tuple(_numba_type_of(c) for c in consts)
         if worker:
@@ -71,6 +72,7 @@ class Stats(CompileStats):
 
 
 def _why(op) -> str:
+    from .kernels import EXPR
     if op.name in ("load", "store", "flag", "must"):
         return "workspace access"
     if op.name in ("parallel", "scope", "reporting", "concurrent"):
@@ -111,7 +113,7 @@ class Config:
     stats: Stats = field(default_factory=Stats)
     parallel: bool = False
     par_min: int = PAR_MIN
-    local_counters: frozenset = frozenset()
+    local_counters: frozenset | None = None  # (made when the first region is split into islands)
     module: Module | None = None
     seed: int = 0  # as the interpreter's: random ops run its kernels
     min_work: float = 5000  # regions estimated to do less run on the interpreter
@@ -121,6 +123,7 @@ class Config:
     hot_seconds: float | None = None  # (None: hot.py's rule)
     hots: list = field(default_factory=list)  # the Hots of a "hot" compile, in the order made
     trial_runs: int = 0  # timed runs each way a compiled region races the interpreter (trial.py); 0: none
+    lazies: list = field(default_factory=list)  # its regions and loops not split yet (lazy.py)
     _names: object = None
 
     def report_trial(self, trial) -> None:
@@ -132,6 +135,8 @@ class Config:
     def namer(self):
         """Variable names for generated code: the text plan's (the job's own names), made once."""
         if self._names is None:
+            from dslc.backends.common.names import Names
+            from dslc.backends.common.source import SourceNames
             try:
                 self._names = Names(self.module, SourceNames()).of
             except Exception:  # names are cosmetic: never let them stop a compile
@@ -142,13 +147,22 @@ class Config:
 class NumbaProgram:
     """A module compiled for the numba backend; ``run(ws)`` runs it."""
 
-    def __init__(self, module: Module, executor: Executor, stats: Stats, min_work: float = 5000, hots=()):
+    def __init__(self, module: Module, executor: Executor, stats: Stats, min_work: float = 5000, hots=(),
+                 lazies=()):
         self.module, self.executor, self.stats = module, executor, stats
         self.min_work = min_work  # (the threshold it was compiled with, for the summary)
-        self.hots = list(hots)  # what compiles when hot (hot.py); empty when compiled now
+        self.hots = hots  # what compiles when hot (hot.py; the config's list: splits add to it)
+        self.lazies = lazies  # what a "hot" compile has not split yet (lazy.py)
+
+    def split(self) -> None:
+        """Split every region (and top-level loop) a "hot" compile left whole into islands
+        now (lazy.py): its islands' Hots are then in ``hots``."""
+        for lazy in list(self.lazies):
+            lazy.split()
 
     def compile_now(self) -> None:
         """Compile (or load from the cache) everything still waiting to turn hot, here."""
+        self.split()
         for h in self.hots:
             h.ensure()
 
@@ -259,16 +273,23 @@ class NumbaBackend:
         keep_freed_memory()
 
     def compile(self, module: Module) -> NumbaProgram:
-        cfg = Config(self.log, Stats(), self.parallel, local_counters=local_counters(module), module=module,
-                     seed=self.seed, min_work=self.min_work, nn_min_work=self.nn_min_work, profile=self.profile,
-                     when=self.when, hot_seconds=self.hot_seconds, trial_runs=self.trial_runs)
+        cfg = Config(self.log, Stats(), self.parallel, module=module, seed=self.seed, min_work=self.min_work,
+                     nn_min_work=self.nn_min_work, profile=self.profile, when=self.when, hot_seconds=self.hot_seconds,
+                     trial_runs=self.trial_runs)
         t = time.perf_counter()
+        if self.when == "hot":  # the interpreter's code, split into islands where it turns out hot
+            from .lazy import LazyEmitter
+            executor = Executor(module, cfg, lambda r: compile_region(r, cfg, LazyEmitter))
+            return NumbaProgram(module, executor, cfg.stats, cfg.min_work, cfg.hots, cfg.lazies)
+        from . import hot
+        from .emitter import NumbaEmitter
+        cfg.local_counters = local_counters(module)
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, NumbaEmitter))
         if cfg.stats.compiled:
             hot.switcher().say_once("now done", f"dslc: numba compiled {cfg.stats.compiled} function(s) "
                                     f"({cfg.stats.cache_hits} more from the cache) in "
                                     f"{time.perf_counter() - t:.1f} s")
-        return NumbaProgram(module, executor, cfg.stats, cfg.min_work, cfg.hots)
+        return NumbaProgram(module, executor, cfg.stats, cfg.min_work, cfg.hots, cfg.lazies)
 
     def run(self, module: Module, ws) -> None:
         self.compile(module).run(ws)

@@ -11,13 +11,13 @@ count counts as ``UNKNOWN_TRIPS``).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from dslc.ir import Operation, Region, settings
 
-from . import kernels_embedding  # noqa: F401  (registers its kernels before NN_OPS is made)
-from .kernels import ElementView, supported, tensor
-from .kernels_nn import ACTIVATION_FORMS, NN_HELPERS, elements
+# (the kernel tables below are imported when a region is first partitioned: a "hot" compile
+# reads this module's settings long before, and most jobs never partition anything, lazy.py)
 
 UNKNOWN_TRIPS = 1000
 # The thresholds below are read from the environment when first needed (ir/settings.py:
@@ -78,15 +78,25 @@ class Island:
     unread: list = field(default_factory=list)
 
 
-NN_OPS = frozenset(NN_HELPERS) | frozenset(ACTIVATION_FORMS) | {
-    "FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh", "TanhGradient", "WeightedSum",
-    "AveragedLoss", "AveragedLossGradient"}
+@functools.cache
+def nn_ops() -> frozenset:
+    """The training ops whose runs are worth a function of their own."""
+    from . import kernels_embedding  # noqa: F401  (registers its kernels in NN_HELPERS first)
+    from .kernels_nn import ACTIVATION_FORMS, NN_HELPERS
+    return frozenset(NN_HELPERS) | frozenset(ACTIVATION_FORMS) | {
+        "FC", "MatMul", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh", "TanhGradient", "WeightedSum",
+        "AveragedLoss", "AveragedLossGradient"}
+
+
 COUNTER_OPS = ("CountUp", "CountDown", "RetrieveCount", "CheckCounterDone", "ResetCounter")
+
+
 def compilable(op: Operation, local=frozenset()) -> bool:
     """Whether numba can compile ``op`` (with everything nested in it).
 
     ``local`` holds the counter handles only one thread uses (those can be compiled).
     """
+    from .kernels import ElementView, supported, tensor
     if op.name in COUNTER_OPS:
         return op.operands[0] in local
     if op.name in STRUCTURE:
@@ -124,13 +134,15 @@ def trips(op: Operation) -> float:
 
 def work(op: Operation) -> float:
     """Estimated op executions for one run of ``op``."""
+    from .kernels import tensor
+    from .kernels_nn import elements
     if op.name == "for":
         return 1 + trips(op) * _region_work(op.regions[0])
     if op.name == "loop":
         return 1 + UNKNOWN_TRIPS * _region_work(op.regions[0])
     if op.name == "if":
         return 1 + max(_region_work(r) for r in op.regions)
-    if op.name in NN_OPS:
+    if op.name in nn_ops():
         return elements(op)
     if op.name == "fused":
         t = tensor(op.results[0])
@@ -172,7 +184,7 @@ def partition(r: Region, local=frozenset(), min_work=None, nn_min_work=None) -> 
             # training ops are worth a function of their own (BLAS calls and loops without
             # the interpreter between them)
             loops = any(o.name in STRUCTURE for o in body)
-            nn = not loops and any(o.name in NN_OPS for o in body)
+            nn = not loops and any(o.name in nn_ops() for o in body)
             if body and ((loops and island.work >= min_work) or (nn and island.work >= nn_min_work)):
                 _connect(island)
                 out.extend(loads)
@@ -256,6 +268,7 @@ def _connect(island: Island) -> None:
 def _find_unread(island: Island, inside: set) -> None:
     """Fill ``island.unread`` (see Island): values only a ``for`` that surely runs reads,
     as the first value of a carried variable its body does not read."""
+    from .kernels import tensor
     for op in island.ops:
         owner = getattr(op.operands[0], "owner", None) if op.name == "for" else None
         if owner is None or owner.name != "Const" or int(owner.attrs["value"]) < 1:

@@ -48,6 +48,8 @@ def test_an_island_runs_interpreted_until_compiled_then_compiled(monkeypatch):
     workspace.FeedBlob("x", np.array([3, -4], np.int64))
     with LocalSession(backend="numba", passes="default", when="hot") as s:
         program = s.compile(tg).program
+        assert program.hots == []  # (nothing split into islands before it is hot: lazy.py)
+        program.split()
         loops = program.hots  # (one island: the Copy and the loop)
         assert len(loops) == 1 and program.stats.compiled + program.stats.cache_hits == 0
         s.run(tg)
@@ -169,6 +171,7 @@ def test_a_training_step_switched_midway_gives_the_interpreters_answers(monkeypa
         for step in range(5):
             if step == 2 and backend == "numba":
                 program = s.compile(model.net).program
+                program.split()  # (the step's region was the interpreter's code until now: lazy.py)
                 assert program.hots and all(h.ns[h.name] is None for h in program.hots)
                 program.compile_now()
                 assert all(h.state == hot.DONE for h in program.hots)

@@ -1,0 +1,116 @@
+"""Regions split into islands only once hot (backends/numba/lazy.py): a "hot" compile runs
+the interpreter's code, and a region or a top-level loop switches to the numba backend's
+code between two calls or two iterations, on the cells and states it was bound with."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dslc import core, workspace
+from dslc.backends.numba import islands, lazy
+from dslc.net_builder import ops
+from dslc.session import LocalSession
+from dslc.task import Task, TaskGroup, final_output
+
+ITERS = 6
+
+
+def _job():
+    """A loop whose body draws (UniformFill), multiplies (FC) and accumulates: random
+    draws, carried values and values defined before the loop all cross the switch."""
+    with TaskGroup() as tg, Task():
+        total = ops.Copy("x")
+        with ops.loop(ITERS):
+            r = ops.UniformFill([], "r", shape=[4, 3], min=-1.0, max=1.0)
+            y = ops.FC([r, "w", "b"], "y")
+            ops.Add([total, y], [total])
+        out = final_output(total)
+    return tg, out
+
+
+def _feed():
+    rng = np.random.default_rng(3)
+    workspace.FeedBlob("x", np.zeros((4, 2), np.float32))
+    workspace.FeedBlob("w", rng.normal(size=(2, 3)).astype(np.float32))
+    workspace.FeedBlob("b", rng.normal(size=2).astype(np.float32))
+
+
+def _run(backend, switch=None, runs=1):
+    """The job's total after each of ``runs`` runs; ``switch(program)`` after compiling."""
+    workspace.ResetWorkspace()
+    _feed()
+    tg, out = _job()
+    options = {"when": "hot", "min_work": 0, "nn_min_work": 0} if backend == "numba" else {}
+    got = []
+    with LocalSession(backend=backend, passes="none", **options) as s:
+        program = s.compile(tg).program
+        if switch is not None:
+            switch(program)
+        for _ in range(runs):
+            s.run(tg)
+            got.append(np.array(out.fetch()))
+    return got, program
+
+
+def test_a_hot_compile_splits_nothing_before_the_run_and_gives_the_interpreters_answers(monkeypatch):
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)
+    want, _ = _run("interp", runs=2)
+    got, program = _run("numba", runs=2)
+    assert program.hots == [] and program.lazies  # (the region, its loop: timed, not split)
+    assert all(not lz.fn for lz in program.lazies)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert not np.array_equal(want[0], want[1])  # (the second run draws on from the first)
+
+
+def _split_the_loop_first(program):
+    region = next(lz for lz in program.lazies if isinstance(lz, lazy.LazyRegion))
+    loop = next(lz for lz in program.lazies if isinstance(lz, lazy.Loop))
+    region.limit, loop.limit = float("inf"), 0.0  # the loop after its first iteration, never the region
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_loop_switched_after_its_first_iteration_gives_the_interpreters_answers(monkeypatch, compiled):
+    """Iteration 1 interpreted, 2..6 in the split loop's function (its islands interpreted,
+    or compiled before the second run); the second run calls that function for all six.
+    The draws go on from the interpreted ones: the totals equal the interpreter's."""
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)
+    want, _ = _run("interp", runs=2)
+
+    def switch(program):
+        _split_the_loop_first(program)
+        if compiled:  # (once split, its islands compile: here, before the second run)
+            orig = program.executor.run
+
+            def run(ws, token=None):
+                orig(ws, token)
+                for h in program.hots:
+                    assert h.ensure()
+            program.run = run
+    got, program = _run("numba", switch, runs=2)
+    loop = next(lz for lz in program.lazies if isinstance(lz, lazy.Loop))
+    assert loop.fn is not None and loop.total > 0
+    assert program.hots and all((h.ns[h.name] is not None) == compiled for h in program.hots)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_switched_midway_keeps_its_ops_per_instance_state(monkeypatch):
+    """CollectTensor counts the records it saw (per bound op): four iterations, switched
+    after the first, collect all four values (a fresh state would restart the count and
+    overwrite the first slot: [2, 3, 4])."""
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)
+    init, net = core.Net("init"), core.Net("collect")
+    init.CreateTensorVector([], "coll")
+    init.ConstantFill([], "v", shape=[1], value=0.0)
+    init.ConstantFill([], "one", shape=[1], value=1.0)
+    net.Add(["v", "one"], "v")
+    net.CollectTensor(["coll", "v"], ["coll"], num_to_collect=10)
+    loop = core.execution_step("four", [net], num_iter=4)
+    with LocalSession(backend="numba", passes="none", when="hot", min_work=0, nn_min_work=0) as s:
+        s.run(init)
+        program = s.compile(loop).program
+        _split_the_loop_first(program)
+        s.run(loop)
+        assert all(lz.fn is not None for lz in program.lazies if isinstance(lz, lazy.Loop))
+    assert sorted(np.concatenate(workspace.FetchBlob("coll")).tolist()) == [1.0, 2.0, 3.0, 4.0]
