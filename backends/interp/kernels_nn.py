@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from dslc.runtime import collectives, logfiles
+from dslc.runtime.derived import once
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
 from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, features, losses, nn_grads, normalization,
@@ -151,6 +152,11 @@ def _plain(fn):
 
 for _name, _fn in FUNCTIONS.items():
     kernel(_name)(_plain(_fn))
+
+
+@kernel("ConvFused")
+def _conv_fused(op, cfg):  # (batch norm folded into weights nothing can write, once: runtime/derived.py)
+    return bound(functools.partial(conv_fused.conv_fused, once=once), op.attrs)
 
 
 @kernel("FCGradient")

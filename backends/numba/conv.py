@@ -23,6 +23,7 @@ from dslc.backends.interp.kernels_nn import bound
 from dslc.ir.ops import conv_direct as D
 from dslc.ir.ops.conv_fused import conv_fused
 from dslc.ir.ops import conv_math as C
+from dslc.runtime.derived import once
 
 from .cache import jit
 
@@ -187,6 +188,6 @@ def _max_pool_grad(x, y, dy, **attrs):
 KERNELS = {
     **{name: lambda op, cfg, _f=C.FUNCTIONS[name]: bound(functools.partial(_f, windows=WINDOWS), op.attrs)
        for name in ("Conv", "ConvGradient", "ConvTranspose", "ConvTransposeGradient")},
-    "ConvFused": lambda op, cfg: bound(functools.partial(conv_fused, windows=WINDOWS), op.attrs),
+    "ConvFused": lambda op, cfg: bound(functools.partial(conv_fused, windows=WINDOWS, once=once), op.attrs),
     "MaxPoolGradient": lambda op, cfg: bound(_max_pool_grad, op.attrs),
 }

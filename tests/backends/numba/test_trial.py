@@ -96,7 +96,7 @@ def test_a_region_compiled_before_the_run_falls_back_when_slower(monkeypatch):
 def test_a_region_compiled_when_hot_keeps_its_compiled_function_when_faster(monkeypatch):
     monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)  # never hot by itself: the test compiles it
     monkeypatch.setattr(islands, "TRIAL_RUNS", 2)
-    tg, out = _job(3000)  # (3000 interpreted Adds: milliseconds; compiled: microseconds)
+    tg, out = _job(20000)  # (20000 interpreted Adds: tens of milliseconds; compiled: microseconds)
     workspace.FeedBlob("x", np.array([1.0, 2.0]))
     with LocalSession(backend="numba", passes="default", when="hot") as s:
         program = s.compile(tg).program
@@ -107,6 +107,6 @@ def test_a_region_compiled_when_hot_keeps_its_compiled_function_when_faster(monk
         assert h.ensure()
         for _ in range(3):
             s.run(tg)
-            np.testing.assert_array_equal(out.fetch(), [3001.0, 6002.0])
+            np.testing.assert_array_equal(out.fetch(), [20001.0, 40002.0])
         assert h.trial.kept == "compiled" and h.ns[h.name] is h.trial.callee
         assert program.summary()["regions timed against the interpreter"][0].endswith("kept compiled")

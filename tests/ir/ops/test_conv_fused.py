@@ -61,3 +61,35 @@ def test_fused_chain_equals_the_ops_one_by_one(do, group, parts):
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     if "relu" in parts:
         assert (y == 0).any() and (y >= 0).all()
+
+
+@DEVICES
+def test_batch_norm_is_folded_into_weights_nothing_can_write_once(do, monkeypatch):
+    """Read-only weights (a deploy model's filled ones are): the norm is folded into W once
+    per weight array (runtime/derived.py), and a new weight array is folded again."""
+    from dslc.ir.ops import conv_fused
+
+    folds = []
+    real = conv_fused.fold_bn
+    monkeypatch.setattr(conv_fused, "fold_bn", lambda *a: folds.append(1) or real(*a))
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    scale, shift, mean = (rng.standard_normal(4).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2.0, 4).astype(np.float32)
+    at = (1, 4, 1, 1)
+    op = core.CreateOperator("ConvFused", ["x", "w", "s", "t", "m", "v"], ["y"], kernel=3, pad=1, epsilon=1e-3,
+                             bn=1, relu=1)
+    for a in (scale, shift, mean, var):
+        a.setflags(write=False)
+    for k in range(2):  # two weight arrays ("writes"), each run three times
+        w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+        w.setflags(write=False)
+        want = np.maximum((_conv(x, w, 1, 1) - mean.reshape(at)) / np.sqrt(var.astype(np.float64) + 1e-3).reshape(at)
+                          * scale.reshape(at) + shift.reshape(at), 0)
+        for _ in range(3):
+            (y,) = hu.runOpOnInput(do, op, [x, w, scale, shift, mean, var])
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        assert len(folds) == k + 1
+    (y,) = hu.runOpOnInput(do, op, [x, w.copy(), scale, shift, mean, var])  # (writeable: scaled per call)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert len(folds) == 2
