@@ -163,9 +163,8 @@ class Emitter:
         if profile is None:
             return self.emit(indent, text, op)
         counter, clock = self.bind("p", profile.counter(kind or op.name, op.loc)), self.bind("c", perf_counter)
-        self.emit(indent, f"_t0 = {clock}()", op)
-        self.emit(indent, text, op)
-        self.emit(indent, f"{counter}[0] += {clock}() - _t0; {counter}[1] += 1", op)
+        # (one line: a long region's function is cut into parts between lines, never inside one)
+        self.emit(indent, f"_t0 = {clock}(); {text}; {counter}[0] += {clock}() - _t0; {counter}[1] += 1", op)
 
     # --- regions and ops
     def region(self, r: Region, indent: int, targets: list[str], loop_targets) -> None:

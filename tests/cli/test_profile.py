@@ -75,3 +75,31 @@ def test_profile_counts_every_op_call_under_its_line(tmp_path, backend):
     else:  # (regions numba compiles count as one entry each; what it interprets, per op)
         assert per_op and all(n >= 1 for n in per_op.values())
     assert "time per op type:" in err
+
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_a_profiled_region_cut_into_parts_runs(monkeypatch, backend):
+    """A long region's function is cut into parts between lines (codegen.PIECE_LINES): a
+    timed op call is one line, never cut between its clock reads."""
+    import numpy as np
+
+    from dslc import workspace
+    from dslc.backends.interp import codegen
+    from dslc.net_builder import ops
+    from dslc.runtime.profile import OpProfile
+    from dslc.session import LocalSession
+    from dslc.task import Task, TaskGroup, final_output
+
+    monkeypatch.setattr(codegen, "PIECE_LINES", 2)
+    with TaskGroup() as tg, Task():
+        y = ops.Relu("x")
+        for _ in range(5):
+            y = ops.Add([y, "x"])
+        out = final_output(y)
+    workspace.FeedBlob("x", np.array([1.0, -2.0], np.float32))
+    profile = OpProfile()
+    with LocalSession(backend=backend, passes="none", profile=profile) as s:
+        s.run(tg)
+    np.testing.assert_array_equal(out.fetch(), [6.0, -10.0])  # relu(x) + 5 x, by hand
+    assert "Add" in profile.table()
