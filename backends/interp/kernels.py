@@ -49,7 +49,8 @@ _HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "
           "conv": "kernels_nn", "normalization": "kernels_nn", "reductions": "kernels_nn",
           "utility": "kernels_nn", "recurrent": "kernels_nn", "collective": "kernels_nn", "adaptive": "kernels_nn",
           "quantized": "kernels_nn", "pointwise": "kernels_nn", "spatial": "kernels_nn",
-          "conv_fused": "kernels_nn", "norms": "kernels_nn", "features": "kernels_nn"}
+          "conv_fused": "kernels_nn", "norms": "kernels_nn", "features": "kernels_nn",
+          "tt": "kernels_nn"}
 
 
 def kernel_entry(name: str):

@@ -17,7 +17,8 @@ from dslc.runtime.derived import once
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
 from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, features, losses, nn_grads, normalization,
-                        norms, pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, utility)
+                        norms, pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, tt,
+                        utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -61,7 +62,7 @@ FUNCTIONS = {
     **conv_fused.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS, **norms.FUNCTIONS, **pointwise.FUNCTIONS, **spatial.FUNCTIONS,
-    **boxes.FUNCTIONS, **resample.FUNCTIONS, **features.FUNCTIONS,
+    **boxes.FUNCTIONS, **resample.FUNCTIONS, **features.FUNCTIONS, **tt.FUNCTIONS,
 }
 
 
