@@ -1,7 +1,8 @@
 """RaySession: a job's Nodes as processes of a Ray cluster.
 
 ``RaySession(address=None, backend="interp")`` is a Session like LocalSession: the
-driver (this process) traces, lowers and optimizes each runnable once; every Node
+driver (this process) traces, lowers and optimizes each runnable once (once more with a
+dim unknown when a blob is fed other sizes, as LocalSession does: variants.py); every Node
 the job uses is one Ray actor (backends/ray/worker.py) holding that node's root
 workspace, which compiles its part of the IR with ``backend`` where it runs. A run
 sends each node a small message (the IR text only the first time), the nodes run
@@ -30,6 +31,7 @@ from dslc.ir.gcpause import paused
 from dslc.lower import lower_group
 from dslc.driver import jobfile, runner
 from dslc.driver.session import CompiledRunnable, LocalSession, Session, _load_types, _still_valid, pipeline
+from dslc.driver.variants import MAX_VARIANTS, generalized
 from dslc.trace.blobref import BlobReference
 from dslc.trace.tracing import user_location
 
@@ -64,7 +66,8 @@ class RaySession(Session):
         self._actors: dict = {}
         self._sent: dict = {}     # node -> keys of the programs it holds
         self._types: dict = {}    # node -> blob -> type of what its root holds
-        self._compiled: dict = {}
+        self._compiled: dict = {}  # id(group) -> its compiled variants, the last one used last
+        self.compiles = 0  # lowerings this session made (as LocalSession.compiles)
         self._runs = 0
         self._node_ids: dict = {}  # node -> the Ray node id its actor runs on
         self._started: dict = {}   # node -> the number of its actor among those started
@@ -164,14 +167,42 @@ class RaySession(Session):
 
     # --- compiling
     def compile(self, runnable, workspace_type=None) -> CompiledRunnable:
-        """Lower and optimize ``runnable`` against what the nodes hold now (once per runnable)."""
+        """Lower and optimize ``runnable`` against what the nodes hold now; reused while it
+        fits, as LocalSession's are: a blob fed since with other dims lowers it once more with
+        those dims unknown, a compile every later size reuses (variants.py), at most
+        ``MAX_VARIANTS`` kept per runnable."""
         group = self.as_group(runnable, workspace_type)
         existing: dict = {}
         for types in self._types.values():
             existing.update(types)
-        got = self._compiled.get(id(group))
-        if got is not None and got.group is group and _still_valid(got.deps, existing):
-            return got
+        kept = [v for v in self._compiled.get(id(group), ()) if v.group is group]
+        self._compiled[id(group)] = kept
+        for got in reversed(kept):  # (the last one used first)
+            if _still_valid(got.deps, existing):
+                kept.remove(got)
+                kept.append(got)
+                return got
+        before = kept[-1] if kept else None
+        widens, widened, wide = before is None or before.widens, [], existing
+        if before is not None and widens:
+            wide, widened = generalized(existing, before.deps)
+        try:
+            got = self._lower(group, wide)
+        except DSLError:
+            if not widened:
+                raise
+            got = self._lower(group, existing)  # (an op whose rule needs a known dim: as LocalSession)
+            widens = False
+        got.widens = widens
+        kept.append(got)
+        if len(kept) > MAX_VARIANTS:
+            del kept[0]
+        return got
+
+    def _lower(self, group, existing: dict) -> CompiledRunnable:
+        """``group`` lowered against blobs of the types ``existing`` gives, optimized, as IR
+        text for the nodes (each compiles it with the backend the first time it runs it)."""
+        self.compiles += 1
         with paused():
             module = lower_group(group, self.source, existing)
             deps = _load_types(module)
@@ -183,7 +214,6 @@ class RaySession(Session):
             got.pyobjs = {v: pyrefs.resolve(v) for op in module.walk() for v in op.attrs.values()
                           if isinstance(v, pyrefs.PyRef)}
             got.key = (id(group), time.monotonic_ns())
-        self._compiled[id(group)] = got
         return got
 
     verify_each = False

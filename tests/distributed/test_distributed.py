@@ -131,3 +131,20 @@ def test_the_driver_finds_ray_through_the_backend_registry():
     assert "ray" not in backends.names()  # it runs no module itself: not a --backend choice
     with pytest.raises(DSLError, match="unknown cluster backend 'mpi'"):
         backends.cluster("mpi")
+
+
+def test_a_net_fed_other_sizes_reuses_one_compile_with_the_dim_unknown(ray_session):
+    """As LocalSession does (dslc/driver/variants.py): fed 3, 5, 8 and 3 values, the net is
+    lowered for length 3, once more with the length unknown, and that compile serves 8 and 3
+    again; every result is numpy's."""
+    import numpy as np
+    net = core.Net("doubled")
+    net.Scale("x", "y", scale=2.0)
+    before = ray_session.compiles
+    for n in (3, 5, 8, 3):
+        x = np.arange(n, dtype=np.float32) + 0.5
+        ray_session.feed_blob("x", x)
+        ray_session.run(net)
+        np.testing.assert_array_equal(ray_session.fetch_blob("y"), x * 2)
+    assert ray_session.compiles - before == 2
+    assert "f32[?]" in ray_session.compile(net).text
