@@ -131,7 +131,8 @@ class _Reverse:
     def check_versions(self, i, go):
         """Caffe2 hands an op the gradient its pass holds under each output's name; where
         that is the gradient of a later value of the blob (this op's value read by nothing),
-        Caffe2 refuses the net rather than use it: so does dslc, whose names are Caffe2's."""
+        Caffe2 refuses the net rather than use it: so does dslc, whose names are Caffe2's. (An
+        op without a gradient, a fill, is never refused: no gradient op reads that name.)"""
         for (blob, version), g in zip(self.outs[i], go):
             held = self.frontier.get(blob)
             if g is None and held is not None and held != version:
@@ -181,7 +182,8 @@ class _Reverse:
         kind = OPS.canonical(op.type)
         if go and all(self.frontier.get(b) is None for b, _ in self.outs[i]):
             return  # (no gradient reaches it, under any version)
-        self.check_versions(i, go)
+        if kind not in NO_GRADIENT:  # (an op with no gradient makes no op that could read the wrong one)
+            self.check_versions(i, go)
         if kind in NO_GRADIENT or (go and all(g is None for g in go)) or (not go and kind not in GRADIENTS):
             if kind in NO_GRADIENT:
                 self.moved(i, [None] * len(self.ins[i]), ())
