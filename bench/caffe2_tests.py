@@ -4,7 +4,8 @@ Caffe2's Python tests ship in its site-packages (``caffe2/python/...``). This sc
 fixed list of them from a Caffe2 install into a fresh temporary folder outside any checkout,
 renames their imports (``caffe2.python`` -> ``dslc``, ``caffe2.proto`` -> ``dslc.proto``, the
 ``operator_test`` helper modules they import from each other -> local copies), runs each file
-alone with pytest under ``timeout`` (each test under a SIGALRM limit), and writes one JSON of
+alone with pytest under limits of CPU time (per file and per test, so a loaded machine slows the
+count without failing tests) and of wall time (for a test that blocks), and writes one JSON of
 outcomes per test. The tests are never copied into the repository.
 
     # the reference: the files as shipped, on the real Caffe2
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -71,7 +73,8 @@ import json, os, signal, time
 import pytest
 
 _RESULTS = os.environ.get("C2T_RESULTS")
-_LIMIT = float(os.environ.get("C2T_TEST_TIMEOUT", "120"))
+_LIMIT = float(os.environ.get("C2T_TEST_TIMEOUT", "120"))  # CPU seconds of this process per test
+_WALL = float(os.environ.get("C2T_TEST_WALL", "600"))  # wall seconds (a test blocked, using no CPU)
 _MAX = os.environ.get("C2T_MAX_EXAMPLES")
 _state = {}
 
@@ -107,18 +110,22 @@ class TestTimeout(BaseException):
 
 
 def _alarm(signum, frame):
-    raise TestTimeout(f"ran past {_LIMIT:.0f} s")
+    if signum == signal.SIGPROF:
+        raise TestTimeout(f"used more than {_LIMIT:.0f} s of CPU")
+    raise TestTimeout(f"ran past {_WALL:.0f} s (wall clock)")
 
 
 def _cap(fn, n):
-    from hypothesis import settings
+    from hypothesis import HealthCheck, settings
     seen = set()
     while fn is not None and id(fn) not in seen:
         seen.add(id(fn))
         fn = getattr(fn, "__func__", fn)
         s = fn.__dict__.get("_hypothesis_internal_use_settings") if hasattr(fn, "__dict__") else None
         if s is not None:
-            fn._hypothesis_internal_use_settings = settings(s, max_examples=min(s.max_examples, n), deadline=None)
+            # (the health checks that time data generation fail on a loaded machine, not on the code)
+            fn._hypothesis_internal_use_settings = settings(s, max_examples=min(s.max_examples, n), deadline=None,
+                                                            suppress_health_check=list(HealthCheck))
         fn = getattr(fn, "__wrapped__", None)
 
 
@@ -137,13 +144,16 @@ def pytest_collectreport(report):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     _write({"event": "start", "id": item.nodeid})
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, _LIMIT)
+    old = signal.signal(signal.SIGALRM, _alarm), signal.signal(signal.SIGPROF, _alarm)
+    signal.setitimer(signal.ITIMER_PROF, _LIMIT)
+    signal.setitimer(signal.ITIMER_REAL, _WALL)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGALRM, old[0])
+        signal.signal(signal.SIGPROF, old[1])
 
 
 def pytest_runtest_logreport(report):
@@ -181,6 +191,13 @@ def prepare(folder: str, source: str, files: list[str], on_caffe2: bool) -> None
         f.write("[pytest]\naddopts = -p no:cacheprovider -p no:xdist --tb=native\n")
 
 
+def cpu_limit(seconds: int):
+    """A preexec_fn: the file's processes get ``seconds`` of CPU each (SIGXCPU ends one past it)."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 15))
+    return limit
+
+
 def collate(jsonl: str) -> dict:
     tests = {}
     if not os.path.exists(jsonl):
@@ -211,7 +228,8 @@ def run(args) -> None:
     folder = tempfile.mkdtemp(prefix="caffe2-tests-")
     prepare(folder, source, files, args.on_caffe2)
     jsonl = os.path.join(folder, "results.jsonl")
-    env = dict(os.environ, C2T_RESULTS=jsonl, C2T_TEST_TIMEOUT=str(args.test_timeout), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, C2T_RESULTS=jsonl, C2T_TEST_TIMEOUT=str(args.test_timeout), C2T_TEST_WALL=str(args.test_wall),
+               PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
     if args.backend:
         env["DSLC_BACKEND"] = args.backend
@@ -223,8 +241,8 @@ def run(args) -> None:
     for rel in files:
         name = os.path.basename(rel)
         t0 = time.time()
-        p = subprocess.run(["timeout", "-k", "15", str(args.file_timeout), python, "-m", "pytest", name],
-                           cwd=folder, env=env, capture_output=True, text=True)
+        p = subprocess.run(["timeout", "-k", "15", str(args.file_wall), python, "-m", "pytest", name],
+                           cwd=folder, env=env, capture_output=True, text=True, preexec_fn=cpu_limit(args.file_timeout))
         per_file[name] = {"rc": p.returncode, "seconds": round(time.time() - t0, 1), "tail": (p.stdout + p.stderr)[-2000:]}
         tests = collate(jsonl)
         mine = [v for k, v in tests.items() if k.split("::")[0] == name]
@@ -279,8 +297,10 @@ def main(argv=None) -> None:
     r.add_argument("--only", nargs="*", help="file names (conv_test or conv_test.py)")
     r.add_argument("--backend", help="DSLC_BACKEND (default interp)")
     r.add_argument("--max-examples", type=int, help="cap hypothesis examples (deadlines off)")
-    r.add_argument("--test-timeout", type=float, default=120)
-    r.add_argument("--file-timeout", type=float, default=1800)
+    r.add_argument("--test-timeout", type=float, default=120, help="CPU seconds per test")
+    r.add_argument("--test-wall", type=float, default=600, help="wall seconds per test")
+    r.add_argument("--file-timeout", type=int, default=1800, help="CPU seconds per file")
+    r.add_argument("--file-wall", type=float, default=7200, help="wall seconds per file")
     r.add_argument("--keep", action="store_true", help="keep the temporary folder of copies")
     c = sub.add_parser("compare", help="counts over the tests that pass on Caffe2")
     c.add_argument("caffe2", help="the run on Caffe2")
