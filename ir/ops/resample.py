@@ -1,6 +1,7 @@
 """Resampling a feature map as Caffe2's detection nets do, with the gradients Caffe2 has:
 RoIAlign (Mask R-CNN's bilinear pooling of regions) and ResizeNearest (FPN's upsampling).
-``FUNCTIONS`` holds the numpy semantics the interpreter runs, in float32 as Caffe2 computes.
+``FUNCTIONS`` holds the numpy semantics the interpreter runs, in float32 as Caffe2 computes
+(RoIAlign's sums factored into two small matrix products per RoI: the same terms, another order).
 
     RoIAlign(X [N, C, H, W], rois [R, 5] (image, x1, y1, x2, y2) or [R, 4]) -> [R, C, ph, pw]
         each of the ph x pw bins of a RoI (scaled by spatial_scale) is the mean of a g x g grid
@@ -67,9 +68,32 @@ def _(g):
     return [GradOp("RoIAlignGradient", [g.I[0], g.I[1], g.GO[0]], [g.GI[0]], g.pick(*_ROI_ATTRS))]
 
 
-def _roi_samples(roi, height, width, ph, pw, sampling_ratio, scale, aligned):
-    """One RoI's bilinear samples: (flat pixel indices [ph, pw, S, 4], weights [ph, pw, S, 4],
-    the samples per bin S), Caffe2's grid and edge rules in float32."""
+def _axis_weights(start, bin_size, pooled: int, grid: int, size: int):
+    """Along one axis of a RoI: A [pooled, size], A[bin, pixel] the bilinear weight of the
+    pixel summed over the bin's ``grid`` samples (Caffe2's rules: a sample more than one
+    pixel outside the map counts zero, one within it is clamped to the edge)."""
+    pos = (start + np.arange(pooled, dtype=f32)[:, None] * bin_size
+           + (np.arange(grid, dtype=f32)[None, :] + f32(0.5)) * bin_size / f32(grid))  # [pooled, grid]
+    valid = ((pos >= -1.0) & (pos <= size)).astype(f32)
+    pos = np.maximum(pos, f32(0))
+    low = pos.astype(np.int64)
+    top = low >= size - 1
+    low = np.where(top, size - 1, low)
+    pos = np.where(top, low.astype(f32), pos)
+    high = np.where(top, low, low + 1)
+    frac = pos - low.astype(f32)
+    out = np.zeros((pooled, size), f32)
+    rows = np.broadcast_to(np.arange(pooled)[:, None], pos.shape)
+    np.add.at(out, (rows, low), (f32(1) - frac) * valid)
+    np.add.at(out, (rows, high), frac * valid)
+    return out
+
+
+def _roi_axes(roi, height, width, ph, pw, sampling_ratio, scale, aligned):
+    """One RoI as two small linear maps: Y[c] = Ay X[c] Ax^T / count, with Ay [ph, H] and
+    Ax [pw, W] cut to the rows y0:y1 and columns x0:x1 the RoI reads. (Each bilinear
+    sample's weight is a product of a row weight and a column weight, so the bins' sums
+    factor; Caffe2 adds the same terms in another order.)"""
     offset = f32(0.5) if aligned else f32(0)
     x1, y1, x2, y2 = (v * f32(scale) - offset for v in roi)
     rw, rh = x2 - x1, y2 - y1
@@ -78,30 +102,15 @@ def _roi_samples(roi, height, width, ph, pw, sampling_ratio, scale, aligned):
             raise ValueError("RoIAlign: a RoI has a negative size (aligned=1 needs x2 >= x1 and y2 >= y1)")
     else:  # (malformed RoIs count as 1 x 1)
         rw, rh = max(rw, f32(1)), max(rh, f32(1))
-    bin_h, bin_w = f32(rh / f32(ph)), f32(rw / f32(pw))
     gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rh / f32(ph)))
     gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rw / f32(pw)))
-    ys = (y1 + np.arange(ph, dtype=f32)[:, None] * bin_h
-          + (np.arange(gh, dtype=f32)[None, :] + f32(0.5)) * bin_h / f32(gh))  # [ph, gh]
-    xs = (x1 + np.arange(pw, dtype=f32)[:, None] * bin_w
-          + (np.arange(gw, dtype=f32)[None, :] + f32(0.5)) * bin_w / f32(gw))  # [pw, gw]
-    y = np.broadcast_to(ys[:, None, :, None], (ph, pw, gh, gw)).reshape(ph, pw, -1)
-    x = np.broadcast_to(xs[None, :, None, :], (ph, pw, gh, gw)).reshape(ph, pw, -1)
-    outside = (y < -1.0) | (y > height) | (x < -1.0) | (x > width)
-    y, x = np.maximum(y, f32(0)), np.maximum(x, f32(0))
-    y0, x0 = y.astype(np.int64), x.astype(np.int64)
-    ytop, xtop = y0 >= height - 1, x0 >= width - 1
-    y0, x0 = np.where(ytop, height - 1, y0), np.where(xtop, width - 1, x0)
-    y = np.where(ytop, y0.astype(f32), y)
-    x = np.where(xtop, x0.astype(f32), x)
-    y1i, x1i = np.where(ytop, y0, y0 + 1), np.where(xtop, x0, x0 + 1)
-    ly, lx = y - y0.astype(f32), x - x0.astype(f32)
-    hy, hx = f32(1) - ly, f32(1) - lx
-    weights = np.stack([hy * hx, hy * lx, ly * hx, ly * lx], axis=-1)
-    index = np.stack([y0 * width + x0, y0 * width + x1i, y1i * width + x0, y1i * width + x1i], axis=-1)
-    weights[outside] = 0
-    index[outside] = 0
-    return index, weights, gh * gw
+    ay = _axis_weights(y1, f32(rh / f32(ph)), ph, gh, height) / f32(max(gh * gw, 1))
+    ax = _axis_weights(x1, f32(rw / f32(pw)), pw, gw, width)
+    (ys,), (xs,) = np.nonzero(ay.any(axis=0)), np.nonzero(ax.any(axis=0))
+    if not ys.size or not xs.size:
+        return (0, 1, 0, 1), np.zeros((ph, 1), f32), np.zeros((pw, 1), f32)
+    y0, y_end, x0, x_end = ys[0], ys[-1] + 1, xs[0], xs[-1] + 1
+    return (y0, y_end, x0, x_end), ay[:, y0:y_end], ax[:, x0:x_end]
 
 
 def _roi_rows(rois, n_images):
@@ -123,16 +132,12 @@ def roi_align(x, rois, spatial_scale=1.0, pooled_h=1, pooled_w=1, sampling_ratio
     n, c, height, width = xc.shape
     images, boxes = _roi_rows(rois, n)
     y = np.zeros((boxes.shape[0], c, pooled_h, pooled_w), f32)
-    flat = xc.reshape(n, c, -1)
     for r in range(boxes.shape[0]):
-        index, w, count = _roi_samples(boxes[r], height, width, pooled_h, pooled_w, sampling_ratio, spatial_scale,
-                                       aligned)
-        v = flat[images[r]][:, index]  # [C, ph, pw, S, 4]
-        terms = w[..., 0] * v[..., 0] + w[..., 1] * v[..., 1] + w[..., 2] * v[..., 2] + w[..., 3] * v[..., 3]
-        acc = np.zeros(terms.shape[:3], f32)
-        for s in range(terms.shape[3]):  # (summed in Caffe2's order)
-            acc += terms[..., s]
-        y[r] = acc / f32(max(count, 1))
+        (y0, y1, x0, x1), ay, ax = _roi_axes(boxes[r], height, width, pooled_h, pooled_w, sampling_ratio,
+                                             spatial_scale, aligned)
+        win = xc[images[r], :, y0:y1, x0:x1]  # [C, h, w]: two plain GEMMs, not C small ones
+        t = ay @ win.transpose(1, 0, 2).reshape(y1 - y0, -1)  # [ph, C w]
+        y[r] = (t.reshape(-1, x1 - x0) @ ax.T).reshape(pooled_h, c, pooled_w).transpose(1, 0, 2)
     return y if order == "NCHW" else np.ascontiguousarray(np.moveaxis(y, 1, 3))
 
 
@@ -142,13 +147,12 @@ def roi_align_grad(x, rois, dy, spatial_scale=1.0, pooled_h=1, pooled_w=1, sampl
     n, c, height, width = xc.shape
     images, boxes = _roi_rows(rois, n)
     g = _channels_first(dy, order).astype(f32)
-    dx = np.zeros((n, c, height * width), f32)
-    for r in range(boxes.shape[0]):
-        index, w, count = _roi_samples(boxes[r], height, width, pooled_h, pooled_w, sampling_ratio, spatial_scale,
-                                       aligned)
-        share = (g[r] / f32(max(count, 1)))[:, :, :, None, None] * w  # [C, ph, pw, S, 4]
-        np.add.at(dx[images[r]], (slice(None), index.reshape(-1)), share.reshape(c, -1))
-    dx = dx.reshape(n, c, height, width)
+    dx = np.zeros((n, c, height, width), f32)
+    for r in range(boxes.shape[0]):  # (the transpose of the forward map)
+        (y0, y1, x0, x1), ay, ax = _roi_axes(boxes[r], height, width, pooled_h, pooled_w, sampling_ratio,
+                                             spatial_scale, aligned)
+        t = (g[r].transpose(1, 0, 2).reshape(-1, pooled_w) @ ax).reshape(pooled_h, -1)  # [ph, C w]
+        dx[images[r], :, y0:y1, x0:x1] += (ay.T @ t).reshape(y1 - y0, c, x1 - x0).transpose(1, 0, 2)
     return dx.astype(x.dtype) if order == "NCHW" else np.ascontiguousarray(np.moveaxis(dx, 1, 3), dtype=x.dtype)
 
 

@@ -16,7 +16,6 @@ Checked three ways:
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -27,10 +26,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from dslc import workspace
 
+import caffe2_ref
 import paths
 
 SCRIPT = paths.EXAMPLES / "scripts" / "resnet_trainer.py"
-CAFFE2_PY = os.path.join(os.environ.get("TMPDIR", "/tmp"), "caffe2-venv", "bin", "python")
 BIG = ["--steps", "3", "--image_size", "16", "--batch_size", "8"]
 CAFFE2 = [2.77269650, 2.51265621, 2.53569651]  # (see the module docstring)
 SMALL = ["--momentum", "0", "--weight_decay", "0", "--image_size", "16", "--batch_size", "8"]
@@ -168,16 +167,12 @@ def _losses(out: str) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(CAFFE2_PY), reason="the real Caffe2's venv (/tmp/caffe2-venv) is absent")
+@pytest.mark.skipif(not caffe2_ref.HAVE_CAFFE2, reason="the real Caffe2's venv (/tmp/caffe2-venv) is absent")
 def test_dslc_exec_and_caffe2_give_the_same_losses(tmp_path):
     ours = subprocess.run([sys.executable, "-m", "dslc.driver.cli", "exec", str(SCRIPT), *BIG],
                           capture_output=True, text=True, timeout=600)
     assert ours.returncode == 0, ours.stderr[-3000:]
-    # the script with its imports turned to caffe2.python, as ../shared/tools/caffe2-ref/run.sh does
-    text = re.sub(r"\bfrom dslc\.", "from caffe2.python.", SCRIPT.read_text())
-    (tmp_path / "resnet_trainer.py").write_text(re.sub(r"\bfrom dslc import", "from caffe2.python import", text))
-    ref = subprocess.run([CAFFE2_PY, str(tmp_path / "resnet_trainer.py"), *BIG], capture_output=True, text=True,
-                         timeout=600)
+    ref = caffe2_ref.run_script(SCRIPT, BIG, tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert len(_losses(ours.stdout)) == 3
     np.testing.assert_allclose(_losses(ours.stdout), _losses(ref.stdout), rtol=1e-4)
