@@ -346,7 +346,7 @@ def box_with_nms_limit(scores, boxes, batch_splits=None, score_thresh=0.05, nms=
     for what, t in (("scores", scores), ("boxes", boxes)):
         if t.ndim == 4 and t.shape[2:] != (1, 1) or t.ndim not in (2, 4):
             raise ValueError(f"BoxWithNMSLimit: {what} must be 2-D (or [M, K, 1, 1]), got {list(t.shape)}")
-    scores, boxes = scores.reshape(scores.shape[0], -1).astype(f32), boxes.reshape(boxes.shape[0], -1).astype(f32)
+    scores, boxes = scores.reshape(scores.shape[:2]).astype(f32), boxes.reshape(boxes.shape[:2]).astype(f32)
     m, classes = scores.shape
 
     def box_col(j):  # class j's box columns (j counts the background as 0)

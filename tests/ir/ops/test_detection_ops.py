@@ -206,6 +206,22 @@ def test_collect_and_distribute_fpn_proposals_is_caffe2s(backend):
     assert f4.shape == (6, 5) and restore.tolist() == list(range(6))
 
 
+def test_empty_inputs_give_caffe2s_empty_outputs(backend):
+    # Caffe2: RoIAlign of no RoIs is [0, C, ph, pw]; BoxWithNMSLimit of no boxes (or none over
+    # score_thresh) gives empty detections, batch_splits [0] and keeps_size zeros [1, C]
+    (y,) = _run(backend, "RoIAlign", [ROI_X, np.zeros((0, 5), f32)], ["Y"], pooled_h=2, pooled_w=3)
+    assert y.shape == (0, 2, 2, 3)
+    for scores, boxes in ((np.zeros((0, 3), f32), np.zeros((0, 12), f32)),
+                          (np.full((2, 3), 0.01, f32), np.ones((2, 12), f32))):
+        s, b, c, bs, k, ks = _run(backend, "BoxWithNMSLimit", [scores, boxes], ["s", "b", "c", "bs", "k", "ks"])
+        assert (s.shape, b.shape, c.shape, k.shape) == ((0,), (0, 4), (0,), (0,))
+        assert bs.tolist() == [0.0] and ks.tolist() == [[0, 0, 0]]
+    rois, probs = _run(backend, "GenerateProposals", [np.ones((1, 1, 2, 2), f32), np.zeros((1, 4, 2, 2), f32),
+                                                      np.array([[10, 10, 1]], f32), np.array([[0, 0, 3, 3]], f32)],
+                       ["r", "p"], min_size=100.0)  # (every proposal under min_size)
+    assert rois.shape == (0, 5) and probs.shape == (0,)
+
+
 def test_bad_detection_arguments_are_located_errors():
     workspace.ResetWorkspace()
     net = core.Net("n")
