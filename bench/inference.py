@@ -1,31 +1,34 @@
-"""Deploy conv nets: dslc (interp, numba) against the real Caffe2 and PyTorch eager.
+"""Deploy conv nets on dslc (interp, numba, xla) against the real Caffe2, PyTorch eager and
+ONNX Runtime, timed side by side in one run, one thread, batch 1 and 16.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/inference.py \
-        [--models resnet18,mobilenetv2,...] [--batches 1,16] [--size 224] [--reps 5]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE nice python bench/inference.py \
+        [--models onnx-resnet18,resnet18,...] [--batches 1,16] [--rounds 3] [--reps 3]
 
-Each model is built with brew the way a deploy model is (test-mode SpatialBN, no
-gradients), its parameters filled from one seeded generator, then run as a user runs a
-predict net: FeedBlob the images, CreateNet once, RunNet timed. The same program runs in
-one subprocess per engine: dslc with DSLC_BACKEND=interp and =numba (and xla when JAX is
-importable), Caffe2 (``$CAFFE2_VENV/bin/python``, default /tmp/caffe2-venv) with its
-imports renamed, and PyTorch eager (torch.nn.functional over the same predict net's ops,
-in whichever Python has torch: this one, else Caffe2's venv). ONNX Runtime is not run (it
-is not installed here). Every process is pinned to one core, with one BLAS thread; each
-figure is the median of ``--reps`` timed RunNets after two warm ones, all in this one run;
-the ratios are to Caffe2. Every engine's output is compared with Caffe2's (the largest
-difference over the largest output). numpy's BLAS kernel is printed (threadpoolctl).
+The models are deploy models (an init_net/predict_net pair) made two ways, once, into a cache
+folder (``--cache``, default ``$XDG_CACHE_HOME/dslc-bench/inference``; never the repository):
+- ``onnx-NAME``: torchvision's NAME (random weights, eval mode) exported as its users did,
+  torch -> ONNX (opset 9) -> Caffe2 with caffe2.python.onnx.backend, in the real Caffe2's venv
+  (``$CAFFE2_VENV``, default /tmp/caffe2-venv, with torchvision 0.11 and onnx 1.10 installed);
+  ONNX Runtime runs the exported ONNX file, PyTorch eager the torchvision module itself.
+- the brew models below (shapes of the real ones, fewer blocks where noted), built by Caffe2's
+  brew with seeded parameters; ONNX Runtime runs them as caffe2.python.onnx.frontend converts
+  them, PyTorch eager as torch.nn.functional calls over the predict net's ops.
 
-The models (shapes of the real ones, fewer blocks where noted): ResNet-18 and ResNet-50
-(basic and bottleneck blocks, Sum joins), MobileNetV2 (inverted residuals with depthwise
-3x3), ShuffleNet (v1's grouped 1x1 convolutions, group 3, and the channel shuffle as
-Reshape/Transpose), SqueezeNet 1.1 (fire modules, Concat), VGG-11 and AlexNet (the
-classifier's FCs at 1/4 width, so the convolutions dominate as in the real ones at 224).
+Every engine is a long-lived worker process in its own Python (this process imports none of
+Caffe2, torch or ONNX Runtime; bench/inference_engines.py holds their programs), pinned to one
+core with one thread everywhere. Each (model, batch) is loaded by every engine (Caffe2 and dslc
+through ``workspace.Predictor``), its output checked against Caffe2's (largest difference over
+the largest output; top-1 equal on every sample), then timed in ``--rounds`` interleaved rounds:
+each round runs every engine (in a rotated order) ``--reps`` times and takes its median; the
+ratios printed are medians over rounds of ratios within a round. Each engine's BLAS kernels
+are printed as threadpoolctl reports them.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,8 +38,15 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
     os.environ[_var] = "1"  # (the subprocesses inherit them)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from embedding import blas_kernel  # noqa: E402
+import inference_engines as programs  # noqa: E402
 from timing import one_core  # noqa: E402
+
+# torchvision's names of the models exported through ONNX.
+ONNX_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "shufflenet_v2_x1_0", "googlenet", "vgg11",
+               "alexnet", "densenet121"]
+BREW_MODELS = ["resnet18", "resnet50", "mobilenetv2", "shufflenet", "squeezenet", "vgg11", "alexnet"]
+DSLC = ("dslc interp", "dslc numba", "dslc xla")
+PEERS = ("Caffe2", "ONNX Runtime", "PyTorch eager")
 
 # The models, as brew programs: run as they are by dslc, with `dslc` renamed
 # `caffe2.python` by Caffe2. `build(name, brew, m, size)` returns the output blob.
@@ -190,208 +200,217 @@ def build(name, brew, m, size):
     raise SystemExit("unknown model " + name)
 '''
 
-# One engine's run: build each model, fill its parameters, time RunNet, save the output.
-RUNNER = r'''
-import json, statistics, sys, time
-import numpy as np
-from {package} import brew, model_helper, workspace
-{models}
-
-def fill(m, rng):
-    """Every parameter the init net makes, from rng: conv and FC weights scaled by their
-    fan-in, BN's scale near 1, its mean and bias small, its variance in [0.5, 1.5]."""
-    for op in m.param_init_net.Proto().op:
-        shape = [a.ints for a in op.arg if a.name == "shape"][0]
-        name = op.output[0]
-        if name.endswith(("_w",)):
-            v = rng.standard_normal(shape) * np.sqrt(2.0 / max(1, int(np.prod(shape[1:]))))
-        elif name.endswith(("_riv", "_s")):
-            v = rng.uniform(0.5, 1.5, shape)
-        else:
-            v = rng.standard_normal(shape) * 0.1
-        workspace.FeedBlob(name, v.astype(np.float32))
-
-spec = json.loads(sys.argv[1])
-for name in spec["models"]:
-    for batch in spec["batches"]:
-        workspace.ResetWorkspace()
-        m = model_helper.ModelHelper(name=name + "_" + str(batch), init_params=True)
-        out = build(name, brew, m, spec["size"])
-        rng = np.random.default_rng(0)
-        fill(m, rng)
-        data = rng.standard_normal((batch, 3, spec["size"], spec["size"])).astype(np.float32)
-        np.save(spec["out"] + "/" + name + "_" + str(batch) + "_data.npy", data)
-        workspace.FeedBlob("data", data)
-        workspace.CreateNet(m.net)
-        net = m.net.Proto().name
-        try:
-            workspace.RunNet(net)
-        except Exception as e:
-            print("FAILED", name, batch, type(e).__name__, str(e).splitlines()[0][:200], flush=True)
-            continue
-        workspace.RunNet(net)
-        ts = []
-        for _ in range(spec["reps"]):
-            t = time.perf_counter(); workspace.RunNet(net); ts.append(time.perf_counter() - t)
-        np.save(spec["out"] + "/" + name + "_" + str(batch) + ".npy", workspace.FetchBlob(str(out)))
-        if batch == spec["batches"][0]:
-            proto = m.net.Proto()
-            ops = [dict(type=o.type, inputs=list(o.input), outputs=list(o.output),
-                        args={{a.name: (list(a.ints) or list(a.floats) or (a.s.decode() if a.s else None)
-                                        if not a.HasField("i") and not a.HasField("f") else
-                                        (a.i if a.HasField("i") else a.f)) for a in o.arg}}) for o in proto.op]
-            params = {{p: np.asarray(workspace.FetchBlob(p)) for p in workspace.Blobs()
-                      if p not in ("data",) and not any(p in o.output for o in proto.op)}}
-            np.savez(spec["out"] + "/" + name + "_params.npz", **params)
-            with open(spec["out"] + "/" + name + "_ops.json", "w") as f:
-                json.dump(dict(ops=ops, output=str(out)), f)
-        print("TIME", name, batch, statistics.median(ts), flush=True)
-'''
-
-# PyTorch eager over the predict net Caffe2 ran (its ops as torch.nn.functional calls).
-TORCH = r'''
-import json, statistics, sys, time
-import numpy as np
-import torch
-import torch.nn.functional as F
-torch.set_num_threads(1)
-spec = json.loads(sys.argv[1])
-
-
-def run(ops, blobs):
-    for o in ops:
-        t, a, i = o["type"], o["args"], [blobs.get(n) for n in o["inputs"]]
-        if t == "Conv":
-            k = i[1].shape[2]
-            y = F.conv2d(i[0], i[1], i[2] if len(i) > 2 else None, stride=a.get("stride", 1), padding=a.get("pad", 0),
-                         groups=a.get("group", 1))
-        elif t == "SpatialBN":
-            y = F.batch_norm(i[0], i[3], i[4], i[1], i[2], False, 0.0, a.get("epsilon", 1e-5))
-        elif t == "Relu":
-            y = F.relu(i[0])
-        elif t == "Sum":
-            y = i[0] + i[1]
-        elif t == "Concat":
-            y = torch.cat(i, 1)
-        elif t == "MaxPool":
-            y = F.max_pool2d(i[0], a["kernel"], a.get("stride", 1), a.get("pad", 0))
-        elif t == "AveragePool":
-            y = (F.adaptive_avg_pool2d(i[0], 1) if a.get("global_pooling") else
-                 F.avg_pool2d(i[0], a["kernel"], a.get("stride", 1), a.get("pad", 0), count_include_pad=False))
-        elif t == "FC":
-            y = F.linear(i[0].flatten(1), i[1], i[2])
-        elif t == "Reshape":
-            shape = [s if s != 0 else i[0].shape[d] for d, s in enumerate(a["shape"])]
-            y = i[0].reshape(shape)
-        elif t == "Transpose":
-            y = i[0].permute(*a["axes"])
-        else:
-            raise SystemExit("no torch op for " + t)
-        blobs[o["outputs"][0]] = y
-    return blobs
-
-
-for name in spec["models"]:
-    net = json.load(open(spec["net"] + "/" + name + "_ops.json"))
-    params = {{k: torch.from_numpy(v) for k, v in np.load(spec["net"] + "/" + name + "_params.npz").items()}}
-    for batch in spec["batches"]:
-        x = np.load(spec["net"] + "/" + name + "_" + str(batch) + "_data.npy")
-        with torch.no_grad():
-            f = lambda: run(net["ops"], dict(params, data=torch.from_numpy(x)))[net["output"]]
-            f(); f()
-            ts = []
-            for _ in range(spec["reps"]):
-                t = time.perf_counter(); y = f(); ts.append(time.perf_counter() - t)
-        np.save(spec["out"] + "/" + name + "_" + str(batch) + ".npy", y.numpy().reshape(batch, -1))
-        print("TIME", name, batch, statistics.median(ts), flush=True)
-'''
-
-
-def engines():
-    """(name, python, environment, program) of every engine this machine has."""
-    dslc = RUNNER.format(package="dslc", models=MODELS)
-    out = [("dslc interp", sys.executable, {"DSLC_BACKEND": "interp"}, dslc),
-           ("dslc numba", sys.executable, {"DSLC_BACKEND": "numba"}, dslc)]
-    try:
-        import jax  # noqa: F401
-        out.append(("dslc xla", sys.executable, {"DSLC_BACKEND": "xla"}, dslc))
-    except ImportError:
-        pass
-    c2 = Path(os.environ.get("CAFFE2_VENV", "/tmp/caffe2-venv")) / "bin" / "python"
-    if c2.exists():
-        out.insert(0, ("Caffe2", str(c2), {}, RUNNER.format(package="caffe2.python", models=MODELS)))
-        out.append(("PyTorch eager", str(c2), {}, TORCH.format()))
-    return out
-
-
-def run_engine(name, python, env, program, spec, folder):
-    spec = dict(spec, out=folder)
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(program)
-    try:
-        proc = subprocess.run([python, f.name, json.dumps(spec)], capture_output=True, text=True, timeout=3600,
-                              env=dict(os.environ, **env))
-    finally:
-        os.unlink(f.name)
-    times = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("TIME "):
-            _, model, batch, sec = line.split()
-            times[(model, int(batch))] = float(sec)
-        elif line.startswith("FAILED "):
-            print(f"  {name}: {line}")
-    if proc.returncode:
-        print(f"  {name} stopped: {proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else proc.returncode}")
-    return times
 
 
 def main(argv=None) -> int:
-    import numpy as np
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="resnet18,resnet50,mobilenetv2,shufflenet,squeezenet,vgg11,alexnet")
+    ap.add_argument("--models", default=",".join(["onnx-" + m for m in ONNX_MODELS] + BREW_MODELS),
+                    help="onnx-NAME (torchvision's NAME through ONNX) or a brew model: " + ", ".join(BREW_MODELS))
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3, help="timed runs per engine in a round (their median)")
+    ap.add_argument("--engines", default=",".join(PEERS + DSLC), help="a subset of: " + ", ".join(PEERS + DSLC))
+    ap.add_argument("--cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                                                    "dslc-bench", "inference"))
     args = ap.parse_args(argv)
+    models = args.models.split(",")
+    batches = [int(b) for b in args.batches.split(",")]
+    unknown = [m for m in models if m not in BREW_MODELS and m.removeprefix("onnx-") not in ONNX_MODELS]
+    if unknown:
+        ap.error(f"unknown model {unknown[0]!r}: use onnx-NAME with NAME one of {ONNX_MODELS}, or one of {BREW_MODELS}")
     one_core()
-    spec = dict(models=args.models.split(","), batches=[int(b) for b in args.batches.split(",")], size=args.size,
-                reps=args.reps)
-    print(f"numpy's OpenBLAS kernel: {blas_kernel()}; OPENBLAS_CORETYPE="
-          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; one core, one thread; images {args.size}x{args.size}")
-    results, outputs = {}, {}
+    folders = model_folders(models, batches, args.size, args.cache)
+    c2 = Path(os.environ.get("CAFFE2_VENV", "/tmp/caffe2-venv")) / "bin" / "python"
+    if not export(models, batches, args.size, folders, c2):
+        return 1
+    wanted = args.engines.split(",")
+    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
+          f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}; one core, one thread; "
+          f"images {args.size}x{args.size}; {args.rounds} rounds of {args.reps} runs", flush=True)
+    results = {}
     with tempfile.TemporaryDirectory() as top:
-        for name, python, env, program in engines():
-            folder = os.path.join(top, name.replace(" ", "_"))
-            os.mkdir(folder)
-            if name == "PyTorch eager":  # (reads Caffe2's predict nets, parameters and images; writes its own outputs)
-                times = run_engine(name, python, env, program, dict(spec, net=os.path.join(top, "Caffe2")), folder)
-            else:
-                times = run_engine(name, python, env, program, spec, folder)
-            results[name] = times
-            outputs[name] = {k: np.load(f"{folder}/{k[0]}_{k[1]}.npy") for k in times
-                             if os.path.exists(f"{folder}/{k[0]}_{k[1]}.npy")}
-    _report(spec, results, outputs)
+        workers = [Worker(name, python, env, program, top) for name, python, env, program in engines(c2)
+                   if name in wanted]
+        for model in models:
+            for batch in batches:
+                results[(model, batch)] = measure(workers, model, batch, folders[model][batch], args, top)
+        for w in workers:
+            w.close()
+    report(models, batches, [w.name for w in workers], results)
     return 0
 
 
-def _report(spec, results, outputs):
-    base = results.get("Caffe2", {})
-    names = list(results)
-    print(f"{'model':14s} {'batch':>5s} " + " ".join(f"{n:>16s}" for n in names) + "   (ms; ratio to Caffe2)")
-    for model in spec["models"]:
-        for b in spec["batches"]:
-            cells = []
-            for n in names:
-                t = results[n].get((model, b))
-                ref = base.get((model, b))
-                cells.append("-" if t is None else f"{t * 1e3:8.1f}" + (f" {t / ref:5.2f}x" if ref else ""))
-            print(f"{model:14s} {b:5d} " + " ".join(f"{c:>16s}" for c in cells))
-    ref = outputs.get("Caffe2", {})
+def model_folders(models, batches, size, cache) -> dict:
+    """{model: {batch: the deploy model's folder}}; a brew model's folders are keyed by its
+    builders' source too, so an edit of MODELS makes them afresh."""
+    import hashlib
+    brew_key = hashlib.sha256((MODELS + programs.EXPORT_BREW).encode()).hexdigest()[:10]
+    out = {}
+    for m in models:
+        sub = f"{m}" if m.startswith("onnx-") else f"brew-{m}-{brew_key}"
+        out[m] = {b: os.path.join(cache, sub, f"b{b}_s{size}") for b in batches}
+    return out
+
+
+def export(models, batches, size, folders, c2) -> bool:
+    """Make the deploy models not yet in the cache, in Caffe2's venv; False if one cannot be made."""
+    missing = [m for m in models if any(not os.path.exists(os.path.join(folders[m][b], "meta.json")) for b in batches)]
+    if not missing:
+        return True
+    if not c2.exists():
+        print(f"the deploy models {missing} are not in the cache and there is no Caffe2 to make them ({c2}): "
+              "set CAFFE2_VENV to the caffe2-ref venv (with torchvision 0.11 and onnx 1.10 installed)")
+        return False
+    for kind, program, names in [
+            ("onnx", programs.EXPORT_TODO + programs.EXPORT_ONNX,
+             [m.removeprefix("onnx-") for m in missing if m.startswith("onnx-")]),
+            ("brew", programs.EXPORT_TODO + programs.EXPORT_BREW.format(models=MODELS),
+             [m for m in missing if not m.startswith("onnx-")])]:
+        if not names:
+            continue
+        spec = dict(models=names, batches=batches, size=size,
+                    folders={n: {str(b): folders[n if kind == "brew" else "onnx-" + n][b] for b in batches}
+                             for n in names})
+        print(f"making the {kind} deploy models {names} with Caffe2 ({c2}); once, into the cache", flush=True)
+        with tempfile.TemporaryFile("w+") as err:  # (the exporter's warnings: shown only if it fails)
+            proc = subprocess.run([str(c2), "-c", program, json.dumps(spec)], stderr=err, text=True)
+            if proc.returncode:
+                err.seek(0)
+                print(f"  failed: {(err.read().strip().splitlines() or ['?'])[-1]}")
+                return False
+    return True
+
+
+def engines(c2):
+    """(name, python, environment, program) of every engine this machine has."""
+    import importlib.util
+    dslc = programs.PREDICTOR.format(package="dslc") + programs.SERVE
+    out = [(n, sys.executable, {"DSLC_BACKEND": n.split()[1]}, dslc) for n in DSLC
+           if n != "dslc xla" or importlib.util.find_spec("jax")]
+    if c2.exists():
+        out.insert(0, ("Caffe2", str(c2), {}, programs.PREDICTOR.format(package="caffe2.python") + programs.SERVE))
+    for name, module, program in [("ONNX Runtime", "onnxruntime", programs.ORT), ("PyTorch eager", "torch",
+                                                                                   programs.TORCH.format())]:
+        python = sys.executable if importlib.util.find_spec(module) else str(c2) if c2.exists() else None
+        if python and subprocess.run([python, "-c", "import " + module], capture_output=True).returncode == 0:
+            out.insert(len(out) - len(DSLC), (name, python, {}, program + programs.SERVE))
+    return out
+
+
+class Worker:
+    """One engine's long-lived process (the protocol is in bench/inference_engines.py)."""
+
+    def __init__(self, name, python, env, program, top):
+        self.name, self.kernels, self.folder = name, None, os.path.join(top, name.replace(" ", "_"))
+        os.mkdir(self.folder)
+        self._err = open(os.path.join(self.folder, "stderr.txt"), "w+")
+        self._proc = subprocess.Popen([python, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._err, text=True, env=dict(os.environ, **env))
+        self.ask(None)
+
+    def ask(self, cmd):
+        """The worker's answer to ``cmd`` (None: its greeting); {"error"} if it died."""
+        if self._proc.poll() is None and cmd is not None:
+            self._proc.stdin.write(json.dumps(cmd) + "\n")
+            self._proc.stdin.flush()
+        for line in self._proc.stdout:
+            if line.startswith("@@ "):
+                return json.loads(line[3:])
+        self._err.seek(0)
+        return dict(error="the worker stopped: " + ((self._err.read().strip().splitlines() or ["?"])[-1])[:300])
+
+    def close(self):
+        if self._proc.poll() is None:
+            self._proc.stdin.write(json.dumps(dict(cmd="quit")) + "\n")
+            self._proc.stdin.close()
+            self._proc.wait()
+        self._err.close()
+
+
+def measure(workers, model, batch, folder, args, top) -> dict:
+    """Load (model, batch) in every worker, then time it in interleaved rounds:
+    {engine: {"rounds": [median seconds per round], "out": output file} or {"error"}}."""
+    import numpy as np
+    data = os.path.join(top, f"data_{batch}_{args.size}.npy")
+    if not os.path.exists(data):
+        rng = np.random.default_rng(batch)
+        np.save(data, rng.standard_normal((batch, 3, args.size, args.size)).astype(np.float32))
+    out, live = {}, []
+    for w in workers:
+        target = os.path.join(w.folder, f"{model}_{batch}.npy")
+        answer = w.ask(dict(cmd="load", folder=folder, data=data, out=target))
+        if "error" in answer:
+            print(f"  {model} b{batch}: {w.name}: {answer['error']}", flush=True)
+            out[w.name] = answer
+            continue
+        if w.kernels is None:
+            w.kernels = answer["kernels"]
+            print(f"  {w.name}'s kernels: {w.kernels}", flush=True)
+        out[w.name] = dict(rounds=[], out=target, load=answer["seconds"])
+        live.append(w)
+    for n, r in out.items():
+        if "out" in r and "out" in out.get("Caffe2", {}):
+            r["agree"] = agreement(r["out"], out["Caffe2"]["out"])
+    for r in range(args.rounds):
+        for w in live[r % len(live):] + live[:r % len(live)] if live else []:
+            answer = w.ask(dict(cmd="time", reps=args.reps))
+            if "error" in answer:
+                out[w.name] = answer
+            elif "rounds" in out[w.name]:
+                out[w.name]["rounds"].append(statistics.median(answer["times"]))
+    done = {n: r for n, r in out.items() if r.get("rounds")}
+    print(f"{model} b{batch}: " + ", ".join(f"{n} {statistics.median(r['rounds']) * 1e3:.1f} ms"
+                                             for n, r in done.items()), flush=True)
+    return out
+
+
+def ratio(results, engines, peer) -> float | None:
+    """Median over rounds of (the fastest of ``engines`` in the round) / ``peer`` in the round."""
+    ts = [results[e]["rounds"] for e in engines if results.get(e, {}).get("rounds")]
+    ref = results.get(peer, {}).get("rounds")
+    if not ts or not ref:
+        return None
+    return statistics.median(min(t[r] for t in ts) / ref[r] for r in range(min(len(ref), *map(len, ts))))
+
+
+def agreement(mine, ref):
+    """(largest difference from Caffe2's output over its largest, samples whose top-1 equals Caffe2's, samples)."""
+    import numpy as np
+    a, b = np.load(mine).astype(np.float64), np.load(ref).astype(np.float64)
+    if a.shape != b.shape:
+        return float("inf"), 0, len(b)
+    return float(abs(a - b).max() / abs(b).max()), int((a.argmax(1) == b.argmax(1)).sum()), len(b)
+
+
+def report(models, batches, names, results):
+    fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    print("\nmilliseconds per inference (median over rounds of each round's median):")
+    print(f"{'model':26s} {'batch':>5s} " + " ".join(f"{n:>13s}" for n in names))
+    for m in models:
+        for b in batches:
+            cells = [results[(m, b)].get(n, {}).get("rounds") for n in names]
+            print(f"{m:26s} {b:5d} " + " ".join(f"{statistics.median(c) * 1e3:13.1f}" if c else f"{'-':>13s}"
+                                                 for c in cells))
+    best = ("dslc interp", "dslc numba")
+    print("\nratios, median over rounds of ratios within a round (dslc best = the faster of interp and numba"
+          " in each round):")
+    cols = [(f"best/{p}", best, p) for p in PEERS] + [(f"xla/{p}", ("dslc xla",), p) for p in PEERS]
+    cols = [c for c in cols if c[2] in names and all(e in names for e in c[1])]
+    print(f"{'model':26s} {'batch':>5s} " + " ".join(f"{c[0]:>19s}" for c in cols))
+    for m in models:
+        for b in batches:
+            print(f"{m:26s} {b:5d} " + " ".join(f"{fmt(ratio(results[(m, b)], c[1], c[2])):>19s}" for c in cols))
+    print("\nagreement with Caffe2's output (largest difference over the largest output; top-1 equal):")
     for n in names:
-        worst = [float(abs(o.reshape(o.shape[0], -1) - ref[k].reshape(o.shape[0], -1)).max() / abs(ref[k]).max())
-                 for k, o in outputs[n].items() if k in ref and n != "Caffe2"]
-        if worst:
-            print(f"{n}: largest difference from Caffe2's output, over its largest: {max(worst):.2e}")
+        if n == "Caffe2":
+            continue
+        rows = [(m, b, results[(m, b)].get(n, {}).get("agree")) for m in models for b in batches]
+        rows = [r for r in rows if r[2]]
+        if rows:
+            worst = max(rows, key=lambda r: r[2][0])
+            top1 = sum(r[2][1] for r in rows), sum(r[2][2] for r in rows)
+            print(f"  {n}: worst {worst[2][0]:.2e} ({worst[0]} b{worst[1]}); top-1 equal on {top1[0]} of {top1[1]}")
 
 
 if __name__ == "__main__":
