@@ -48,8 +48,12 @@ GEOMETRIES = [{}, {"stride": 2, "pad": 1}, {"dilation": 2, "pad_t": 1, "pad_l": 
               {"legacy_pad": 1, "stride": 2}, {"legacy_pad": 2, "stride": 2}, {"group": 4, "pad": 1}]
 
 
+@pytest.mark.parametrize("small_output", [0, 10 ** 9], ids=["xla-conv", "patches-gemm"])
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: ",".join(f"{k}={v}" for k, v in g.items()) or "plain")
-def test_conv_and_its_gradient_equal_interp(geometry):
+def test_conv_and_its_gradient_equal_interp(geometry, small_output, monkeypatch):
+    # both ways of a convolution: XLA's own, and (small outputs) a GEMM of window patches
+    from dslc.backends.xla import kernels_conv
+    monkeypatch.setattr(kernels_conv, "SMALL_OUTPUT", small_output)
     rng = np.random.default_rng(4)
     group = geometry.get("group", 1)
     x = rng.normal(size=(2, 4, 9, 8)).astype(np.float32)
@@ -141,6 +145,27 @@ def test_test_mode_batch_norm_equals_interp():
              "b": rng.normal(size=3).astype(np.float32), "m": rng.normal(size=3).astype(np.float32),
              "v": rng.uniform(0.5, 2, size=3).astype(np.float32)}
     _both(net, feeds, ["y"])
+
+
+def test_a_fed_weight_off_xlas_alignment_is_realigned_once_and_writes_still_count():
+    rng = np.random.default_rng(3)
+    buf = np.empty(64 * 256 + 1, np.float32)
+    w = buf[1:].reshape(64, 256)  # (4 bytes past numpy's own start: never on a 64-byte boundary)
+    w[...] = rng.normal(size=w.shape)
+    assert w.ctypes.data % 64
+    x = rng.normal(size=(8, 256)).astype(np.float32)
+    b = rng.normal(size=64).astype(np.float32)
+    net = core.Net("fc")
+    net.FC(["x", "w", "b"], "y")
+    ws, s = _run("xla", net, {"x": x, "w": w, "b": b})
+    np.testing.assert_allclose(ws.fetch_blob("y"), x @ w.T + b, rtol=1e-5, atol=1e-5)
+    held = ws.lookup("w").v
+    assert held is not w and held.ctypes.data % 64 == 0 and np.array_equal(held, w)
+    ws.blobs["w"].tensor().data[:8] = 0.0  # a write in place: the next run must see it
+    s.run(net)
+    w2 = w.copy()
+    w2[:8] = 0.0
+    np.testing.assert_allclose(ws.fetch_blob("y"), x @ w2.T + b, rtol=1e-5, atol=1e-5)
 
 
 def test_a_label_outside_the_classes_is_the_interpreters_error():
