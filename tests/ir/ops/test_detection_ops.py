@@ -153,6 +153,37 @@ def test_roi_align_gradient_is_finite_differences():
     np.testing.assert_allclose(dx, num, atol=2e-3)
 
 
+def test_rotated_roi_align_is_caffe2s(backend):
+    rois = np.array([[0, 2.0, 1.5, 3.0, 2.0, 30.0], [0, 1.0, 2.5, 4.0, 1.5, -90.0]], f32)
+    (y,) = _run(backend, "RoIAlignRotated", [ROI_X, rois], ["Y"], pooled_h=2, pooled_w=2, sampling_ratio=2)
+    _close(y, [[[[1.85703, 1.24646], [3.61269, 2.75804]], [[10.96712, 9.77296], [13.92942, 12.54393]]],  # Caffe2
+               [[[2.06163, 4.89388], [1.7674, 4.48836]], [[11.33413, 15.92249], [10.79516, 15.31669]]]])
+    # at angle 0 a rotated RoI (centre, size) is the upright RoI of the same box
+    upright = np.array([[0, 0.5, 0.5, 3.5, 2.5]], f32)
+    (want,) = _run(backend, "RoIAlign", [ROI_X, upright], ["Y"], pooled_h=2, pooled_w=3, sampling_ratio=2)
+    (got,) = _run(backend, "RoIAlignRotated", [ROI_X, np.array([[0, 2.0, 1.5, 3.0, 2.0, 0.0]], f32)], ["Y"],
+                  pooled_h=2, pooled_w=3, sampling_ratio=2)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_rotated_roi_align_gradient_is_finite_differences():
+    # (Caffe2 has this gradient on GPUs only; dslc's CPU one is the forward map's transpose)
+    from dslc.ir.ops.resample import roi_align_rotated, roi_align_rotated_grad
+    rng = np.random.RandomState(2)
+    x = rng.randn(1, 2, 5, 6)
+    rois = np.array([[0, 2.5, 2.0, 3.0, 2.5, 35.0], [0, 3.0, 2.5, 4.0, 2.0, -100.0]])
+    w = rng.randn(2, 2, 2, 2)
+    args = dict(pooled_h=2, pooled_w=2, sampling_ratio=2)
+    dx = roi_align_rotated_grad(x, rois, w.astype(f32), **args)
+    num = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += 1e-2
+        xm[i] -= 1e-2
+        num[i] = ((roi_align_rotated(xp, rois, **args) * w).sum() - (roi_align_rotated(xm, rois, **args) * w).sum()) / 2e-2
+    np.testing.assert_allclose(dx, num, atol=2e-3)
+
+
 def test_roi_align_nhwc_and_four_column_rois_match_nchw(backend):
     x = np.random.RandomState(1).randn(1, 3, 6, 5).astype(f32)
     rois = np.array([[0, 0.5, 1.0, 4.0, 5.5], [0, 2, 2, 2.5, 2.5]], f32)
