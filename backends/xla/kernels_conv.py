@@ -97,6 +97,37 @@ def _conv(op):
     return run
 
 
+@kernel("ConvFused")
+def _conv_fused(op):
+    """Y = relu?((conv(X, W) + b) s + shift + R) (ir/ops/conv_fused.py): the norm applied to
+    the convolution's output, which XLA fuses with the bias, the residual and the ReLU into
+    one pass (the weights are inputs of the call: folding s into them would cost a pass
+    over W every call)."""
+    if not _nchw(op):
+        raise Refused("ConvFused: NHWC")
+    _, g = _conv_geometry(op)
+    nd, dt = len(g.kernel), dtype(op.result)
+    conv = _conv_fn(g, int(op.attrs.get("group", 1)), nd, dt, batch=shape(op.operands[0])[0])
+    bias, bn, residual, relu = (int(op.attrs[k]) for k in ("bias", "bn", "residual", "relu"))
+    epsilon = float(op.attrs["epsilon"])
+
+    def run(x, w, *rest):
+        rest = list(rest)
+        y = conv(x, w)
+        if bias:
+            y = y + _bias(rest.pop(0), nd)
+        if bn:
+            scale, shift, mean, var = (rest.pop(0) for _ in range(4))
+            s = scale / jnp.sqrt(var + jnp.asarray(epsilon, var.dtype))
+            y = y * _bias(s, nd) + _bias(shift - mean * s, nd)
+        if residual:
+            y = y + rest.pop(0)
+        if relu:
+            y = jnp.maximum(y, jnp.zeros((), y.dtype))
+        return y.astype(dt)
+    return run
+
+
 @kernel("ConvGradient")
 def _conv_grad(op):
     nchw, g = _conv_geometry(op)

@@ -147,6 +147,32 @@ def test_test_mode_batch_norm_equals_interp():
     _both(net, feeds, ["y"])
 
 
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("parts", ["bias,bn,residual,relu", "bn,relu", "residual"])
+def test_fused_conv_equals_interp_and_is_compiled(parts, group):
+    parts = parts.split(",")
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.normal(size=(2, 4, 6, 5)).astype(np.float32),
+             "w": rng.normal(size=(6, 4 // group, 3, 3)).astype(np.float32)}
+    names = ["x", "w"]
+    if "bias" in parts:
+        names.append("b")
+    if "bn" in parts:
+        names += ["s", "t", "m"]
+    for n in names[2:]:
+        feeds[n] = rng.normal(size=6).astype(np.float32)
+    if "bn" in parts:
+        names.append("v")
+        feeds["v"] = rng.uniform(0.5, 2, size=6).astype(np.float32)
+    if "residual" in parts:
+        names.append("r")
+        feeds["r"] = rng.normal(size=(2, 6, 6, 5)).astype(np.float32)
+    net = core.Net("fused")
+    net.ConvFused(names, "y", kernel=3, pad=1, group=group, epsilon=1e-3, **{p: 1 for p in parts})
+    _, summary = _both(net, feeds, ["y"], rtol=1e-4, atol=1e-4)
+    assert summary["ops compiled"] == 1 and not _interpreted(summary, "ConvFused"), summary
+
+
 def test_a_fed_weight_off_xlas_alignment_is_realigned_once_and_writes_still_count():
     rng = np.random.default_rng(3)
     buf = np.empty(64 * 256 + 1, np.float32)
