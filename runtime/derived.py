@@ -17,6 +17,7 @@ The kept value holds as much memory as it is (folded weights: as much as the wei
 """
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -27,10 +28,16 @@ _lock = threading.Lock()
 
 
 def frozen(a) -> bool:
-    """Whether no one can write ``a``: read-only, as is every array it views, down to
-    memory that is read-only itself (immutable bytes, or numpy's own)."""
+    """Whether no one can write ``a``: a read-only array whose memory is numpy's own or
+    immutable bytes, viewed only through read-only arrays, or through writeable ones that
+    nothing but the view above them holds (a filled weight is a read-only reshape of the
+    flat array its values were read into: no one else has that array to write it)."""
+    if not isinstance(a, np.ndarray) or a.flags.writeable:
+        return False
+    a = a.base
     while isinstance(a, np.ndarray):
-        if a.flags.writeable:
+        # (references: the view's ``base``, ``a`` here, getrefcount's argument)
+        if a.flags.writeable and sys.getrefcount(a) > 3:
             return False
         a = a.base
     return a is None or isinstance(a, bytes)

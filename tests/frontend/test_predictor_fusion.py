@@ -84,3 +84,23 @@ def test_predictor_net_fuses_conv_bn_sum_relu(monkeypatch):
     stored = sorted(str(op.attrs["blob"]) for mod in modules for op in mod.walk()
                     if op.name == "store" and str(op.attrs["blob"]) in ("c", "bn", "res", "out"))
     assert stored == ["out"]  # (the intermediates are not stored: only the output leaves)
+
+
+def test_a_deploy_models_filled_weights_are_folded_once(monkeypatch):
+    """The init net's filled weights are read-only and no one else holds them (runtime/
+    derived.py: frozen), so the fused conv folds the norm into its weights at the first run
+    only."""
+    from dslc.ir.ops import conv_fused
+
+    monkeypatch.setenv("DSLC_PIPELINE", "default")
+    folds = []
+    real = conv_fused.fold_bn
+    monkeypatch.setattr(conv_fused, "fold_bn", lambda *a: folds.append(1) or real(*a))
+    params = _params()
+    init, predict = _nets(params)
+    p = workspace.Predictor(init.SerializeToString(), predict.SerializeToString())
+    for _ in range(3):
+        x = RNG.standard_normal((2, C, H, H)).astype(np.float32)
+        (y,) = p.run([x])
+        np.testing.assert_allclose(y, _numpy(x, params), rtol=1e-4, atol=1e-4)
+    assert len(folds) == 1

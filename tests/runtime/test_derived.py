@@ -21,6 +21,11 @@ def test_only_arrays_read_only_down_to_their_memory_are_frozen():
     assert derived.frozen(_ro(np.frombuffer(b"\0" * 16, np.float32)))  # (immutable bytes)
     assert not derived.frozen(_ro(np.frombuffer(bytearray(16), np.float32)))
     assert not derived.frozen(3.0)
+    shaped = _ro(np.arange(6.0).reshape(2, 3))  # (a statement: an assert would hold the flat array)
+    assert derived.frozen(shaped)  # (its flat array: no one else holds it)
+    held = np.arange(6.0)
+    shaped = _ro(held.reshape(2, 3))
+    assert not derived.frozen(shaped)  # (``held`` can still be written)
 
 
 def test_made_once_per_array_kept_while_it_lives():
