@@ -56,6 +56,7 @@ C = types.SimpleNamespace(Workspace=Workspace, registered_dbs=registered_dbs, ha
                           use_mkldnn=False, create_db=db_api.create_db, Mode=db_api.Mode,
                           benchmark_net=lambda *args: BenchmarkNet(*args))
 has_gpu_support = has_cuda_support = has_hip_support = False
+has_fbgemm = False  # (so no bfloat16 serialization: EstimateAllBlobSizes counts floats as 4 bytes)
 GpuDeviceType = 1  # Caffe2's CUDA device type code (no device other than the CPU is used)
 
 
@@ -167,6 +168,18 @@ def RunOperatorsOnce(operators) -> bool:
     backend, options = devices.backend_of(operators[0].device_option
                                           if operators[0].HasField("device_option") else None)
     return current().run(net, backend, **options)
+
+
+@raises_runtime_error
+def GetOperatorCost(operator, blobs) -> tuple[int, int, int]:
+    """``(flops, bytes_written, bytes_read)`` of one run of ``operator`` (an OperatorDef or its
+    bytes) on the current values of the workspace blobs ``blobs`` (its inputs), by the op's
+    cost rule (ir/cost.py); nothing runs."""
+    from dslc.driver import shapes  # (it lowers: loaded on first use, as InferShapesAndTypes does)
+    if isinstance(operator, (bytes, bytearray)):
+        operator = parsed(caffe2_pb2.OperatorDef, operator, "the operator")
+    known, _ = _values.blob_types(current(), only=[str(b) for b in blobs])
+    return shapes.operator_cost(operator_net([operator]), {str(o) for o in operator.output}, known)
 
 
 def RunOperatorMultiple(operator, num_runs) -> bool:

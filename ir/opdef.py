@@ -87,6 +87,9 @@ class OpDef:
     # how many of the last results a pass may drop when nothing uses them: the op then
     # makes only the others, and does not compute the dropped ones (FCGradient's dX)
     optional_results: int = 0
+    # (types, attrs, result types) -> (flops, bytes written, bytes read) of one run, for
+    # GetOperatorCost (ir/cost.py builds the usual rules); None: no cost model
+    cost: Callable | None = None
     # whether ``traits`` holds PURE: a plain field (set by __post_init__), since passes ask
     # it of every op
     is_pure: bool = field(init=False, repr=False, compare=False, default=False)

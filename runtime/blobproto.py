@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from google.protobuf import text_format
 
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.budget import check_size
@@ -193,3 +194,44 @@ def _spans(name: str, protos: list, field: str, dims: tuple, data_type: int, siz
         raise BlobSerdeError(f"blob {name!r} has dims {brief(list(dims))} but {held} values (its chunks must "
                              "hold each element once)")
     return spans
+
+
+# Bytes per element of a tensor's serialized data, as Caffe2 estimates them: varint-coded
+# narrow ints take about 2 (8-bit) or 3 (16-bit) bytes; a string about 50 (its length is not
+# looked at). Each chunk adds the blob name and ~50 bytes of fixed TensorProto fields.
+_ESTIMATE_PER_ELEMENT = {"f": {2: 3, 4: 4, 8: 8}, "i": {1: 2, 2: 3, 4: 4, 8: 8}, "u": {1: 2, 2: 3, 4: 4, 8: 8},
+                         "b": {1: 1}}
+_CHUNK_OVERHEAD = 50
+
+
+def estimate_size(name: str, value, chunk_size: int = 0) -> int:
+    """Caffe2's estimate of the bytes ``value`` takes serialized under ``name`` (Save's
+    ``chunk_size``: 0 the default 1,000,000 elements, -1 one chunk); 0 for a value with no
+    BlobProto form (a queue, a mutex)."""
+    if isinstance(value, (bytes, str)):
+        return len(name) + len(value.encode("utf-8") if isinstance(value, str) else value) + 20
+    if not isinstance(value, np.ndarray):
+        return 0
+    n = value.size
+    step = DEFAULT_CHUNK if chunk_size == 0 else n + 1 if chunk_size < 0 else int(chunk_size)
+    per = 50 if value.dtype == object else _ESTIMATE_PER_ELEMENT.get(value.dtype.kind, {}).get(value.dtype.itemsize,
+                                                                                                value.dtype.itemsize)
+    return -(-n // step) * (len(name) + _CHUNK_OVERHEAD) + n * per
+
+
+def serialization_options(options) -> list:
+    """The entries of a SerializationOptions argument (a message, its bytes, or the text form
+    the IR keeps a message argument in), in order; [] for none. ValueError if it is not one."""
+    if not options:
+        return []
+    if hasattr(options, "options"):
+        return list(options.options)
+    msg = caffe2_pb2.SerializationOptions()
+    try:
+        if isinstance(options, str):
+            text_format.Parse(options, msg)
+        else:
+            msg.ParseFromString(bytes(options))
+    except Exception as e:
+        raise ValueError(f"not a SerializationOptions message: {e}") from None
+    return list(msg.options)

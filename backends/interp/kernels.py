@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import functools
 import importlib
 import operator
+import re
 import sys
 import weakref
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from dslc.runtime.ieee import user_numpy
 from dslc.runtime.resources import Counter, Timer
-from dslc.runtime import logfiles
+from dslc.runtime import blobproto, logfiles
 from dslc.runtime.workspace import to_user, to_value
 from dslc.ir import pyrefs
 from dslc.ir.budget import check_size, foldable
@@ -342,6 +343,43 @@ def _timer_get_and_end(op, cfg):
 def _blob_names(op, cfg):
     shared = bool(op.attrs["include_shared"])
     return lambda inst: lambda: np.array(inst.ws.names(shared), dtype=object)
+
+
+@kernel("EstimateAllBlobSizes", per_instance=True)
+def _blob_sizes(op, cfg):
+    shared, chunking = bool(op.attrs["include_shared"]), _chunk_sizes(op.attrs["options"])
+    outputs = [_stored_as(r) for r in op.results]
+
+    def run(inst):
+        def estimate():
+            names = sorted(set(inst.ws.names(shared)) | {o for o in outputs if o})
+            # (the outputs are estimated as what they will hold: a name and a size per blob)
+            will = {outputs[0]: np.array(names, dtype=object), outputs[1]: np.zeros(len(names), np.int64)}
+            sizes = [blobproto.estimate_size(n, will[n] if n in will else _value(inst.ws, n), chunking(n))
+                     for n in names]
+            return np.array(names, dtype=object), np.array(sizes, dtype=np.int64)
+        return estimate
+    return run
+
+
+def _stored_as(result) -> str:
+    """The blob a result is stored to ("" if none)."""
+    return next((str(user.attrs["blob"]) for user, _ in result.uses if user.name == "store"), "")
+
+
+def _value(ws, name):
+    cell = ws.lookup(name)
+    return None if cell is None else cell.v
+
+
+def _chunk_sizes(options):
+    """name -> Save's chunk_size for it: that of the first SerializationOptions entry whose
+    blob_name_regex matches the whole name (0, the default, if none)."""
+    try:
+        rules = [(re.compile(o.blob_name_regex), o.chunk_size) for o in blobproto.serialization_options(options)]
+    except (ValueError, re.error) as e:
+        raise DSLError(f"EstimateAllBlobSizes' options: {e}", hint="pass options=caffe2_pb2.SerializationOptions(...)")
+    return lambda name: next((size for rx, size in rules if rx.fullmatch(name)), 0)
 
 
 class TensorCPU:

@@ -73,3 +73,23 @@ def _bounded(value):
     if b is None or len(b) != len(t.shape):
         return t
     return TensorType(t.dtype, tuple(s if s is not None else d for s, d in zip(t.shape, b)))
+
+
+def operator_cost(net, outputs, known: dict) -> tuple[int, int, int]:
+    """``(flops, bytes_written, bytes_read)`` of the one operator of ``net`` (which writes
+    ``outputs``) on operands of the types ``known`` gives, by its declaration's cost rule."""
+    module = _module([net], known, frozenset())
+    owner = next((op.operands[0].owner for op in module.walk()
+                  if op.name == "store" and str(op.attrs["blob"]) in outputs
+                  and getattr(op.operands[0], "owner", None) is not None), None)
+    if owner is None:
+        raise TraceError("GetOperatorCost: the operator writes none of its outputs", user_location(2))
+    if owner.opdef.cost is None:
+        raise TraceError(f"GetOperatorCost: dslc has no cost model for {owner.opdef.name}", user_location(2),
+                         "Conv, FC, Concat and Split have one")
+    try:
+        return tuple(int(v) for v in owner.opdef.cost([v.type for v in owner.operands], owner.attrs,
+                                                      [r.type for r in owner.results]))
+    except ValueError as e:
+        raise TraceError(f"GetOperatorCost of {owner.opdef.name}: {e}", user_location(2),
+                         "feed every input blob first, and name them in blobs") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from ..gradients import GradOp, gradient, no_gradient
+from ..cost import products
 from ..opdef import OPS, PURE, SIZED_BY_VALUES, declare, type_error
 from ..types import TensorType
 from .nn import floats
@@ -195,7 +196,16 @@ def _conv(types, attrs, n):
     return [TensorType(x.dtype, out)]
 
 
-declare("Conv", (2, 3), _conv, attrs=dict(CONV), traits={PURE, SIZED_BY_VALUES},
+def _conv_flops(types, attrs, results):
+    """Caffe2's count: 2 N C_out (C_in / group) prod(kernel) per output position."""
+    w, y = types[1], results[0]
+    nchw = attrs.get("order", "NCHW") == "NCHW"
+    positions = math.prod(y.shape[2:] if nchw else y.shape[1:-1])
+    per_filter = math.prod(w.shape[1:])  # (C_in / group and the kernel, in either order)
+    return 2 * y.shape[0] * positions * w.shape[0] * per_filter
+
+
+declare("Conv", (2, 3), _conv, attrs=dict(CONV), traits={PURE, SIZED_BY_VALUES}, cost=products(_conv_flops),
         doc="Y = the convolution of X with filters W (+ bias b), in groups; stride, pads, dilation")
 def _conv_grad(types, attrs, n):
     x, w, dy = floats("ConvGradient", types)

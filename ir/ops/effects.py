@@ -123,3 +123,7 @@ def _(g):
 declare("GetAllBlobNames", 0, lambda t, a, n: [TensorType("str", (None,))],
         attrs={"include_shared": 1}, effects=(Effect("workspace", "read"),),
         doc="names of the blobs in the running workspace (sorted); parents' too if include_shared")
+declare("EstimateAllBlobSizes", 0, lambda t, a, n: [TensorType("str", (None,)), TensorType("i64", (None,))],
+        results=2, attrs={"include_shared": 1, "options": ""}, effects=(Effect("workspace", "read"),),
+        doc="names of the blobs in the running workspace (its outputs among them) and, for each, Caffe2's "
+            "estimate of its serialized bytes (options: a SerializationOptions message, per-blob chunk_size)")

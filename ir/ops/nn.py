@@ -6,6 +6,7 @@ dropout are in ``ir/ops/losses.py``; fills and optimizers in ``ir/ops/optim.py``
 """
 from __future__ import annotations
 
+from ..cost import products
 from ..gradients import SparseGrad, GradOp, gradient, no_gradient, unary
 from ..opdef import ELEMENTWISE, PURE, REQUIRED, SIZED_BY_VALUES, Effect, declare, type_error
 from ..types import FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, TensorType
@@ -84,7 +85,14 @@ def _fc(types, attrs, n):
     return [TensorType(x.dtype or w.dtype, shape)]
 
 
-declare("FC", 3, _fc, attrs={"axis": 1, "axis_w": 1}, traits={PURE},
+def _fc_flops(types, attrs, results):
+    """2 M N K + M N: a multiply and an add per (row, output, input), and the bias (Caffe2's)."""
+    x, y = types[0], results[0]
+    m, n = prod(y.shape[:-1]), y.shape[-1]
+    return 2 * m * n * (prod(x.shape) // m) + m * n
+
+
+declare("FC", 3, _fc, attrs={"axis": 1, "axis_w": 1}, traits={PURE}, cost=products(_fc_flops),
         doc="Y = X W^T + b, X seen as [M, K] at `axis`, W as [N, K] at `axis_w`; Y is X.dims[:axis] + [N]")
 
 

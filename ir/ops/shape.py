@@ -8,6 +8,7 @@ Without ``axis`` both use Caffe2's ``order``: NCHW means axis 1, NHWC the last a
 """
 from __future__ import annotations
 
+from ..cost import moves, nbytes
 from ..gradients import GradOp, gradient
 from ..opdef import PURE, declare, type_error
 from ..types import INT_DTYPES, TensorType
@@ -73,7 +74,7 @@ def _joined(ts, axis: int, add: bool) -> tuple:
     return tuple(out)
 
 
-declare("Concat", (1, None), _concat, results=(1, 2), traits={PURE}, may_fail=_unknown_dims,
+declare("Concat", (1, None), _concat, results=(1, 2), traits={PURE}, may_fail=_unknown_dims, cost=moves(),
         attrs={"axis": None, "order": "NCHW", "add_axis": 0},
         doc="the operands joined along axis (add_axis: stacked along a new axis), and the int32 "
             "sizes each contributed along it")
@@ -138,7 +139,9 @@ def _part(shape, axis: int, size, add: bool) -> tuple:
     return shape[:axis] + (size,) + shape[axis + 1:]
 
 
+# (Split writes all of its data operand, whatever the parts' sizes: known before they are)
 declare("Split", (1, 2), _split, results=(1, None), traits={PURE}, may_fail=_unknown_dims,
+        cost=moves(written=lambda types, results: nbytes(types[0])),
         attrs={"axis": None, "order": "NCHW", "split": [], "add_axis": 0},
         doc="the operand cut along axis into parts of the sizes in split (or operand 1), equal "
             "parts if neither; add_axis drops the axis from each part")

@@ -26,7 +26,6 @@ import re
 import struct
 
 import numpy as np
-from google.protobuf import text_format
 
 from dslc.ir.diagnostics import DSLError
 from ..proto import caffe2 as caffe2_pb2
@@ -185,19 +184,12 @@ def _records(name: str, enc, chunk_size: int):
 
 def _rules(options: bytes) -> list:
     """[(compiled blob_name_regex, chunk_size)] of SerializationOptions bytes, in order."""
-    if not options:
-        return []
-    msg = caffe2_pb2.SerializationOptions()
     try:
-        if isinstance(options, str):  # (the IR keeps a message argument as its text form)
-            text_format.Parse(options, msg)
-        else:
-            msg.ParseFromString(bytes(options))
-    except Exception as e:
-        raise base.DBError(f"Save's options are not a SerializationOptions message: {e}",
-                             hint="pass options=caffe2_pb2.SerializationOptions(...)") from None
+        entries = blobproto.serialization_options(options)
+    except ValueError as e:
+        raise base.DBError(f"Save's options are {e}", hint="pass options=caffe2_pb2.SerializationOptions(...)") from None
     rules = []
-    for opt in msg.options:
+    for opt in entries:
         if opt.float_format not in (0,):  # (FLOAT_DEFAULT only: dslc writes no bfloat16)
             raise base.DBError(f"Save's option for {opt.blob_name_regex!r} asks for float format "
                                  f"{opt.float_format}, which dslc does not write",
