@@ -98,7 +98,19 @@ for k, feeds in enumerate(data):
 out = {{"per_iter": (time.perf_counter() - start) / {iters}, "losses": losses}}
 if {package!r} == "dslc":
     from dslc.driver import runner
-    out["compiles"] = runner.current().session().compiles
+    session = runner.current().session()
+    out["compiles"] = session.compiles
+    # numba: the functions each variant compiled (or loaded from the cache) by the end of the
+    # run, "?" for a variant compiled with a dim unknown (in the background ones count once done)
+    kernels = []
+    for variants in session._variants.values():
+        for v in variants:
+            stats = getattr(v.program, "stats", None)
+            if stats is not None and hasattr(stats, "cache_hits"):
+                n = stats.compiled + stats.cache_hits
+                generic = any(d is None for t in v.deps.values() for d in (getattr(t, "shape", None) or ()))
+                kernels.append(("?" if generic else "static") + ":" + str(n))
+    out["kernels"] = " ".join(kernels)
 print("RESULT", json.dumps(out))
 """
 
@@ -147,13 +159,15 @@ def main(argv=None) -> int:
     figures = {label: run(python, DLRM.format(package=package, example=str(EXAMPLE), iters=args.iters), env)
                for label, python, package, env in who}
     base = figures.get("Caffe2")
-    print(f"{'':14s} {'ms/iter':>9s} {'vs Caffe2':>10s} {'compiles':>9s} {'loss vs Caffe2 (max rel)':>25s}")
+    print(f"{'':14s} {'ms/iter':>9s} {'vs Caffe2':>10s} {'compiles':>9s} {'loss vs Caffe2 (max rel)':>25s}  "
+          "numba functions per variant")
     for label, got in figures.items():
         ratio = f"{got['per_iter'] / base['per_iter']:9.2f}x" if base else "-"
         diff = "-"
         if base and label != "Caffe2":
             diff = f"{max(abs(a - b) / abs(b) for a, b in zip(got['losses'], base['losses'])):.1e}"
-        print(f"{label:14s} {got['per_iter'] * 1e3:9.2f} {ratio:>10s} {str(got.get('compiles', '-')):>9s} {diff:>25s}")
+        print(f"{label:14s} {got['per_iter'] * 1e3:9.2f} {ratio:>10s} {str(got.get('compiles', '-')):>9s} {diff:>25s}  "
+              f"{got.get('kernels') or '-'}")
     return 0
 
 
