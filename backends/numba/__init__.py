@@ -155,10 +155,11 @@ class NumbaProgram:
         self.lazies = lazies  # what a "hot" compile has not split yet (lazy.py)
 
     def split(self) -> None:
-        """Split every region (and top-level loop) a "hot" compile left whole into islands
-        now (lazy.py): its islands' Hots are then in ``hots``."""
-        for lazy in list(self.lazies):
-            lazy.split()
+        """Split every region a "hot" compile left whole into islands now (lazy.py): their
+        islands' Hots are then in ``hots``. (A region's split code holds its loops: a loop
+        is split on its own only while a call of its region is under way.)"""
+        for region in [lz for lz in self.lazies if lz.whole]:
+            region.split()
 
     def compile_now(self) -> None:
         """Compile (or load from the cache) everything still waiting to turn hot, here."""

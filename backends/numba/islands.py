@@ -96,6 +96,7 @@ def compilable(op: Operation, local=frozenset()) -> bool:
 
     ``local`` holds the counter handles only one thread uses (those can be compiled).
     """
+    from . import kernels_embedding, kernels_nn  # noqa: F401  (they add their kernels to EXPR)
     from .kernels import ElementView, supported, tensor
     if op.name in COUNTER_OPS:
         return op.operands[0] in local

@@ -184,6 +184,8 @@ class LazyRegion(_Split):
     """A region's function: the interpreter's until it has run ``limit`` seconds, then the
     numba backend's."""
 
+    whole = True  # (a region: NumbaProgram.split splits these)
+
     def __init__(self, emitter, interpreted, limit):
         super().__init__(emitter, limit)
         self.interpreted = interpreted
@@ -214,6 +216,8 @@ class LazyRegion(_Split):
 
 class Loop(_Split):
     """A top-level loop of a lazily written region (see the module's docstring)."""
+
+    whole = False
 
     def __init__(self, emitter, op, limit):
         super().__init__(emitter, limit)
