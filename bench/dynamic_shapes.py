@@ -1,8 +1,9 @@
 """Nets fed other sizes on every call: dslc (interp, numba) against the real Caffe2.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/dynamic_shapes.py [--calls 300] [--iters 60]
+        [--rounds 3] [--parts sls,shaped,script]
 
-Two workloads, each run in a fresh process per system, one thread each:
+Three workloads, each run in a fresh process per system, one thread each:
 
 - The one-op SparseLengthsSum net: a [100000, 16] float32 table, 64 bags, ids fed fresh
   before every call, created once with CreateNet and run by name. "fixed": 1024 ids each
@@ -16,6 +17,18 @@ Two workloads, each run in a fresh process per system, one thread each:
   sample, so every table's id count changes every iteration. The figure is the time per
   iteration (feeds, RunNet, fetching the loss) over `--iters` iterations after the first 5;
   the losses of every iteration are compared with Caffe2's (largest relative difference).
+- DLRM's own Caffe2 script (../shared/third_party/dlrm/dlrm_s_caffe2.py), medium size, as
+  issue 40 runs it: `dslc exec dlrm_s_caffe2.py` against `python dlrm_s_caffe2.py` on the real
+  Caffe2, with SCRIPT_ARGS below (three [100000, 16] tables, bottom MLP 13-256-64-16, top
+  22-256-64-1, batch 128, 200 batches). The figure is the script's own --print-time (ms per
+  iteration: feeding the batch and RunNet), the mean of its four 50-batch windows, which
+  include dslc's compiles. One thread each (the thread-count variables), not pinned: numba's
+  background compiles may use another core, as they would for a user. The systems run in
+  turn, `--rounds` times, and the table gives the
+  medians and the median of each round's ratio to Caffe2. The four windows' losses must equal
+  Caffe2's (1e-4 relative). Caffe2's side needs tqdm and scikit-learn: put them on
+  CAFFE2_PYTHONPATH (e.g. `/tmp/caffe2-venv/bin/pip install --target DIR tqdm
+  "scikit-learn<1.3"`, then CAFFE2_PYTHONPATH=DIR); dslc's venv needs torch, tqdm, scikit-learn.
 
 Caffe2 runs when its venv is there (CAFFE2_VENV, default /tmp/caffe2-venv); its programs are
 the same text with `dslc` imports turned into `caffe2.python` ones. All figures come from this
@@ -26,16 +39,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+CORES = os.sched_getaffinity(0)  # (before embedding pins this process to one)
 sys.path.insert(0, str(HERE))
 from embedding import blas_kernel  # noqa: E402  (one thread: it sets the thread counts, pins a core)
 
 EXAMPLE = HERE.parent / "examples" / "dlrm.py"
+SCRIPT_ARGS = ["--arch-embedding-size", "100000-100000-100000", "--arch-sparse-feature-size", "16",
+               "--arch-mlp-bot", "13-256-64-16", "--arch-mlp-top", "22-256-64-1", "--mini-batch-size", "128",
+               "--num-batches", "200", "--print-freq", "50", "--print-time"]
+WINDOW = re.compile(r"Finished training it \d+/\d+ of epoch \d+, ([0-9.]+) ms/it, loss ([0-9.]+)")
 
 SLS = """
 import json, statistics, time, numpy as np
@@ -129,6 +149,57 @@ def run(python, program: str, env=None) -> dict:
     return json.loads(got[0])
 
 
+def dlrm_script() -> Path | None:
+    """DLRM's script in ../shared beside the checkout (or beside the main checkout of a worktree)."""
+    root = HERE.parent
+    git = root / ".git"
+    if git.is_file() and git.read_text().startswith("gitdir:"):
+        root = Path(git.read_text().split(":", 1)[1].strip()).parents[2]
+    path = root.parent / "shared" / "third_party" / "dlrm" / "dlrm_s_caffe2.py"
+    return path if path.exists() else None
+
+
+def run_script(command, env) -> dict:
+    """(ms/it, losses) of one DLRM script run: its windows' --print-time figures and losses."""
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=cwd,
+                              env={**os.environ, **env}, preexec_fn=lambda: os.sched_setaffinity(0, CORES))
+    windows = WINDOW.findall(done.stdout)
+    if done.returncode != 0 or not windows:
+        raise SystemExit(f"{' '.join(command[:3])} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return {"ms": statistics.mean(float(ms) for ms, _ in windows), "losses": [float(v) for _, v in windows]}
+
+
+def script_part(caffe2, rounds: int) -> None:
+    script = dlrm_script()
+    if script is None:
+        print("\nDLRM's script: not found (../shared/third_party/dlrm/dlrm_s_caffe2.py); skipped")
+        return
+    dslc = str(Path(sys.executable).parent / "dslc")
+    runs = [("dslc interp", [dslc, "exec", str(script), *SCRIPT_ARGS], {"DSLC_BACKEND": "interp"}),
+            ("dslc numba", [dslc, "exec", str(script), *SCRIPT_ARGS], {"DSLC_BACKEND": "numba"})]
+    if caffe2 is not None:
+        extra = os.environ.get("CAFFE2_PYTHONPATH", "")
+        runs.insert(0, ("Caffe2", [str(caffe2), str(script), *SCRIPT_ARGS], {"PYTHONPATH": extra}))
+    # (numba as a user gets it: regions compile once hot, in the background, inside the windows)
+    os.environ.pop("DSLC_NUMBA_COMPILE", None)
+    print(f"\nDLRM's dlrm_s_caffe2.py, medium, {SCRIPT_ARGS[SCRIPT_ARGS.index('--num-batches') + 1]} batches:"
+          f" its own --print-time, ms per iteration ({rounds} rounds, systems in turn)")
+    got = {label: [] for label, _, _ in runs}
+    for k in range(rounds):
+        for label, command, env in runs:
+            got[label].append(run_script(command, env))
+        print(f"  round {k + 1}: " + ", ".join(f"{label} {got[label][-1]['ms']:.2f}" for label in got), flush=True)
+    base = got.get("Caffe2")
+    print(f"{'':14s} {'median ms/it':>13s} {'median ratio to Caffe2':>23s} {'loss vs Caffe2 (max rel)':>25s}")
+    for label, figures in got.items():
+        ratio = diff = "-"
+        if base and label != "Caffe2":
+            ratio = f"{statistics.median(f['ms'] / b['ms'] for f, b in zip(figures, base)):.2f}x"
+            diff = f"{max(abs(a - b) / abs(b) for f in figures for a, b in zip(f['losses'], base[0]['losses'])):.1e}"
+        print(f"{label:14s} {statistics.median(f['ms'] for f in figures):13.2f} {ratio:>23s} {diff:>25s}")
+
+
 def systems(caffe2):
     """(label, python, package, extra environment) of each system measured."""
     out = [("dslc interp", sys.executable, "dslc", {"DSLC_BACKEND": "interp"}),
@@ -142,21 +213,37 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=300, help="RunNets per round of the SLS net (5 rounds)")
     ap.add_argument("--iters", type=int, default=60, help="timed DLRM iterations (after 5 untimed)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of DLRM's script per system")
+    ap.add_argument("--parts", default="sls,shaped,script", help="which workloads: sls, shaped, script")
     args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
     c2 = Path(os.environ.get("CAFFE2_VENV", "/tmp/caffe2-venv")) / "bin" / "python"
     who = systems(c2 if c2.exists() else None)
     print(f"numpy's OpenBLAS kernel: {blas_kernel()}; OPENBLAS_CORETYPE="
           f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; one thread")
-    print(f"\nOne-op SparseLengthsSum net, us per RunNet ({args.calls} x 5 calls per figure)")
+    if "sls" in parts:
+        sls_part(who, args.calls)
+    if "shaped" in parts:
+        shaped_part(who, args.iters)
+    if "script" in parts:
+        script_part(c2 if c2.exists() else None, args.rounds)
+    return 0
+
+
+def sls_part(who, calls: int) -> None:
+    print(f"\nOne-op SparseLengthsSum net, us per RunNet ({calls} x 5 calls per figure)")
     print(f"{'':14s} {'fixed':>9s} {'changing':>9s} {'changing/fixed':>15s} {'compiles (changing)':>20s}")
     for label, python, package, env in who:
-        fixed = run(python, SLS.format(package=package, mode="fixed", calls=args.calls), env)
-        moving = run(python, SLS.format(package=package, mode="changing", calls=args.calls), env)
+        fixed = run(python, SLS.format(package=package, mode="fixed", calls=calls), env)
+        moving = run(python, SLS.format(package=package, mode="changing", calls=calls), env)
         compiles = str(moving.get("compiles", "-"))
         print(f"{label:14s} {fixed['per_call'] * 1e6:9.1f} {moving['per_call'] * 1e6:9.1f} "
               f"{moving['per_call'] / fixed['per_call']:14.2f}x {compiles:>20s}")
-    print(f"\nDLRM-shaped training, bags of 1-10 ids per sample, ms per iteration ({args.iters} iterations)")
-    figures = {label: run(python, DLRM.format(package=package, example=str(EXAMPLE), iters=args.iters), env)
+
+
+def shaped_part(who, iters: int) -> None:
+    print(f"\nDLRM-shaped training, bags of 1-10 ids per sample, ms per iteration ({iters} iterations)")
+    figures = {label: run(python, DLRM.format(package=package, example=str(EXAMPLE), iters=iters), env)
                for label, python, package, env in who}
     base = figures.get("Caffe2")
     print(f"{'':14s} {'ms/iter':>9s} {'vs Caffe2':>10s} {'compiles':>9s} {'loss vs Caffe2 (max rel)':>25s}  "
@@ -168,7 +255,6 @@ def main(argv=None) -> int:
             diff = f"{max(abs(a - b) / abs(b) for a, b in zip(got['losses'], base['losses'])):.1e}"
         print(f"{label:14s} {got['per_iter'] * 1e3:9.2f} {ratio:>10s} {str(got.get('compiles', '-')):>9s} {diff:>25s}  "
               f"{got.get('kernels') or '-'}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -274,7 +274,14 @@ def tanh_grad(y, dy):
 
 
 def relu_grad(y, dy):
-    return np.where(y > 0, dy, np.zeros((), dy.dtype))
+    """dY where Y > 0, else +0 (a NaN or inf dY too). For floats, dY's bits and-ed with a mask of
+    all ones or zeros: the same values as np.where, which branches per element and is ~7x
+    slower on a random sign pattern."""
+    if not isinstance(dy, np.ndarray) or dy.dtype.kind != "f" or dy.ndim == 0 or np.shape(y) != dy.shape:
+        return np.where(y > 0, dy, np.zeros((), dy.dtype))
+    bits = np.dtype(f"i{dy.dtype.itemsize}")
+    mask = np.negative(y > 0, dtype=bits)  # (True -> -1: all ones)
+    return np.bitwise_and(np.ascontiguousarray(dy).view(bits), mask, out=mask).view(dy.dtype)
 
 
 def softmax(x, axis=1):
@@ -546,12 +553,23 @@ def sum_reduce_like(dy, like, broadcast=0, axis=-1):
 # --- sparse updates (VALUES[i] is the gradient of row INDICES[i])
 def _occurrences(idx):
     """Positions of idx grouped in rounds: round k holds the k-th occurrence of each row
-    (within a round every row appears once, so a round updates with one numpy call)."""
+    (within a round every row appears once, so a round updates with one numpy call). Ids
+    without a repeat (the common batch) are one round, every position; with a few repeats,
+    the first occurrences are one round and the repeats' positions, few, are grouped again."""
+    if idx.size == 0:
+        return []
     order = np.argsort(idx, kind="stable")
-    sorted_idx = idx[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_idx)) + 1]
-    rank = np.arange(idx.size) - np.repeat(starts, np.diff(np.r_[starts, idx.size]))
-    return [order[rank == k] for k in range(int(rank.max()) + 1 if idx.size else 0)]
+    ordered = idx[order]
+    again = ordered[1:] == ordered[:-1]  # (an occurrence after the first, in sorted order)
+    if not again.any():
+        return [slice(None)]
+    rounds = []
+    while order.size:
+        first = np.concatenate(([True], ~again))
+        rounds.append(order[first])
+        order, ordered = order[~first], ordered[~first]  # (still sorted, still stable)
+        again = ordered[1:] == ordered[:-1]
+    return rounds
 
 
 # The sparse updates write into their parameter (and moment) arrays when ``inplace``: the
@@ -572,14 +590,26 @@ def scatter_weighted_sum(data, w0, indices, *pairs, inplace=False):
 
 
 def add_rows(out, idx, rows):
-    """out[idx[i]] += rows[i] for every i (repeated rows add up): the rows summed per index
-    first (a sort and one reduceat), then one indexed add, faster than np.add.at."""
+    """out[idx[i]] += rows[i] for i = 0, 1, ... in turn, as Caffe2 adds them (a repeated row
+    gets each of its rows in order). One indexed add for all of them, which leaves a repeated
+    id with only its last row added; those ids (few in a batch drawn from a large table) are
+    then set back and get all their rows in order from np.add.at, which adds one row at a
+    time (~4x slower per row than an indexed add, and right with repeats)."""
     if idx.size == 0:
         return
+    before = np.take(out, idx, axis=0)
     order = np.argsort(idx, kind="stable")
-    sorted_idx = idx[order]
-    starts = np.r_[0, np.flatnonzero(sorted_idx[1:] != sorted_idx[:-1]) + 1]
-    out[sorted_idx[starts]] += np.add.reduceat(rows[order], starts, axis=0)
+    ordered = idx[order]
+    again = ordered[1:] == ordered[:-1]  # (the same id as the one before, in sorted order)
+    out[idx] = before + rows
+    if not again.any():
+        return
+    shared = np.zeros(idx.size, dtype=bool)  # (in sorted order: an id that repeats)
+    shared[1:] |= again
+    shared[:-1] |= again
+    at = np.sort(order[shared])  # (their positions, in turn)
+    out[idx[at]] = before[at]
+    np.add.at(out, idx[at], rows[at])
 
 
 def sparse_adagrad(p, m, indices, g, lr, epsilon=1e-5, weight_decay=0.0, inplace=False):

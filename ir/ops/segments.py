@@ -306,15 +306,31 @@ def _starts(lengths, total, name):
 
 def _segment_sums(rows, lengths, name):
     starts, lengths = _starts(lengths, rows.shape[0], name)
-    out = np.zeros((lengths.size,) + rows.shape[1:], dtype=rows.dtype)
-    full = lengths > 0
-    if full.any():
-        out[full] = np.add.reduceat(rows, starts[full], axis=0)
-    return out, lengths
+    return bag_sums(rows, starts, lengths), lengths
+
+
+def bag_sums(rows, starts, lengths):
+    """Each segment's rows (``lengths[s]`` of them from ``starts[s]``) added in order from zero,
+    (((0 + r0) + r1) + ...), as Caffe2 adds a bag: 1e8, 1, -1e8, 1 sum to 1 there, and to 0 with
+    numpy's reduceat, which pairs them. The rows go into a [longest bag, bags] grid padded with
+    a zero row and one reduce adds the grid's rows in turn: no Python per bag; where one long
+    bag would make the grid much larger than the rows, np.add.at adds them one by one."""
+    n, bags, tail = rows.shape[0], lengths.size, rows.shape[1:]
+    longest = int(lengths.max()) if bags else 0
+    if longest * bags > 2 * n + 64:
+        out = np.zeros((bags,) + tail, dtype=rows.dtype)
+        np.add.at(out, np.repeat(np.arange(bags), lengths), rows)
+        return out
+    padded = np.empty((n + 1,) + tail, dtype=rows.dtype)
+    padded[:n] = rows
+    padded[n] = 0
+    at = np.arange(longest)[:, None]
+    grid = np.take(padded, np.where(at < lengths, starts + at, n).reshape(-1), axis=0)
+    return np.add.reduce(grid.reshape((longest, bags) + tail), axis=0, initial=rows.dtype.type(0))
 
 
 def _picked(data, idx, name):
-    return data[checked(name, idx, data.shape[0])]
+    return np.take(data, checked(name, idx, data.shape[0]), axis=0)
 
 
 def _bag_rows(data, idx, name):

@@ -97,3 +97,20 @@ def test_values_worked_by_hand():
         grad = hu.runOpOnInput(do, core.CreateOperator("EluGradient", ["Y", "dY"], ["dX"], alpha=2.0),
                                [np.array([-1.0], np.float32), np.array([1.0], np.float32)])[0]
         np.testing.assert_allclose(grad, [1.0], rtol=1e-6)
+
+
+def test_relu_gradient_masks_non_finite_dy_and_keeps_signed_zeros_as_caffe2():
+    # Caffe2 (torch 1.10.2's caffe2, ReluGradient through RunOperatorOnce, .tolist() and np.signbit):
+    # [0.0, 0.0, 0.0, -0.0, nan, 0.0, 5.0], only the fourth negative
+    y = np.array([0, 0, 0, 2, 3, 0, 1], np.float32)
+    dy = np.array([np.nan, np.inf, -np.inf, -0.0, np.nan, -2, 5], np.float32)
+    for do in hu.device_options:
+        for shape in ((7,), (7, 1)):
+            workspace.ResetWorkspace()
+            workspace.FeedBlob("y", y.reshape(shape))
+            workspace.FeedBlob("dy", dy.reshape(shape))
+            workspace.RunOperatorOnce(core.CreateOperator("ReluGradient", ["y", "dy"], ["dx"], device_option=do))
+            dx = workspace.FetchBlob("dx").reshape(-1)
+            assert dx.dtype == np.float32 and dx.shape == (7,)
+            np.testing.assert_array_equal(dx, [0, 0, 0, 0, np.nan, 0, 5])
+            assert np.signbit(dx).tolist() == [False, False, False, True, False, False, False]

@@ -239,3 +239,33 @@ def test_sparse_segment_gradient_is_a_slice_of_the_rows_read():
     grads, gi = core.GradientRegistry.GetGradientForOp(op, ["Y_grad"])
     assert [(g.type, list(g.input)) for g in grads] == [("SortedSegmentSumGradient", ["Y_grad", "S"])]
     assert (gi[0].indices, gi[0].values) == ("I", "D_grad_values") and gi[1:] == [None, None]
+
+
+@DEVICES
+@pytest.mark.parametrize("width", [1, 16])
+def test_rows_add_in_turn_as_caffe2_adds_them(do, width):
+    # Caffe2 (torch 1.10.2's caffe2, RunOperatorOnce, .tolist()): each op gives [1.0, 1.5] at
+    # widths 1 and 16: ((((0 + 1e8) + 1) - 1e8) + 1) is 1 in float32; paired, (1e8 + 1) + (-1e8 + 1)
+    # is 0, as numpy's reduceat had it. The ids reversed: [[2.0], [0.0]]; the long bag: [1.0]
+    v = np.array([1e8, 1, -1e8, 1, 3e7, -3e7, 0.5, 1], np.float32)
+    data = np.repeat(v[:, None], width, axis=1)
+    two = np.array([4, 4], np.int32)
+    want = [[1.0] * width, [1.5] * width]
+    assert _one(do, "SparseLengthsSum", {"d": data, "i": np.arange(8, dtype=np.int64), "l": two}) == want
+    assert _one(do, "SparseLengthsSum", {"d": data, "i": np.arange(8, dtype=np.int64)[::-1].copy(),
+                                         "l": two}) == [[2.0] * width, [0.0] * width]
+    assert _one(do, "LengthsSum", {"d": data, "l": two}) == want
+    # one long bag among short ones (the rows added one at a time, not in a padded grid)
+    long = np.r_[np.zeros(40, np.float32), v[:4]]
+    lengths = np.r_[np.full(40, 0, np.int32), [44], np.zeros(40, np.int32)].astype(np.int32)
+    got = _one(do, "LengthsSum", {"d": np.repeat(long[:, None], width, axis=1), "l": lengths})
+    assert got[40] == [1.0] * width and got[0] == got[80] == [0.0] * width
+    t = np.zeros((2, width), np.float32)
+    scatter = {"t": t, "one": np.ones(1, np.float32), "ids": np.array([0, 0, 0, 0, 1, 1, 1, 1], np.int64),
+               "d": data, "w": np.ones(1, np.float32)}
+    workspace.ResetWorkspace()
+    for k, val in scatter.items():
+        workspace.FeedBlob(k, val)
+    workspace.RunOperatorOnce(core.CreateOperator("ScatterWeightedSum", ["t", "one", "ids", "d", "w"], ["t"],
+                                                  device_option=do))
+    assert workspace.FetchBlob("t").tolist() == want
