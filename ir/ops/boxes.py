@@ -16,8 +16,8 @@ angle in degrees] when ``rotated``; ``legacy_plus_one`` is the "+ 1" in widths a
         (CollectRpnProposals and DistributeFpnProposals are its two halves)
 
 Ties between equal scores are broken by position (Caffe2's std::sort leaves them in an
-order of its own): see docs/differences.md. Rotated boxes go through BBoxTransform;
-rotated NMS (polygon intersections) is not implemented and is refused with an error.
+order of its own): see docs/differences.md. Rotated boxes overlap by the area of their
+intersection polygon (``rotated_intersections``), as in Caffe2's RRPN ops.
 """
 from __future__ import annotations
 
@@ -104,19 +104,79 @@ def _iou(boxes, areas, i, rest, p):
     return inter / (areas[i] + areas[rest] - inter)
 
 
+def _corners(boxes):
+    """The corners [M, 4, 2] of rotated boxes [M, 5] (centre, size, degrees counter-clockwise),
+    as Caffe2 lays them out."""
+    turn = -boxes[:, 4].astype(np.float64) * 0.01745329251
+    b, a = np.cos(turn).astype(f32) * f32(0.5), np.sin(turn).astype(f32) * f32(0.5)
+    cx, cy, w, h = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    p0 = np.stack([cx - a * h - b * w, cy + b * h - a * w], axis=1)
+    p1 = np.stack([cx + a * h - b * w, cy - b * h - a * w], axis=1)
+    centre = np.stack([cx, cy], axis=1)
+    return np.stack([p0, p1, 2 * centre - p0, 2 * centre - p1], axis=1)
+
+
+def _inside(points, corners):
+    """Whether each of points [M, K, 2] lies in the rectangle of corners [M, 4, 2]."""
+    a, ab, ad = corners[:, None, 0], corners[:, None, 1] - corners[:, None, 0], corners[:, None, 3] - corners[:, None, 0]
+    ap = points - a
+    u, v = (ap * ab).sum(-1), (ap * ad).sum(-1)
+    return (u >= 0) & (u <= (ab * ab).sum(-1)) & (v >= 0) & (v <= (ad * ad).sum(-1))
+
+
+def rotated_intersections(box, others):
+    """The area of the intersection of rotated box [5] with each of others [M, 5]: the convex
+    polygon of the corners of each inside the other and their edges' crossings."""
+    m = others.shape[0]
+    c1 = np.broadcast_to(_corners(box[None]), (m, 4, 2)).astype(np.float64)
+    c2 = _corners(others).astype(np.float64)
+    e1, e2 = np.roll(c1, -1, axis=1) - c1, np.roll(c2, -1, axis=1) - c2
+    # edge i of box against edge j of the other: c1_i + t1 e1_i = c2_j + t2 e2_j
+    d = c2[:, None, :, :] - c1[:, :, None, :]  # [M, 4, 4, 2]
+    cross = lambda u, v: u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]  # noqa: E731
+    det = cross(e2[:, None, :, :], e1[:, :, None, :])
+    ok = np.abs(det) > 1e-14
+    safe = np.where(ok, det, 1.0)
+    t1, t2 = cross(e2[:, None, :, :], d) / safe, cross(e1[:, :, None, :], d) / safe
+    ok &= (t1 >= 0) & (t1 <= 1) & (t2 >= 0) & (t2 <= 1)
+    crossings = c1[:, :, None, :] + t1[..., None] * e1[:, :, None, :]
+    points = np.concatenate([crossings.reshape(m, 16, 2), c1, c2], axis=1)  # [M, 24, 2]
+    valid = np.concatenate([ok.reshape(m, 16), _inside(c1, c2), _inside(c2, c1)], axis=1)
+    count = valid.sum(axis=1)
+    centre = (points * valid[..., None]).sum(axis=1) / np.maximum(count, 1)[:, None]
+    first = points[np.arange(m), valid.argmax(axis=1)]
+    points = np.where(valid[..., None], points, first[:, None, :])  # (the unused: copies of a vertex)
+    rel = points - centre[:, None, :]
+    order = np.argsort(np.arctan2(rel[..., 1], rel[..., 0]), axis=1)
+    ring = np.take_along_axis(rel, order[..., None], axis=1)
+    area = 0.5 * np.abs(cross(ring, np.roll(ring, -1, axis=1)).sum(axis=1))
+    return np.where(count >= 3, area, 0.0).astype(f32)
+
+
+def _box_areas(boxes, p):
+    return boxes[:, 2] * boxes[:, 3] if boxes.shape[1] == 5 else _areas(boxes, p)
+
+
+def _overlaps(boxes, areas, i, rest, p):
+    """The IoU of box ``i`` with each of the boxes ``rest``, upright or rotated."""
+    if boxes.shape[1] == 5:
+        inter = rotated_intersections(boxes[i], boxes[rest])
+        return inter / (areas[i] + areas[rest] - inter)
+    return _iou(boxes, areas, i, rest, p)
+
+
 def greedy_nms(boxes, order, thresh: float, top_n: int = -1, plus_one=True) -> list[int]:
     """Greedy NMS over the rows ``order`` names (best first): a row is dropped when its IoU
-    with a kept one is above ``thresh``; at most ``top_n`` kept (-1: no limit)."""
-    if boxes.shape[1] != 4:
-        raise NotImplementedError("NMS of rotated boxes (rotated=1) is not implemented in dslc")
+    with a kept one is above ``thresh``; at most ``top_n`` kept (-1: no limit). Rotated
+    boxes [M, 5] overlap by the area of their intersection polygon (no "+ 1")."""
     p = f32(int(plus_one))
-    areas = _areas(boxes, p)
+    areas = _box_areas(boxes, p)
     order = np.asarray(order, dtype=np.int64)
     keep: list[int] = []
     while order.size and (top_n < 0 or len(keep) < top_n):
         i, rest = int(order[0]), order[1:]
         keep.append(i)
-        order = rest[_iou(boxes, areas, i, rest, p) <= f32(thresh)]
+        order = rest[_overlaps(boxes, areas, i, rest, p) <= f32(thresh)]
     return keep
 
 
@@ -125,10 +185,8 @@ def soft_nms(boxes, scores, pending, sigma, overlap_thresh, score_thresh, method
     scaled down by their overlap with it (linear: 1 - IoU above ``overlap_thresh``;
     gaussian: exp(-IoU^2 / sigma)); rows whose score falls under ``score_thresh`` leave.
     Returns (kept rows in the order picked, the updated scores)."""
-    if boxes.shape[1] != 4:
-        raise NotImplementedError("soft-NMS of rotated boxes (rotated=1) is not implemented in dslc")
     p = f32(int(plus_one))
-    areas = _areas(boxes, p)
+    areas = _box_areas(boxes, p)
     out = scores.astype(f32).copy()
     pending = np.asarray(pending, dtype=np.int64)
     keep: list[int] = []
@@ -138,7 +196,7 @@ def soft_nms(boxes, scores, pending, sigma, overlap_thresh, score_thresh, method
         keep.append(i)
         pending[[0, best]] = pending[[best, 0]]
         rest = pending[1:]
-        ovr = _iou(boxes, areas, i, rest, p)
+        ovr = _overlaps(boxes, areas, i, rest, p)
         if method == "gaussian":
             weight = np.exp(-ovr.astype(np.float64) * ovr / sigma).astype(f32)
         else:

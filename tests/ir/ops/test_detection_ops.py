@@ -110,6 +110,22 @@ def test_soft_nms_with_batch_splits_is_caffe2s(backend):
     assert k.tolist() == [0, 1, 1, 0, 0, 1] and ks.tolist() == [[0, 2, 1], [0, 1, 2]]
 
 
+def test_rotated_nms_is_caffe2s(backend):
+    # (centre x, centre y, w, h, degrees): IoUs with the first box, by hand: the same box turned
+    # 90 degrees 4 x 4 / (40 + 40 - 16) = 0.25; shifted 3 to the right 7 x 4 / (80 - 28) = 0.54;
+    # shifted 1 and turned 10 degrees 32.66 / (80 - 32.66) = 0.69; the 45-degree square none
+    rot = np.array([[20, 20, 10, 4, 0], [20, 20, 10, 4, 90], [21, 20, 10, 4, 10], [40, 40, 6, 6, 45],
+                    [23, 20, 10, 4, 0]], f32)
+    from dslc.ir.ops.boxes import rotated_intersections
+    np.testing.assert_allclose(rotated_intersections(rot[0], rot[[1, 3, 4]]), [16, 0, 28], atol=1e-4)
+    scores = np.array([[0, 0.9], [0, 0.8], [0, 0.7], [0, 0.6], [0, 0.5]], f32)
+    boxes = np.concatenate([np.zeros((5, 5), f32), rot], axis=1)
+    for nms, kept in ((0.3, [0, 1, 3]), (0.6, [0, 1, 3, 4])):  # Caffe2: the same rows
+        s, b, _ = _run(backend, "BoxWithNMSLimit", [scores, boxes], ["s", "b", "c"], rotated=True, nms=nms)
+        _close(s, scores[kept, 1])
+        _close(b, rot[kept])
+
+
 ROI_X = np.arange(32, dtype=f32).reshape(1, 2, 4, 4) ** 1.5 / 10
 ROI_R = np.array([[0, 0.5, 0.5, 3.2, 2.6], [0, -1, 1, 5, 6]], f32)
 
@@ -266,11 +282,4 @@ def test_bad_detection_arguments_are_located_errors():
         workspace.FeedBlob("r", ROI_R)
         net = core.Net("m")
         net.DistributeFpnProposals(["r"], ["a", "b"], roi_min_level=2, roi_max_level=4)
-        workspace.current().run(net)
-    workspace.ResetWorkspace()
-    with pytest.raises(DSLError, match="rotated"):
-        for k, v in (("s", NMS_SCORES), ("b", np.zeros((4, 15), f32))):
-            workspace.FeedBlob(k, v)
-        net = core.Net("k")
-        net.BoxWithNMSLimit(["s", "b"], ["o1", "o2", "o3"], rotated=True)
         workspace.current().run(net)
