@@ -232,8 +232,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as top:
         workers = [Worker(name, python, env, program, top) for name, python, env, program in engines(c2)
                    if name in wanted]
-        for model in models:
-            for batch in batches:
+        for batch in batches:  # (every model at one batch size, then the next: a stopped run has whole rows)
+            for model in models:
                 results[(model, batch)] = measure(workers, model, batch, folders[model][batch], args, top)
         for w in workers:
             w.close()
@@ -362,6 +362,10 @@ def measure(workers, model, batch, folder, args, top) -> dict:
     done = {n: r for n, r in out.items() if r.get("rounds")}
     print(f"{model} b{batch}: " + ", ".join(f"{n} {statistics.median(r['rounds']) * 1e3:.1f} ms"
                                              for n, r in done.items()), flush=True)
+    best = [f"best/{p} {ratio(out, ('dslc interp', 'dslc numba'), p):.2f}" for p in PEERS
+            if ratio(out, ("dslc interp", "dslc numba"), p) is not None]
+    agree = [f"{n} {r['agree'][0]:.1e} top-1 {r['agree'][1]}/{r['agree'][2]}" for n, r in out.items() if "agree" in r]
+    print(f"  {', '.join(best)}; against Caffe2's output: {', '.join(agree)}", flush=True)
     return out
 
 
