@@ -3,8 +3,8 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/numba_fallback.py \
         [--models resnet18,...] [--batches 1,16] [--size 224] [--warm 8] [--reps 3] [--rounds 1]
 
-bench/inference.py's models and runner (FeedBlob, CreateNet, RunNet timed), one process per
-engine and model, engines interleaved within each round: interp; numba compiled before the
+bench/inference.py's brew models run as deploy models (a Predictor over frozen weights,
+bench/weights_once.py's), one process per engine and model, engines interleaved: interp; numba compiled before the
 run with each region racing the interpreter's code (DSLC_NUMBA_TRIAL_RUNS=3, the default:
 backends/numba/trial.py) and without (=0: every compiled region kept); numba as it runs by
 default (compiled when hot). Each net runs ``--warm`` times before ``--reps`` timed runs, so
@@ -15,11 +15,12 @@ ratios). One core, one BLAS thread; numpy's BLAS kernel is printed.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
-import tempfile
 
-import inference
 from embedding import blas_kernel
 from timing import one_core
 
@@ -27,6 +28,42 @@ ENGINES = [("interp", {"DSLC_BACKEND": "interp"}),
            ("numba race", {"DSLC_BACKEND": "numba", "DSLC_NUMBA_COMPILE": "now", "DSLC_NUMBA_TRIAL_RUNS": "3"}),
            ("numba no race", {"DSLC_BACKEND": "numba", "DSLC_NUMBA_COMPILE": "now", "DSLC_NUMBA_TRIAL_RUNS": "0"}),
            ("numba hot", {"DSLC_BACKEND": "numba", "DSLC_NUMBA_COMPILE": "hot"})]
+
+# One engine's run of one model: bench/weights_once.py's Predictor over frozen weights (as a
+# deploy model's init net leaves them), warm runs, then the median of the timed ones.
+RUNNER = r"""
+import json, statistics, sys, time
+import numpy as np
+spec = json.loads(sys.argv[1])
+sys.path.insert(0, spec["bench"])
+import inference, weights_once
+from dslc import brew, model_helper
+builders = {}
+exec(inference.MODELS, builders)
+name = spec["model"]
+m = model_helper.ModelHelper(name=name, init_params=True)
+out = str(builders["build"](name, brew, m, spec["size"]))
+rng = np.random.default_rng(0)
+p = weights_once.predictor(weights_once.params(m, rng), m.net.Proto(), out, True)
+for b in spec["batches"]:
+    x = rng.standard_normal((b, 3, spec["size"], spec["size"])).astype(np.float32)
+    for _ in range(spec["warm"]):
+        p.run([x])
+    ts = []
+    for _ in range(spec["reps"]):
+        t = time.perf_counter(); p.run([x]); ts.append(time.perf_counter() - t)
+    print("TIME", b, statistics.median(ts), flush=True)
+"""
+
+
+def run_engine(env, spec) -> dict:
+    """{batch: seconds} of one engine's process (nothing for a batch that failed)."""
+    proc = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(spec)], capture_output=True, text=True,
+                          timeout=3600, env=dict(os.environ, **env))
+    if proc.returncode:
+        print(f"  {env}: {proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else proc.returncode}")
+    return {int(b): float(t) for _, b, t in (line.split() for line in proc.stdout.splitlines()
+                                              if line.startswith("TIME "))}
 
 
 def main(argv=None) -> int:
@@ -39,10 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args(argv)
     one_core()
-    warm = "        workspace.RunNet(net)\n        ts = []"
-    program = inference.RUNNER.format(package="dslc", models=inference.MODELS)
-    assert warm in program
-    program = program.replace(warm, f"        for _ in range({args.warm}): workspace.RunNet(net)\n        ts = []")
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[var] = "1"  # (the engines' processes inherit them)
     batches = [int(b) for b in args.batches.split(",")]
     print(f"numpy's OpenBLAS kernel: {blas_kernel()}; one core, one thread; images {args.size}x{args.size}; "
           f"{args.warm} warm runs, median of {args.reps}")
@@ -50,11 +85,10 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         for model in args.models.split(","):
             for name, env in ENGINES:
-                spec = dict(models=[model], batches=batches, size=args.size, reps=args.reps)
-                with tempfile.TemporaryDirectory() as folder:
-                    got = inference.run_engine(name, sys.executable, env, program, spec, folder)
-                for (m, b), t in got.items():
-                    times.setdefault((m, b), {}).setdefault(name, []).append(t)
+                spec = dict(model=model, batches=batches, size=args.size, warm=args.warm, reps=args.reps,
+                            bench=os.path.dirname(os.path.abspath(__file__)))
+                for b, t in run_engine(env, spec).items():
+                    times.setdefault((model, b), {}).setdefault(name, []).append(t)
     print(f"{'model':12s} {'batch':>5s} " + " ".join(f"{n:>22s}" for n, _ in ENGINES) + "   (ms; ratio to interp)")
     for (m, b), row in times.items():
         base = row.get("interp")

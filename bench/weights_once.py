@@ -27,7 +27,8 @@ from embedding import blas_kernel
 from timing import one_core
 
 
-def _predictor(params, net, out, frozen):
+def predictor(params, net, out, frozen):
+    """A workspace.Predictor of ``net`` over ``params`` (copies: read-only where ``frozen``)."""
     import dslc.predictor.runner as R  # (the Predictor's own pieces: its workspace and private task)
     p = R.Predictor.__new__(R.Predictor)
     p._ws = R.Workspace()
@@ -42,7 +43,7 @@ def _predictor(params, net, out, frozen):
     return p
 
 
-def _params(m, rng):
+def params(m, rng):
     """bench/inference.py's fill: weights by fan-in, BN's scale and variance in [0.5, 1.5]."""
     params = {}
     for op in m.param_init_net.Proto().op:
@@ -75,8 +76,8 @@ def main(argv=None) -> int:
         m = model_helper.ModelHelper(name=name, init_params=True)
         out = str(builders["build"](name, brew, m, args.size))
         rng = np.random.default_rng(0)
-        params = _params(m, rng)
-        ps = {k: _predictor(params, m.net.Proto(), out, k == "frozen") for k in ("frozen", "writeable")}
+        weights = params(m, rng)
+        ps = {k: predictor(weights, m.net.Proto(), out, k == "frozen") for k in ("frozen", "writeable")}
         for b in (int(b) for b in args.batches.split(",")):
             x = rng.standard_normal((b, 3, args.size, args.size)).astype(np.float32)
             outs = {k: p.run([x])[0] for k, p in ps.items()}  # (the first run folds)
