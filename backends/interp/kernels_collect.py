@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslc.runtime.datasets import FieldTree
+from dslc.runtime.packed import PackedRecords
 from dslc.ir.diagnostics import DSLError
 
 from .kernels import kernel
@@ -123,3 +124,72 @@ def _trim(op, cfg):
         out = tree.take(data, rng)
         return out[0] if len(out) == 1 else tuple(out)
     return trim
+
+
+class ObjectMap(dict):
+    """A map blob (CreateMap): ReservoirSampling's object id -> reservoir slot."""
+
+    handle_kind = "map"
+
+
+kernel("CreateMap")(lambda op, cfg: ObjectMap)
+
+
+@kernel("ReservoirSampling", per_instance=True)
+def _reservoir(op, cfg):
+    k, dedupe = int(op.attrs["num_to_collect"]), len(op.results) == 4
+
+    def make(inst):
+        rng = np.random.default_rng()
+
+        def sample(reservoir, visited, data, mutex, *book):
+            packed = isinstance(data, PackedRecords)
+            rows = list(data.rows) if packed else np.asarray(data)
+            started = reservoir is not None and len(reservoir) > 0
+            kept = (list(reservoir.rows) if isinstance(reservoir, PackedRecords) else list(np.asarray(reservoir))) \
+                if started else []
+            seen = int(np.asarray(visited).reshape(-1)[0]) if started else 0
+            if dedupe:
+                ids, where, slots = np.asarray(book[0]).reshape(-1), book[1], book[2]
+                if not isinstance(where, ObjectMap):
+                    raise DSLError("ReservoirSampling's object map must be a blob CreateMap wrote")
+                if len(ids) != len(rows):
+                    raise DSLError(f"ReservoirSampling has {len(ids)} object ids for {len(rows)} rows")
+                slots = [int(s) for s in np.asarray(slots).reshape(-1)] if started else []
+                if not started:
+                    where.clear()
+                # (an object counts once: not when it is kept already, nor again in this batch)
+                fresh = {int(i) for i in ids} - set(where)
+            for i in range(len(rows)):
+                if dedupe:
+                    oid = int(ids[i])
+                    if oid not in fresh:
+                        continue
+                    fresh.discard(oid)
+                pos = seen if seen < k else int(rng.integers(0, seen + 1))
+                if pos < k:
+                    row = rows[i] if packed else np.array(rows[i])
+                    if pos == len(kept):
+                        kept.append(row)
+                        if dedupe:
+                            slots.append(oid)
+                    else:
+                        kept[pos] = row
+                        if dedupe:  # (the object it replaces leaves the map)
+                            where.pop(slots[pos], None)
+                            slots[pos] = oid
+                    if dedupe:
+                        where[oid] = pos
+                seen += 1
+            if packed:
+                out = PackedRecords(kept)
+            else:
+                out = np.stack(kept) if kept else rows[:0].copy()
+            count = np.asarray(visited).copy() if visited is not None else np.zeros((), np.int64)
+            count = np.full(np.shape(count), seen, dtype=np.int64)
+            results = [out, count]
+            if dedupe:
+                results += [where, np.array(slots, dtype=np.int64)]
+            return tuple(results)
+        return sample
+    return make

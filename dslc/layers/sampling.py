@@ -1,5 +1,5 @@
 """Layers that keep samples of the stream or train on samples: ``LastNWindowCollector`` (the
-last N examples seen) and ``SamplingTrain`` (a prediction layer trained on the sampled rows
+last N examples seen), ``ReservoirSampling`` (a uniform sample of them) and ``SamplingTrain`` (a prediction layer trained on the sampled rows
 of its weights, its logits corrected by the sampling probabilities)."""
 from __future__ import annotations
 
@@ -36,6 +36,42 @@ class LastNWindowCollector(ModelLayer):
         net.LastNWindowCollector([self.last_n, self.next_blob, self.input_record(), self.mutex, self.num_visited_blob],
                                  [self.last_n, self.next_blob, self.num_visited_blob],
                                  num_to_collect=self.num_to_collect)
+
+
+class ReservoirSampling(ModelLayer):
+    """A uniform sample of at most ``num_to_collect`` of the rows of ``input_record.data`` seen
+    across runs (``PackRecords`` first for a record of several blobs), and how many rows it
+    has seen. With an ``object_id`` field, an object already in the sample, or seen earlier in
+    the batch, is not sampled again (Caffe2's ReservoirSamplingWithID)."""
+
+    def __init__(self, model, input_record, num_to_collect, name="reservoir_sampling", **kwargs):
+        super().__init__(model, name, input_record, **kwargs)
+        if num_to_collect <= 0 or "data" not in input_record:
+            raise LayerError(f"ReservoirSampling takes a Struct with data (and object_id) and num_to_collect > 0, "
+                             f"got {input_record}, {num_to_collect}", user_location())
+        self.num_to_collect = num_to_collect
+
+        def state(name, shape, init):
+            return self.create_param(param_name=name, shape=shape, initializer=init, optimizer=model.NoOptim)
+        self.reservoir = state("reservoir", [0], ("ConstantFill",))
+        self.num_visited_blob = state("num_visited", [], ("ConstantFill", {"value": 0, "dtype": core.DataType.INT64}))
+        self.mutex = state("mutex", None, ("CreateMutex",))  # (a mutex has no shape)
+        self.extra_input_blobs, self.extra_output_blobs = [], []
+        if "object_id" in input_record:
+            to_pos = state("object_to_pos", None, ("CreateMap", {"key_dtype": core.DataType.INT64,
+                                                                 "valued_dtype": core.DataType.INT32}))
+            to_object = state("pos_to_object", [0], ("ConstantFill", {"value": 0, "dtype": core.DataType.INT64}))
+            self.extra_input_blobs = [input_record.object_id(), to_pos, to_object]
+            self.extra_output_blobs = [to_pos, to_object]
+        self.output_schema = schema.Struct(("reservoir", schema.from_blob_list(input_record.data, [self.reservoir])),
+                                           ("num_visited", schema.Scalar(blob=self.num_visited_blob)),
+                                           ("mutex", schema.Scalar(blob=self.mutex)))
+
+    def add_ops(self, net):
+        net.ReservoirSampling([self.reservoir, self.num_visited_blob, self.input_record.data(), self.mutex]
+                              + self.extra_input_blobs,
+                              [self.reservoir, self.num_visited_blob] + self.extra_output_blobs,
+                              num_to_collect=self.num_to_collect)
 
 
 class SamplingTrain(ModelLayer):

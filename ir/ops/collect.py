@@ -122,3 +122,37 @@ declare("TrimDataset", (1, None), _trim, results=(1, None), attrs={"fields": [],
         traits={PURE}, may_fail=_always,
         doc="the dataset (operands, named by fields) cut to its first rows, as many as the largest "
             "multiple of multiple_of")
+
+
+# --- ReservoirSampling: a uniform sample of the rows seen, at most one per object id
+MAP = HandleType("map")
+declare("CreateMap", 0, lambda t, a, n: [MAP], attrs={"key_dtype": 2, "value_dtype": 2, "valued_dtype": None},
+        effects=(Effect("map", "alloc"),),
+        doc="a new, empty map (key_dtype to value_dtype, TensorProto codes): ReservoirSampling's object -> slot")
+
+
+def _reservoir(types, attrs, n):
+    _positive("ReservoirSampling", attrs, "num_to_collect")
+    if (len(types), n) not in ((4, 2), (7, 4)):
+        type_error(f"ReservoirSampling takes (reservoir, num_visited, data, mutex) -> 2 outputs, or those and "
+                   f"(object_id, object_to_pos, pos_to_object) -> 4; got {len(types)} inputs, {n} outputs",
+                   "pass all three bookkeeping blobs to deduplicate by object id")
+    data = types[2]
+    if isinstance(data, TensorType) and data.shape == ():
+        type_error("ReservoirSampling collects rows: its data must have a first dim, got a scalar")
+    if n == 4:
+        (ids,) = tensors("ReservoirSampling", [types[4]])
+        if ids.dtype is not None and ids.dtype != "i64":
+            type_error(f"ReservoirSampling's object ids must be int64, got {ids.dtype}")
+        if types[5] != ANY and types[5] != MAP:
+            type_error(f"ReservoirSampling input 5 must be a map, got {types[5]}", "pass a blob CreateMap wrote")
+    rows = data if not isinstance(data, TensorType) else \
+        TensorType(data.dtype, None if data.shape is None else (None,) + data.shape[1:])
+    return [rows, types[1], MAP, TensorType("i64", (None,))][:n]
+
+
+declare("ReservoirSampling", (4, 7), _reservoir, results=(2, 4), attrs={"num_to_collect": -1},
+        effects=(Effect("map", "write"), Effect("random", "write")), may_fail=_always, unset_ok=(0,),
+        doc="keep a uniform sample of at most num_to_collect of the rows (or packed records) seen in the "
+            "reservoir (operand 0; empty: start over), num_visited counting them; with object ids, a map and "
+            "a slot -> id tensor, an object already kept (or seen earlier in the batch) is not counted again")
