@@ -120,16 +120,17 @@ if {package!r} == "dslc":
     from dslc.driver import runner
     session = runner.current().session()
     out["compiles"] = session.compiles
-    # numba: the functions each variant compiled (or loaded from the cache) by the end of the
-    # run, "?" for a variant compiled with a dim unknown (in the background ones count once done)
+    # numba: the functions each variant compiled, loaded from the kernel cache and reused from
+    # a variant compiled before (the same generated text) by the end of the run, "?" for a
+    # variant compiled with a dim unknown
     kernels = []
     for variants in session._variants.values():
         for v in variants:
             stats = getattr(v.program, "stats", None)
             if stats is not None and hasattr(stats, "cache_hits"):
-                n = stats.compiled + stats.cache_hits
+                n = f"{{stats.compiled}}/{{stats.cache_hits}}/{{stats.reused}}"
                 generic = any(d is None for t in v.deps.values() for d in (getattr(t, "shape", None) or ()))
-                kernels.append(("?" if generic else "static") + ":" + str(n))
+                kernels.append(("?" if generic else "static") + ":" + n)
     out["kernels"] = " ".join(kernels)
 print("RESULT", json.dumps(out))
 """
@@ -247,7 +248,7 @@ def shaped_part(who, iters: int) -> None:
                for label, python, package, env in who}
     base = figures.get("Caffe2")
     print(f"{'':14s} {'ms/iter':>9s} {'vs Caffe2':>10s} {'compiles':>9s} {'loss vs Caffe2 (max rel)':>25s}  "
-          "numba functions per variant")
+          "numba functions per variant (compiled/from cache/reused)")
     for label, got in figures.items():
         ratio = f"{got['per_iter'] / base['per_iter']:9.2f}x" if base else "-"
         diff = "-"

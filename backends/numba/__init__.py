@@ -44,6 +44,9 @@ class Stats(CompileStats):
     fused: int = 0
     sources: list = field(default_factory=list)
     cache_hits: int = 0
+    # functions this process had compiled already (a variant of the module for other sizes
+    # generates the same text: its kernels are reused, neither compiled nor loaded again)
+    reused: int = 0
     trials: list = field(default_factory=list)  # each compiled region's race against the interpreter
 
     def interpreted(self, op, reason) -> None:
@@ -59,6 +62,9 @@ class Stats(CompileStats):
         from . import hot
         sig = tuple(_numba_type(t) for t in types) + (_generator_type(),) * streams + \
             tuple(_numba_type_of(c) for c in consts)
+        if sig in fn.overloads:
+            self.reused += 1
+            return
         if worker:
             hot.compile_through_worker(fn, sig)
         else:
@@ -188,6 +194,7 @@ class NumbaProgram:
             "kernels fused": s.fused,
             "functions compiled now": s.compiled,
             "functions from cache": s.cache_hits,
+            **({"functions reused (compiled in this process before)": s.reused} if s.reused else {}),
             "compile seconds": round(s.seconds, 3),
             "ops interpreted, and why": dict(why.most_common()),
         }

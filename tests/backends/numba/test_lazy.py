@@ -114,3 +114,28 @@ def test_a_loop_switched_midway_keeps_its_ops_per_instance_state(monkeypatch):
         s.run(loop)
         assert all(lz.fn is not None for lz in program.lazies if isinstance(lz, lazy.Loop))
     assert sorted(np.concatenate(workspace.FetchBlob("coll")).tolist()) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_variant_for_other_sizes_reuses_the_kernels_compiled_for_the_first(tmp_path, monkeypatch):
+    """A net fed another batch size compiles once more with that dim unknown (variants.py);
+    its islands' text is the first compile's, so numba compiles nothing again: the second
+    variant reports its functions as reused, and both give numpy's answers."""
+    monkeypatch.setenv("DSLC_CACHE_DIR", str(tmp_path))
+    net = core.Net("fc")
+    net.FC(["x", "w", "b"], "y")
+    net.Relu("y", "r")
+    rng = np.random.default_rng(5)
+    w, b = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=3).astype(np.float32)
+    workspace.FeedBlob("w", w)
+    workspace.FeedBlob("b", b)
+    with LocalSession(backend="numba", passes="default", when="now", min_work=0, nn_min_work=0) as s:
+        stats = []
+        for n in (6, 9):
+            x = rng.normal(size=(n, 4)).astype(np.float32)
+            workspace.FeedBlob("x", x)
+            s.run(net)
+            np.testing.assert_allclose(workspace.FetchBlob("r"), np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-6)
+            stats.append(s.compile(net).program.stats)
+    first, second = stats
+    assert s.compiles == 2 and first.compiled >= 1 and first.reused == 0
+    assert (second.compiled, second.cache_hits, second.reused) == (0, 0, first.compiled)
