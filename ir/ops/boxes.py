@@ -36,20 +36,21 @@ XFORM_CLIP = f32(math.log(1000.0 / 16.0))
 
 # ----------------------------------------------------------------------------- box math
 def transform_upright(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), plus_one=True):
-    """Boxes [M, 4] moved by deltas [M, 4] (Detectron's bbox_transform), in float32."""
+    """Boxes [..., 4] moved by deltas [..., 4] (Detectron's bbox_transform; the leading dims
+    broadcast), in float32."""
     p = f32(int(plus_one))
-    w = boxes[:, 2] - boxes[:, 0] + p
-    h = boxes[:, 3] - boxes[:, 1] + p
-    cx = boxes[:, 0] + f32(0.5) * w
-    cy = boxes[:, 1] + f32(0.5) * h
+    w = boxes[..., 2] - boxes[..., 0] + p
+    h = boxes[..., 3] - boxes[..., 1] + p
+    cx = boxes[..., 0] + f32(0.5) * w
+    cy = boxes[..., 1] + f32(0.5) * h
     wx, wy, ww, wh = (f32(v) for v in weights)
-    dx, dy = deltas[:, 0] / wx, deltas[:, 1] / wy
-    dw = np.minimum(deltas[:, 2] / ww, XFORM_CLIP)
-    dh = np.minimum(deltas[:, 3] / wh, XFORM_CLIP)
+    dx, dy = deltas[..., 0] / wx, deltas[..., 1] / wy
+    dw = np.minimum(deltas[..., 2] / ww, XFORM_CLIP)
+    dh = np.minimum(deltas[..., 3] / wh, XFORM_CLIP)
     px, py = dx * w + cx, dy * h + cy
     pw, ph = np.exp(dw) * w, np.exp(dh) * h
     return np.stack([px - f32(0.5) * pw, py - f32(0.5) * ph,
-                     px + f32(0.5) * pw - p, py + f32(0.5) * ph - p], axis=1).astype(f32)
+                     px + f32(0.5) * pw - p, py + f32(0.5) * ph - p], axis=-1).astype(f32)
 
 
 def transform_rotated(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), bound_on=True, lo=-90, hi=90):
@@ -70,8 +71,8 @@ def transform_rotated(boxes, deltas, weights=(1.0, 1.0, 1.0, 1.0), bound_on=True
 def clip_upright(boxes, height: int, width: int, plus_one=True):
     p = int(plus_one)
     out = boxes.copy()
-    out[:, 0::2] = np.maximum(np.minimum(boxes[:, 0::2], f32(width - p)), f32(0))
-    out[:, 1::2] = np.maximum(np.minimum(boxes[:, 1::2], f32(height - p)), f32(0))
+    out[..., 0::2] = np.maximum(np.minimum(boxes[..., 0::2], f32(width - p)), f32(0))
+    out[..., 1::2] = np.maximum(np.minimum(boxes[..., 1::2], f32(height - p)), f32(0))
     return out
 
 
@@ -267,13 +268,15 @@ def bbox_transform(rois, deltas, im_info, weights=(1.0, 1.0, 1.0, 1.0), apply_sc
         img_h, img_w = int(height / scale + f32(0.5)), int(width / scale + f32(0.5))
         boxes = rois[rows, -box:].copy()
         boxes[:, :4] /= scale
-        for k in range(deltas.shape[1] // box):
+        if not rotated:  # (every class at once: deltas [m, K, 4] against boxes [m, 1, 4])
+            d = deltas[rows].reshape(boxes.shape[0], deltas.shape[1] // 4, 4)
+            t = clip_upright(transform_upright(boxes[:, None, :], d, weights, legacy_plus_one), img_h, img_w,
+                             legacy_plus_one)
+            out[rows] = (t * after).reshape(boxes.shape[0], deltas.shape[1])
+        for k in range(deltas.shape[1] // box if rotated else 0):
             d = deltas[rows, k * box:(k + 1) * box]
-            if rotated:
-                t = clip_rotated(transform_rotated(boxes, d, weights, angle_bound_on, angle_bound_lo, angle_bound_hi),
-                                 img_h, img_w, clip_angle_thresh, legacy_plus_one)
-            else:
-                t = clip_upright(transform_upright(boxes, d, weights, legacy_plus_one), img_h, img_w, legacy_plus_one)
+            t = clip_rotated(transform_rotated(boxes, d, weights, angle_bound_on, angle_bound_lo, angle_bound_hi),
+                             img_h, img_w, clip_angle_thresh, legacy_plus_one)
             t[:, :4] *= after
             out[rows, k * box:(k + 1) * box] = t
         start += int(counts[b])
