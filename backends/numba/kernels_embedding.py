@@ -107,6 +107,84 @@ def _check_bags(op, mode, data, weights, idx, lengths):
 CHECKS["bags"] = _check_bags
 
 
+# ----------------------------------------------------------------------------- 8-bit row-wise bags
+_Q8_FUSED = ("SparseLengthsSumFused8BitRowwise", "SparseLengthsMeanFused8BitRowwise",
+             "SparseLengthsWeightedSumFused8BitRowwise")
+_Q8_SPLIT = ("SparseLengthsSum8BitsRowwise", "SparseLengthsMean8BitsRowwise", "SparseLengthsWeightedSum8BitsRowwise")
+
+helper(_Q8_FUSED + _Q8_SPLIT, """
+def _q8_bags(q, sb, weights, idx, lengths, mode, fused, site):
+    # the interpreter's order of rounding (ir/ops/quantized.py, Caffe2's): per id in bag order,
+    # out = f32(f64(f32(w scale)) q + f32(out + f32(w bias))); scale and bias are the row's
+    # last 8 bytes (fused) or its SCALE_BIAS row; mode 1 then scales by f32(1 / length)
+    rows = q.shape[0]
+    d = q.shape[1] - 8 if fused else q.shape[1]
+    bad = d < 0 or (not fused and (sb.shape[0] != rows or sb.shape[1] != 2))
+    for k in range(idx.size):
+        if idx[k] < 0 or idx[k] >= rows:
+            bad = True
+    total = 0
+    for s in range(lengths.size):
+        if lengths[s] < 0:
+            bad = True
+        total += lengths[s]
+    if bad or total != idx.size or (mode == 2 and weights.size != idx.size):
+        raise KernelFail(site, mode, fused, q, sb, weights, idx, lengths)
+    out = np.zeros((lengths.size, d), np.float32)
+    tail = np.empty(8, np.uint8)
+    k = 0
+    for s in range(lengths.size):
+        for t in range(k, k + lengths[s]):
+            r = idx[t]
+            if fused:
+                for j in range(8):
+                    tail[j] = q[r, d + j]
+                pair = tail.view(np.float32)
+                scale, bias = pair[0], pair[1]
+            else:
+                scale, bias = np.float32(sb[r, 0]), np.float32(sb[r, 1])
+            w = np.float32(weights[t]) if mode == 2 else np.float32(1.0)
+            ws, wb = np.float32(w * scale), np.float32(w * bias)
+            for j in range(d):
+                shifted = np.float32(out[s, j] + wb)
+                out[s, j] = np.float32(np.float64(ws) * np.float64(q[r, j]) + np.float64(shifted))
+        if mode == 1:
+            inv = np.float32(1.0 / max(lengths[s], 1))
+            for j in range(d):
+                out[s, j] = np.float32(out[s, j] * inv)
+        k += lengths[s]
+    return out
+""")
+
+
+def _table(v, rank=2) -> bool:
+    return (t := tensor(v)) is not None and t.dtype == "u8" and len(t.shape) == rank
+
+
+@_register(*_Q8_FUSED, *_Q8_SPLIT)
+def _q8_bag_kernel(op, a, site):
+    fused, weighted = op.name in _Q8_FUSED, "Weighted" in op.name
+    mode = WEIGHTED if weighted else MEAN if "Mean" in op.name else SUM
+    q, idx, lengths = (op.operands[0], op.operands[2], op.operands[3]) if weighted else op.operands[:3]
+    w = op.operands[1] if weighted else None
+    sb = None if fused else op.operands[-1]
+    if not _table(q) or not _ints(idx, lengths) or (sb is not None and not _floats(sb, ranks=(2,))) or \
+            (weighted and not _floats(w, ranks=(1,)) and not _ints(w)):
+        return None
+    ai, al = (a[2], a[3]) if weighted else (a[1], a[2])
+    weights = a[1] if weighted else "np.zeros(0, np.float32)"
+    scales = "np.zeros((0, 2), np.float32)" if fused else a[-1]
+    return f"_q8_bags({a[0]}, {scales}, {weights}, {ai}, {al}, {mode}, {fused}, {site('q8_bags')})"
+
+
+def _check_q8_bags(op, mode, fused, q, sb, weights, idx, lengths):
+    ins = [q] + ([weights] if mode == WEIGHTED else []) + [idx, lengths] + ([] if fused else [sb])
+    interpreted(op, *ins)
+
+
+CHECKS["q8_bags"] = _check_q8_bags
+
+
 helper(("LengthsSumGradient", "LengthsMeanGradient", "LengthsWeightedSumGradient"), """
 def _bag_rows(dy, lengths, weights, mode, site, most):
     # the rows of dY repeated by LENGTHS (numpy's repeat); mode 1 scales row s by
