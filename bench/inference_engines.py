@@ -27,12 +27,22 @@ def _say(**reply):
 
 
 def _kernels():
+    """The BLAS pools threadpoolctl sees, and what it cannot: the MKL and oneDNN linked into
+    libtorch (Caffe2's and PyTorch's; torch's build configuration names them and the CPU
+    path), ONNX Runtime's own MLAS."""
     try:
         from threadpoolctl import threadpool_info
+        pools = [f"{i.get('internal_api')} {i.get('architecture') or i.get('threading_layer') or ''} "
+                 f"{i.get('version')} x{i.get('num_threads')}" for i in threadpool_info()]
     except ImportError:
-        return "threadpoolctl not installed"
-    return "; ".join(f"{i.get('internal_api')} {i.get('architecture') or i.get('threading_layer') or ''} "
-                     f"{i.get('version')} x{i.get('num_threads')}" for i in threadpool_info()) or "no BLAS pool"
+        pools = ["threadpoolctl not installed"]
+    if "caffe2.python" in sys.modules or "torch" in sys.modules:
+        import torch
+        pools += [line.strip(" -") for line in torch.__config__.show().splitlines()
+                  if "Math Kernel Library Version" in line or "MKL-DNN" in line or "CPU capability" in line]
+    if "onnxruntime" in sys.modules:
+        pools.append(f"onnxruntime {sys.modules['onnxruntime'].__version__} (its MLAS kernels)")
+    return "; ".join(pools)
 
 
 def serve():
