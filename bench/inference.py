@@ -211,6 +211,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3, help="timed runs per engine in a round (their median)")
     ap.add_argument("--engines", default=",".join(PEERS + DSLC), help="a subset of: " + ", ".join(PEERS + DSLC))
+    ap.add_argument("--mkl-as-is", action="store_true",
+                    help="leave MKL_DEBUG_CPU_TYPE unset for Caffe2 and PyTorch (on AMD CPUs MKL 2020 then "
+                         "takes its generic path, not AVX2)")
     ap.add_argument("--cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
                                                     "dslc-bench", "inference"))
     args = ap.parse_args(argv)
@@ -226,11 +229,12 @@ def main(argv=None) -> int:
         return 1
     wanted = args.engines.split(",")
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
-          f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}; one core, one thread; "
+          f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}; MKL_DEBUG_CPU_TYPE for Caffe2 and "
+          f"PyTorch: {os.environ.get('MKL_DEBUG_CPU_TYPE', '(unset)' if args.mkl_as_is else '5')}; one core, one thread; "
           f"images {args.size}x{args.size}; {args.rounds} rounds of {args.reps} runs", flush=True)
     results = {}
     with tempfile.TemporaryDirectory() as top:
-        workers = [Worker(name, python, env, program, top) for name, python, env, program in engines(c2)
+        workers = [Worker(name, python, env, program, top) for name, python, env, program in engines(c2, args.mkl_as_is)
                    if name in wanted]
         for batch in batches:  # (every model at one batch size, then the next: a stopped run has whole rows)
             for model in models:
@@ -282,19 +286,23 @@ def export(models, batches, size, folders, c2) -> bool:
     return True
 
 
-def engines(c2):
-    """(name, python, environment, program) of every engine this machine has."""
+def engines(c2, mkl_as_is=False):
+    """(name, python, environment, program) of every engine this machine has. Caffe2 and
+    PyTorch run libtorch's MKL 2020, which on an AMD CPU takes a generic path unless
+    MKL_DEBUG_CPU_TYPE=5 names AVX2 (a 3x3 convolution on Caffe2 1.5-1.6x faster with it on
+    an AMD EPYC): set for them, unless ``mkl_as_is`` or already set."""
     import importlib.util
     dslc = programs.PREDICTOR.format(package="dslc") + programs.SERVE
     out = [(n, sys.executable, {"DSLC_BACKEND": n.split()[1]}, dslc) for n in DSLC
            if n != "dslc xla" or importlib.util.find_spec("jax")]
+    mkl = {} if mkl_as_is or "MKL_DEBUG_CPU_TYPE" in os.environ else {"MKL_DEBUG_CPU_TYPE": "5"}
     if c2.exists():
-        out.insert(0, ("Caffe2", str(c2), {}, programs.PREDICTOR.format(package="caffe2.python") + programs.SERVE))
+        out.insert(0, ("Caffe2", str(c2), mkl, programs.PREDICTOR.format(package="caffe2.python") + programs.SERVE))
     for name, module, program in [("ONNX Runtime", "onnxruntime", programs.ORT), ("PyTorch eager", "torch",
                                                                                    programs.TORCH.format())]:
         python = sys.executable if importlib.util.find_spec(module) else str(c2) if c2.exists() else None
         if python and subprocess.run([python, "-c", "import " + module], capture_output=True).returncode == 0:
-            out.insert(len(out) - len(DSLC), (name, python, {}, program + programs.SERVE))
+            out.insert(len(out) - len(DSLC), (name, python, mkl if module == "torch" else {}, program + programs.SERVE))
     return out
 
 
