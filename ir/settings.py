@@ -129,6 +129,7 @@ VARIABLES = {
     "DSLC_NUMBA_HOT_MS": lambda n: count(n, 1000),
     "DSLC_NUMBA_TRIAL_RUNS": lambda n: count(n, 3),
     "DSLC_XLA_MIN_WORK": lambda n: count(n, 10_000),
+    "DSLC_XLA_TRIAL_RUNS": lambda n: count(n, 3),
 }
 
 

@@ -28,6 +28,7 @@ class Stats(CompileStats):
     """What compiling one module did (``dslc compile`` prints it)."""
 
     runs: list = field(default_factory=list)
+    calls: list = field(default_factory=list)  # each run's RunCall (their races' verdicts)
 
     def interpreted(self, op, why) -> None:
         self.interp[(why, op.name)] += 1
@@ -69,12 +70,12 @@ class XlaProgram:
             "functions compiled": s.compiled,
             "compile seconds": round(s.seconds, 3),
             "ops interpreted, and why": dict(why.most_common()),
+            "regions timed against the interpreter": [v for v in (c.verdict() for c in s.calls) if v],
         }
 
 
 def _described(run) -> str:
-    first = next((o for o in run.ops if o.name != "Const"), run.ops[0])
-    return f"from {first.name} at {first.loc}: {sum(len(o.walk()) for o in run.ops)} ops, {run.work} elements"
+    return f"{run.where()}: {sum(len(o.walk()) for o in run.ops)} ops, {run.work} elements"
 
 
 _configured = []

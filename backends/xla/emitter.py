@@ -13,10 +13,18 @@ reports the error at the user's line)::
         ... the interpreter's code for the run's ops ...
     else:
         v7, v8, = v9
+
+Each call also races the interpreter's code for its run in the first runs
+(DSLC_XLA_TRIAL_RUNS each way, default 3; 0: XLA's always): XLA's CPU convolutions, for
+one, can lose to the interpreter's im2col and OpenBLAS GEMM. The faster is kept for the
+rest of the process (``RunCall``); the answers are the same either way, and the verdict
+is in the compile summary.
 """
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +36,7 @@ from dslc.backends.interp.kernels import kernel_entry
 
 from . import kernels_conv  # noqa: F401  (registers its kernels)
 from .kernels import checking, dtype
-from .regions import Loop, Run, min_work_default, partition
+from .regions import Loop, Run, min_work_default, partition, trial_runs
 
 X64 = ("i64", "f64")
 
@@ -56,15 +64,21 @@ class XlaEmitter(Emitter):
                               load)
         unset = " or ".join(f"{a} is None" for a in args)
         callee = self.bind("n", call)
+        self.cfg.stats.calls.append(call)
         head = f"{result} = None if {unset} else {callee}({', '.join(args)})" if args else \
             f"{result} = {callee}()"
+        racing = call.phase != KEPT
+        if racing:
+            clock = self.bind("c", time.perf_counter)
+            self.emit(indent, f"_t0 = {clock}()", run.ops[0])
         self.emit(indent, head, run.ops[0])
         self.emit(indent, f"if {result} is None:", run.ops[0])
         self.interpreting = True
-        start = len(self.body)
         for op in run.ops:  # the interpreter's way
             super().op(op, indent + 1, loop_targets)
-        if len(self.body) == start:
+        if racing:
+            self.emit(indent + 1, f"{callee}.interpreted({clock}() - _t0)", run.ops[0])
+        else:
             self.emit(indent + 1, "pass", run.ops[0])
         self.interpreting = False
         if run.outputs:
@@ -115,7 +129,7 @@ def build(run: Run, cfg) -> "RunCall":
     specs = [jax.ShapeDtypeStruct(tuple(v.type.shape), dtype(v)) for v in inputs]
     with _scope(x64):
         compiled = cfg.stats.compile(jax.jit(body), specs)
-    return RunCall(compiled, [dtype(v) for v in outputs], x64)
+    return RunCall(compiled, [dtype(v) for v in outputs], x64, trial_runs(), run.where())
 
 
 def _evaluate(steps, env) -> None:
@@ -157,16 +171,58 @@ def _scope(x64: bool):
     return jax.enable_x64(True) if x64 else contextlib.nullcontext()
 
 
+XLA_RUNS, INTERP_RUNS, KEPT = range(3)  # a RunCall's phases
+
+
 class RunCall:
     """Calls a run's executable: its outputs as numpy values (a rank-0 one as a numpy
-    scalar, as the interpreter keeps them), or None when the interpreter must run it."""
+    scalar, as the interpreter keeps them), or None when the interpreter must run it.
 
-    __slots__ = ("compiled", "dtypes", "x64")
+    The race: the first call (XLA's warm-up) and ``runs`` timed ones run XLA's code; the
+    next ``runs`` answer None, so the interpreter's code runs, and the generated code
+    reports each one's seconds (``interpreted``); then the medians are compared once, and
+    a call of a run the interpreter won answers None from then on."""
 
-    def __init__(self, compiled, dtypes, x64):
-        self.compiled, self.dtypes, self.x64 = compiled, dtypes, x64
+    __slots__ = ("compiled", "dtypes", "x64", "runs", "label", "phase", "times", "interp", "kept")
+
+    def __init__(self, compiled, dtypes, x64, runs=0, label=""):
+        self.compiled, self.dtypes, self.x64, self.runs, self.label = compiled, dtypes, x64, runs, label
+        self.phase = XLA_RUNS if runs else KEPT
+        self.times: list = []   # XLA's timed calls, the warm-up first
+        self.interp: list = []  # the interpreter's
+        self.kept = "xla" if not runs else None
 
     def __call__(self, *args):
+        phase = self.phase
+        if phase == KEPT:
+            return self.call(args) if self.kept == "xla" else None
+        if phase == INTERP_RUNS:
+            return None
+        t = time.perf_counter()
+        got = self.call(args)
+        if got is not None:
+            self.times.append(time.perf_counter() - t)
+            if len(self.times) > self.runs:
+                self.phase = INTERP_RUNS
+        return got
+
+    def interpreted(self, seconds: float) -> None:
+        """The interpreter ran the run, in ``seconds``; counted while its turn lasts."""
+        if self.phase != INTERP_RUNS:
+            return
+        self.interp.append(seconds)
+        if len(self.interp) >= self.runs:
+            faster = statistics.median(self.interp) < statistics.median(self.times[1:])
+            self.kept = "interpreter" if faster else "xla"
+            self.phase = KEPT
+
+    def verdict(self) -> str | None:
+        if not self.runs or self.kept is None:
+            return None
+        return (f"{self.label}: {self.kept} kept (xla {statistics.median(self.times[1:]) * 1e3:.3f} ms, "
+                f"interpreter {statistics.median(self.interp) * 1e3:.3f} ms)")
+
+    def call(self, args):
         try:
             with _scope(self.x64):
                 outs, ok = self.compiled(*args)

@@ -24,6 +24,13 @@ def min_work_default() -> int:
     return MIN_WORK if MIN_WORK is not None else settings.count("DSLC_XLA_MIN_WORK", 10_000)
 
 
+TRIAL_RUNS = None  # DSLC_XLA_TRIAL_RUNS, read when first needed (the suite sets 0: see emitter.RunCall)
+
+
+def trial_runs() -> int:
+    return TRIAL_RUNS if TRIAL_RUNS is not None else settings.count("DSLC_XLA_TRIAL_RUNS", 3)
+
+
 @dataclass
 class Run:
     ops: list                                      # consecutive ops of one region
@@ -31,6 +38,10 @@ class Run:
     inputs: list = field(default_factory=list)     # values used inside, defined before it
     outputs: list = field(default_factory=list)    # its results used after it
     work: int = 0                                  # elements its ops produce
+
+    def where(self) -> str:
+        first = next((o for o in self.ops if o.name != "Const"), self.ops[0])
+        return f"from {first.name} at {first.loc}"
 
 
 def why_not(op: Operation):

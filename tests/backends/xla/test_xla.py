@@ -173,6 +173,37 @@ def test_fused_conv_equals_interp_and_is_compiled(parts, group):
     assert summary["ops compiled"] == 1 and not _interpreted(summary, "ConvFused"), summary
 
 
+@pytest.mark.parametrize("interp_seconds,kept", [(0.0, "interpreter"), (10.0, "xla")])
+def test_a_run_keeps_the_faster_of_xla_and_the_interpreter(interp_seconds, kept):
+    from dslc.backends.xla.emitter import RunCall
+    out = np.arange(3.0)
+    call = RunCall(lambda *args: ([out], True), [np.float64], False, runs=2, label="here")
+    for _ in range(3):  # XLA's warm-up and two timed calls
+        assert call(1)[0] is not None
+    assert call(1) is None and call(1) is None  # the interpreter's turn
+    call.interpreted(interp_seconds)
+    call.interpreted(interp_seconds)
+    assert call.kept == kept and call.verdict().startswith(f"here: {kept} kept")
+    assert (call(1) is None) == (kept == "interpreter")
+
+
+def test_racing_runs_give_the_interpreters_answers_throughout(monkeypatch):
+    monkeypatch.setenv("DSLC_XLA_TRIAL_RUNS", "2")
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.normal(size=(4, 8)).astype(np.float32), "w": rng.normal(size=(5, 8)).astype(np.float32),
+             "b": rng.normal(size=5).astype(np.float32)}
+    net = core.Net("race")
+    net.FC(["x", "w", "b"], "y")
+    net.Relu("y", "z")
+    want = np.maximum(feeds["x"] @ feeds["w"].T + feeds["b"], 0)
+    ws, s = _run("xla", net, feeds)
+    for _ in range(6):
+        s.run(net)
+        np.testing.assert_allclose(ws.fetch_blob("z"), want, rtol=1e-5, atol=1e-6)
+    (verdict,) = s.compile(net).program.summary()["regions timed against the interpreter"]
+    assert " kept (xla " in verdict, verdict
+
+
 def test_a_fed_weight_off_xlas_alignment_is_realigned_once_and_writes_still_count():
     rng = np.random.default_rng(3)
     buf = np.empty(64 * 256 + 1, np.float32)
