@@ -32,6 +32,10 @@ def as_2d(x, axis: int):
 
 # --- matrix products
 def fc(x, w, b, axis=1, axis_w=1):
+    if x.ndim == 2 and w.ndim == 2 and axis in (1, -1) and axis_w in (1, -1):  # (the usual case, without as_2d's steps)
+        y = np.dot(x, w.T)
+        y += b
+        return y
     x2 = as_2d(x, axis)
     w2 = as_2d(w, axis_w)
     y = np.dot(x2, w2.T)
@@ -41,9 +45,12 @@ def fc(x, w, b, axis=1, axis_w=1):
 
 def fc_grad(x, w, dy, axis=1, axis_w=1, with_dx=True):
     """(dW, db, dX) of FC; (dW, db) without ``with_dx``."""
-    x2 = as_2d(x, axis)
-    w2 = as_2d(w, axis_w)
-    dy2 = dy.reshape(x2.shape[0], w2.shape[0])
+    if x.ndim == 2 and w.ndim == 2 and dy.ndim == 2 and axis in (1, -1) and axis_w in (1, -1):
+        x2, w2, dy2 = x, w, dy  # (the usual case, without as_2d's steps)
+    else:
+        x2 = as_2d(x, axis)
+        w2 = as_2d(w, axis_w)
+        dy2 = dy.reshape(x2.shape[0], w2.shape[0])
     dw = np.dot(dy2.T, x2).reshape(w.shape)
     db = dy2.sum(axis=0)
     if not with_dx:
