@@ -45,6 +45,8 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
     if rec.type in OPS.aliases:  # (another of Caffe2's names for a declared op)
         rec = OpRecord(OPS.aliases[rec.type], rec.inputs, rec.outputs, rec.args, rec.loc, rec.extra)
     try:
+        if "axis_str" in rec.args:
+            rec = _semantic_axis(rec)
         plain = _PLAIN.get(rec.type)
         if plain is None:
             plain = _is_plain(rec.type)
@@ -61,6 +63,27 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
         if e.loc is None:
             e.loc = rec.loc
         raise
+
+
+def _semantic_axis(rec: OpRecord) -> OpRecord:
+    """Caffe2's ``broadcast=1, axis_str="C"``: the axis is where that letter stands in the op's
+    ``order`` (default NCHW), so ``axis_str="C"`` is axis 1 in NCHW and 3 in NHWC. Without
+    broadcast=1 Caffe2 ignores it (numpy broadcasting); with ``axis`` too it refuses the op."""
+    args = dict(rec.args)
+    name = args.pop("axis_str")
+    if not args.get("broadcast"):
+        return OpRecord(rec.type, rec.inputs, rec.outputs, args, rec.loc, rec.extra)
+    order = args.get("order", "NCHW")
+    order = order.decode() if isinstance(order, bytes) else str(order)
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    if args.get("axis", -1) != -1:
+        raise VerifyError(f"{rec.type} takes axis or axis_str, not both (axis={args['axis']}, axis_str={name!r})",
+                          rec.loc, "drop one of the two")
+    if len(name) != 1 or name not in order:
+        raise VerifyError(f"{rec.type}: axis_str={name!r} is not one letter of the order {order!r}",
+                          rec.loc, f"use one of {', '.join(repr(c) for c in order)}")
+    args["axis"] = order.index(name)
+    return OpRecord(rec.type, rec.inputs, rec.outputs, args, rec.loc, rec.extra)
 
 
 # Op types with their own lowering below (constants, blobs named in attributes...)

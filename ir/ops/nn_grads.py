@@ -11,6 +11,11 @@ from ..types import TensorType
 from .infer import tensors
 
 
+# Caffe2's legacy broadcast arguments a gradient op takes from its forward op (axis_str and
+# order name the axis as a letter of the layout: dslc/lower/ops.py turns them into axis)
+LEGACY = ("broadcast", "axis", "axis_str", "order")
+
+
 def _sum_reduce_like(types, attrs, n):
     dy, like = tensors("SumReduceLike", types)
     return [TensorType(dy.dtype or like.dtype, like.shape)]
@@ -25,7 +30,7 @@ def _reduce(g, k, src):
     """The gradient of input k: ``src`` (shaped like the output) summed back to input k's shape.
     (Under Caffe2's broadcast=1 only B is broadcast: A has the output's shape, and aligning it
     by ``axis`` as if it were B goes wrong where A has outer 1s, [1, N, 1].)"""
-    return GradOp("SumReduceLike", [src, g.I[k]], [g.GI[k]], g.pick("broadcast", "axis") if k == 1 else {})
+    return GradOp("SumReduceLike", [src, g.I[k]], [g.GI[k]], g.pick(*LEGACY) if k == 1 else {})
 
 
 def _tmp(g, k, what):
@@ -45,7 +50,7 @@ def _(g):  # d(a - b): dY and -dY
 
 @gradient("Mul")
 def _(g):  # d(a * b): dY b and dY a
-    bc = g.pick("broadcast", "axis")
+    bc = g.pick(*LEGACY)
     da, db = _tmp(g, 0, "full"), _tmp(g, 1, "full")
     # (dY a without the legacy arguments: under broadcast=1, a has dY's shape already)
     return [GradOp("Mul", [g.GO[0], g.I[1]], [da], bc), _reduce(g, 0, da),
@@ -54,7 +59,7 @@ def _(g):  # d(a * b): dY b and dY a
 
 @gradient("Div")
 def _(g):  # d(a / b): dY / b and -dY a / b^2 = -(dY / b) y
-    bc = g.pick("broadcast", "axis")
+    bc = g.pick(*LEGACY)
     da, db, neg = _tmp(g, 0, "full"), _tmp(g, 1, "full"), _tmp(g, 1, "neg")
     return [GradOp("Div", [g.GO[0], g.I[1]], [da], bc), _reduce(g, 0, da),
             GradOp("Mul", [da, g.O[0]], [db]), GradOp("Negative", [db], [neg]), _reduce(g, 1, neg)]
