@@ -683,3 +683,65 @@ def _activation(op, a):
 
 
 kernel(*ACTIVATION_FORMS)(_activation)
+
+
+# ----------------------------------------------------------------------------- Where, ElementwiseLinear
+@kernel("Where")
+def _where(op, a):
+    # (equal known shapes only: broadcast_on_rows, and the interpreter's shape error, stay its own)
+    c, x, y = (tensor(v) for v in op.operands)
+    if op.attrs.get("broadcast_on_rows") or c is None or x is None or y is None or c.dtype != "bool" \
+            or not (c.shape == x.shape == y.shape) or None in x.shape or x.dtype != y.dtype:
+        return None
+    return f"np.where({a[0]}, {a[1]}, {a[2]})" if x.shape else f"({a[1]} if {a[0]} else {a[2]})"
+
+
+helper(("ElementwiseLinear", "ElementwiseLinearGradient"), """
+def _elementwise_linear(x, a, b):
+    # Y = X a + b per column of X seen as [N, D]: the product and the sum each rounded to X's dtype
+    m = x.reshape((-1, a.size))
+    out = np.empty(m.shape, x.dtype)
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            out[i, j] = m[i, j] * a[j] + b[j]
+    return out.reshape(x.shape)
+
+
+@njit(nogil=True)
+def _elementwise_linear_grad(dy, x, a):
+    # dX = dY a; da, db: the columns' sums of dY X and dY, rows added in order (numpy's axis-0 sum)
+    dm = dy.reshape((-1, a.size))
+    m = x.reshape((-1, a.size))
+    dx = np.empty(dm.shape, dy.dtype)
+    da = np.zeros(a.size, dy.dtype)
+    db = np.zeros(a.size, dy.dtype)
+    for i in range(dm.shape[0]):
+        for j in range(dm.shape[1]):
+            dx[i, j] = dm[i, j] * a[j]
+            da[j] += dm[i, j] * m[i, j]
+            db[j] += dm[i, j]
+    return dx.reshape(x.shape), da.astype(a.dtype), db.astype(a.dtype)
+""")
+
+
+def _linear_operands(op, x, a) -> bool:
+    """Float tensors of one dtype, X of rank 2 (axis 1: numba's reshape needs X's rows whole)."""
+    tx, ta = tensor(x), tensor(a)
+    return tx is not None and ta is not None and tx.dtype in ("f32", "f64") and tx.dtype == ta.dtype \
+        and len(tx.shape) == 2 and len(ta.shape) == 1 and int(op.attrs.get("axis", 1)) == 1
+
+
+@kernel("ElementwiseLinear")
+def _elementwise_linear_kernel(op, a):
+    x, w, b = op.operands
+    if not _linear_operands(op, x, w) or tensor(b) is None or tensor(b).dtype != tensor(x).dtype:
+        return None
+    return f"_elementwise_linear({a[0]}, {a[1]}, {a[2]})"
+
+
+@kernel("ElementwiseLinearGradient")
+def _elementwise_linear_grad_kernel(op, a):
+    dy, x, w = op.operands
+    if not _linear_operands(op, x, w) or tensor(dy) is None or tensor(dy).dtype != tensor(x).dtype:
+        return None
+    return f"_elementwise_linear_grad({a[0]}, {a[1]}, {a[2]})"
