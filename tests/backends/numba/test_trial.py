@@ -15,6 +15,7 @@ from dslc.backends.numba import emitter, islands
 from dslc.backends.numba.trial import Trial
 from dslc.runtime.profile import OpProfile
 from dslc.session import LocalSession
+from dslc.net_builder import ops
 from test_hot import _job  # (x added to itself in a loop: one island, the Copy and the loop)
 
 
@@ -111,3 +112,25 @@ def test_a_region_compiled_when_hot_keeps_its_compiled_function_when_faster(monk
             np.testing.assert_array_equal(out.fetch(), [20001.0, 40002.0])
         assert h.trial.kept == "compiled" and h.ns[h.name] is h.trial.callee
         assert program.summary()["regions timed against the interpreter"][0].endswith("kept compiled")
+
+
+def test_racing_helper_kernels_in_a_region_cut_into_parts(monkeypatch):
+    """A racing helper kernel's call is timed across three lines (its clock read carried
+    from one part of a long region's function to the next: codegen.PIECE_LINES)."""
+    from dslc.backends.interp import codegen
+    from dslc.task import Task, TaskGroup, final_output
+
+    monkeypatch.setattr(codegen, "PIECE_LINES", 2)
+    monkeypatch.setattr(islands, "TRIAL_RUNS", 2)
+    with TaskGroup() as tg, Task():
+        y = "x"
+        for _ in range(3):
+            y = ops.Conv([y, "w"], kernel=1)
+        out = final_output(y)
+    workspace.FeedBlob("x", np.ones((1, 2, 2, 2), np.float32))
+    workspace.FeedBlob("w", np.full((2, 2, 1, 1), 0.5, np.float32))
+    with LocalSession(backend="numba", passes="none") as s:
+        for _ in range(7):  # (3 compiled runs, 2 interpreted, then the verdicts)
+            s.run(tg)
+            np.testing.assert_array_equal(out.fetch(), np.ones((1, 2, 2, 2)))  # (0.5 + 0.5 each time)
+        assert all(h.trial.kept for h in s.compile(tg).program.hots)
