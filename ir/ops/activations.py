@@ -51,6 +51,22 @@ def _erf(x):
     return erf(x)
 
 
+_GELU_A, _GELU_B = np.sqrt(2 / np.pi), 0.044715  # (Caffe2's fast_gelu: the tanh approximation)
+
+
+def _gelu(x, fast):
+    if fast:
+        return x * (1 + np.tanh(_GELU_A * (x + _GELU_B * x ** 3))) / 2
+    return x * (1 + _erf(x / np.sqrt(2))) / 2
+
+
+def _gelu_slope(x, fast):
+    if fast:
+        t = np.tanh(_GELU_A * (x + _GELU_B * x ** 3))
+        return (1 + t) / 2 + x * (1 - t * t) * _GELU_A * (1 + 3 * _GELU_B * x * x) / 2
+    return (1 + _erf(x / np.sqrt(2))) / 2 + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
+
+
 def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
@@ -109,10 +125,11 @@ ACTIVATIONS = [
     Activation("Logit", "y = log(z / (1 - z)), z = x clipped into [eps, 1 - eps]",
                lambda x, eps: _logit(x, eps), ("X", "dY"), "dX = dY / (x (1 - x)) inside [eps, 1 - eps], else 0",
                lambda x, dy, eps: _where((x < eps) | (x > 1 - eps), 0, dy / (x * (1 - x))), {"eps": 1e-6}),
-    Activation("Gelu", "y = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2",
-               lambda x: x * (1 + _erf(x / np.sqrt(2))) / 2,
-               ("dY", "X"), "dX = dY (Phi(x) + x phi(x))",
-               lambda dy, x: dy * ((1 + _erf(x / np.sqrt(2))) / 2 + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi)),
+    Activation("Gelu", "y = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2; fast_gelu: Phi(x) as "
+               "(1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2",
+               lambda x, fast_gelu: _gelu(x, fast_gelu),
+               ("dY", "X"), "dX = dY (Phi(x) + x phi(x)), or the derivative of the tanh form",
+               lambda dy, x, fast_gelu: dy * _gelu_slope(x, fast_gelu), {"fast_gelu": 0},
                elementwise=False),
 ]
 
