@@ -36,7 +36,7 @@ from . import islands
 PAR_MIN = 1 << 22  # elements before a fused kernel's parallel variant pays for its threads
 
 
-@dataclass
+@dataclass(eq=False)  # (compared by identity: no generated __eq__ to make at import)
 class Stats(CompileStats):
     """What compiling one module did (``dslc compile`` prints it)."""
 
@@ -113,7 +113,7 @@ def _numba_type_of(value):
     return numba.typeof(value)
 
 
-@dataclass
+@dataclass(eq=False)
 class Config:
     log: object = None
     stats: Stats = field(default_factory=Stats)

@@ -66,7 +66,7 @@ def nn_min_work_default() -> int:
     return NN_MIN_WORK if NN_MIN_WORK is not None else settings.count("DSLC_NUMBA_NN_MIN_WORK", 100_000)
 
 
-@dataclass
+@dataclass(eq=False)
 class Island:
     ops: list                                   # consecutive top-level ops of one region
     inputs: list = field(default_factory=list)  # values used inside, defined before it
