@@ -290,10 +290,8 @@ for _name, _perm in (("NHWC2NCHW", (0, 3, 1, 2)), ("NCHW2NHWC", (0, 2, 3, 1))):
 
 
 def _dims_attr(name, attrs) -> list:
-    dims = sorted(int(d) for d in attrs["dims"] or [])
-    if len(set(dims)) != len(dims):
-        type_error(f"{name} dims {dims} repeat an axis", "list each axis once")
-    return dims
+    # (a repeated axis counts once: Caffe2 sorts and dedups dims, with a warning)
+    return sorted({int(d) for d in attrs["dims"] or []})
 
 
 def _expand_dims(types, attrs, n):

@@ -117,13 +117,13 @@ def flatten(x, axis=1):
 
 def expand_dims(x, dims=()):
     out = x
-    for d in sorted(dims):
+    for d in sorted(set(dims)):  # (a repeated axis counts once, as in Caffe2)
         out = np.expand_dims(out, d)
     return out.copy()
 
 
 def squeeze(x, dims=()):
-    return np.squeeze(x, axis=tuple(dims)).copy() if dims else x.copy()
+    return np.squeeze(x, axis=tuple(set(dims))).copy() if dims else x.copy()
 
 
 def slice_bounds(shape, starts, ends):
