@@ -667,11 +667,7 @@ def test_a_python_op_naming_no_function_is_a_located_error(tmp_path, attr, value
 def netdef_in_child(n: int, case: str) -> dict:
     """bench/netdef_load.py's measure: a NetDef of ``n`` chained Adds loaded ("load") or
     created ("create") in a fresh process, its peak above the process's baseline."""
-    import importlib.util
-    path = str(paths.BENCH / "netdef_load.py")
-    spec = importlib.util.spec_from_file_location("netdef_load", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = paths.load(paths.BENCH / "netdef_load.py", "netdef_load")
     return bench.measure(n, case)
 
 

@@ -108,13 +108,9 @@ def test_the_example_job_gives_the_same_losses_in_one_process_and_on_the_cluster
 
 def _example_job():
     """examples/data_parallel.py's Job (built afresh) and its outputs."""
-    import importlib.util
 
     from dslc.task import Cluster
-    path = str(paths.EXAMPLES / "data_parallel.py")
-    spec = importlib.util.spec_from_file_location("dslc_example_data_parallel", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = paths.load(paths.EXAMPLES / "data_parallel.py", "dslc_example_data_parallel")
     with Cluster():
         return example.build_job()
 

@@ -30,10 +30,7 @@ CAFFE2 = {("mse", "sgd"): [0.13428861, 0.14250264, 0.12826645, 0.13341758],
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("dlrm_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load(EXAMPLE, "dlrm_example")
 
 
 def _relu(x):

@@ -13,7 +13,6 @@ present, a slow test also runs Caffe2 on the script now, side by side.
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import numpy as np
@@ -45,10 +44,7 @@ class  3 score 0.3116505 box 0.70264 2.81152 61.93620 60.17211
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("faster_rcnn", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load(SCRIPT, "faster_rcnn")
 
 
 def _parse(text):

@@ -15,7 +15,6 @@ Checked three ways:
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -36,10 +35,7 @@ SMALL = ["--momentum", "0", "--weight_decay", "0", "--image_size", "16", "--batc
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("resnet_trainer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load(SCRIPT, "resnet_trainer")
 
 
 # ----------------------------------------------------------------------------- numpy's forward pass

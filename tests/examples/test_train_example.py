@@ -1,5 +1,4 @@
 """examples/train_mlp.py on generated data: it learns, and a stopped run resumes bit-identically."""
-import importlib.util
 
 import numpy as np
 
@@ -13,10 +12,7 @@ PARAMS = ["fc1_w", "fc1_b", "fc2_w", "fc2_b"]
 
 
 def example():
-    spec = importlib.util.spec_from_file_location("train_mlp_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load(EXAMPLE, "train_mlp_example")
 
 
 def train(mod, data, epochs, directory, resume=None):

@@ -10,7 +10,6 @@ checked against the sums it takes itself, as Caffe2's example does).
 """
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 
@@ -27,10 +26,7 @@ CAFFE2 = {
 
 
 def _example(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load(EXAMPLES / f"{name}.py", name)
 
 
 def test_the_mnist_tutorial_trains_as_on_caffe2(backend, tmp_path, monkeypatch, capsys):

@@ -7,7 +7,6 @@ is protobuf's own serializer's, and a hand-made packed form protobuf itself pars
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tracemalloc
 
@@ -165,9 +164,7 @@ def test_an_init_net_from_bytes_takes_the_memory_of_its_weights(tmp_path):
     """bench/netdef_load.py's deploy measure at a fifth of VGG-19's widths (5.9M weights,
     24 MB) in a fresh process: the peak above the baseline is at most 1.3x the weights
     (16x when fills went through Python lists)."""
-    spec = importlib.util.spec_from_file_location("netdef_load", str(paths.BENCH / "netdef_load.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = paths.load(paths.BENCH / "netdef_load.py", "netdef_load")
     path = str(tmp_path / "init.pb")
     n = bench.write_init_net(path, bench.vgg19_shapes(0.2))
     got = bench.measure_deploy(sys.executable, path, "bytes")
