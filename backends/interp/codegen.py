@@ -366,7 +366,7 @@ class Emitter:
 # the next. Values one piece makes and a later one reads pass through a list (_x).
 PIECE_LINES = 1000
 TOP = "        "  # the indent of a region's top-level lines
-_LOCALS = re.compile(r"\b(?:v\d+(?:_\w*)?|_pg|_ht|_t0)\b")  # its variables (Emitter.var, op_for, clock reads)
+_LOCALS = re.compile(r"\b(?:v\d+(?:_\w*)?|_pg|_ht|_t0|_tr)\b")  # its variables (Emitter.var, op_for, clock reads)
 _CELL, _STATE = re.compile(r"\bb(\d+)\b"), re.compile(r"\bs(\d+)\b")
 
 

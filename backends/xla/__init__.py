@@ -44,6 +44,7 @@ class Config:
     stats: Stats = field(default_factory=Stats)
     seed: int = 0  # as the interpreter's: random ops run its kernels
     min_work: int | None = None
+    profile: object = None  # an OpProfile: each XLA call, and each op the interpreter runs, timed into it
 
 
 class XlaProgram:
@@ -113,18 +114,19 @@ def available() -> bool:
 class XlaBackend:
     name = "xla"
 
-    def __init__(self, log=None, seed=None, min_work=None, **_options):
+    def __init__(self, log=None, seed=None, min_work=None, profile=None, **_options):
         if not available():
             raise DSLError("the xla backend needs JAX, which is not installed",
                            hint="pip install 'dslc[xla]' (or jax[cuda12] for a GPU), or choose another backend")
         self.log = log or sys.stderr
         self.seed = session_seed(seed)
         self.min_work = min_work
+        self.profile = profile
         _configure_jax()
 
     def compile(self, module: Module) -> XlaProgram:
         from .emitter import XlaEmitter, min_work_default
-        cfg = Config(self.log, Stats(), self.seed, self.min_work)
+        cfg = Config(self.log, Stats(), self.seed, self.min_work, self.profile)
         executor = Executor(module, cfg, lambda r: compile_region(r, cfg, XlaEmitter))
         return XlaProgram(module, executor, cfg.stats, self.min_work if self.min_work is not None else
                           min_work_default())

@@ -70,14 +70,14 @@ class XlaEmitter(Emitter):
         racing = call.phase != KEPT
         if racing:
             clock = self.bind("c", time.perf_counter)
-            self.emit(indent, f"_t0 = {clock}()", run.ops[0])
-        self.emit(indent, head, run.ops[0])
+            self.emit(indent, f"_tr = {clock}()", run.ops[0])
+        self.emit_timed(indent, head, run.ops[0], kind="xla run")
         self.emit(indent, f"if {result} is None:", run.ops[0])
         self.interpreting = True
         for op in run.ops:  # the interpreter's way
             super().op(op, indent + 1, loop_targets)
         if racing:
-            self.emit(indent + 1, f"{callee}.interpreted({clock}() - _t0)", run.ops[0])
+            self.emit(indent + 1, f"{callee}.interpreted({clock}() - _tr)", run.ops[0])
         else:
             self.emit(indent + 1, "pass", run.ops[0])
         self.interpreting = False

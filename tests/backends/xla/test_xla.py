@@ -11,6 +11,7 @@ import pytest
 from dslc import brew, core, optimizer, workspace
 from dslc.ir.diagnostics import DSLError
 from dslc.model_helper import ModelHelper
+from dslc.runtime.profile import OpProfile
 from dslc.session import LocalSession
 
 jax = pytest.importorskip("jax")
@@ -202,6 +203,28 @@ def test_racing_runs_give_the_interpreters_answers_throughout(monkeypatch):
         np.testing.assert_allclose(ws.fetch_blob("z"), want, rtol=1e-5, atol=1e-6)
     (verdict,) = s.compile(net).program.summary()["regions timed against the interpreter"]
     assert " kept (xla " in verdict, verdict
+
+
+def test_a_profiled_race_times_the_interpreters_whole_run(monkeypatch):
+    """Under --profile every interpreted op reads the clock around itself: the race's own
+    clock must still span the whole run (FC then Relu), not the last op alone."""
+    monkeypatch.setenv("DSLC_XLA_TRIAL_RUNS", "2")
+    rng = np.random.default_rng(7)
+    ws = workspace.Workspace()
+    for name, shape in (("x", (64, 256)), ("w", (256, 256)), ("b", (256,))):
+        ws.feed_blob(name, rng.normal(size=shape).astype(np.float32))
+    net = core.Net("race_profiled")
+    net.FC(["x", "w", "b"], "y")
+    net.Relu("y", "z")
+    profile = OpProfile()
+    s = LocalSession(ws, backend="xla", profile=profile)
+    for _ in range(5):  # XLA's warm-up, 2 timed calls, then the interpreter's 2
+        s.run(net)
+    (call,) = s.compile(net).program.stats.calls
+    assert len(call.interp) == 2
+    times = {kind: (t, n) for (kind, _), (t, n) in profile.counters.items()}
+    assert times["FC"][1] == 2 and times["xla run"][1] == 5  # (XLA answers None on the interpreter's turns)
+    assert sum(call.interp) >= times["FC"][0] + times["Relu"][0]
 
 
 def test_a_fed_weight_off_xlas_alignment_is_realigned_once_and_writes_still_count():
