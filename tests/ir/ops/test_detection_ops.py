@@ -116,7 +116,7 @@ def test_rotated_nms_is_caffe2s(backend):
     # shifted 1 and turned 10 degrees 32.66 / (80 - 32.66) = 0.69; the 45-degree square none
     rot = np.array([[20, 20, 10, 4, 0], [20, 20, 10, 4, 90], [21, 20, 10, 4, 10], [40, 40, 6, 6, 45],
                     [23, 20, 10, 4, 0]], f32)
-    from dslc.ir.ops.boxes import rotated_intersections
+    from dslc.ir.ops.box_math import rotated_intersections
     np.testing.assert_allclose(rotated_intersections(rot[0], rot[[1, 3, 4]]), [16, 0, 28], atol=1e-4)
     scores = np.array([[0, 0.9], [0, 0.8], [0, 0.7], [0, 0.6], [0, 0.5]], f32)
     boxes = np.concatenate([np.zeros((5, 5), f32), rot], axis=1)
