@@ -128,6 +128,7 @@ VARIABLES = {
     "DSLC_NUMBA_COMPILE": lambda n: choice(n, ("hot", "now"), "hot"),
     "DSLC_NUMBA_HOT_MS": lambda n: count(n, 1000),
     "DSLC_NUMBA_TRIAL_RUNS": lambda n: count(n, 3),
+    "DSLC_NUMBA_WORKER_GRACE": lambda n: count(n, 120),
     "DSLC_XLA_MIN_WORK": lambda n: count(n, 10_000),
     "DSLC_XLA_TRIAL_RUNS": lambda n: count(n, 3),
 }

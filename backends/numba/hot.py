@@ -23,13 +23,14 @@ runs compiled from the moment each kernel is ready. A region that runs once, how
 ``DSLC_NUMBA_COMPILE=now`` compiles every island before the run starts, as the tests do.
 
 The worker outlives a job that ends first: it finishes what it was given, so the next
-run finds those kernels in the cache. On a terminal, stderr says once what is being
-compiled, and once how long it took.
+run finds those kernels in the cache (for at most DSLC_NUMBA_WORKER_GRACE seconds: worker.py).
+On a terminal, stderr says once what is being compiled, and once how long it took.
 """
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -241,7 +242,7 @@ class Worker:
             # the kernel directory this process uses (a private one, when the configured one
             # was refused), passed on: the worker checks it again
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dslc.backends.numba.worker", str(cache_dir())],
+                [sys.executable, "-m", "dslc.backends.numba.worker", str(cache_dir()), str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                 start_new_session=True,  # (a Ctrl-C at the terminal stops the job, not its last compiles)
                 cwd=str(cache_dir()))  # (-m puts the cwd first on sys.path: no checkout's dslc there)

@@ -145,6 +145,49 @@ def test_the_worker_compiles_a_request_into_the_cache(monkeypatch, tmp_path):
     assert [p.name[:2] for p in sorted(tmp_path.iterdir())] == ["k_", "x_"]  # its source and its code
 
 
+def test_the_worker_exits_a_grace_after_its_parent_has_gone(tmp_path):
+    """A job killed while its worker compiles: the worker does not go on for an hour.
+    Here its parent exits while the worker's stdin stays open (held by this test), as
+    when the parent dies in the middle of a long compile: the worker is gone within the
+    grace (0 s here) and the watcher's poll, not when its stdin closes."""
+    r, w = os.pipe()
+    parent = textwrap.dedent(f"""
+        import os, subprocess, sys
+        env = dict(os.environ, DSLC_NUMBA_WORKER_GRACE="0")
+        p = subprocess.Popen([sys.executable, "-m", "dslc.backends.numba.worker", {str(tmp_path)!r}, str(os.getpid())],
+                             stdin={r}, pass_fds=({r},), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        print(p.pid, flush=True)
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", parent], pass_fds=(r,), capture_output=True, text=True,
+                             timeout=60, check=True)
+        pid = int(out.stdout)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        assert not _alive(pid), "the worker outlived its parent with its stdin open"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie nobody reaps has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_parent_watch_waits_for_the_parent_then_the_grace():
+    exits = []
+    t = time.monotonic()
+    worker.watch_parent(os.getppid() + 1, 0.2, exit=exits.append, poll=0.01)  # (not our parent: gone)
+    assert exits == [0] and time.monotonic() - t >= 0.2
+
+
 def test_the_compile_setting_is_checked(monkeypatch):
     monkeypatch.setenv("DSLC_NUMBA_COMPILE", "later")
     with pytest.raises(settings.SettingError, match="DSLC_NUMBA_COMPILE='later' is not one of hot, now"):
