@@ -16,12 +16,6 @@ from dslc.layers.tags import Tags
 from dslc.modeling.parameter_sharing import ParameterSharing
 
 
-@pytest.fixture(autouse=True)
-def _fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
-
 
 def _sigmoid_xent(logit, label):
     return np.maximum(logit, 0) - logit * label + np.log1p(np.exp(-np.abs(logit)))

@@ -14,12 +14,6 @@ from dslc import core, workspace
 f32 = np.float32
 
 
-@pytest.fixture(autouse=True)
-def _fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
-
 
 def _feed(**blobs):
     for name, value in blobs.items():

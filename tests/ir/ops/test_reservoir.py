@@ -19,12 +19,6 @@ from dslc.layer_model_helper import LayerModelHelper
 f32 = np.float32
 
 
-@pytest.fixture(autouse=True)
-def _fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
-
 
 def _net(with_ids, k=3):
     init, net = core.Net("init"), core.Net("sample")

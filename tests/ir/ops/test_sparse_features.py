@@ -21,12 +21,6 @@ VALS = np.arange(18, dtype=f32).reshape(9, 2)
 MASK = [999999999, 2, 6, 5]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
-
 
 def _op(backend, op_type, ins, outs, **args):
     names = [f"in{i}" for i in range(len(ins))]

@@ -36,12 +36,6 @@ DCORES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
-
 
 def _tt(backend, x, b, cores, inp, out, ranks):
     for n, v in (("X", x), ("b", b), ("cores", cores)):
