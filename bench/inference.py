@@ -249,7 +249,7 @@ def model_folders(models, batches, size, cache) -> dict:
     """{model: {batch: the deploy model's folder}}; a brew model's folders are keyed by its
     builders' source too, so an edit of MODELS makes them afresh."""
     import hashlib
-    brew_key = hashlib.sha256((MODELS + programs.EXPORT_BREW).encode()).hexdigest()[:10]
+    brew_key = hashlib.sha256((MODELS + programs.FILL + programs.EXPORT_BREW).encode()).hexdigest()[:10]
     out = {}
     for m in models:
         sub = f"{m}" if m.startswith("onnx-") else f"brew-{m}-{brew_key}"
@@ -269,7 +269,7 @@ def export(models, batches, size, folders, c2) -> bool:
     for kind, program, names in [
             ("onnx", programs.EXPORT_TODO + programs.EXPORT_ONNX,
              [m.removeprefix("onnx-") for m in missing if m.startswith("onnx-")]),
-            ("brew", programs.EXPORT_TODO + programs.EXPORT_BREW.format(models=MODELS),
+            ("brew", programs.EXPORT_TODO + programs.FILL + programs.EXPORT_BREW.format(models=MODELS),
              [m for m in missing if not m.startswith("onnx-")])]:
         if not names:
             continue

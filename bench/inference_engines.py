@@ -271,21 +271,16 @@ for name, batch, folder in todo():
     print("exported", name, batch, flush=True)
 '''
 
-# The brew models (bench/inference.py's MODELS) built by Caffe2's brew, their parameters
-# filled from one seeded generator, saved as a deploy model the way predictor_exporter users
-# did (an init net of GivenTensorFills), and converted to ONNX by caffe2.python.onnx.frontend
-# for ONNX Runtime where the converter takes the net.
-EXPORT_BREW = r'''
-import numpy as np
-from caffe2.python import brew, core, model_helper, workspace
-from caffe2.proto import caffe2_pb2
-{models}
-
-
-def fill(m, rng):
+# A brew model's parameters (bench/inference.py's MODELS) from one seeded generator, in the
+# order its init net makes them: {blob: float32 array}. Caffe2's export below writes them into
+# a deploy model's init net; bench/weights_once.py (and numba_fallback.py's engines through it)
+# feed them to dslc directly.
+FILL = r'''
+def fill_values(m, rng):
     """Every parameter the init net makes, from rng: conv and FC weights scaled by their
     fan-in, BN's scale near 1, its mean and bias small, its variance in [0.5, 1.5]."""
-    init = caffe2_pb2.NetDef()
+    import numpy as np
+    values = {}
     for op in m.param_init_net.Proto().op:
         shape = [a.ints for a in op.arg if a.name == "shape"][0]
         name = op.output[0]
@@ -295,8 +290,27 @@ def fill(m, rng):
             v = rng.uniform(0.5, 1.5, shape)
         else:
             v = rng.standard_normal(shape) * 0.1
-        init.op.extend([core.CreateOperator("GivenTensorFill", [], [name], shape=list(shape),
-                                            values=v.astype(np.float32).ravel().tolist())])
+        values[name] = v.astype(np.float32)
+    return values
+'''
+
+# The brew models (bench/inference.py's MODELS) built by Caffe2's brew, their parameters
+# filled by FILL (the program follows it), saved as a deploy model the way predictor_exporter
+# users did (an init net of GivenTensorFills), and converted to ONNX by
+# caffe2.python.onnx.frontend for ONNX Runtime where the converter takes the net.
+EXPORT_BREW = r'''
+import numpy as np
+from caffe2.python import brew, core, model_helper, workspace
+from caffe2.proto import caffe2_pb2
+{models}
+
+
+def fill(m, rng):
+    """The init net of FILL's values."""
+    init = caffe2_pb2.NetDef()
+    for name, v in fill_values(m, rng).items():
+        init.op.extend([core.CreateOperator("GivenTensorFill", [], [name], shape=list(v.shape),
+                                            values=v.ravel().tolist())])
     return init
 
 

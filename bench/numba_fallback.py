@@ -4,7 +4,7 @@
         [--models resnet18,...] [--batches 1,16] [--size 224] [--warm 8] [--reps 3] [--rounds 1]
 
 bench/inference.py's brew models run as deploy models (a Predictor over frozen weights,
-bench/weights_once.py's), one process per engine and model, engines interleaved: interp; numba compiled before the
+bench/weights_once.py's), one worker process per engine and model (bench/inference.py's), engines interleaved: interp; numba compiled before the
 run with each region racing the interpreter's code (DSLC_NUMBA_TRIAL_RUNS=3, the default:
 backends/numba/trial.py) and without (=0: every compiled region kept); numba as it runs by
 default (compiled when hot). Each net runs ``--warm`` times before ``--reps`` timed runs, so
@@ -18,10 +18,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
+import tempfile
 
+import inference_engines as programs
 from embedding import blas_kernel
+from inference import Worker
 from timing import one_core
 
 ENGINES = [("interp", {"DSLC_BACKEND": "interp"}),
@@ -29,41 +31,47 @@ ENGINES = [("interp", {"DSLC_BACKEND": "interp"}),
            ("numba no race", {"DSLC_BACKEND": "numba", "DSLC_NUMBA_COMPILE": "now", "DSLC_NUMBA_TRIAL_RUNS": "0"}),
            ("numba hot", {"DSLC_BACKEND": "numba", "DSLC_NUMBA_COMPILE": "hot"})]
 
-# One engine's run of one model: bench/weights_once.py's Predictor over frozen weights (as a
-# deploy model's init net leaves them), warm runs, then the median of the timed ones.
-RUNNER = r"""
-import json, statistics, sys, time
+# One engine's worker: bench/inference_engines.py's SERVE (driven by bench/inference.py's
+# Worker) over bench/weights_once.py's Predictor of the brew model a folder's meta.json names,
+# its weights frozen (as a deploy model's init net leaves them).
+LOAD = r"""
+import sys
+sys.path.insert(0, {bench!r})
 import numpy as np
-spec = json.loads(sys.argv[1])
-sys.path.insert(0, spec["bench"])
-import inference, weights_once
-from dslc import brew, model_helper
-builders = {}
-exec(inference.MODELS, builders)
-name = spec["model"]
-m = model_helper.ModelHelper(name=name, init_params=True)
-out = str(builders["build"](name, brew, m, spec["size"]))
-rng = np.random.default_rng(0)
-p = weights_once.predictor(weights_once.params(m, rng), m.net.Proto(), out, True)
-for b in spec["batches"]:
-    x = rng.standard_normal((b, 3, spec["size"], spec["size"])).astype(np.float32)
-    for _ in range(spec["warm"]):
-        p.run([x])
-    ts = []
-    for _ in range(spec["reps"]):
-        t = time.perf_counter(); p.run([x]); ts.append(time.perf_counter() - t)
-    print("TIME", b, statistics.median(ts), flush=True)
+import weights_once
+
+
+def load(folder, meta):
+    m, out = weights_once.brew_model(meta["model"], meta["size"])
+    p = weights_once.predictor(weights_once.params(m, np.random.default_rng(0)), m.net.Proto(), out, True)
+    return lambda x: p.run([x])[0]
 """
 
 
-def run_engine(env, spec) -> dict:
-    """{batch: seconds} of one engine's process (nothing for a batch that failed)."""
-    proc = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(spec)], capture_output=True, text=True,
-                          timeout=3600, env=dict(os.environ, **env))
-    if proc.returncode:
-        print(f"  {env}: {proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else proc.returncode}")
-    return {int(b): float(t) for _, b, t in (line.split() for line in proc.stdout.splitlines()
-                                              if line.startswith("TIME "))}
+def run_engine(name, env, model, batches, args, top) -> dict:
+    """{batch: median seconds} of one engine's process on ``model`` (nothing for a batch that failed)."""
+    import numpy as np
+    folder = os.path.join(top, model)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "meta.json"), "w") as f:
+        json.dump(dict(model=model, size=args.size), f)
+    bench = os.path.dirname(os.path.abspath(__file__))
+    w = Worker(name, sys.executable, env, LOAD.format(bench=bench) + programs.SERVE, tempfile.mkdtemp(dir=top))
+    out = {}
+    for b in batches:
+        data = os.path.join(top, f"data_{b}.npy")
+        np.save(data, np.random.default_rng(b).standard_normal((b, 3, args.size, args.size)).astype(np.float32))
+        answer = w.ask(dict(cmd="load", folder=folder, data=data, out=os.path.join(w.folder, f"{model}_{b}.npy")))
+        if args.warm > 2 and "error" not in answer:  # (the load ran it twice)
+            answer = w.ask(dict(cmd="time", reps=args.warm - 2))
+        if "error" not in answer:
+            answer = w.ask(dict(cmd="time", reps=args.reps))
+        if "error" in answer:
+            print(f"  {model} b{b} {name}: {answer['error']}", flush=True)
+            break
+        out[b] = statistics.median(answer["times"])
+    w.close()
+    return out
 
 
 def main(argv=None) -> int:
@@ -82,13 +90,12 @@ def main(argv=None) -> int:
     print(f"numpy's OpenBLAS kernel: {blas_kernel()}; one core, one thread; images {args.size}x{args.size}; "
           f"{args.warm} warm runs, median of {args.reps}")
     times: dict = {}
-    for _ in range(args.rounds):
-        for model in args.models.split(","):
-            for name, env in ENGINES:
-                spec = dict(model=model, batches=batches, size=args.size, warm=args.warm, reps=args.reps,
-                            bench=os.path.dirname(os.path.abspath(__file__)))
-                for b, t in run_engine(env, spec).items():
-                    times.setdefault((model, b), {}).setdefault(name, []).append(t)
+    with tempfile.TemporaryDirectory(prefix="dslc-fallback-") as top:
+        for _ in range(args.rounds):
+            for model in args.models.split(","):
+                for name, env in ENGINES:
+                    for b, t in run_engine(name, env, model, batches, args, top).items():
+                        times.setdefault((model, b), {}).setdefault(name, []).append(t)
     print(f"{'model':12s} {'batch':>5s} " + " ".join(f"{n:>22s}" for n, _ in ENGINES) + "   (ms; ratio to interp)")
     for (m, b), row in times.items():
         base = row.get("interp")

@@ -22,6 +22,7 @@ import sys
 import time
 
 import inference
+import inference_engines
 import numpy as np
 from embedding import blas_kernel
 from timing import one_core
@@ -44,24 +45,24 @@ def predictor(params, net, out, frozen):
 
 
 def params(m, rng):
-    """bench/inference.py's fill: weights by fan-in, BN's scale and variance in [0.5, 1.5]."""
-    params = {}
-    for op in m.param_init_net.Proto().op:
-        shape = [a.ints for a in op.arg if a.name == "shape"][0]
-        n = op.output[0]
-        if n.endswith("_w"):
-            v = rng.standard_normal(shape) * np.sqrt(2.0 / max(1, int(np.prod(shape[1:]))))
-        elif n.endswith(("_riv", "_s")):
-            v = rng.uniform(0.5, 1.5, shape)
-        else:
-            v = rng.standard_normal(shape) * 0.1
-        params[n] = v.astype(np.float32)
-    return params
+    """bench/inference.py's fill (inference_engines.FILL: the one its Caffe2 export writes)."""
+    fill: dict = {}
+    exec(inference_engines.FILL, fill)
+    return fill["fill_values"](m, rng)
+
+
+def brew_model(name, size):
+    """bench/inference.py's brew model ``name`` for ``size`` x ``size`` images: (the
+    ModelHelper, its output blob)."""
+    from dslc import brew, model_helper
+
+    builders: dict = {}
+    exec(inference.MODELS, builders)
+    m = model_helper.ModelHelper(name=name, init_params=True)
+    return m, str(builders["build"](name, brew, m, size))
 
 
 def main(argv=None) -> int:
-    from dslc import brew, model_helper
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="resnet18,mobilenetv2,shufflenet,squeezenet,vgg11,alexnet")
     ap.add_argument("--batches", default="1,16")
@@ -70,11 +71,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     one_core()
     print(f"numpy's OpenBLAS kernel: {blas_kernel()}; one core, one thread; images {args.size}x{args.size}")
-    builders: dict = {}
-    exec(inference.MODELS, builders)
     for name in args.models.split(","):
-        m = model_helper.ModelHelper(name=name, init_params=True)
-        out = str(builders["build"](name, brew, m, args.size))
+        m, out = brew_model(name, args.size)
         rng = np.random.default_rng(0)
         weights = params(m, rng)
         ps = {k: predictor(weights, m.net.Proto(), out, k == "frozen") for k in ("frozen", "writeable")}

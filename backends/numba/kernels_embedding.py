@@ -39,22 +39,32 @@ def _ints(*vs) -> bool:
 
 
 # ----------------------------------------------------------------------------- bags
-helper(("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum"), """
+# The check every bag kernel makes first (the float bags' and the 8-bit ones'): the text
+# stands at the head of each one's helper source (helper() decorates its first function).
+_BAD_BAGS = """
+def _bad_bags(idx, lengths, rows, nweights, mode):
+    # an id outside the table's ROWS, a negative length, lengths that do not add up to the
+    # ids, or (mode 2) not one weight per id: the interpreter's error
+    for k in range(idx.size):
+        if idx[k] < 0 or idx[k] >= rows:
+            return True
+    total = 0
+    for s in range(lengths.size):
+        if lengths[s] < 0:
+            return True
+        total += lengths[s]
+    return total != idx.size or (mode == 2 and nweights != idx.size)
+
+
+@njit(nogil=True)"""
+
+helper(("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum"), _BAD_BAGS + """
 def _bags(data, weights, idx, lengths, mode, site):
     # Y[s] = the rows DATA[INDICES[k]] of segment s added in order (numpy's reduceat: the
     # first row, then each next one added to it); mode 1 scales by 1 / length rounded to
     # DATA's dtype, mode 2 multiplies row k by WEIGHTS[k] (as DATA's dtype) first
     rows, d = data.shape
-    bad = False
-    for k in range(idx.size):
-        if idx[k] < 0 or idx[k] >= rows:
-            bad = True
-    total = 0
-    for s in range(lengths.size):
-        if lengths[s] < 0:
-            bad = True
-        total += lengths[s]
-    if bad or total != idx.size or (mode == 2 and weights.size != idx.size):
+    if _bad_bags(idx, lengths, rows, weights.size, mode):
         raise KernelFail(site, mode, data, weights, idx, lengths)
     out = np.zeros((lengths.size, d), data.dtype)
     k = 0
@@ -112,23 +122,15 @@ _Q8_FUSED = ("SparseLengthsSumFused8BitRowwise", "SparseLengthsMeanFused8BitRoww
              "SparseLengthsWeightedSumFused8BitRowwise")
 _Q8_SPLIT = ("SparseLengthsSum8BitsRowwise", "SparseLengthsMean8BitsRowwise", "SparseLengthsWeightedSum8BitsRowwise")
 
-helper(_Q8_FUSED + _Q8_SPLIT, """
+helper(_Q8_FUSED + _Q8_SPLIT, _BAD_BAGS + """
 def _q8_bags(q, sb, weights, idx, lengths, mode, fused, site):
     # the interpreter's order of rounding (ir/ops/quantized.py, Caffe2's): per id in bag order,
     # out = f32(f64(f32(w scale)) q + f32(out + f32(w bias))); scale and bias are the row's
     # last 8 bytes (fused) or its SCALE_BIAS row; mode 1 then scales by f32(1 / length)
     rows = q.shape[0]
     d = q.shape[1] - 8 if fused else q.shape[1]
-    bad = d < 0 or (not fused and (sb.shape[0] != rows or sb.shape[1] != 2))
-    for k in range(idx.size):
-        if idx[k] < 0 or idx[k] >= rows:
-            bad = True
-    total = 0
-    for s in range(lengths.size):
-        if lengths[s] < 0:
-            bad = True
-        total += lengths[s]
-    if bad or total != idx.size or (mode == 2 and weights.size != idx.size):
+    if d < 0 or (not fused and (sb.shape[0] != rows or sb.shape[1] != 2)) or \\
+            _bad_bags(idx, lengths, rows, weights.size, mode):
         raise KernelFail(site, mode, fused, q, sb, weights, idx, lengths)
     out = np.zeros((lengths.size, d), np.float32)
     tail = np.empty(8, np.uint8)
