@@ -51,7 +51,7 @@ _HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "
           "utility": "kernels_nn", "recurrent": "kernels_nn", "collective": "kernels_nn", "adaptive": "kernels_nn",
           "quantized": "kernels_nn", "pointwise": "kernels_nn", "spatial": "kernels_nn",
           "conv_fused": "kernels_nn", "norms": "kernels_nn", "features": "kernels_nn",
-          "tt": "kernels_nn", "boxes": "kernels_nn", "resample": "kernels_nn"}
+          "tt": "kernels_nn", "metrics": "kernels_nn", "boxes": "kernels_nn", "resample": "kernels_nn"}
 
 
 def kernel_entry(name: str):
@@ -158,6 +158,8 @@ def _constant_fill(op, cfg):
     dt = _dtype(op)
     value = fill_value(op.attrs, dt)
     extra, as_shape = tuple(op.attrs["extra_shape"] or ()), bool(op.attrs["input_as_shape"])
+    if len(op.operands) == 2:  # (the value from the second input, each run)
+        return lambda x, v: num.fill_like(x, num.fill_value_of(v), dt, extra, as_shape)
     return lambda x: num.fill_like(x, value, dt, extra, as_shape)
 
 
@@ -226,6 +228,7 @@ def _unary(name, fn):
 for _n, _f in [("Negative", operator.neg), ("Abs", np.abs),
                ("Sqr", num.sqr), ("Sqrt", np.sqrt), ("Exp", np.exp), ("Log", np.log),
                ("Relu", num.relu), ("ZerosLike", np.zeros_like), ("Copy", num.copy), ("IsEmpty", num.is_empty),
+               ("HasElements", num.has_elements), ("EnsureDense", num.copy),
                ("FloatToHalf", lambda x: np.asarray(x, np.float16)),
                ("HalfToFloat", lambda x: np.asarray(x, np.float32))]:
     _unary(_n, _f)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import weakref
 
 import numpy as np
 
@@ -16,8 +17,8 @@ from dslc.runtime import collectives, logfiles
 from dslc.runtime.derived import once
 from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
-from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, features, losses, nn_grads, normalization,
-                        norms, pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, tt,
+from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, features, losses, metrics, nn_grads,
+                        normalization, norms, pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, tt,
                         utility)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
@@ -62,7 +63,7 @@ FUNCTIONS = {
     **conv_fused.FUNCTIONS,
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS, **norms.FUNCTIONS, **pointwise.FUNCTIONS, **spatial.FUNCTIONS,
-    **boxes.FUNCTIONS, **resample.FUNCTIONS, **features.FUNCTIONS, **tt.FUNCTIONS,
+    **boxes.FUNCTIONS, **resample.FUNCTIONS, **features.FUNCTIONS, **tt.FUNCTIONS, **metrics.FUNCTIONS,
 }
 
 
@@ -215,6 +216,23 @@ def _summarize(op, cfg):
                 files.write(file, logfiles.summary_line(stats))
             return stats if n else None
         return summarize
+    return make
+
+
+@kernel("AccumulateHistogram", per_instance=True)
+def _accumulate_histogram(op, cfg):
+    args = {k: op.attrs[k] for k in ("lower_bound", "upper_bound", "num_buckets")}
+
+    totals = weakref.WeakKeyDictionary()  # workspace -> the sum over this op's runs in it
+
+    def make(inst):  # (the op adds up its own histogram over the runs of its net, as Caffe2's operator does)
+        total = totals.setdefault(inst.ws, np.zeros(int(args["num_buckets"]) + 2, np.int64))
+
+        def accumulate(x):
+            cur = metrics.histogram(x, **args)
+            total[:] += cur
+            return cur, total.copy()
+        return accumulate
     return make
 
 

@@ -325,7 +325,7 @@ def _cast(op, a, site):
     return f"{NP[to]}({a[0]})"
 
 
-@kernel("Copy")
+@kernel("Copy", "EnsureDense")
 def _copy(op, a, site):
     return a[0] if scalar(op.operands[0]) else f"{a[0]}.copy()"
 
@@ -333,6 +333,11 @@ def _copy(op, a, site):
 @kernel("IsEmpty")
 def _is_empty(op, a, site):
     return "False" if scalar(op.operands[0]) else f"({a[0]}.size == 0)"
+
+
+@kernel("HasElements")
+def _has_elements(op, a, site):
+    return "(" + " or ".join("True" if scalar(v) else f"{x}.size > 0" for v, x in zip(op.operands, a)) + ")"
 
 
 class _Element:

@@ -173,6 +173,8 @@ def _tanh_grad(op):
 def _constant_fill(op):
     if op.attrs.get("input_as_shape"):
         raise Refused("ConstantFill with input_as_shape: its shape is a value, not a type")
+    if len(op.operands) == 2:
+        raise Refused("ConstantFill with a value input: the value is read when it runs")
     dt, s = dtype(op.result), shape(op.result)
     value = dt.type(op.attrs.get("value") or 0)
     return lambda *_: jnp.full(s, value, dt)

@@ -57,8 +57,9 @@ def div(op) -> bool:
 
 
 def constant_fill(op) -> bool:
-    """with input_as_shape: the shape read from the input may hold a negative dim"""
-    return bool(op.operands) and bool(op.attrs.get("input_as_shape"))
+    """with input_as_shape: the shape read from the input may hold a negative dim; a value
+    input may hold other than one element"""
+    return bool(op.operands) and bool(op.attrs.get("input_as_shape")) or len(op.operands) == 2
 
 
 def fused(op) -> bool:

@@ -110,6 +110,18 @@ def is_empty(x):
     return np.bool_(np.size(x) == 0)
 
 
+def has_elements(*xs):
+    return np.bool_(any(np.size(x) for x in xs))
+
+
+def fill_value_of(v):
+    """The value a ConstantFill's second input holds (one element, as Caffe2 requires)."""
+    if np.size(v) != 1:
+        raise DSLError(f"ConstantFill's value input must hold one element, got {np.size(v)}",
+                       hint="pass the value as a one-element tensor, e.g. np.array([v])")
+    return np.asarray(v).reshape(-1)[0]
+
+
 def fill_like(x, value, dtype: str, extra=(), as_shape=False):
     """ConstantFill with an input: x's shape (or x's values as the shape) + ``extra``."""
     shape = tuple(int(d) for d in np.asarray(x).reshape(-1)) if as_shape else np.shape(x)

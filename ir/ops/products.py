@@ -2,6 +2,7 @@
 products, with their gradients; ``FUNCTIONS`` holds the numpy semantics the interpreter runs.
 
     BatchMatMul(A [b, M, K], B [b, K, N]) -> [b, M, N];  broadcast=1: batch dims broadcast
+    RowMul(X [N, ...], w [N]) -> Y[i, ...] = X[i, ...] w[i];  ReduceTailSum(X [N, ...]) -> [N]
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ..gradients import GradOp, gradient, no_gradient
 from ..opdef import PURE, declare, type_error
 from ..types import TensorType
 from .infer import tensors
+from .nn import floats, prod
 
 
 def _dot_product(types, attrs, n):
@@ -132,5 +134,51 @@ def batch_mat_mul_grad(a, b, dy, trans_a=0, trans_b=0, broadcast=0):
             _reduce_to(db, b2.shape).reshape(b.shape).astype(b.dtype))
 
 
-FUNCTIONS = {"DotProduct": dot_product, "DotProductGradient": dot_product_grad,
+# ----------------------------------------------------------------------------- RowMul
+def _row_mul(types, attrs, n):
+    x, w = floats("RowMul", types)
+    if x.shape is not None and len(x.shape) < 1:
+        type_error("RowMul's X must have a first dim (one row per element of w), got a scalar",
+                   "pass X as [N, ...] and w with N elements")
+    if x.shape is not None and w.shape is not None and None not in (x.shape[0], prod(w.shape)) \
+            and prod(w.shape) != x.shape[0]:
+        type_error(f"RowMul: w has {prod(w.shape)} elements for X's {x.shape[0]} rows",
+                   "give w one element per row of X")
+    return [x]
+
+
+declare("RowMul", 2, _row_mul, traits={PURE}, doc="Y[i, ...] = X[i, ...] w[i] (w: N elements, any shape)")
+
+
+@gradient("RowMul")
+def _(g):  # dX = RowMul(dY, w); dw[i] = sum over row i of dY X (Caffe2's three ops)
+    ops = [GradOp("RowMul", [g.GO[0], g.I[1]], [g.GI[0]])] if g.GI[0] else []
+    if g.GI[1]:
+        dyx = g.GI[1] + "_rowmul_dyx"
+        ops += [GradOp("Mul", [g.GO[0], g.I[0]], [dyx]), GradOp("ReduceTailSum", [dyx], [g.GI[1]])]
+    return ops
+
+
+def _reduce_tail_sum(types, attrs, n):
+    (x,) = floats("ReduceTailSum", types)
+    if x.shape is not None and len(x.shape) < 1:
+        type_error("ReduceTailSum needs X with a first dim, got a scalar", "pass X as [N, ...]")
+    return [TensorType(x.dtype, None if x.shape is None else x.shape[:1])]
+
+
+declare("ReduceTailSum", 1, _reduce_tail_sum, traits={PURE}, doc="Y[i] = the sum of X[i, ...] (all dims but the first)")
+no_gradient("ReduceTailSum")  # (none in Caffe2 either)
+
+
+def row_mul(x, w):
+    if w.size != (x.shape[0] if x.ndim else -1):
+        raise ValueError(f"RowMul: w has {w.size} elements for X's {x.shape[0] if x.ndim else 0} rows")
+    return x * w.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype, copy=False)
+
+
+def reduce_tail_sum(x):
+    return x.reshape(x.shape[0], -1).sum(axis=1).astype(x.dtype, copy=False)
+
+
+FUNCTIONS = {"RowMul": row_mul, "ReduceTailSum": reduce_tail_sum, "DotProduct": dot_product, "DotProductGradient": dot_product_grad,
              "BatchMatMul": batch_mat_mul, "BatchMatMulGradient": batch_mat_mul_grad}

@@ -92,7 +92,10 @@ def _constant_fill(types, attrs, n):
     if attrs["shape"] is not None:
         type_error("ConstantFill takes its shape from the `shape` argument or from an input, not both",
                    "drop the input or the shape argument")
-    (t,) = tensors("ConstantFill", types)
+    t, *value = tensors("ConstantFill", types)
+    if value and value[0].dtype is not None and dt is not None and value[0].dtype != dt:
+        type_error(f"ConstantFill's value input is {value[0].dtype}, not the {dt} it fills with",
+                   "pass dtype= the value tensor's type (Caffe2 reads the value as that type)")
     if attrs["input_as_shape"]:
         dims = _shape_from_values(t)
         return [TensorType(dt, None if dims is None else dims + extra)]
@@ -114,17 +117,19 @@ def _shape_from_values(t: TensorType):
 
 def _fill_fold(*xs, **attrs):
     dt = fill_dtype(attrs)
-    value, extra = fill_value(attrs, dt), _dims("extra_shape", attrs["extra_shape"])
+    extra = _dims("extra_shape", attrs["extra_shape"])
+    value = num.fill_value_of(xs[1]) if len(xs) == 2 else fill_value(attrs, dt)
     if not xs:
         return num.fill_like(np.broadcast_to(np.int8(0), _dims("shape", attrs["shape"])), value, dt, extra)
     return num.fill_like(xs[0], value, dt, extra, bool(attrs["input_as_shape"]))
 
 
-declare("ConstantFill", (0, 1), _constant_fill,
+declare("ConstantFill", (0, 2), _constant_fill,
         attrs={"value": None, "dtype": None, "shape": None, "extra_shape": None, "input_as_shape": 0},
         traits={PURE, SIZED_BY_VALUES}, fold=_fill_fold, may_fail=failing.constant_fill,
         doc="a tensor filled with `value` (default 0); shape from `shape`, or the input's shape "
-            "(+ `extra_shape`), or the input's values (`input_as_shape`)")
+            "(+ `extra_shape`), or the input's values (`input_as_shape`); a second input: a one-element "
+            "tensor of the dtype holding the value")
 no_gradient("ConstantFill")  # (its input, if any, gives only the shape)
 
 
@@ -246,3 +251,13 @@ def _is_empty(types, attrs, n):
 
 declare("IsEmpty", 1, _is_empty, traits={PURE}, fold=num.is_empty,
         doc="y = (x has no elements), a bool scalar")
+declare("HasElements", (1, None), lambda t, a, n: (tensors("HasElements", t), [TensorType("bool", ())])[1],
+        traits={PURE}, fold=num.has_elements, doc="y = (some input has an element), a bool scalar")
+no_gradient("HasElements")
+# (Caffe2's EnsureDense turns a sparse gradient into a dense tensor; every tensor blob of dslc is dense)
+declare("EnsureDense", 1, _copy, traits={PURE}, fold=num.copy, doc="y = x, a dense tensor (as every tensor blob is)")
+
+
+@gradient("EnsureDense")
+def _(g):  # (Caffe2 passes dY on as dX)
+    return [GradOp("Copy", [g.GO[0]], [g.GI[0]])]
