@@ -1,4 +1,5 @@
-"""Runtime resources held in blobs: atomic counters and wall-clock timers."""
+"""Runtime resources held in blobs: atomic counters and wall-clock timers; and the process's
+stat registry (named int64 counts ops add to, StatRegistryExport reads)."""
 from __future__ import annotations
 
 import threading
@@ -131,3 +132,31 @@ class Index:
     def size(self) -> np.int64:
         with self.lock:
             return np.int64(len(self.ids) + 1)
+
+
+class StatRegistry:
+    """Named int64 counts kept for the whole process, as Caffe2's global StatRegistry: an op
+    adds to its own key (AtomicIter: ``atomic_iter/stats/<counter blob>/num_iter``) and
+    StatRegistryExport reads them all, in key order, zeroing them when asked."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + n
+
+    def export(self, reset: bool = True):
+        """(keys: bytes, values: int64, timestamps: int64 ns since the epoch), one row per key."""
+        now = time.time_ns()
+        with self._lock:
+            keys = sorted(self._counts)
+            values = [self._counts[k] for k in keys]
+            if reset:
+                self._counts = dict.fromkeys(keys, 0)
+        return (np.array([k.encode() for k in keys] or [], dtype=object), np.array(values, np.int64),
+                np.full(len(keys), now, np.int64))
+
+
+STATS = StatRegistry()

@@ -11,7 +11,7 @@ import numpy as np
 from dslc.runtime.datasets import (FieldTree, Mutex, TreeCursor, read_rows, row_offsets,
                                             shuffled_rows)
 from dslc.runtime.queues import TIMED_OUT, BlobsQueue
-from dslc.runtime.resources import Index, IndexError_
+from dslc.runtime.resources import STATS, Index, IndexError_
 from dslc.ir.diagnostics import DSLError
 
 from .kernels import kernel
@@ -200,6 +200,8 @@ kernel("CreateMutex")(lambda op, cfg: Mutex)
 def _atomic_iter(op, cfg):
     (name,) = op.attrs["output_names"]
 
+    stat = f"atomic_iter/stats/{name}/num_iter"  # (Caffe2's key)
+
     def make(inst):
         cell = inst.ws.cell(name)  # (the counter, read and written by name under the lock)
 
@@ -210,8 +212,15 @@ def _atomic_iter(op, cfg):
                     raise DSLError(f"AtomicIter: the counter {name!r} holds nothing",
                                    hint="fill it first (ConstantFill with dtype=INT64)")
                 cell.v = np.asarray(v) + np.asarray(1, dtype=np.asarray(v).dtype)
+            STATS.add(stat)
         return count
     return make
+
+
+@kernel("StatRegistryExport")
+def _stat_export(op, cfg):
+    reset = bool(op.attrs["reset"])
+    return lambda: STATS.export(reset)
 
 
 @kernel("AtomicAppend", per_instance=True)

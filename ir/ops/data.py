@@ -258,6 +258,19 @@ def _atomic_iter(types, attrs, n):
 
 
 declare("AtomicIter", 2, _atomic_iter, results=(0, 0), attrs={"output_names": []},
-        effects=(Effect("mutex", "write"), Effect("workspace", "write")),
+        effects=(Effect("mutex", "write"), Effect("workspace", "write"), Effect("stats", "write")),
         doc="(mutex, counter) -> counter + 1, read and written under the mutex (an int64 counter "
-            "several threads count up together)")
+            "several threads count up together); adds 1 to the stat atomic_iter/stats/<counter>/num_iter")
+
+
+def _stat_export(types, attrs, n):
+    if types:
+        type_error("StatRegistryExport reads the process's stat registry; dslc has no other",
+                   "call it without inputs: StatRegistryExport([], [keys, values, timestamps])")
+    return [TensorType("str", (None,)), TensorType("i64", (None,)), TensorType("i64", (None,))]
+
+
+declare("StatRegistryExport", (0, 1), _stat_export, results=3, attrs={"reset": 1},
+        effects=(Effect("stats", "write"),),
+        doc="(keys, values, timestamps) of every stat the process's ops keep (AtomicIter's counts), "
+            "in key order; with reset (default) their values start again from 0")

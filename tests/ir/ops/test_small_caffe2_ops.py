@@ -1,6 +1,6 @@
 """Caffe2's small operators its hypothesis_test reaches for: RowMul (+ its gradient, through
 ReduceTailSum), HasElements, EnsureDense (+ gradient), MultiClassAccuracy, AccumulateHistogram,
-ConstantFill with a value input.
+ConstantFill with a value input, StatRegistryExport.
 
 The CAFFE2 figures were printed by the real Caffe2 (torch 1.10.2's caffe2.python, the
 /tmp/caffe2-venv of shared/tools/caffe2-ref): each test says which net; the rest are computed
@@ -13,6 +13,7 @@ import pytest
 
 from dslc import core, workspace
 from dslc.ir.diagnostics import DSLError
+from dslc.runtime.resources import STATS
 
 f32 = np.float32
 X = np.arange(6, dtype=f32).reshape(3, 2) - 2  # [[-2, -1], [0, 1], [2, 3]]
@@ -164,3 +165,34 @@ def test_constant_fill_value_input_errors():
     net.ConstantFill(["X", "V"], ["Y"], dtype=core.DataType.FLOAT)
     with pytest.raises(DSLError, match="must hold one element, got 2"):
         _run(net, X=X, V=np.array([5, 6], f32))
+
+
+def test_stat_registry_export_counts_atomic_iter():
+    """Caffe2 (a created net of AtomicIter([mutex, it], [it]) run 3 times, then
+    StatRegistryExport twice, then once more after one run with reset=0, twice): keys
+    [b'atomic_iter/stats/it/num_iter'], values [3] then [0] (reset by the export), [1], [1];
+    int64 values and timestamps (ns since the epoch)."""
+    STATS.export(reset=True)  # (the registry is the process's: start this test's count at 0)
+    init = core.Net("init")
+    mutex = init.CreateMutex([], ["m"])
+    workspace.FeedBlob("it", np.array([0], np.int64))
+    workspace.RunNetOnce(init)
+    net = core.Net("count")
+    net.AtomicIter([mutex, "it"], ["it"])
+    workspace.CreateNet(net)
+    for _ in range(3):
+        workspace.RunNet(net.Name())
+    export = core.Net("export")
+    export.StatRegistryExport([], ["k", "v", "t"])
+    keep = core.Net("keep")
+    keep.StatRegistryExport([], ["k", "v", "t"], reset=0)
+
+    def exported(which):
+        workspace.RunNetOnce(which)
+        keys, values = list(workspace.FetchBlob("k")), workspace.FetchBlob("v")
+        assert values.dtype == np.int64 and workspace.FetchBlob("t").dtype == np.int64
+        return values[keys.index(b"atomic_iter/stats/it/num_iter")]
+    assert [exported(export), exported(export)] == [3, 0]
+    workspace.RunNet(net.Name())
+    assert [exported(keep), exported(keep)] == [1, 1]
+    assert workspace.FetchBlob("it")[0] == 4
