@@ -19,7 +19,7 @@ import threading
 import time
 
 from dslc.runtime import workspace as _rt
-from dslc.driver import blobs
+from dslc.driver import blobs, compile_clock
 from dslc.ir.diagnostics import DSLError, DSLTypeError
 from dslc.runtime.proto import caffe2 as caffe2_pb2
 from dslc.trace import devices
@@ -206,8 +206,12 @@ class _CreatedNet:
 
 
 def _new_session(ws, backend, **options):
-    from dslc.driver.session import LocalSession  # (session.py builds on this module: the current workspace)
-    return LocalSession(ws, backend=backend, **options)
+    # Timed as compiling: the first session of a process loads the session module and its
+    # backend (half a second of imports, numba's more), which a hypothesis example's deadline
+    # must not count as running the op (as the plan's compile, which the session times itself).
+    with compile_clock.compiling():
+        from dslc.driver.session import LocalSession  # (session.py builds on this module: the current workspace)
+        return LocalSession(ws, backend=backend, **options)
 
 
 def net_name(net) -> str:
