@@ -51,9 +51,11 @@ def registered_dbs() -> list[str]:
     return blobdb.names()
 
 
-# Caffe2's C extension module, as far as its Python users reach into it.
+# Caffe2's C extension module, as far as its Python users reach into it. use_mkldnn is
+# Caffe2's CPU build's (True; has_mkldnn False there too): an IDEEP device option is a CPU one,
+# and dslc runs it as the CPU's, as every device option.
 C = types.SimpleNamespace(Workspace=Workspace, registered_dbs=registered_dbs, has_mkldnn=False,
-                          use_mkldnn=False, create_db=db_api.create_db, Mode=db_api.Mode,
+                          use_mkldnn=True, create_db=db_api.create_db, Mode=db_api.Mode,
                           benchmark_net=lambda *args: BenchmarkNet(*args))
 has_gpu_support = has_cuda_support = has_hip_support = False
 has_fbgemm = False  # (so no bfloat16 serialization: EstimateAllBlobSizes counts floats as 4 bytes)

@@ -112,3 +112,20 @@ def test_task_outputs_of_strings_are_bytes(backend):
     with LocalSession(backend=backend) as s:
         s.run(task)
     assert out.fetch() == b"done"
+
+
+def test_an_ideep_device_option_runs_on_the_cpu(backend):
+    # Caffe2's CPU build says use_mkldnn (and has_mkldnn False: its values, read off
+    # /tmp/caffe2-venv's workspace.C); an IDEEP blob fed comes back as fed, and a net on the
+    # IDEEP device computes what it computes on the CPU.
+    from dslc.proto import caffe2_pb2
+    assert workspace.C.use_mkldnn and not workspace.C.has_mkldnn
+    ideep = core.DeviceOption(caffe2_pb2.IDEEP)
+    x = np.array([[-1.5, 2.0, 0.25]], np.float32)
+    workspace.FeedBlob("x_ideep", x, ideep)
+    np.testing.assert_array_equal(workspace.FetchBlob("x_ideep"), x)
+    net = core.Net("on_ideep")
+    net.Relu("x_ideep", "y_ideep")
+    net.Proto().device_option.CopyFrom(ideep)
+    LocalSession(workspace.C.Workspace.current, backend=backend).run(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("y_ideep"), [[0.0, 2.0, 0.25]])
