@@ -19,7 +19,8 @@ outcomes per test. The tests are never copied into the repository.
 ``--tier 1`` (the job layer) or ``--tier 2`` (model and operator layer, the default) picks the
 file list; ``--only f1 f2`` a subset. Caffe2's "dev" hypothesis profile (10 examples, 10 s
 deadline) applies unless ``--max-examples N`` caps examples (and turns deadlines, health checks,
-shrinking and explaining off: outcomes only).
+shrinking and explaining off: outcomes only; ``--deadlines`` keeps the deadlines, to count
+the tests a deadline fails).
 Never part of CI: it takes an hour per tier on two cores.
 """
 from __future__ import annotations
@@ -79,6 +80,7 @@ _RESULTS = os.environ.get("C2T_RESULTS")
 _LIMIT = float(os.environ.get("C2T_TEST_TIMEOUT", "120"))  # CPU seconds of this process per test
 _WALL = float(os.environ.get("C2T_TEST_WALL", "600"))  # wall seconds (a test blocked, using no CPU)
 _MAX = os.environ.get("C2T_MAX_EXAMPLES")
+_DEADLINES = os.environ.get("C2T_DEADLINES") == "1"  # keep each test's deadline when capping examples
 _state = {}
 
 
@@ -130,7 +132,8 @@ def _cap(fn, n):
             # no shrink or explain phase: a count needs pass or fail, and shrinking reruns the test
             # hundreds of times, under a tracer when explaining: adam_test's numpy-2 failure in its
             # reference spent over an hour there)
-            fn._hypothesis_internal_use_settings = settings(s, max_examples=min(s.max_examples, n), deadline=None,
+            fn._hypothesis_internal_use_settings = settings(s, max_examples=min(s.max_examples, n),
+                                                            deadline=s.deadline if _DEADLINES else None,
                                                             suppress_health_check=list(HealthCheck),
                                                             phases=[Phase.explicit, Phase.reuse, Phase.generate])
         fn = getattr(fn, "__wrapped__", None)
@@ -242,8 +245,10 @@ def run(args) -> None:
         env["DSLC_BACKEND"] = args.backend
     if args.max_examples:
         env["C2T_MAX_EXAMPLES"] = str(args.max_examples)
+    if args.deadlines:
+        env["C2T_DEADLINES"] = "1"
     meta = {"python": python, "on_caffe2": args.on_caffe2, "backend": args.backend or "interp", "tier": args.tier,
-            "max_examples": args.max_examples, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "max_examples": args.max_examples, "deadlines": args.deadlines or not args.max_examples, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     per_file = {}
     for rel in files:
         name = os.path.basename(rel)
@@ -304,6 +309,8 @@ def main(argv=None) -> None:
     r.add_argument("--only", nargs="*", help="file names (conv_test or conv_test.py)")
     r.add_argument("--backend", help="DSLC_BACKEND (default interp)")
     r.add_argument("--max-examples", type=int, help="cap hypothesis examples (deadlines off)")
+    r.add_argument("--deadlines", action="store_true",
+                   help="with --max-examples, keep each test's hypothesis deadline (Caffe2's profile: 10 s)")
     r.add_argument("--test-timeout", type=float, default=120, help="CPU seconds per test")
     r.add_argument("--test-wall", type=float, default=600, help="wall seconds per test")
     r.add_argument("--file-timeout", type=int, default=1800, help="CPU seconds per file")

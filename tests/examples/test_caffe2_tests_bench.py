@@ -52,3 +52,16 @@ def test_capped_examples_do_not_shrink():
     with pytest.raises(AssertionError):
         prop()
     assert len(calls) <= 2  # the failing example and its replay for the report; shrinking made ~100
+
+
+def test_deadlines_kept_on_request(monkeypatch):
+    # --deadlines: examples capped, each test's own deadline kept (to count deadline failures)
+    @settings(max_examples=50, deadline=100)
+    @given(st.integers())
+    def prop(x):
+        pass
+
+    monkeypatch.setenv("C2T_DEADLINES", "1")
+    _conftest()["_cap"](prop, 3)
+    s = prop._hypothesis_internal_use_settings
+    assert s.max_examples == 3 and s.deadline is not None and s.deadline.total_seconds() == 0.1
