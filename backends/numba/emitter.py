@@ -24,7 +24,6 @@ directly (``direct``).
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from dslc.backends.interp.kernels_nn import op_stream
 from . import islands
 from .cache import module_for
 from .hot import Hot, switcher
+from .lazy import CLOCK
 from .trial import Trial
 from .calls import FusedCall, IslandCall
 from .failures import Sites
@@ -100,14 +100,14 @@ class NumbaEmitter(Emitter):
         h.name = callee or self.bind("n", None)
         self.hots.append(h)
         self.cfg.hots.append(h)
-        return h.name, self.bind("h", h), self.bind("c", time.perf_counter)
+        return h.name, self.bind("h", h), self.bind("c", CLOCK)
 
     def op(self, op, indent, loop_targets):
         if self.direct or self.interpreting or op.name not in HELPER_KERNELS or \
                 super().kernel_entry(op.name) is None or super().kernel_entry(op.name)[1]:
             return super().op(op, indent, loop_targets)
         # the interpreter's kernel, timed; the compiled loops' replace it once hot
-        clock = self.bind("c", time.perf_counter)
+        clock = self.bind("c", CLOCK)
         self.emit(indent, f"_ht = {clock}()", op)
         before = set(self.env)
         super().op(op, indent, loop_targets)
@@ -294,4 +294,4 @@ def _source_file(op) -> str:
     return op.loc.file if op.loc and op.loc.line else ""
 
 
-__all__ = ["NumbaEmitter", "build_fused", "build_island", "scalar", "tensor", "time"]
+__all__ = ["NumbaEmitter", "build_fused", "build_island", "scalar", "tensor"]

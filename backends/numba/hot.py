@@ -40,7 +40,7 @@ import time
 from .cache import cache_dir
 
 QUEUED, DONE, FAILED = 1, 2, 3
-FIRST, NEXT = 1.0, 0.2  # seconds interpreted before a switch: numba not loaded yet, loaded
+FIRST, NEXT = 1.0, 0.2  # CPU seconds interpreted before a switch (lazy.CLOCK): numba not loaded yet, loaded
 
 
 class Hot:

@@ -3,7 +3,7 @@
 A "hot" compile writes every region exactly as the interpreter does, with two timers,
 and imports none of the numba backend's island machinery (nor numba):
 
-- a region's function as a whole: once its calls have spent ``split_after`` seconds, the
+- a region's function as a whole: once its calls have spent ``split_after`` CPU seconds, the
   region is written again by the ``NumbaEmitter`` (islands, fused groups and helper
   kernels, each compiled once hot itself: hot.py), and its later calls run that;
 - each loop at the top of a region (a training loop inside one task): once its iterations
@@ -34,14 +34,27 @@ this module is imported and no region is split.
 from __future__ import annotations
 
 import threading
-from time import perf_counter
+from time import thread_time
 
 import numpy as np
 
 from dslc.backends.interp.codegen import Emitter, _compiled
 from dslc.backends.interp.executor import Instance
 
-SPLIT = 0.5  # seconds a region (or a top-level loop) runs interpreted before it is split
+SPLIT = 1.0  # CPU seconds a region (or a top-level loop) runs interpreted before it is split
+# (as long as an island then runs before numba is loaded, hot.FIRST: a split costs ~60 ms of
+# writing and pays only once its islands turn hot, so a job that ends within twice that
+# ran the interpreter's code alone; at 0.5 s a 200-iteration DLRM run paid for a split it
+# never used)
+
+# Hotness is counted in CPU time of the thread that runs the code, not wall time: what a
+# compile saves is CPU time, and what the switch costs (importing numba, loading kernels:
+# hot.py) is CPU time too, so the decision does not depend on how loaded the machine is. With
+# a wall clock, a 200-iteration DLRM run on a machine shared 10 ways loaded numba halfway
+# through its timed iterations (a second of import on the path), where on a quiet machine it
+# ended on the interpreter. Time a region waits (a sleep, a reader's I/O) is not time a
+# kernel would save either. (A system call, ~1 us: read twice per timed call.)
+CLOCK = thread_time
 
 
 def split_after(cfg) -> float:
@@ -83,7 +96,7 @@ class LazyEmitter(Emitter):
     def _timed_loop(self, op, indent, carried, head, resume, progress):
         loop = Loop(self, op, split_after(self.cfg))
         self.cfg.lazies.append(loop)
-        o, clock = self.bind("o", loop), self.bind("c", perf_counter)
+        o, clock = self.bind("o", loop), self.bind("c", CLOCK)
         free = [n for n in dict.fromkeys(self.var(v) for v in outside(op)) if n not in carried]
         loop.params = carried + free
         lhs = ", ".join(carried) + ", = " if carried else ""
@@ -198,9 +211,9 @@ class LazyRegion(_Split):
         fn = self.fn
         if fn is None:
             if self.total < self.limit or not self.split():
-                t = perf_counter()
+                t = CLOCK()
                 self.interpreted(_cells, _states, rt, ws)
-                self.total += perf_counter() - t
+                self.total += CLOCK() - t
                 return
             fn = self.fn
         fn(_cells, _states, rt, ws)

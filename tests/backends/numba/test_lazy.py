@@ -3,6 +3,8 @@ the interpreter's code, and a region or a top-level loop switches to the numba b
 code between two calls or two iterations, on the cells and states it was bound with."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,56 @@ def test_a_variant_for_other_sizes_reuses_the_kernels_compiled_for_the_first(tmp
     first, second = stats
     assert s.compiles == 2 and first.compiled >= 1 and first.reused == 0
     assert (second.compiled, second.cache_hits, second.reused) == (0, 0, first.compiled)
+
+
+def _waiting_or_busy(busy: bool):
+    """A net whose Python op waits 20 ms (a sleep) or works 20 ms on this thread's CPU,
+    then a Relu: one region, timed by the lazy emitter."""
+    def step(_inputs, _outputs):
+        if not busy:
+            time.sleep(0.02)
+            return
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+    net = core.Net("wait")
+    net.Python(step)([], [])
+    net.Relu("x", "y")
+    return net
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_region_turns_hot_by_the_cpu_time_it_spends_not_the_time_it_waits(monkeypatch, busy):
+    """Hotness counts the CPU time of the thread running the region (lazy.CLOCK), so a
+    loaded machine (or a region that waits) does not split regions early: ten runs that
+    sleep 20 ms each spend ~0 s of CPU and stay interpreted (with a wall clock, 0.2 s,
+    past a 0.1 s threshold: split); ten that work 20 ms each spend 0.2 s and split."""
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)
+    workspace.FeedBlob("x", np.array([-1.0, 2.0], np.float32))
+    net = _waiting_or_busy(busy)
+    with LocalSession(backend="numba", passes="none", when="hot", min_work=0, nn_min_work=0) as s:
+        program = s.compile(net).program
+        region = next(lz for lz in program.lazies if isinstance(lz, lazy.LazyRegion))
+        region.limit = 0.1
+        for _ in range(10):
+            s.run(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), [0.0, 2.0])
+    assert (region.fn is not None) == busy
+    assert (region.total >= 0.1) == busy
+
+
+def test_a_loop_turns_hot_by_the_cpu_time_it_spends_not_the_time_it_waits(monkeypatch):
+    """The same for a loop at a region's top: eight iterations that sleep 20 ms each (0.16 s
+    of wall time, ~0 of CPU) stay on the interpreter's loop with a 0.1 s threshold."""
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)
+    workspace.FeedBlob("x", np.array([-1.0, 2.0], np.float32))
+    body = _waiting_or_busy(False)
+    loop = core.execution_step("eight", [body], num_iter=8)
+    with LocalSession(backend="numba", passes="none", when="hot", min_work=0, nn_min_work=0) as s:
+        program = s.compile(loop).program
+        loops = [lz for lz in program.lazies if isinstance(lz, lazy.Loop)]
+        for lz in loops:
+            lz.limit = 0.1
+        s.run(loop)
+    assert loops and all(lz.fn is None and lz.total < 0.1 for lz in loops)
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), [0.0, 2.0])
