@@ -76,27 +76,60 @@ def _scatter_matrix(dm, g, x_shape):
 
 @jit(nogil=True)
 def _depthwise_2d(x, w, y, kh, kw, sh, sw, dh, dw, ph, pw):
-    # y (zeros) [n, c, oh, ow] += w[c, 0, ky, kx] x[b, c, oy sh + ky dh - ph, ox sw + kx dw - pw],
-    # one image plane at a time (it stays in cache), the inner loop along a row (unit
-    # stride spelled out, so that it vectorizes)
+    # y [n, c, oh, ow] = sum over (ky, kx) of w[c, 0, ky, kx] x[b, c, oy sh + ky dh - ph,
+    # ox sw + kx dw - pw]. Each image plane is first copied into a zero-padded frame
+    # [fh, fw] (its pads written once: the interior is the same for every plane), so the
+    # loops never test a bound. With unit strides, a kernel offset's products are one run
+    # over the flat frame (rows' tails computed and dropped; one spare frame row keeps the
+    # last run inside): long runs that vectorize, where rows of 7-28 do not. Else row by
+    # row. Indices are unsigned: numba's negative-index check keeps loops from vectorizing.
     n, c, h, wd = x.shape
     oh, ow = y.shape[2], y.shape[3]
-    for b in range(n):
-        for ci in range(c):
-            yp, xp = y[b, ci], x[b, ci]
-            for ky in range(kh):
-                oy0, oy1 = _valid(ky, dh, ph, sh, h, oh)
-                for kx in range(kw):
-                    ox0, ox1 = _valid(kx, dw, pw, sw, wd, ow)
-                    wv, off = w[ci, 0, ky, kx], kx * dw - pw
-                    for oy in range(oy0, oy1):
-                        yr, xr = yp[oy], xp[oy * sh + ky * dh - ph]
-                        if sw == 1:
-                            for ox in range(ox0, ox1):
-                                yr[ox] += wv * xr[ox + off]
-                        else:
-                            for ox in range(ox0, ox1):
-                                yr[ox] += wv * xr[ox * sw + off]
+    if n * c * oh * ow == 0:
+        return
+    fh = (oh - 1) * sh + (kh - 1) * dh + 2
+    fw = (ow - 1) * sw + (kw - 1) * dw + 1
+    iy0, iy1 = max(0, -ph), min(h, fh - 1 - ph)  # (the rows and columns of x the frame holds)
+    ix0, ix1 = max(0, -pw), min(wd, fw - pw)
+    frame = np.zeros(fh * fw, x.dtype)
+    flat = sh == 1 and sw == 1
+    acc = np.empty(oh * fw if flat else ow, x.dtype)
+    xf, yf, wf = x.ravel(), y.ravel(), w.ravel()
+    U = np.uint64
+    ufw, uow, uh, uwd, ukh, ukw = U(fw), U(ow), U(h), U(wd), U(kh), U(kw)
+    for p in range(U(n * c)):
+        ci = p % U(c)
+        xb = p * uh * uwd
+        for iy in range(iy0, iy1):
+            r, s = U((iy + ph) * fw + pw), xb + U(iy) * uwd
+            for ix in range(U(ix0), U(ix1)):
+                frame[r + ix] = xf[s + ix]
+        yb = p * U(oh) * uow
+        wb = ci * ukh * ukw
+        if flat:
+            run = U(oh * fw)
+            for j in range(run):
+                acc[j] = 0
+            for ky in range(ukh):
+                for kx in range(ukw):
+                    wv, o = wf[wb + ky * ukw + kx], ky * U(dh) * ufw + kx * U(dw)
+                    for j in range(run):
+                        acc[j] += wv * frame[o + j]
+            for oy in range(U(oh)):
+                for ox in range(uow):
+                    yf[yb + oy * uow + ox] = acc[oy * ufw + ox]
+        else:
+            for oy in range(U(oh)):
+                for ox in range(uow):
+                    acc[ox] = 0
+                for ky in range(ukh):
+                    r = (oy * U(sh) + ky * U(dh)) * ufw
+                    for kx in range(ukw):
+                        wv, o = wf[wb + ky * ukw + kx], r + kx * U(dw)
+                        for ox in range(uow):
+                            acc[ox] += wv * frame[o + ox * U(sw)]
+                for ox in range(uow):
+                    yf[yb + oy * uow + ox] = acc[ox]
 
 
 @jit(nogil=True)
@@ -131,7 +164,7 @@ def _plain(*arrays):
 def _depthwise(x, w, g):
     if len(g.kernel) != 2 or not _plain(x, w):
         return D.depthwise(x, w, g)
-    y = np.zeros(x.shape[:2] + tuple(g.out), x.dtype)
+    y = np.empty(x.shape[:2] + tuple(g.out), x.dtype)
     _depthwise_2d(x, w, y, *g.kernel, *g.stride, *g.dilation, g.pads[0][0], g.pads[1][0])
     return y
 

@@ -80,3 +80,43 @@ def test_numba_runs_depthwise_as_direct_loops():
     hu.runOpOnInput(hu.device_options[1], core.CreateOperator("Conv", ["x", "w"], ["y"], kernel=3, group=4, pad=1),
                     [x, w])
     assert compiled._depthwise_2d.signatures
+
+
+def _depthwise_reference(x, w, stride, pads, dilation):
+    """Y of a depthwise convolution in float64, straight from its definition: x zero-padded
+    by np.pad, each kernel offset's strided slice times that offset's per-channel weight."""
+    (sh, sw), (pt, pl, pb, pr), (dh, dw) = stride, pads, dilation
+    kh, kw = w.shape[2:]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    oh = (xp.shape[2] - (dh * (kh - 1) + 1)) // sh + 1
+    ow = (xp.shape[3] - (dw * (kw - 1) + 1)) // sw + 1
+    y = np.zeros(x.shape[:2] + (oh, ow))
+    for ky in range(kh):
+        for kx in range(kw):
+            y += w[:, 0, ky, kx].astype(np.float64)[None, :, None, None] * \
+                xp[:, :, ky * dh: ky * dh + sh * (oh - 1) + 1: sh, kx * dw: kx * dw + sw * (ow - 1) + 1: sw]
+    return y
+
+
+# (X's shape, kernel (h, w), strides, pads (t, l, b, r), dilations): unit strides (one run over
+# the padded frame per kernel offset), mixed and non-unit strides (row by row), odd kernels
+# and dilations, pads that leave rows and columns of X unread
+DEPTHWISE = [((2, 3, 9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 4, 7, 12), (5, 3), (1, 1), (2, 0, 1, 2), (1, 2)),
+             ((2, 2, 10, 9), (3, 3), (1, 2), (1, 1, 0, 1), (1, 1)),
+             ((1, 3, 11, 8), (3, 2), (2, 1), (0, 1, 2, 0), (2, 1)),
+             ((2, 5, 8, 8), (3, 3), (2, 2), (1, 1, 0, 0), (1, 1)),
+             ((1, 2, 9, 9), (3, 3), (3, 3), (0, 0, 0, 0), (1, 1))]
+
+
+@DEVICES
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[f"{c[1]}s{c[2]}p{c[3]}d{c[4]}" for c in DEPTHWISE])
+def test_depthwise_matches_its_definition(do, case):
+    xs, (kh, kw), stride, pads, dilation = case
+    rng = np.random.default_rng(sum(xs))
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((xs[1], 1, kh, kw)).astype(np.float32)
+    args = dict(zip(("pad_t", "pad_l", "pad_b", "pad_r"), pads), stride_h=stride[0], stride_w=stride[1],
+                dilation_h=dilation[0], dilation_w=dilation[1], kernel_h=kh, kernel_w=kw)
+    (y,) = hu.runOpOnInput(do, core.CreateOperator("Conv", ["x", "w"], ["y"], group=xs[1], **args), [x, w])
+    np.testing.assert_allclose(y, _depthwise_reference(x, w, stride, pads, dilation), rtol=1e-5, atol=1e-5)
