@@ -54,6 +54,14 @@ from dslc.runtime import streams  # noqa: E402
 
 streams._PROCESS_SEED[:] = [0]
 
+# DSLC_TEST_LOG=PATH: each test's wall and CPU seconds, and whether it read DSLC_PIPELINE or
+# started a process, as JSON lines (tests/pipeline_watch.py; its hook is this conftest's).
+import pipeline_watch  # noqa: E402
+from pipeline_watch import pytest_runtest_protocol  # noqa: E402,F401
+
+if os.environ.get("DSLC_TEST_LOG"):
+    pipeline_watch.install()
+
 
 # Markers (registered in pyproject.toml; the README's inner loop deselects the costly ones):
 # a folder's, and per test what its parameters or fixtures say.

@@ -16,14 +16,13 @@ from dslc.backends.ray.cluster import shm_dir
 from dslc.ir.diagnostics import DSLError
 from dslc.net_builder import ops
 from dslc.task import Cluster, Node, Task, TaskGroup, WorkspaceType
-from test_data_parallel_shards import PARAMS, groups, one_replica, shard_models
+from test_data_parallel_shards import PARAMS, groups, shard_models, whole_batch
 import paths
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # (one name per node, as a cluster job)
 def test_two_shards_on_two_nodes_train_as_one_replica_with_the_whole_batch(ray_session, ray_cluster):
-    backend = ray_session.backend_name
-    want_losses, want = one_replica(backend, steps=3)
+    want_losses, want = whole_batch(steps=3)
     workspace.ResetWorkspace()
     models = shard_models(2, lambda s: [0])  # (each node its own workspace: the same names)
     init, train = groups(models)

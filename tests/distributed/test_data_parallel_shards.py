@@ -7,6 +7,7 @@ Here the shards are Nodes under LocalSession (threads of this process); the Ray
 cluster's form is in test_data_parallel_ray.py."""
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -60,6 +61,14 @@ def one_replica(backend, steps):
     return losses, {p: workspace.FetchBlob(f"cpu_0/{p}") for p in PARAMS}
 
 
+@functools.cache
+def whole_batch(steps):
+    """one_replica on the interpreter (the reference semantics), once per ``steps`` and
+    process: every test here and in test_data_parallel_ray.py compares its shards, on
+    whichever backend, with it (a numba reference would compile one more training step)."""
+    return one_replica("interp", steps)
+
+
 def shard_models(shards, devices_of, **rendezvous):
     """Shard s of ``shards``: its model (on devices ``devices_of(s)``) fed its rows of X."""
     per = len(X) // shards
@@ -105,7 +114,7 @@ def local_shards(backend, steps, shards=2):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_shards_train_as_one_replica_with_the_whole_batch(backend):
-    want_losses, want = one_replica(backend, steps=4)
+    want_losses, want = whole_batch(steps=4)
     losses, params, models = local_shards(backend, steps=4)
     # each shard's loss is its half's mean: their mean is the whole batch's
     np.testing.assert_allclose(np.array(losses) / 2, want_losses, rtol=1e-6)
@@ -119,7 +128,7 @@ def test_two_shards_train_as_one_replica_with_the_whole_batch(backend):
 
 
 def test_four_shards_of_two_devices_each():
-    want_losses, want = one_replica("interp", steps=2)
+    want_losses, want = whole_batch(steps=2)
     workspace.ResetWorkspace()
     models = shard_models(4, lambda s: [2 * s, 2 * s + 1])
     init, train = groups(models)
@@ -243,7 +252,7 @@ def test_sparse_gradients_are_gathered_across_shards_as_rows(backend):
 
     workspace.ResetWorkspace()
     whole = model_of("emb_whole", ids, target, devices=[0])
-    with LocalSession(backend=backend) as s:
+    with LocalSession(backend="interp") as s:  # (the reference semantics; a numba reference compiles one more step)
         s.run(whole.param_init_net)
         start = workspace.FetchBlob("cpu_0/emb")
         s.run(whole.net)
