@@ -134,9 +134,10 @@ class Config:
 
     def report_trial(self, trial) -> None:
         """A decided race (trial.py), noted in the profile's report when there is one."""
-        note = getattr(self.profile, "note", None)
-        if note is not None:
-            note(trial.describe())
+        from dslc.backends.common.race import noting
+        report = noting(self.profile)
+        if report is not None:
+            report(trial)
 
     def namer(self):
         """Variable names for generated code: the text plan's (the job's own names), made once."""
@@ -199,7 +200,8 @@ class NumbaProgram:
             "ops interpreted, and why": dict(why.most_common()),
         }
         if s.trials:
-            summary["regions timed against the interpreter"] = _trials(s.trials)
+            from dslc.backends.common.race import summary as races
+            summary["regions timed against the interpreter"] = races(s.trials, "DSLC_NUMBA_TRIAL_RUNS")
         if any(reason == "cold" for reason, _ in s.interp):
             summary["note"] = (f"regions whose estimated work is under {self.min_work} op executions "
                                "run on the interpreter (compiling them would cost more than it saves); "
@@ -219,17 +221,6 @@ class NumbaProgram:
                 f.write(src)
             paths.append(path)
         return paths
-
-
-def _trials(trials) -> list[str]:
-    """The races decided so far (which regions fell back, with both times), then what is pending."""
-    done = [t for t in trials if t.kept is not None]
-    lines = [t.describe() for t in sorted(done, key=lambda t: t.kept != "interpreter")]
-    if len(done) < len(trials):
-        lines.append(f"{len(trials) - len(done)} region(s) not decided yet: each runs "
-                     f"{trials[0].runs} times compiled and {trials[0].runs} times interpreted, timed, "
-                     "in its first runs, and the faster is kept (DSLC_NUMBA_TRIAL_RUNS=0: always compiled)")
-    return lines
 
 
 def local_counters(module: Module) -> frozenset:

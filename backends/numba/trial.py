@@ -14,39 +14,36 @@ job's later runs pay nothing for it.
 - Compiled before the run (DSLC_NUMBA_COMPILE=now): the compiled function runs first,
   then the interpreter's code, ``runs`` times each, then the verdict.
 
-A compiled run's first call is not counted (it may still set numba up). The medians are
-compared: the compiled function is kept unless slower. Either way the answers are the
-interpreter's (the suite checks numba's against interp's on every program), so the
-choice changes time, never results. Each verdict is in the program's summary and, with
-``--profile``, in the profile's report.
+The samples and the verdict (medians of the compiled runs after the first against the
+interpreter's; the compiled function kept unless slower) are backends/common/race.py's,
+as are the verdict's line in the program's summary and, with ``--profile``, in the
+profile's report.
 """
 from __future__ import annotations
 
-import statistics
 import threading
 import time
+
+from dslc.backends.common.race import Race
 
 COLD, WAIT, COMPILED, INTERP, DECIDED = range(5)
 
 
-class Trial:
-    """One region's race: its interpreted and compiled runs' seconds, then the verdict.
+class Trial(Race):
+    """One region's race, scheduled: the interpreted and compiled runs timed, then the verdict.
 
     ``start(ns, name, callee)`` makes ``ns[name]`` (the global the generated code calls,
     None or the interpreter's kernel until then) a timed wrapper of ``callee``; the
     generated code reports each interpreted run through ``interpreted(seconds)``.
     """
 
-    __slots__ = ("label", "runs", "interp", "compiled", "phase", "kept", "ns", "name", "callee", "fallback",
-                 "lock", "report", "clock")
+    __slots__ = ("phase", "ns", "name", "callee", "fallback", "lock", "clock")
 
     def __init__(self, label: str, runs: int, report=None, clock=time.perf_counter):
         """``report(trial)``: called once with the decided trial (the profile's notes)."""
-        self.label, self.runs, self.report, self.clock = label, runs, report, clock
-        self.interp: list = []
-        self.compiled: list = []
+        super().__init__(label, runs, "compiled", report)
+        self.clock = clock
         self.phase = COLD
-        self.kept = None  # "compiled" or "interpreter", once decided
         self.ns = self.name = self.callee = self.fallback = None
         self.lock = threading.Lock()
 
@@ -58,7 +55,7 @@ class Trial:
             del self.interp[:-self.runs]  # (the last runs before the switch: the warmest)
         elif phase == INTERP:
             self.interp.append(seconds)
-            if len(self.interp) >= self.runs:
+            if self.interp_done():
                 self.decide()
 
     def queued(self) -> None:
@@ -82,7 +79,7 @@ class Trial:
                 return callee(*args)
             finally:
                 samples.append(clock() - t)
-                if len(samples) > self.runs and self.phase == COMPILED:
+                if self.phase == COMPILED and self.compiled_done():
                     self._compiled_done()
         return timed
 
@@ -102,20 +99,6 @@ class Trial:
             if self.phase == DECIDED:
                 return
             self.phase = DECIDED
-            keep = self.compiled_seconds() <= self.interp_seconds()
-            self.kept = "compiled" if keep else "interpreter"
+            keep = self.judge() == "compiled"
             self.ns[self.name] = self.callee if keep else self.fallback
-        if self.report is not None:
-            self.report(self)
-
-    def compiled_seconds(self) -> float:
-        return statistics.median(self.compiled[1:] or self.compiled)
-
-    def interp_seconds(self) -> float:
-        return statistics.median(self.interp)
-
-    def describe(self) -> str:
-        """One line for the summary: the two medians and what was kept."""
-        return (f"{self.label}: compiled {self.compiled_seconds() * 1e3:.3f} ms, interpreted "
-                f"{self.interp_seconds() * 1e3:.3f} ms per run: "
-                + ("kept compiled" if self.kept == "compiled" else "fell back to the interpreter"))
+        self.tell()

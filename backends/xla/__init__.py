@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from dslc.backends.common.cachedir import cache_root, not_private
+from dslc.backends.common.race import summary as races
 from dslc.backends.interp.codegen import compile_region
 from dslc.backends.common.stats import CompileStats
 from dslc.backends.interp.executor import Executor
@@ -71,7 +72,7 @@ class XlaProgram:
             "functions compiled": s.compiled,
             "compile seconds": round(s.seconds, 3),
             "ops interpreted, and why": dict(why.most_common()),
-            "regions timed against the interpreter": [v for v in (c.verdict() for c in s.calls) if v],
+            "regions timed against the interpreter": races(s.calls, "DSLC_XLA_TRIAL_RUNS"),
         }
 
 

@@ -17,13 +17,13 @@ reports the error at the user's line)::
 Each call also races the interpreter's code for its run in the first runs
 (DSLC_XLA_TRIAL_RUNS each way, default 3; 0: XLA's always): XLA's CPU convolutions, for
 one, can lose to the interpreter's im2col and OpenBLAS GEMM. The faster is kept for the
-rest of the process (``RunCall``); the answers are the same either way, and the verdict
-is in the compile summary.
+rest of the process (``RunCall``, over backends/common/race.py); the answers are the same
+either way, and the verdict is in the compile summary and, with ``--profile``, in the
+profile's report.
 """
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 
 import jax
@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from dslc.backends.common.race import Race, noting
 from dslc.backends.interp.codegen import Emitter
 from dslc.backends.interp.kernels import kernel_entry
 
@@ -129,7 +130,7 @@ def build(run: Run, cfg) -> "RunCall":
     specs = [jax.ShapeDtypeStruct(tuple(v.type.shape), dtype(v)) for v in inputs]
     with _scope(x64):
         compiled = cfg.stats.compile(jax.jit(body), specs)
-    return RunCall(compiled, [dtype(v) for v in outputs], x64, trial_runs(), run.where())
+    return RunCall(compiled, [dtype(v) for v in outputs], x64, trial_runs(), run.where(), noting(cfg.profile))
 
 
 def _evaluate(steps, env) -> None:
@@ -174,23 +175,24 @@ def _scope(x64: bool):
 XLA_RUNS, INTERP_RUNS, KEPT = range(3)  # a RunCall's phases
 
 
-class RunCall:
+class RunCall(Race):
     """Calls a run's executable: its outputs as numpy values (a rank-0 one as a numpy
     scalar, as the interpreter keeps them), or None when the interpreter must run it.
 
-    The race: the first call (XLA's warm-up) and ``runs`` timed ones run XLA's code; the
-    next ``runs`` answer None, so the interpreter's code runs, and the generated code
-    reports each one's seconds (``interpreted``); then the medians are compared once, and
-    a call of a run the interpreter won answers None from then on."""
+    The race (backends/common/race.py: the samples, the verdict, its line): the first
+    call (XLA's warm-up) and ``runs`` timed ones run XLA's code; the next ``runs`` answer
+    None, so the interpreter's code runs, and the generated code reports each one's
+    seconds (``interpreted``); then the verdict is given once, and a call of a run the
+    interpreter won answers None from then on."""
 
-    __slots__ = ("compiled", "dtypes", "x64", "runs", "label", "phase", "times", "interp", "kept")
+    __slots__ = ("executable", "dtypes", "x64", "phase")
 
-    def __init__(self, compiled, dtypes, x64, runs=0, label=""):
-        self.compiled, self.dtypes, self.x64, self.runs, self.label = compiled, dtypes, x64, runs, label
+    def __init__(self, executable, dtypes, x64, runs=0, label="", report=None):
+        super().__init__(label, runs, "xla", report)
+        self.executable, self.dtypes, self.x64 = executable, dtypes, x64
         self.phase = XLA_RUNS if runs else KEPT
-        self.times: list = []   # XLA's timed calls, the warm-up first
-        self.interp: list = []  # the interpreter's
-        self.kept = "xla" if not runs else None
+        if not runs:
+            self.kept = "xla"
 
     def __call__(self, *args):
         phase = self.phase
@@ -201,8 +203,8 @@ class RunCall:
         t = time.perf_counter()
         got = self.call(args)
         if got is not None:
-            self.times.append(time.perf_counter() - t)
-            if len(self.times) > self.runs:
+            self.compiled.append(time.perf_counter() - t)
+            if self.compiled_done():
                 self.phase = INTERP_RUNS
         return got
 
@@ -211,21 +213,15 @@ class RunCall:
         if self.phase != INTERP_RUNS:
             return
         self.interp.append(seconds)
-        if len(self.interp) >= self.runs:
-            faster = statistics.median(self.interp) < statistics.median(self.times[1:])
-            self.kept = "interpreter" if faster else "xla"
+        if self.interp_done():
+            self.judge()
             self.phase = KEPT
-
-    def verdict(self) -> str | None:
-        if not self.runs or self.kept is None:
-            return None
-        return (f"{self.label}: {self.kept} kept (xla {statistics.median(self.times[1:]) * 1e3:.3f} ms, "
-                f"interpreter {statistics.median(self.interp) * 1e3:.3f} ms)")
+            self.tell()
 
     def call(self, args):
         try:
             with _scope(self.x64):
-                outs, ok = self.compiled(*args)
+                outs, ok = self.executable(*args)
         except (TypeError, ValueError):  # a value of another shape or dtype than the IR's
             return None
         if not ok:

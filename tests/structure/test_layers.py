@@ -44,6 +44,7 @@ ALLOWED_LOCAL = {
     ("dslc.backends.numba", "dslc.backends.numba.kernels"): LAZY + " (kernels imports numba)",
     ("dslc.backends.numba", "dslc.backends.common.names"): LAZY,
     ("dslc.backends.numba", "dslc.backends.common.source"): LAZY,
+    ("dslc.backends.numba", "dslc.backends.common.race"): LAZY + " (a race's verdict: once a region has raced)",
     ("dslc.backends.numba", "dslc.backends.numba.lazy"): LAZY,
     ("dslc.backends.numba", "dslc.backends.numba.emitter"): LAZY,
     ("dslc.backends.numba.islands", "dslc.backends.numba.kernels_embedding"): LAZY + " (the kernel tables)",
