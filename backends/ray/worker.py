@@ -68,22 +68,27 @@ class NodeWorker:
     def info(self) -> dict:
         import ray
 
-        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
+                "programs": len(self.programs)}
 
     # --- running
     def run_request(self, request: tuple) -> dict:
         """``run`` with its arguments in one tuple (what the driver sends)."""
         return self.run(*request)
 
-    def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues, peers=None) -> dict:
+    def run(self, run_id, backend, key, text, pyobjs, outputs, remote_queues, peers=None, drop=()) -> dict:
         """Run the program ``key`` (compiled by ``backend`` from ``text`` the first time) on the root.
 
         ``pyobjs``: the reference in ``text`` -> the object, for its Python ops; ``outputs``: the
         blobs to return (None for one nothing wrote); ``remote_queues``: blob -> the
         actor holding that queue; ``peers``: {collective group: {shard: (the node actor holding
-        it, its machine, which actor)}} (backends/ray/collective.py). Returns ``{"outputs", "types", "seconds"}``.
+        it, its machine, which actor)}} (backends/ray/collective.py); ``drop``: the (key, backend)
+        of programs of variants the driver evicted (forgotten here too). Returns ``{"outputs",
+        "types", "seconds"}``.
         """
         t0 = time.perf_counter()
+        for old in drop:
+            self.programs.pop(tuple(old), None)
         program = self.programs.get((key, backend))
         if program is None:
             program = self.programs[(key, backend)] = self._compile(backend, text, pyobjs or {})

@@ -65,6 +65,7 @@ class RaySession(Session):
         self.own_cluster = None
         self._actors: dict = {}
         self._sent: dict = {}     # node -> keys of the programs it holds
+        self._stale: dict = {}    # node -> keys of programs it holds for evicted variants (dropped next run)
         self._types: dict = {}    # node -> blob -> type of what its root holds
         self._compiled: dict = {}  # id(group) -> its compiled variants, the last one used last
         self.compiles = 0  # lowerings this session made (as LocalSession.compiles)
@@ -122,7 +123,8 @@ class RaySession(Session):
                                                               self.node_setup)
 
     def node_info(self, node: str) -> dict:
-        """``{"pid", "node_id"}`` of the process running ``node``."""
+        """``{"pid", "node_id", "programs"}`` of the process running ``node`` (programs: how many
+        compiled programs it holds)."""
         import ray
         return ray.get(self.actor(node).info.remote())
 
@@ -144,6 +146,7 @@ class RaySession(Session):
             except ray.exceptions.RayActorError:
                 self._actors.pop(node)  # a node lost earlier: a new one starts when next used
         self._sent = {n: set() for n in self._actors}
+        self._stale.clear()
         self._types = {n: {} for n in self._actors}
         self._compiled.clear()
 
@@ -196,8 +199,18 @@ class RaySession(Session):
         got.widens = widens
         kept.append(got)
         if len(kept) > MAX_VARIANTS:
-            del kept[0]
+            self._evict(kept.pop(0))
         return got
+
+    def _evict(self, variant) -> None:
+        """Forget an evicted variant here and, with the next run each node is sent, there:
+        a node keeps the programs it was sent, so without this it would keep every variant's
+        (LocalSession's go with their CompiledRunnable)."""
+        for node, sent in self._sent.items():
+            gone = {entry for entry in sent if entry[0] == variant.key}
+            if gone:
+                sent.difference_update(gone)
+                self._stale.setdefault(node, set()).update(gone)
 
     def _lower(self, group, existing: dict) -> CompiledRunnable:
         """``group`` lowered against blobs of the types ``existing`` gives, optimized, as IR
@@ -237,7 +250,7 @@ class RaySession(Session):
             refs[actor.run_request.remote((
                 self._runs, self.backend_name, compiled.key, compiled.text if first else None,
                 compiled.pyobjs if first else None, nb.outputs, remote.get(node, {}),
-                {g: peers[g] for g in nb.shards}))] = node
+                {g: peers[g] for g in nb.shards}, tuple(self._stale.pop(node, ()))))] = node
         results = self._gather(refs)
         if peers:  # (every node is done: their shared memory segments may lose their names)
             for node, nb in compiled.blobs.items():
@@ -307,6 +320,7 @@ class RaySession(Session):
     def _forget(self, node: str) -> None:
         self._actors.pop(node, None)
         self._sent.pop(node, None)
+        self._stale.pop(node, None)
         self._types.pop(node, None)
 
     def _remote_queues(self, compiled) -> dict:

@@ -148,3 +148,22 @@ def test_a_net_fed_other_sizes_reuses_one_compile_with_the_dim_unknown(ray_sessi
         np.testing.assert_array_equal(ray_session.fetch_blob("y"), x * 2)
     assert ray_session.compiles - before == 2
     assert "f32[?]" in ray_session.compile(net).text
+
+
+def test_a_node_forgets_the_programs_of_variants_the_driver_evicted(ray_session, monkeypatch):
+    """A runnable keeps at most MAX_VARIANTS compiles (2 here): fed four ranks in turn (each
+    rank its own variant), the node the net runs on must hold no more programs than that,
+    as a LocalSession holds no more, and every result is still numpy's."""
+    import numpy as np
+    from dslc.driver import distributed
+
+    monkeypatch.setattr(distributed, "MAX_VARIANTS", 2)
+    net = core.Net("tripled")
+    net.Scale("x", "y", scale=3.0)
+    for shape in ((3,), (2, 2), (2, 1, 2), (1, 2, 1, 2), (3,)):
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 0.25
+        ray_session.feed_blob("x", x)
+        ray_session.run(net)
+        np.testing.assert_array_equal(ray_session.fetch_blob("y"), x * 3)
+    assert ray_session.compiles >= 5  # (the last (3,) was evicted: lowered again)
+    assert ray_session.node_info("local")["programs"] == 2
