@@ -213,9 +213,52 @@ def release_blobs_when_used(netproto, dont_free_blobs, selector_fun=None):
 
 # ----------------------------------------------------------------------------- the optimizers
 
+# Caffe2's operator schemas that require an output to be the same blob as an input (its
+# EnforceInplace), read off the real Caffe2 (OpSchema.get(name).inplace_enforced(i, o) over every
+# registered operator): (input, output) pairs, or every input i as output i (SAME) or input i + 1
+# as output i (AFTER_FIRST). Caffe2's memonger checks a net against them before sharing names.
+_INPLACE = {
+    "Append": ((0, 0),), "AtomicIter": ((1, 0),), "CopyRowsToTensor": ((0, 0),), "DestroyCommonWorld": ((0, 0),),
+    "Float16SparseNormalize": ((0, 0),), "IndexFreeze": ((0, 0),), "IndexLoad": ((0, 0),), "Iter": ((0, 0),),
+    "LastNWindowCollector": ((0, 0), (1, 1), (4, 2)), "ReceiveTensor": ((1, 0),),
+    "ReservoirSampling": ((0, 0), (1, 1), (5, 2), (6, 3)), "RowWiseCounter": ((0, 0), (1, 1)),
+    "RowWiseSparseAdagrad": ((0, 0), (1, 1)), "RowWiseSparseAdam": ((0, 0), (1, 1), (2, 2)),
+    "ScatterAssign": ((0, 0),), "ScatterWeightedSum": ((0, 0),), "SmartDecaySparseAdam": ((0, 0), (1, 1), (2, 2), (3, 3)),
+    "SparseAdadelta": ((0, 0), (1, 1), (2, 2)), "SparseAdagrad": ((0, 0), (1, 1)), "SparseAdam": ((0, 0), (1, 1), (2, 2)),
+    "SparseFtrl": ((0, 0), (1, 1)), "SparseLpRegularizer": ((0, 0),), "SparseMomentumSGDUpdate": ((1, 1), (3, 2)),
+    "SparseNormalize": ((0, 0),), "SparseStorm": ((0, 0), (1, 1), (2, 2)), "SparseWngrad": ((0, 0), (1, 1)),
+    "SpatialBN": ((3, 1), (4, 2)), "rnn_internal_accumulate_gradient_input": ((2, 0),),
+    "rnn_internal_apply_link": ((1, 1),),
+}
+_SAME = {"CollectTensor", "DataCouple", "Free", "NCCLBroadcast", "TrimDataset"}
+_AFTER_FIRST = {"Allreduce", "Broadcast", "EnqueueBlobs", "ReduceScatter", "SafeEnqueueBlobs"}
+
+
+def _inplace_pairs(op):
+    if op.type in _SAME:
+        return [(i, i) for i in range(min(len(op.input), len(op.output)))]
+    if op.type in _AFTER_FIRST:
+        return [(i + 1, i) for i in range(min(len(op.input) - 1, len(op.output)))]
+    if op.type.startswith(("RowWiseSparseAdagradFused", "SparseAdagradFused")):
+        return [(0, 0), (1, 1)]
+    return _INPLACE.get(op.type, ())
+
+
+def check_inplace(netproto) -> None:
+    """Raise RuntimeError (Caffe2's schema check) if an op names apart an output its schema
+    requires to be one of its inputs (IndexFreeze's index, a sparse optimizer's parameter)."""
+    for k, op in enumerate(netproto.op):
+        for i, o in _inplace_pairs(op):
+            if i < len(op.input) and o < len(op.output) and op.input[i] != op.output[o]:
+                raise RuntimeError(f"op #{k} {op.type}: input {i} ({op.input[i]}) and output {o} ({op.output[o]}) "
+                                   f"must be the same blob (Caffe2's schema makes {op.type} work in place); "
+                                   f"name output {o} {op.input[i]!r}")
+
+
 def _share(netproto, shareable, fixed, namescope: str):
     """A copy of ``netproto`` with the ``shareable`` blobs (minus ``fixed``) renamed to shared
-    names where their ranges allow."""
+    names where their ranges allow (after Caffe2's in-place check, ``check_inplace``)."""
+    check_inplace(netproto)
     optim = copy.deepcopy(netproto)
     ranges = compute_ranges(optim.op)
     read_first = _read_before_written(optim.op)

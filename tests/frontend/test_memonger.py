@@ -168,3 +168,22 @@ def test_release_blobs_when_used_frees_each_made_blob_after_its_last_read():
     workspace.RunNetOnce(m.param_init_net)
     workspace.RunNetOnce(core.Net(net))
     assert workspace.FetchBlob("x").size == 0 and workspace.FetchBlob("out").shape == (1, 2)
+
+
+@pytest.mark.parametrize("build, refused", [
+    # Caffe2's answers (/tmp/caffe2-venv, memonger.optimize_inference_for_dag(net, ["A"], "")):
+    # RuntimeError "did not pass schema checking" for the first two, a NetDef for the others
+    (lambda n: (n.IndexFreeze("A", "B"), n.Sum(["B", "B"], "C")), True),
+    (lambda n: (n.SparseAdagrad(["A", "M", "I", "G", "LR"], ["P2", "M"]), n.Relu("P2", "Q")), True),
+    (lambda n: (n.SparseAdagrad(["A", "M", "I", "G", "LR"], ["A", "M"]), n.Relu("A", "Q")), False),
+    (lambda n: (n.IndexFreeze("A", "A"), n.Relu("A", "Q")), False),
+    (lambda n: (n.Relu("A", "B"), n.Relu("B", "C")), False),
+])
+def test_an_op_its_schema_makes_in_place_must_be_named_in_place(build, refused):
+    m = ModelHelper()
+    build(m.net)
+    if refused:
+        with pytest.raises(RuntimeError, match="must be the same blob"):
+            memonger.optimize_inference_for_dag(m.net, ["A"], "")
+    else:
+        assert isinstance(memonger.optimize_inference_for_dag(m.net, ["A"], ""), caffe2_pb2.NetDef)
