@@ -14,6 +14,7 @@ keeps the output fields the net defines.
 from __future__ import annotations
 
 from dslc import core, schema
+from dslc.autodiff.gradients import add_gradient_ops
 from dslc.layers.layers import InstantiationContext
 from dslc.layers.tags import Tags
 
@@ -78,7 +79,9 @@ def generate_training_nets(model, include_tags=None):
     model.apply_regularizers_on_loss(train_net, train_init_net)
     if not model.has_loss():
         return train_init_net, train_net
-    grad_map = train_net.AddGradientOperators(model.loss.field_blobs())
+    # (not strict: a loss no parameter feeds, as a UniformSampling layer's, adds no gradient
+    # and no error, as in Caffe2)
+    grad_map = add_gradient_ops(train_net, model.loss.field_blobs(), strict=False)
     model.apply_post_grad_net_modifiers(train_net, train_init_net, grad_map, modify_output_record=True)
     model.apply_optimizers(train_net, train_init_net, grad_map)
     model.apply_regularizers_after_optimizer(train_net, train_init_net, grad_map)

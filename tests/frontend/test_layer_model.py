@@ -370,3 +370,29 @@ def test_sparse_dropout_per_instantiation_and_bootstrap_fc():
     w = workspace.FetchBlob("fc_with_bootstrap/bootstrap_iteration_0/w")
     b = workspace.FetchBlob("fc_with_bootstrap/bootstrap_iteration_0/b")
     np.testing.assert_allclose(workspace.FetchBlob(boot[1]()), x @ w.T + b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_loss_no_parameter_feeds_trains_without_gradients():
+    """Caffe2's layers_test sets a UniformSampling layer's output as the loss: its train net
+    gets no gradient ops and no error (AddGradientOperators itself stays strict). The samples
+    start with the input ids; each probability is num_samples / num_elements (by hand: 0.2)."""
+    m = _new_model()
+    ids = schema.NewRecord(m.net, schema.Scalar(np.int32))
+    given = np.array([3, 10, 11, 15, 20, 99], np.int32)
+    schema.FeedRecord(ids, [given])
+    out = m.UniformSampling(ids, 20, 100)
+    m.loss = out
+    m.output_schema = schema.Struct()
+    init, train = lmi.generate_training_nets(m)
+    assert not [op for op in train.Proto().op if op.type.endswith("Gradient") and op.type != "StopGradient"]
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(train)
+    samples, prob = workspace.FetchBlob(out.samples()), workspace.FetchBlob(out.sampling_prob())
+    assert len(samples) == 20 and len(set(samples.tolist())) == 20
+    np.testing.assert_array_equal(samples[:6], given)
+    np.testing.assert_allclose(prob, np.full(20, 0.2, np.float32))
+    net = core.Net("cut_off")
+    net.StopGradient(["x"], ["y"])
+    net.Scale(["y"], ["c"], scale=2.0)
+    with pytest.raises(Exception, match="no input of net 'cut_off' gets a gradient"):
+        net.AddGradientOperators(["c"])
