@@ -150,19 +150,26 @@ class _Split:
         self.fn = None
         self.failed = False
         self.lock = threading.Lock()
+        self.wrote = None  # what the split added to the program's records (Written), once split
 
     def split(self) -> bool:
         """Write the numba backend's code now, unless done; whether there is some."""
         with self.lock:
             if self.fn is None and not self.failed:
                 try:
+                    before = Written.now(self.cfg)
                     self.fn = self.build()
+                    self.wrote = Written.now(self.cfg).since(before)
+                    self.superseding()
                 except Exception as e:  # noqa: BLE001  (the interpreter's code goes on giving its answers)
                     self.failed = True
                     from .hot import switcher
                     switcher().say(f"dslc: numba could not split {self.label()} ({type(e).__name__}: {e}); "
                                    "it stays on the interpreter")
         return self.fn is not None
+
+    def superseding(self) -> None:
+        """(A region's split replaces its loops' own: see LazyRegion.)"""
 
     def seeded(self):
         """A NumbaEmitter that starts from the first writing's names, cells and states."""
@@ -193,6 +200,34 @@ class _Split:
         return call
 
 
+class Written:
+    """What a writing added to the program's records: the islands, interpreted ops and
+    races of its stats, and its Hots."""
+
+    __slots__ = ("islands", "interp", "trials", "hots")
+
+    def __init__(self, islands, interp, trials, hots):
+        self.islands, self.interp, self.trials, self.hots = islands, interp, trials, hots
+
+    @classmethod
+    def now(cls, cfg) -> "Written":
+        s = cfg.stats
+        return cls(list(s.islands), s.interp.copy(), list(s.trials), list(cfg.hots))
+
+    def since(self, before: "Written") -> "Written":
+        return Written(self.islands[len(before.islands):], self.interp - before.interp,
+                       self.trials[len(before.trials):], self.hots[len(before.hots):])
+
+    def forget(self, cfg) -> None:
+        s = cfg.stats
+        for records, gone in ((s.islands, self.islands), (s.trials, self.trials), (cfg.hots, self.hots)):
+            ids = {id(x) for x in gone}
+            records[:] = [x for x in records if id(x) not in ids]  # (in place: the program holds them)
+        s.interp.subtract(self.interp)
+        for key in [k for k, n in s.interp.items() if n <= 0]:
+            del s.interp[key]
+
+
 class LazyRegion(_Split):
     """A region's function: the interpreter's until it has run ``limit`` seconds, then the
     numba backend's."""
@@ -202,6 +237,15 @@ class LazyRegion(_Split):
     def __init__(self, emitter, interpreted, limit):
         super().__init__(emitter, limit)
         self.interpreted = interpreted
+
+    def superseding(self) -> None:
+        """Its loops split on their own before (lazy.Loop) run no more once the region's
+        split code runs: what their splits added to the program's records goes, so the
+        summary counts the islands, interpreted ops, races and Hots of those loops once."""
+        for loop in self.cfg.lazies:
+            if isinstance(loop, Loop) and loop.written is self.written and loop.wrote is not None:
+                loop.wrote.forget(self.cfg)
+                loop.wrote = None
 
     def label(self) -> str:
         ops = self.written.top.ops if self.written.top is not None else []

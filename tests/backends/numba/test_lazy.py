@@ -194,3 +194,23 @@ def test_a_loop_turns_hot_by_the_cpu_time_it_spends_not_the_time_it_waits(monkey
         s.run(loop)
     assert loops and all(lz.fn is None and lz.total < 0.1 for lz in loops)
     np.testing.assert_array_equal(workspace.FetchBlob("y"), [0.0, 2.0])
+
+
+def test_a_summary_after_a_loop_switched_counts_its_islands_once(monkeypatch):
+    """The loop split on its own mid-run, then its region split by summary(): both writings
+    hold the loop's islands, which the summary must list once, as a compile before the run
+    (when="now": every region split once) lists them."""
+    monkeypatch.setattr(islands, "HOT_MS", 10 ** 9)
+    _, hot = _run("numba", _split_the_loop_first)
+    assert next(lz for lz in hot.lazies if isinstance(lz, lazy.Loop)).fn is not None
+    workspace.ResetWorkspace()
+    _feed()
+    tg, _ = _job()
+    with LocalSession(backend="numba", passes="none", when="now", min_work=0, nn_min_work=0) as s:
+        now = s.compile(tg).program.summary()
+    got = hot.summary()
+    assert now["regions compiled"]  # (the loop's islands, at least)
+    for key in ("regions compiled", "ops compiled", "kernels fused", "ops interpreted, and why"):
+        assert got[key] == now[key], key
+    # one Hot per island and fused group (no helper kernel here): the loop's own went with its islands
+    assert len(hot.hots) == len(now["regions compiled"]) + now["kernels fused"]
