@@ -47,6 +47,23 @@ def InferOpBlobDevices(op) -> tuple[list, list]:
     return list(ins.values()), list(outs.values())
 
 
+def InjectCrossDeviceCopies(net, blob_to_device=None, blob_remap=None, placeHolderOps=None) -> tuple:
+    """``(new net, blob_to_device)``: Caffe2 inserts a copy op wherever a blob crosses devices.
+    dslc runs every device's operators on the CPU, where no copy is needed: the new net
+    (``<name>_cross_device``) has ``net``'s ops as they are, and ``blob_to_device`` (the given
+    map, added to) gives each blob an op writes that op's device option, and a blob read
+    before any op writes it the net's (as Caffe2 gives an external input it was not told of)."""
+    new_net = net.Clone(net.Name() + "_cross_device", keep_schema=True)
+    proto = new_net.Proto()
+    net_option = proto.device_option if proto.HasField("device_option") else caffe2_pb2.DeviceOption()
+    devices = dict(blob_to_device or {})
+    for op in proto.op:
+        for b in op.input:
+            devices.setdefault(b, net_option)
+        devices.update(InferOpBlobDevicesAsDict(op)[1])
+    return new_net, devices
+
+
 def _registered_operators() -> set:
     return {n for n in ({d.name for d in OPS} | ALIASES | set(OPS.aliases)) if is_operator(n)}
 

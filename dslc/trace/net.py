@@ -5,6 +5,7 @@ Recording itself (``net.<Op>(...)``, ``net.Const`` ...) is in dslc/trace/net_rec
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 
 import numpy as np
@@ -403,6 +404,34 @@ class Net(NetRecording):
 
     def ops(self) -> list[OpRecord]:
         return list(self._ops)
+
+    def reroute_tensor(self, tensor, new_producer, can_modify=None) -> int:
+        """Insert the operator ``new_producer`` (which reads ``tensor``) right after the op that
+        makes ``tensor`` (first, for an external input), and have the later ops read its first
+        output instead of ``tensor``: those in ``can_modify`` (operator messages, compared by
+        value), else all of them. Returns how many ops now read the new blob."""
+        tensor = str(tensor)
+        proto = self.Proto()
+        ops = [copy.deepcopy(op) for op in proto.op]
+        if tensor in proto.external_input:
+            at = 0
+        else:
+            if tensor not in new_producer.input:
+                raise TraceError(f"reroute_tensor: the new {new_producer.type} does not read {tensor!r}",
+                                 user_location(), f"give it {tensor!r} as an input")
+            at = next((i + 1 for i, op in enumerate(ops) if tensor in op.output), None)
+            if at is None:
+                raise TraceError(f"reroute_tensor: no op of net {self._name!r} makes {tensor!r}", user_location(),
+                                 "name a blob an op of this net writes, or an external input")
+        new_tensor = new_producer.output[0]
+        count = 0
+        for op in ops[at:]:
+            if tensor in op.input and (can_modify is None or op in can_modify):
+                op.input[:] = [new_tensor if b == tensor else b for b in op.input]
+                count += 1
+        del proto.op[:]
+        proto.op.extend(ops[:at] + [new_producer] + ops[at:])
+        return count
 
 
 _OpRecorder.owner = Net
