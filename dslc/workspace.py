@@ -58,7 +58,7 @@ C = types.SimpleNamespace(Workspace=Workspace, registered_dbs=registered_dbs, ha
                           use_mkldnn=True, create_db=db_api.create_db, Mode=db_api.Mode,
                           benchmark_net=lambda *args: BenchmarkNet(*args))
 has_gpu_support = has_cuda_support = has_hip_support = False
-has_fbgemm = False  # (so no bfloat16 serialization: EstimateAllBlobSizes counts floats as 4 bytes)
+has_fbgemm = True  # (what Caffe2 gets from fbgemm that its tests ask about: bfloat16 serialization)
 GpuDeviceType = 1  # Caffe2's CUDA device type code (no device other than the CPU is used)
 
 

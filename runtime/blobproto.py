@@ -9,6 +9,7 @@ against its dims and the memory bound first: nothing named by the bytes runs.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 from google.protobuf import text_format
@@ -45,9 +46,10 @@ def serialize(name: str, value) -> bytes:
     return next(chunks(name, value, 0))[1]
 
 
-def chunks(name: str, value, chunk_size: int = DEFAULT_CHUNK):
+def chunks(name: str, value, chunk_size: int = DEFAULT_CHUNK, bfloat16: bool = False):
     """(chunk id, BlobProto bytes) of ``value``: a tensor in chunks of ``chunk_size`` elements
-    (0 or less: one), anything else in one."""
+    (0 or less: one), anything else in one. ``bfloat16``: float32 data is written as
+    bfloat16 (Caffe2's FLOAT_BFLOAT16 option: raw_data of the rounded top halves)."""
     if isinstance(value, (bytes, str)) or (isinstance(value, np.ndarray) and value.dtype == object
                                            and value.ndim == 0 and isinstance(value[()], bytes)):
         proto = caffe2_pb2.BlobProto(name=name, type="std::string")
@@ -60,10 +62,22 @@ def chunks(name: str, value, chunk_size: int = DEFAULT_CHUNK):
     step = size if chunk_size <= 0 or chunk_size >= size else int(chunk_size)
     flat = arr.reshape(-1)
     for k, begin in enumerate(range(0, max(size, 1), max(step, 1))):
-        yield k, _tensor_bytes(name, arr, flat, begin, min(begin + step, size))
+        yield k, _tensor_bytes(name, arr, flat, begin, min(begin + step, size), bfloat16)
 
 
-def _tensor_bytes(name, arr, flat, begin, end) -> bytes:
+def to_bfloat16(x) -> np.ndarray:
+    """The bfloat16 bits (uint16) of float32 ``x``, rounded to nearest, ties away from zero
+    (Caffe2's fbgemm conversion: the bits + 0x8000, cut); a NaN stays a NaN."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    rounded = ((bits.astype(np.uint64) + 0x8000) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def from_bfloat16(bits) -> np.ndarray:
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _tensor_bytes(name, arr, flat, begin, end, bfloat16=False) -> bytes:
     proto = caffe2_pb2.BlobProto(name=name, type="Tensor")
     t = proto.tensor
     t.dims.extend(arr.shape)
@@ -73,6 +87,10 @@ def _tensor_bytes(name, arr, flat, begin, end) -> bytes:
     if arr.dtype == np.float32:  # (Caffe2 names the format of float32 data only)
         t.data_format = T.FMT_PROTOBUF
     part = flat[begin:end]
+    if bfloat16 and arr.dtype == np.float32:
+        t.data_type, t.data_format = T.FLOAT, T.FMT_BFLOAT16
+        t.raw_data = to_bfloat16(part).astype("<u2").tobytes()
+        return proto.SerializeToString()
     if arr.dtype.kind in "OSU":
         t.data_type = T.STRING
         t.string_data.extend(v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in part)
@@ -152,6 +170,9 @@ def assemble(name: str, protos: list):
             raise BlobSerdeError(f"blob {name!r} has TensorProto data type {t.data_type}, which dslc "
                                  "does not read")
         field, dtype = got
+    bf16 = t.data_type == T.FLOAT and t.data_format == T.FMT_BFLOAT16
+    if bf16:
+        field = "raw_data"
     size = math.prod(dims)
     spans = _spans(name, protos, field, dims, t.data_type, size)
     try:
@@ -161,7 +182,9 @@ def assemble(name: str, protos: list):
     out = np.empty(size, dtype=dtype)
     for p, (begin, end) in zip(protos, spans):
         raw = getattr(p.tensor, field)
-        if dtype.kind == "O":
+        if bf16:
+            out[begin:end] = from_bfloat16(np.frombuffer(raw, "<u2"))
+        elif dtype.kind == "O":
             out[begin:end] = [s.decode("utf-8", "surrogateescape") for s in raw]
         elif dtype == np.float16:
             out[begin:end] = np.asarray(raw, dtype=np.uint16).view(np.float16)
@@ -176,9 +199,11 @@ def _spans(name: str, protos: list, field: str, dims: tuple, data_type: int, siz
     spans = []
     for p in protos:
         c = p.tensor
-        if tuple(c.dims) != dims or c.data_type != data_type:
+        if tuple(c.dims) != dims or c.data_type != data_type or (field == "raw_data") != (c.data_format == T.FMT_BFLOAT16):
             raise BlobSerdeError(f"the chunks of blob {name!r} disagree on its dims or data type")
-        held = len(getattr(c, field))
+        if field == "raw_data" and len(c.raw_data) % 2:
+            raise BlobSerdeError(f"a chunk of blob {name!r} holds bfloat16 data of an odd {len(c.raw_data)} bytes")
+        held = len(c.raw_data) // 2 if field == "raw_data" else len(getattr(c, field))
         begin, end = (c.segment.begin, c.segment.end) if c.HasField("segment") else (0, held)
         if not 0 <= begin <= end <= size or end - begin != held:
             raise BlobSerdeError(f"a chunk of blob {name!r} holds {held} values for elements "
@@ -204,10 +229,10 @@ _ESTIMATE_PER_ELEMENT = {"f": {2: 3, 4: 4, 8: 8}, "i": {1: 2, 2: 3, 4: 4, 8: 8},
 _CHUNK_OVERHEAD = 50
 
 
-def estimate_size(name: str, value, chunk_size: int = 0) -> int:
+def estimate_size(name: str, value, chunk_size: int = 0, bfloat16: bool = False) -> int:
     """Caffe2's estimate of the bytes ``value`` takes serialized under ``name`` (Save's
-    ``chunk_size``: 0 the default 1,000,000 elements, -1 one chunk); 0 for a value with no
-    BlobProto form (a queue, a mutex)."""
+    ``chunk_size``: 0 the default 1,000,000 elements, -1 one chunk; ``bfloat16``: float32
+    written as bfloat16, 2 bytes each); 0 for a value with no BlobProto form (a queue, a mutex)."""
     if isinstance(value, (bytes, str)):
         return len(name) + len(value.encode("utf-8") if isinstance(value, str) else value) + 20
     if not isinstance(value, np.ndarray):
@@ -216,7 +241,35 @@ def estimate_size(name: str, value, chunk_size: int = 0) -> int:
     step = DEFAULT_CHUNK if chunk_size == 0 else n + 1 if chunk_size < 0 else int(chunk_size)
     per = 50 if value.dtype == object else _ESTIMATE_PER_ELEMENT.get(value.dtype.kind, {}).get(value.dtype.itemsize,
                                                                                                 value.dtype.itemsize)
+    if bfloat16 and value.dtype == np.float32:
+        per = 2
     return -(-n // step) * (len(name) + _CHUNK_OVERHEAD) + n * per
+
+
+# SerializationOptions' float formats: FLOAT_DEFAULT, FLOAT_PROTOBUF (the same), FLOAT_BFLOAT16
+_FLOAT_FORMATS = {0: False, 1: False, 2: True}
+
+
+def save_rules(options) -> list:
+    """[(compiled blob_name_regex, chunk_size or None, float32 as bfloat16)] of a
+    SerializationOptions argument, in order; ValueError if it is not one, names a float
+    format dslc does not write, or holds a bad regex."""
+    rules = []
+    for opt in serialization_options(options):
+        if opt.float_format not in _FLOAT_FORMATS:
+            raise ValueError(f"the option for {opt.blob_name_regex!r} asks for float format {opt.float_format}, "
+                             "which dslc does not write (FLOAT_DEFAULT, FLOAT_PROTOBUF, FLOAT_BFLOAT16)")
+        try:
+            regex = re.compile(opt.blob_name_regex)
+        except re.error as e:
+            raise ValueError(f"blob_name_regex {opt.blob_name_regex!r} is not a regex: {e}") from None
+        rules.append((regex, opt.chunk_size if opt.HasField("chunk_size") else None, _FLOAT_FORMATS[opt.float_format]))
+    return rules
+
+
+def rule_for(name: str, rules: list):
+    """The first rule whose regex matches all of ``name`` (std::regex_match, as Caffe2 picks), or None."""
+    return next((r for r in rules if r[0].fullmatch(name)), None)
 
 
 def serialization_options(options) -> list:

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 import functools
 import importlib
 import operator
-import re
 import sys
 import weakref
 
@@ -358,7 +357,7 @@ def _blob_sizes(op, cfg):
             names = sorted(set(inst.ws.names(shared)) | {o for o in outputs if o})
             # (the outputs are estimated as what they will hold: a name and a size per blob)
             will = {outputs[0]: np.array(names, dtype=object), outputs[1]: np.zeros(len(names), np.int64)}
-            sizes = [blobproto.estimate_size(n, will[n] if n in will else _value(inst.ws, n), chunking(n))
+            sizes = [blobproto.estimate_size(n, will[n] if n in will else _value(inst.ws, n), *chunking(n))
                      for n in names]
             return np.array(names, dtype=object), np.array(sizes, dtype=np.int64)
         return estimate
@@ -376,13 +375,18 @@ def _value(ws, name):
 
 
 def _chunk_sizes(options):
-    """name -> Save's chunk_size for it: that of the first SerializationOptions entry whose
-    blob_name_regex matches the whole name (0, the default, if none)."""
+    """name -> (Save's chunk_size for it, whether it saves float32 as bfloat16): those of the
+    first SerializationOptions entry whose blob_name_regex matches the whole name (0, the
+    default, and no if none)."""
     try:
-        rules = [(re.compile(o.blob_name_regex), o.chunk_size) for o in blobproto.serialization_options(options)]
-    except (ValueError, re.error) as e:
+        rules = blobproto.save_rules(options)
+    except ValueError as e:
         raise DSLError(f"EstimateAllBlobSizes' options: {e}", hint="pass options=caffe2_pb2.SerializationOptions(...)")
-    return lambda name: next((size for rx, size in rules if rx.fullmatch(name)), 0)
+
+    def chunking(name):
+        rule = blobproto.rule_for(name, rules)
+        return (0, False) if rule is None else (rule[1] or 0, rule[2])
+    return chunking
 
 
 class TensorCPU:

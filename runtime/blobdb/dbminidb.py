@@ -22,7 +22,6 @@ bytes. A file in dslc's own format, which ``minidb`` named before, is read as ds
 from __future__ import annotations
 
 import os
-import re
 import struct
 
 import numpy as np
@@ -50,7 +49,8 @@ class MiniDB(base.KeyValueDB):
 
         def fill(f):
             for name, enc in entries:
-                for k, value in _records(name, enc, _chunk_size(name, chunk_size, rules)):
+                rule = blobproto.rule_for(name, rules)
+                for k, value in _records(name, enc, _chunk_size(rule, chunk_size), bool(rule and rule[2])):
                     key = f"{name}{SEPARATOR}{k}".encode("utf-8")
                     f.write(HEADER.pack(len(key), len(value)))
                     f.write(key)
@@ -168,8 +168,8 @@ def _value(path: str, name: str, protos: list):
     return value
 
 
-def _records(name: str, enc, chunk_size: int):
-    """(chunk id, BlobProto bytes) of one encoded blob."""
+def _records(name: str, enc, chunk_size: int, bfloat16: bool = False):
+    """(chunk id, BlobProto bytes) of one encoded blob (float32 data as bfloat16: ``bfloat16``)."""
     if enc.kind not in ("tensor", "strings", "bytes"):
         proto = caffe2_pb2.BlobProto(name=name, type=_OWN + enc.kind, content=bytes(enc.data))
         yield 0, proto.SerializeToString()
@@ -179,34 +179,20 @@ def _records(name: str, enc, chunk_size: int):
         # (a rank-0 text as a 0-d string tensor, so it reads back as text: a Caffe2
         # std::string blob reads back as bytes)
         value = np.asarray(value, dtype=object if enc.kind == "strings" else None)
-    yield from blobproto.chunks(name, value, chunk_size)
+    yield from blobproto.chunks(name, value, chunk_size, bfloat16)
 
 
 def _rules(options: bytes) -> list:
-    """[(compiled blob_name_regex, chunk_size)] of SerializationOptions bytes, in order."""
+    """blobproto.save_rules of Save's options, a bad one a DBError."""
     try:
-        entries = blobproto.serialization_options(options)
+        return blobproto.save_rules(options)
     except ValueError as e:
-        raise base.DBError(f"Save's options are {e}", hint="pass options=caffe2_pb2.SerializationOptions(...)") from None
-    rules = []
-    for opt in entries:
-        if opt.float_format not in (0,):  # (FLOAT_DEFAULT only: dslc writes no bfloat16)
-            raise base.DBError(f"Save's option for {opt.blob_name_regex!r} asks for float format "
-                                 f"{opt.float_format}, which dslc does not write",
-                                 hint="leave float_format at FLOAT_DEFAULT")
-        try:
-            rules.append((re.compile(opt.blob_name_regex), opt.chunk_size if opt.HasField("chunk_size") else None))
-        except re.error as e:
-            raise base.DBError(f"Save's blob_name_regex {opt.blob_name_regex!r} is not a regex: {e}") from None
-    return rules
+        raise base.DBError(f"Save's options: {e}", hint="pass options=caffe2_pb2.SerializationOptions(...)") from None
 
 
-def _chunk_size(name: str, chunk_size: int, rules: list) -> int:
-    for regex, size in rules:
-        if regex.fullmatch(name):  # (std::regex_match, as Caffe2 matches)
-            if size is not None:
-                return int(size)
-            break
+def _chunk_size(rule, chunk_size: int) -> int:
+    if rule is not None and rule[1] is not None:
+        return int(rule[1])
     if chunk_size is None or chunk_size < 0:
         return blobproto.DEFAULT_CHUNK
     return int(chunk_size)

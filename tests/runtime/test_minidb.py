@@ -100,6 +100,54 @@ def test_chunks_follow_chunk_size_and_serialization_options(tmp_path):
         assert len(_records(path)) == records
 
 
+# The minidb the real Caffe2 (torch 1.10.2, with fbgemm) wrote for Save(["float1"], absolute_path=1,
+# db_type="minidb", options: float1 as FLOAT_BFLOAT16) of [1, 3.14159, -2.5e-3, 65504, 1e-40]
+# (float32): a FLOAT TensorProto with data_format FMT_BFLOAT16 and the bfloat16 halves as raw_data
+CAFFE2_BFLOAT16 = bytes.fromhex(
+    "0900000036000000666c6f6174312325300a06666c6f617431120654656e736f721a24080510013a06666c6f6174"
+    "31420208005a04080010056a0a803f494024bb804701007801")
+
+
+def test_float_blobs_save_as_bfloat16_as_caffe2_writes_them(tmp_path):
+    """Save with FLOAT_BFLOAT16 writes Caffe2's bytes; Load gives the rounded floats (Caffe2
+    loads 1, 3.140625, -2.5024414e-3, 65536, 9.1835e-41 from its file: the top 16 bits of
+    each float, rounded half away from zero, by hand: 65504 = 0x477fe000 -> 0x4780)."""
+    x = np.array([1.0, 3.14159, -2.5e-3, 65504.0, 1e-40], np.float32)
+    workspace.FeedBlob("float1", x)
+    workspace.FeedBlob("float2", x)
+    path = str(tmp_path / "bf16.minidb")
+    bf16 = caffe2_pb2.BlobSerializationOptions.FLOAT_BFLOAT16
+    options = caffe2_pb2.SerializationOptions(options=[
+        caffe2_pb2.BlobSerializationOptions(blob_name_regex="float1", float_format=bf16)])
+    workspace.RunOperatorOnce(core.CreateOperator("Save", ["float1"], [], absolute_path=1, db=path,
+                                                  db_type="minidb", options=options))
+    with open(path, "rb") as f:
+        assert f.read() == CAFFE2_BFLOAT16
+    workspace.RunOperatorOnce(core.CreateOperator("Save", ["float1", "float2"], [], absolute_path=1, db=path,
+                                                  db_type="minidb", options=options))
+    workspace.ResetWorkspace()
+    workspace.RunOperatorOnce(core.CreateOperator("Load", [], ["float1", "float2"], absolute_path=1, db=path,
+                                                  db_type="minidb"))
+    got = workspace.FetchBlob("float1")
+    want = ((x.view(np.uint32).astype(np.uint64) + 0x8000) >> 16 << 16).astype(np.uint32).view(np.float32)
+    assert got.dtype == np.float32 and got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    assert got[3] == 65536.0 and got[1] == 3.140625
+    np.testing.assert_array_equal(workspace.FetchBlob("float2"), x)
+
+
+def test_blob_size_estimates_count_bfloat16_as_two_bytes():
+    """Caffe2's EstimateAllBlobSizes with float1 (4000 floats) saved as bfloat16 in chunks of
+    500: 8448 = 8 (6 + 50) + 4000 * 2; float2 as floats: 16056 = 6 + 50 + 4000 * 4."""
+    workspace.FeedBlob("float1", np.zeros(4000, np.float32))
+    workspace.FeedBlob("float2", np.zeros(4000, np.float32))
+    opt = caffe2_pb2.BlobSerializationOptions
+    options = caffe2_pb2.SerializationOptions(options=[
+        opt(blob_name_regex="float1", chunk_size=500, float_format=opt.FLOAT_BFLOAT16)])
+    workspace.RunOperatorOnce(core.CreateOperator("EstimateAllBlobSizes", [], ["n", "s"], options=options))
+    got = dict(zip(workspace.FetchBlob("n").tolist(), workspace.FetchBlob("s").tolist()))
+    assert (got[b"float1"], got[b"float2"]) == (8448, 16056)
+
+
 def test_a_cut_or_damaged_file_is_a_clear_error(tmp_path):
     raw = open(os.path.join(DATA, "caffe2_saved.minidb"), "rb").read()
     db = blobdb.get("minidb")
