@@ -55,7 +55,9 @@ class Net(NetRecording):
 
     def __init__(self, name_or_proto=None, inplace=False, _prefix=None, _bulk=None):
         """A new net named ``name_or_proto``, or a copy of a Net or of a NetDef message
-        (``net.Proto()``, or one parsed or built by hand): its ops, external inputs and outputs."""
+        (``net.Proto()``, or one parsed or built by hand): its ops, external inputs and outputs.
+        With ``inplace``, a NetDef is not copied: it is this net's Proto() (its name kept), and
+        a change made to it is what the net runs, as in Caffe2."""
         # (_prefix: the innermost builder's name, from a caller that has that builder at hand)
         src = name_or_proto if isinstance(name_or_proto, (Net, caffe2_pb2.NetDef)) else None
         if src is None and name_or_proto is not None and not isinstance(name_or_proto, str):
@@ -68,6 +70,11 @@ class Net(NetRecording):
         self._external_inputs: dict[str, None] = {}  # an ordered set: O(1) membership
         if isinstance(src, Net):
             self.AppendNet(src)
+        elif src is not None and inplace:
+            self._name = src.name
+            self._load(src, user_location())
+            self._proto = src
+            self._synced = _digest(src)
         elif src is not None:
             self._copy_proto(src, _bulk)
 
@@ -211,14 +218,18 @@ class Net(NetRecording):
             self._push()
 
     def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
-        """Caffe2's: the net's device option says GPU ``gpu_id`` (and, with ``use_cudnn``,
-        its ops' engine cuDNN). Recorded, not acted on: dslc runs every device option's ops
-        on the CPU (dslc/trace/devices.py)."""
+        """Caffe2's: the net's device option, and its recurrent networks' step nets', say GPU
+        ``gpu_id`` (and, with ``use_cudnn``, its ops' engine cuDNN). Recorded, not acted on:
+        dslc runs every device option's ops on the CPU (dslc/trace/devices.py)."""
         proto = self.Proto()
-        proto.device_option.CopyFrom(caffe2_pb2.DeviceOption(device_type=caffe2_pb2.CUDA, device_id=gpu_id))
-        if use_cudnn:
-            for op in proto.op:
+        gpu = caffe2_pb2.DeviceOption(device_type=caffe2_pb2.CUDA, device_id=gpu_id)
+        proto.device_option.CopyFrom(gpu)
+        for op in proto.op:
+            if use_cudnn:
                 op.engine = "CUDNN"
+            for arg in op.arg if op.type == "RecurrentNetwork" else ():
+                if arg.name == "step_net" and arg.HasField("n"):
+                    arg.n.device_option.CopyFrom(gpu)
 
     def _CheckLookupTables(self):
         """Assert that the names this net counts as made are those its ops write."""

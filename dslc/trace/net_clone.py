@@ -19,6 +19,7 @@ from dslc.trace.records import from_blob_list
 from dslc.trace.blobref import BlobReference
 from dslc.ir.diagnostics import TraceError
 from dslc.trace.oprecord import OpRecord
+from dslc.runtime.proto import caffe2 as caffe2_pb2
 from dslc.trace.tracing import user_location
 
 
@@ -41,8 +42,14 @@ def clone_net(net, name, blob_remap=None, op_id_mask=None, remap_funcs=None, kee
     new = new_net(name)
     for i in _mask(net, op_id_mask):
         op = net._ops[i]
+        args = dict(op.args)
+        if remap and op.type in _SUBNETS:
+            for key in _SUBNETS[op.type]:
+                if isinstance(args.get(key), caffe2_pb2.NetDef):  # (a control op's branch or body: renamed too)
+                    sub = new_net(args[key])
+                    args[key] = clone_net(sub, sub.Name() + "_remapped", remap, new_net=new_net).Proto()
         new._ops.append(OpRecord(op.type, _mapped(op.inputs, remap), _mapped(op.outputs, remap),
-                                 dict(op.args), op.loc, dict(op.extra)))
+                                 args, op.loc, dict(op.extra)))
         new._produced.update(new._ops[-1].outputs)
     new._external_inputs = dict.fromkeys(_mapped(net._external_inputs, remap))
     new._external_outputs = list(dict.fromkeys(_mapped(net._external_outputs, remap)))
@@ -60,6 +67,10 @@ def clone_net(net, name, blob_remap=None, op_id_mask=None, remap_funcs=None, kee
             rest.ClearField(field)
         new.Proto().MergeFrom(rest)
     return new
+
+
+# The control ops whose NetDef arguments are nets run inside them: Clone renames their blobs too.
+_SUBNETS = {"If": ("then_net", "else_net"), "AsyncIf": ("then_net", "else_net"), "While": ("loop_net", "cond_net")}
 
 
 def _mapped(names, remap: dict) -> tuple:

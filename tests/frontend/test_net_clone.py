@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dslc import core, schema, workspace
+from dslc.proto import caffe2_pb2
 from dslc.ir.diagnostics import DSLError
 
 HERE = __file__.rsplit("/", 1)[-1]
@@ -210,3 +211,44 @@ def test_inject_cross_device_copies_adds_none_on_the_cpu():
     assert train2.Proto().op[0].device_option.node_name == "node:1"
     # each blob on its maker's device; one read first, on the net's (Caffe2's answer: '')
     assert {b: o.node_name for b, o in where.items()} == {"w": "node:0", "data": "", "b": "", "y": "node:1"}
+
+
+def test_clone_renames_blobs_inside_control_ops_branches():
+    # Caffe2's core_test.test_control_op_remap net; Caffe2 gives the same inputs and the
+    # branch name a_1_remapped (the copy of "a" is a_1, as here), and leaves the original alone
+    n = core.Net("original")
+    then_net, else_net = core.Net("a"), core.Net("b")
+    then_net.FC(["inputA"], "fc_a")
+    else_net.FC(["inputB"], "fc_b")
+    n.If(inputs=[], outputs=[], then_net=then_net.Proto(), else_net=else_net.Proto())
+    if_op = n.Clone("copied", blob_remap={"inputA": "inputX"}).Proto().op[0]
+    assert list(if_op.arg[0].n.op[0].input) == ["inputX"] and list(if_op.arg[1].n.op[0].input) == ["inputB"]
+    assert if_op.arg[0].n.name == "a_1_remapped"
+    assert list(n.Proto().op[0].arg[0].n.op[0].input) == ["inputA"]
+
+
+def test_a_net_made_in_place_from_a_netdef_is_that_netdef():
+    n = core.Net("original")
+    n.Relu(n.AddExternalInput("x"), "y")
+    proto = n.Proto()
+    copied, moved = core.Net(proto), core.Net(proto, inplace=True)
+    assert moved.Proto() is proto and copied.Proto() is not proto and moved.Name() == "original"
+    proto.external_input.extend(["foo"])
+    assert len(moved.Proto().external_input) == 2 and len(copied.Proto().external_input) == 1
+    proto.op[0].type = "Sigmoid"  # (what the net runs: the message's ops)
+    moved.Tanh("y", "z")  # (and a recorded op goes into the message)
+    assert [op.type for op in proto.op] == ["Sigmoid", "Tanh"]
+    workspace.FeedBlob("x", np.array([0.0], np.float32))
+    workspace.RunNetOnce(moved)
+    np.testing.assert_allclose(workspace.FetchBlob("z"), [np.tanh(0.5)], rtol=1e-6)
+
+
+def test_run_all_on_gpu_marks_the_recurrent_step_net_too():
+    step = core.Net("step")
+    step.Relu(["input_1"], "input_1")
+    net = core.Net("on_gpu")
+    net.RecurrentNetwork(["input_1"], ["input_1"], step_net=step.Proto())
+    net.RunAllOnGPU(gpu_id=3, use_cudnn=True)
+    proto = net.Proto()
+    assert (proto.device_option.device_type, proto.device_option.device_id) == (caffe2_pb2.CUDA, 3)
+    assert proto.op[0].arg[0].n.device_option.device_id == 3 and proto.op[0].engine == "CUDNN"
