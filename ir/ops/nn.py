@@ -450,7 +450,11 @@ declare("SparseToDense", (2, 3), _sparse_to_dense, attrs={"output_first_dim": 0,
         doc="(INDICES, VALUES[, DATA]) -> zeros with VALUES' rows added at INDICES (repeats add up): "
             "as many rows as DATA has, else `output_first_dim`, else the largest index + 1 (a sparse "
             "gradient made dense); each index in 0..rows-1 (wrap_indices: -rows..-1 count from the end)")
-no_gradient("SparseToDense")
+
+
+@gradient("SparseToDense")
+def _(g):  # dVALUES: the rows of dY at INDICES (Caffe2's Gather); the indices and DATA's shape get none
+    return [GradOp("Gather", [g.GO[0], g.I[0]], [g.GI[1]], {"wrap_indices": int(bool(g.args.get("wrap_indices", 0)))})]
 
 
 # --- reductions

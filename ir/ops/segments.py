@@ -141,11 +141,13 @@ def _int_vector(name, cols=None, per_length=False):
 for _name, _cols, _doc in [
         ("LengthsToSegmentIds", None, "segment s repeated LENGTHS[s] times (int32)"),
         ("LengthsToRanges", 2, "[offset, length] of each segment (int32)"),
-        ("LengthsToOffsets", None, "each segment's first row: the sums of the lengths before it (int32)"),
+        ("LengthsToOffsets", None, "each segment's first row: the sums of the lengths before it (int32); "
+                                   "include_last_offset: then the sum of them all too"),
         ("SegmentIdsToLengths", None, "the rows of each segment 0 .. max id (0 for a gap; int32)"),
         ("SegmentIdsToRanges", 2, "[offset, length] of each segment 0 .. max id (sorted ids; int32)")]:
     _traits = {PURE} if _name in ("LengthsToRanges", "LengthsToOffsets") else {PURE, SIZED_BY_VALUES}
-    declare(_name, 1, _int_vector(_name, _cols, per_length=_name == "LengthsToRanges"), traits=_traits, doc=_doc)
+    declare(_name, 1, _int_vector(_name, _cols, per_length=_name == "LengthsToRanges"), traits=_traits, doc=_doc,
+            attrs={"include_last_offset": 0} if _name == "LengthsToOffsets" else {})
     no_gradient(_name)
 
 
@@ -424,8 +426,11 @@ def lengths_to_segment_ids(lengths):
     return _repeated("LengthsToSegmentIds", np.arange(lengths.size, dtype=np.int32), lengths)
 
 
-def lengths_to_offsets(lengths):
-    return (np.cumsum(lengths, dtype=np.int64) - lengths).astype(np.int32)
+def lengths_to_offsets(lengths, include_last_offset=0):
+    ends = np.cumsum(lengths, dtype=np.int64)
+    if include_last_offset:  # (N + 1 offsets: 0, then each segment's end)
+        return np.concatenate([np.zeros(1, np.int64), ends]).astype(np.int32)
+    return (ends - lengths).astype(np.int32)
 
 
 def lengths_to_ranges(lengths):

@@ -269,3 +269,30 @@ def test_rows_add_in_turn_as_caffe2_adds_them(do, width):
     workspace.RunOperatorOnce(core.CreateOperator("ScatterWeightedSum", ["t", "one", "ids", "d", "w"], ["t"],
                                                   device_option=do))
     assert workspace.FetchBlob("t").tolist() == want
+
+
+@DEVICES
+@pytest.mark.parametrize("lengths, last, want", [  # Caffe2's answers (LengthsToOffsets, /tmp/caffe2-venv)
+    ([], 0, []), ([], 1, [0]), ([3], 1, [0, 3]), ([2, 0, 4], 0, [0, 2, 2]), ([2, 0, 4], 1, [0, 2, 2, 6])])
+def test_lengths_to_offsets_with_the_last_offset_matches_caffe2(do, lengths, last, want):
+    workspace.FeedBlob("l", np.array(lengths, np.int32))
+    workspace.RunOperatorOnce(core.CreateOperator("LengthsToOffsets", ["l"], ["o"], include_last_offset=last,
+                                                  device_option=do))
+    got = workspace.FetchBlob("o")
+    assert got.dtype == np.int32 and got.tolist() == want
+
+
+class TestSparseToDenseGradient(hu.HypothesisTestCase):
+    # Caffe2's gradient of SparseToDense's VALUES is Gather(dY, INDICES) (GetGradientForOp on the
+    # real Caffe2); checked here against finite differences, repeated indices included
+    @settings(max_examples=2, deadline=None, derandomize=True)
+    @given(**hu.gcs)
+    def test_values_get_the_gathered_rows(self, gc, dc):
+        idx = np.array([1, 1, 3, 0], np.int64)
+        values = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2)
+        data = np.zeros((5, 2), np.float32)
+        op = core.CreateOperator("SparseToDense", ["I", "X", "D"], ["Y"])
+        self.assertGradientChecks(gc, op, [idx, values, data], 1, [0])
+        ops, grads = core.GradientRegistry.GetGradientForOp(op, ["Y_grad"])
+        assert [(o.type, list(o.input), list(o.output)) for o in ops] == [("Gather", ["Y_grad", "I"], ["X_grad"])]
+        assert grads == [None, "X_grad", None]
