@@ -85,8 +85,12 @@ class OpDef:
     # in place when nothing else reads it, and the op's work is the rows, not the table
     updates: tuple[int, ...] = ()
     # how many of the last results a pass may drop when nothing uses them: the op then
-    # makes only the others, and does not compute the dropped ones (FCGradient's dX)
-    optional_results: int = 0
+    # makes only the others, and does not compute the dropped ones (FCGradient's dX). An
+    # int k: the last k of the most results the op declares (an op written with fewer has
+    # dropped them already); or (attrs, n_results) -> how many of its n last results are
+    # optional, where that depends on attributes (ConvGradient's dX: 3rd, or 2nd with
+    # no_bias). Read through ``optional``
+    optional_results: int | Callable = 0
     # (types, attrs, result types) -> (flops, bytes written, bytes read) of one run, for
     # GetOperatorCost (ir/cost.py builds the usual rules); None: no cost model
     cost: Callable | None = None
@@ -100,6 +104,13 @@ class OpDef:
     def fails(self, op) -> bool:
         """Whether running ``op`` (an op of this declaration) may raise an error."""
         return self.may_fail is not None and bool(self.may_fail(op))
+
+    def optional(self, op) -> int:
+        """How many of ``op``'s last results a pass may drop when nothing uses them."""
+        k = self.optional_results
+        if callable(k):
+            return k(op.attrs, len(op.results))
+        return max(0, len(op.results) - (self.results[1] - k)) if k else 0
 
     def check_arity(self, n_operands: int, n_results: int) -> None:
         """Raise VerifyError unless the operand and result counts fit the declaration."""

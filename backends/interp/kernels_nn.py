@@ -161,6 +161,11 @@ def _conv_fused(op, cfg):  # (batch norm folded into weights nothing can write, 
     return bound(functools.partial(conv_fused.conv_fused, once=once), op.attrs)
 
 
+@kernel("ConvGradient")
+def _conv_grad(op, cfg):  # (without dX, its optional result, where the op does not name it)
+    return bound(functools.partial(conv_math.conv_grad, with_dx=bool(op.opdef.optional(op))), op.attrs)
+
+
 @kernel("FCGradient")
 def _fc_grad(op, cfg):  # (without its optional dX when the op has only two results)
     return bound(functools.partial(nm.fc_grad, with_dx=len(op.results) == 3), op.attrs)

@@ -220,7 +220,9 @@ def _max_pool_grad(x, y, dy, **attrs):
 
 KERNELS = {
     **{name: lambda op, cfg, _f=C.FUNCTIONS[name]: bound(functools.partial(_f, windows=WINDOWS), op.attrs)
-       for name in ("Conv", "ConvGradient", "ConvTranspose", "ConvTransposeGradient")},
+       for name in ("Conv", "ConvTranspose", "ConvTransposeGradient")},
+    "ConvGradient": lambda op, cfg: bound(functools.partial(C.conv_grad, windows=WINDOWS,
+                                                            with_dx=bool(op.opdef.optional(op))), op.attrs),
     "ConvFused": lambda op, cfg: bound(functools.partial(conv_fused, windows=WINDOWS, once=once), op.attrs),
     "MaxPoolGradient": lambda op, cfg: bound(_max_pool_grad, op.attrs),
 }

@@ -163,7 +163,7 @@ def _conv_grad(op):
         dx, dw = back(dy)
         dw, dx = _from_nchw(dw, nchw), _from_nchw(dx, nchw)
         if no_bias:
-            return (dw, dx)[:n]
+            return (dw, dx)[:n] if n > 1 else dw  # (dX not named: XLA drops its computation)
         db = dy.sum(axis=(0,) + tuple(range(2, dy.ndim))).astype(dt)
         return (dw, db, dx)[:n]
     return run

@@ -209,12 +209,22 @@ declare("Conv", (2, 3), _conv, attrs=dict(CONV), traits={PURE, SIZED_BY_VALUES},
         doc="Y = the convolution of X with filters W (+ bias b), in groups; stride, pads, dilation")
 def _conv_grad(types, attrs, n):
     x, w, dy = floats("ConvGradient", types)
-    bias = TensorType(w.dtype, None if w.shape is None else (w.shape[0],))
-    return [w, bias, x] if n == 3 else [w, x]
+    bias = [] if int(attrs.get("no_bias", 0)) else [TensorType(w.dtype, None if w.shape is None else (w.shape[0],))]
+    if not len(bias) + 1 <= n <= len(bias) + 2:
+        type_error(f"ConvGradient with no_bias={int(attrs.get('no_bias', 0))} produces (dW{', db' if bias else ''}[, dX]), "
+                   f"got {n} outputs", "name dW" + (", db" if bias else "") + " and, if wanted, dX")
+    return ([w] + bias + [x])[:n]
 
 
-declare("ConvGradient", 3, _conv_grad, results=(2, 3), attrs=dict(CONV, no_bias=0), traits={PURE},
-        doc="(dW, db, dX) from (X, W, dY) of Conv; (dW, dX) with no_bias")
+def _conv_grad_optional(attrs, n):
+    """dX, the last of (dW, db, dX) or of (dW, dX) with no_bias (Caffe2 makes it only when
+    named: conv_op_impl.h's OutputSize() test)."""
+    return int(n == 3 - int(attrs.get("no_bias", 0)))
+
+
+declare("ConvGradient", 3, _conv_grad, results=(1, 3), attrs=dict(CONV, no_bias=0), traits={PURE},
+        optional_results=_conv_grad_optional,
+        doc="(dW, db[, dX]) from (X, W, dY) of Conv; (dW[, dX]) with no_bias")
 no_gradient("ConvGradient")
 
 

@@ -314,15 +314,19 @@ def conv(x, w, *b, windows=None, op_name="Conv", **attrs):
     return _back(y.astype(x.dtype, copy=False), attrs)
 
 
-def conv_grad(x, w, dy, no_bias=0, windows=None, **attrs):
-    """``windows``: as ``conv``'s."""
+def conv_grad(x, w, dy, no_bias=0, windows=None, with_dx=True, **attrs):
+    """(dW, db, dX), (dW, dX) with ``no_bias``; without ``with_dx`` (ConvGradient's dX not
+    named, or dropped by dce) the same less dX, and not computed: dW alone is one array.
+    ``windows``: as ``conv``'s."""
     x, w, dy = _nchw(x, attrs), _nchw(w, attrs), _nchw(dy, attrs)
     g = geometry("Conv", x, attrs, kernel=list(w.shape[2:]), channels=w.shape[0])
-    dw, dx = _backward(x, w, dy, g, int(attrs.get("group", 1)), windows or NUMPY_WINDOWS, x.shape)
-    dw, dx = _back(dw.astype(w.dtype, copy=False), attrs), _back(dx.astype(x.dtype, copy=False), attrs)
-    if no_bias:
-        return dw, dx
-    return dw, dy.sum(axis=(0,) + tuple(range(2, dy.ndim))).astype(dy.dtype), dx
+    dw, dx = _backward(x, w, dy, g, int(attrs.get("group", 1)), windows or NUMPY_WINDOWS, x.shape, want_dx=with_dx)
+    out = [_back(dw.astype(w.dtype, copy=False), attrs)]
+    if not no_bias:
+        out.append(dy.sum(axis=(0,) + tuple(range(2, dy.ndim))).astype(dy.dtype))
+    if with_dx:
+        out.append(_back(dx.astype(x.dtype, copy=False), attrs))
+    return tuple(out) if len(out) > 1 else out[0]
 
 
 def _transposed(x, w, attrs):

@@ -139,7 +139,7 @@ class DeadCode(Pass):
             return None
         op = v.owner
         d = op.opdef
-        if not d.optional_results or v.index < len(op.results) - d.optional_results or not d.is_pure \
+        if not d.optional_results or v.index < len(op.results) - d.optional(op) or not d.is_pure \
                 or d.fails(op) or any(u.name != "store" for u, _ in v.uses):
             return None
         body = Region([x.type for x in op.operands], [x.hint for x in op.operands])
@@ -304,8 +304,8 @@ class DeadCode(Pass):
         """Drop the last results nothing live needs, as many as the op's declaration allows
         (``optional_results``): the op then does not compute them."""
         results, live_vals = op.results, self.live_vals
-        k = 0
-        while k < op.opdef.optional_results and results[-1 - k] not in live_vals:
+        k, most = 0, op.opdef.optional(op)
+        while k < most and results[-1 - k] not in live_vals:
             k += 1
         if k:  # (their users are dead: this sweep erases them, and their uses with them)
             results[:] = results[:len(results) - k]

@@ -120,6 +120,58 @@ module {
 }
 """)
 
+case('dce: ConvGradient\'s dX is its optional result with or without a bias: a store of it nothing else uses '
+     'becomes a defer; written as (dW, db), no_bias=0 has no dX, and its db stays (Caffe2 makes dX only '
+     'when named)', "dce", """
+module {
+  group body {
+    task @"t" {workspace = "global"} body {
+      %x = load @"x" : f32[2,3,6,6]
+      %w = load @"w" : f32[4,3,3,3]
+      %dy = load @"dy" : f32[2,4,4,4]
+      %dw, %db, %dx = ConvGradient(%x, %w, %dy) {kernel = 3} : f32[4,3,3,3], f32[4], f32[2,3,6,6]
+      store @"w_grad"(%dw)
+      store @"b_grad"(%db)
+      store @"x_grad"(%dx)
+      %dw2, %dx2 = ConvGradient(%x, %w, %dy) {kernel = 3, no_bias = 1} : f32[4,3,3,3], f32[2,3,6,6]
+      store @"w2_grad"(%dw2)
+      store @"x2_grad"(%dx2)
+      %dw3, %db3 = ConvGradient(%x, %w, %dy) {kernel = 3} : f32[4,3,3,3], f32[4]
+      store @"w3_grad"(%dw3)
+      store @"b3_grad"(%db3)
+    }
+  }
+}
+""", """
+module {
+  group body {
+    task @"t" {workspace = "global"} body {
+      %x = load @"x" : f32[2,3,6,6]
+      %w = load @"w" : f32[4,3,3,3]
+      %dy = load @"dy" : f32[2,4,4,4]
+      %dw, %db = ConvGradient(%x, %w, %dy) {kernel = 3} : f32[4,3,3,3], f32[4]
+      store @"w_grad"(%dw)
+      store @"b_grad"(%db)
+      defer @"x_grad"(%x, %w, %dy) {
+      ^(%x_1: f32[2,3,6,6], %w_1: f32[4,3,3,3], %dy_1: f32[2,4,4,4]):
+        %dw_1, %db_1, %dx = ConvGradient(%x_1, %w_1, %dy_1) {kernel = 3} : f32[4,3,3,3], f32[4], f32[2,3,6,6]
+        yield(%dx)
+      }
+      %dw2 = ConvGradient(%x, %w, %dy) {kernel = 3, no_bias = 1} : f32[4,3,3,3]
+      store @"w2_grad"(%dw2)
+      defer @"x2_grad"(%x, %w, %dy) {
+      ^(%x_2: f32[2,3,6,6], %w_2: f32[4,3,3,3], %dy_2: f32[2,4,4,4]):
+        %dw2_1, %dx2 = ConvGradient(%x_2, %w_2, %dy_2) {kernel = 3, no_bias = 1} : f32[4,3,3,3], f32[2,3,6,6]
+        yield(%dx2)
+      }
+      %dw3, %db3 = ConvGradient(%x, %w, %dy) {kernel = 3} : f32[4,3,3,3], f32[4]
+      store @"w3_grad"(%dw3)
+      store @"b3_grad"(%db3)
+    }
+  }
+}
+""")
+
 case('fuse-nets then dce: stores nobody reads in a private task go', "fuse-nets,dce", """
 module {
   group body {

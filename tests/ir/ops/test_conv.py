@@ -71,6 +71,22 @@ def test_gradients_match_caffe2():
                                 0.37777775526046753, 0.055555541068315506], rtol=1e-5, atol=1e-7)  # Caffe2
 
 
+@DEVICES
+def test_conv_gradient_makes_dx_only_when_named(do):
+    # Caffe2 (conv_op_impl.h; checked on torch 1.10.2's caffe2): ConvGradient with outputs
+    # (dW, db) and no_bias=0, or (dW) with no_bias=1, writes no dX; (dW) alone without
+    # no_bias fails there (its db output is missing): here a located error
+    dy = np.ones((2, 6, 3, 3), np.float32) * np.arange(9, dtype=np.float32).reshape(3, 3) / 9
+    args = dict(kernel=3, stride=2, pad=1, group=2)
+    dw, db = _run(do, "ConvGradient", {"x": X, "w": W, "dy": dy}, ("dw", "db"), **args)
+    np.testing.assert_allclose(dw.sum(), 13.600005149841309, rtol=1e-6)  # Caffe2 (as above)
+    np.testing.assert_allclose(db, [8.0] * 6)  # Caffe2
+    (dw1,) = _run(do, "ConvGradient", {"x": X, "w": W, "dy": dy}, ("dw1",), no_bias=1, **args)
+    np.testing.assert_array_equal(dw1, dw)
+    with pytest.raises(DSLError, match="no_bias=0 produces"):
+        _run(do, "ConvGradient", {"x": X, "w": W, "dy": dy}, ("dw2",), **args)
+
+
 def _loops(x, w, b, stride, pads, dilation, group):
     """Convolution by its definition, one output element at a time."""
     n, c, h, wd = x.shape
