@@ -35,7 +35,7 @@ from dslc.backends.common.race import Race, noting
 from dslc.backends.interp.codegen import Emitter
 from dslc.backends.interp.kernels import kernel_entry
 
-from . import kernels_conv  # noqa: F401  (registers its kernels)
+from . import kernels_conv, kernels_shape  # noqa: F401  (register their kernels)
 from .kernels import checking, dtype
 from .regions import Loop, Run, min_work_default, partition, trial_runs
 

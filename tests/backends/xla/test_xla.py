@@ -49,12 +49,15 @@ GEOMETRIES = [{}, {"stride": 2, "pad": 1}, {"dilation": 2, "pad_t": 1, "pad_l": 
               {"legacy_pad": 1, "stride": 2}, {"legacy_pad": 2, "stride": 2}, {"group": 4, "pad": 1}]
 
 
-@pytest.mark.parametrize("small_output", [0, 10 ** 9], ids=["xla-conv", "patches-gemm"])
+@pytest.mark.parametrize("small_output", [0, 10 ** 9], ids=["xla-conv,columns-dx", "patches-gemm,xla-dx"])
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: ",".join(f"{k}={v}" for k, v in g.items()) or "plain")
 def test_conv_and_its_gradient_equal_interp(geometry, small_output, monkeypatch):
-    # both ways of a convolution: XLA's own, and (small outputs) a GEMM of window patches
+    # both ways of a convolution: XLA's own, and (small outputs) a GEMM of window patches;
+    # both ways of its dX: XLA's transposed convolution, and (stride 1, no groups) a GEMM's
+    # columns added into place
     from dslc.backends.xla import kernels_conv
     monkeypatch.setattr(kernels_conv, "SMALL_OUTPUT", small_output)
+    monkeypatch.setattr(kernels_conv, "COLUMNS_DX", 0 if small_output == 0 else 10 ** 9)
     rng = np.random.default_rng(4)
     group = geometry.get("group", 1)
     x = rng.normal(size=(2, 4, 9, 8)).astype(np.float32)
@@ -74,7 +77,9 @@ def test_conv_and_its_gradient_equal_interp(geometry, small_output, monkeypatch)
                                       ("AveragePool", {"kernel": 3, "stride": 2, "pad": 1, "count_include_pad": 1}),
                                       ("MaxPool", {"kernel": 3, "stride": 2, "legacy_pad": 3}),
                                       ("AveragePool", {"kernel": 2, "stride": 2, "legacy_pad": 3, "pad": 1}),
-                                      ("MaxPool", {"global_pooling": 1})])
+                                      ("MaxPool", {"global_pooling": 1}),
+                                      ("MaxPool", {"kernel": 2, "stride": 2}),  # (tiles: width 7 leaves a column)
+                                      ("AveragePool", {"kernel": 2, "stride": 2})])
 def test_pooling_and_its_gradient_equal_interp(op, attrs):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(2, 3, 8, 7)).astype(np.float32)
@@ -284,6 +289,33 @@ def test_integers_divide_as_c_does_and_int64_runs_in_a_64_bit_scope():
     feeds["b"][1] = 0
     with pytest.raises(DSLError, match="integer division by zero"):
         _run("xla", net, feeds)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_the_ops_between_a_deploy_nets_convs_equal_interp_and_are_compiled(mode):
+    # GoogLeNet's and DenseNet's Concat, ShuffleNet's Split and ReduceMean, MobileNetV2's Clip
+    # (ReLU6), DenseNet's PadImage: one XLA call, the interpreter's values
+    rng = np.random.default_rng(6)
+    net = core.Net("between")
+    net.Concat(["a", "b"], ["cat", "sizes"], axis=1)
+    net.Concat(["a", "a2"], ["stacked"], axis=2, add_axis=1)
+    net.Split(["cat"], ["s0", "s1"], axis=1, split=[1, 4])
+    net.Split(["cat"], ["h0", "h1"], axis=3)
+    net.Clip(["cat"], ["relu6"], min=0.0, max=6.0)
+    net.ReduceMean(["relu6"], ["gap"], axes=[2, 3], keepdims=0)
+    net.ReduceSum(["cat"], ["total"])
+    net.PadImage(["cat"], ["padded"], pad_t=1, pad_l=2, pad_b=0, pad_r=1, mode=mode, value=0.5)
+    a = rng.normal(size=(2, 3, 4, 6)).astype(np.float32) * 5
+    feeds = {"a": a, "b": rng.normal(size=(2, 2, 4, 6)).astype(np.float32) * 5, "a2": a + 1}
+    fetch = ["cat", "sizes", "stacked", "s0", "s1", "h0", "h1", "relu6", "gap", "total", "padded"]
+    got, summary = _both(net, feeds, fetch)
+    assert summary["ops compiled"] == 8 and summary["functions compiled"] == 1, summary
+    assert not any(_interpreted(summary, n) for n in ("Concat", "Split", "Clip", "ReduceMean", "ReduceSum", "PadImage"))
+    values = dict(zip(fetch, got))
+    np.testing.assert_array_equal(values["sizes"], [3, 2])  # (by hand: each operand's channels)
+    np.testing.assert_array_equal(values["s1"], np.concatenate([a, feeds["b"]], 1)[:, 1:])
+    np.testing.assert_allclose(values["gap"], np.clip(values["cat"], 0, 6).mean(axis=(2, 3)), rtol=1e-6)
+    assert values["stacked"].shape == (2, 3, 2, 4, 6) and values["padded"].shape == (2, 5, 5, 9)
 
 
 def test_what_stays_interpreted_says_why():
