@@ -22,6 +22,12 @@ the largest output; top-1 equal on every sample), then timed in ``--rounds`` int
 each round runs every engine (in a rotated order) ``--reps`` times and takes its median; the
 ratios printed are medians over rounds of ratios within a round. Each engine's BLAS kernels
 are printed as threadpoolctl reports them.
+
+The bound of the xla backend: engine "XLA alone" is dslc xla with its race against the
+interpreter off (XLA's code always), timed twice over the same runs: the seconds inside XLA's
+calls ("XLA alone": what XLA itself takes for the model, the whole net being one call where the
+load line names nothing "outside XLA's calls") and the whole run ("xla, race off"); the gap is
+dslc's own time around XLA.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = "1"  # (the subprocesses inherit them)
+# (dslc xla's workers: XLA's CPU runtime on one thread too, as bench/xla.py runs it)
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inference_engines as programs  # noqa: E402
@@ -47,6 +55,10 @@ ONNX_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "shuffle
 BREW_MODELS = ["resnet18", "resnet50", "mobilenetv2", "shufflenet", "squeezenet", "vgg11", "alexnet"]
 DSLC = ("dslc interp", "dslc numba", "dslc xla")
 PEERS = ("Caffe2", "ONNX Runtime", "PyTorch eager")
+# XLA's own time for a model (the bound of what dslc xla can reach): a dslc xla engine with the
+# race off, timed inside XLA's calls (inference_engines.XLA_SHARE); its whole runs are the
+# figure "xla, race off" beside it, their difference dslc's own time around XLA
+XLA_ALONE, XLA_WHOLE = "XLA alone", "xla, race off"
 
 # The models, as brew programs: run as they are by dslc, with `dslc` renamed
 # `caffe2.python` by Caffe2. `build(name, brew, m, size)` returns the output blob.
@@ -210,7 +222,10 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3, help="timed runs per engine in a round (their median)")
-    ap.add_argument("--engines", default=",".join(PEERS + DSLC), help="a subset of: " + ", ".join(PEERS + DSLC))
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall time, or each engine's CPU time (steadier where other jobs load the machine)")
+    ap.add_argument("--engines", default=",".join(PEERS + DSLC + (XLA_ALONE,)),
+                    help="a subset of: " + ", ".join(PEERS + DSLC + (XLA_ALONE,)))
     ap.add_argument("--mkl-as-is", action="store_true",
                     help="leave MKL_DEBUG_CPU_TYPE unset for Caffe2 and PyTorch (on AMD CPUs MKL 2020 then "
                          "takes its generic path, not AVX2)")
@@ -231,7 +246,7 @@ def main(argv=None) -> int:
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}; MKL_DEBUG_CPU_TYPE for Caffe2 and "
           f"PyTorch: {os.environ.get('MKL_DEBUG_CPU_TYPE', '(unset)' if args.mkl_as_is else '5')}; one core, one thread; "
-          f"images {args.size}x{args.size}; {args.rounds} rounds of {args.reps} runs", flush=True)
+          f"images {args.size}x{args.size}; {args.rounds} rounds of {args.reps} runs; clock: {args.clock}", flush=True)
     results = {}
     with tempfile.TemporaryDirectory() as top:
         workers = [Worker(name, python, env, program, top) for name, python, env, program in engines(c2, args.mkl_as_is)
@@ -241,7 +256,8 @@ def main(argv=None) -> int:
                 results[(model, batch)] = measure(workers, model, batch, folders[model][batch], args, top)
         for w in workers:
             w.close()
-    report(models, batches, [w.name for w in workers], results)
+    names = [w.name for w in workers]
+    report(models, batches, names + [XLA_WHOLE] if XLA_ALONE in names else names, results)
     return 0
 
 
@@ -292,18 +308,23 @@ def engines(c2, mkl_as_is=False):
     MKL_DEBUG_CPU_TYPE=5 names AVX2 (a 3x3 convolution on Caffe2 1.5-1.6x faster with it on
     an AMD EPYC): set for them, unless ``mkl_as_is`` or already set."""
     import importlib.util
-    dslc = programs.PREDICTOR.format(package="dslc") + programs.SERVE
-    out = [(n, sys.executable, {"DSLC_BACKEND": n.split()[1]}, dslc) for n in DSLC
-           if n != "dslc xla" or importlib.util.find_spec("jax")]
+    dslc = programs.PREDICTOR.format(package="dslc")
+    jax = importlib.util.find_spec("jax")
+    ours = [(n, sys.executable, {"DSLC_BACKEND": n.split()[1]}, dslc + programs.SERVE) for n in DSLC
+            if n != "dslc xla" or jax]
+    if jax:
+        ours.append((XLA_ALONE, sys.executable, {"DSLC_BACKEND": "xla", "DSLC_XLA_TRIAL_RUNS": "0"},
+                     dslc + programs.XLA_SHARE + programs.SERVE))
     mkl = {} if mkl_as_is or "MKL_DEBUG_CPU_TYPE" in os.environ else {"MKL_DEBUG_CPU_TYPE": "5"}
+    out = []
     if c2.exists():
-        out.insert(0, ("Caffe2", str(c2), mkl, programs.PREDICTOR.format(package="caffe2.python") + programs.SERVE))
+        out.append(("Caffe2", str(c2), mkl, programs.PREDICTOR.format(package="caffe2.python") + programs.SERVE))
     for name, module, program in [("ONNX Runtime", "onnxruntime", programs.ORT), ("PyTorch eager", "torch",
                                                                                    programs.TORCH.format())]:
         python = sys.executable if importlib.util.find_spec(module) else str(c2) if c2.exists() else None
         if python and subprocess.run([python, "-c", "import " + module], capture_output=True).returncode == 0:
-            out.insert(len(out) - len(DSLC), (name, python, mkl if module == "torch" else {}, program + programs.SERVE))
-    return out
+            out.append((name, python, mkl if module == "torch" else {}, program + programs.SERVE))
+    return out + ours
 
 
 class Worker:
@@ -355,23 +376,30 @@ def measure(workers, model, batch, folder, args, top) -> dict:
         if w.kernels is None:
             w.kernels = answer["kernels"]
             print(f"  {w.name}'s kernels: {w.kernels}", flush=True)
+        if answer.get("outside"):
+            print(f"  {model} b{batch}: {w.name}: outside XLA's calls: {answer['outside']}", flush=True)
         out[w.name] = dict(rounds=[], out=target, load=answer["seconds"])
+        if w.name == XLA_ALONE:
+            out[XLA_WHOLE] = dict(rounds=[])
         live.append(w)
     for n, r in out.items():
         if "out" in r and "out" in out.get("Caffe2", {}):
             r["agree"] = agreement(r["out"], out["Caffe2"]["out"])
     for r in range(args.rounds):
         for w in live[r % len(live):] + live[:r % len(live)] if live else []:
-            answer = w.ask(dict(cmd="time", reps=args.reps))
+            answer = w.ask(dict(cmd="time", reps=args.reps, clock=args.clock))
             if "error" in answer:
                 out[w.name] = answer
             elif "rounds" in out[w.name]:
-                out[w.name]["rounds"].append(statistics.median(answer["times"]))
+                out[w.name]["rounds"].append(statistics.median(answer["inner" if w.name == XLA_ALONE else "times"]))
+                if w.name == XLA_ALONE:
+                    out[XLA_WHOLE]["rounds"].append(statistics.median(answer["times"]))
     done = {n: r for n, r in out.items() if r.get("rounds")}
     print(f"{model} b{batch}: " + ", ".join(f"{n} {statistics.median(r['rounds']) * 1e3:.1f} ms"
                                              for n, r in done.items()), flush=True)
-    best = [f"best/{p} {ratio(out, ('dslc interp', 'dslc numba'), p):.2f}" for p in PEERS
-            if ratio(out, ("dslc interp", "dslc numba"), p) is not None]
+    best = [f"{label}/{p} {ratio(out, engines, p):.2f}" for label, engines in [("best", ("dslc interp", "dslc numba")),
+                                                                              ("alone", (XLA_ALONE,))]
+            for p in PEERS if ratio(out, engines, p) is not None]
     agree = [f"{n} {r['agree'][0]:.1e} top-1 {r['agree'][1]}/{r['agree'][2]}" for n, r in out.items() if "agree" in r]
     print(f"  {', '.join(best)}; against Caffe2's output: {', '.join(agree)}", flush=True)
     return out
@@ -406,8 +434,11 @@ def report(models, batches, names, results):
                                                  for c in cells))
     best = ("dslc interp", "dslc numba")
     print("\nratios, median over rounds of ratios within a round (dslc best = the faster of interp and numba"
-          " in each round):")
-    cols = [(f"best/{p}", best, p) for p in PEERS] + [(f"xla/{p}", ("dslc xla",), p) for p in PEERS]
+          f" in each round; alone = {XLA_ALONE}: the seconds inside XLA's calls of a dslc xla run with the race off;"
+          f" race off = that run whole):")
+    cols = [(f"best/{p}", best, p) for p in PEERS] + [(f"xla/{p}", ("dslc xla",), p) for p in PEERS] + \
+        [(f"alone/{p}", (XLA_ALONE,), p) for p in PEERS] + [("xla/alone", ("dslc xla",), XLA_ALONE),
+                                                             ("race off/alone", (XLA_WHOLE,), XLA_ALONE)]
     cols = [c for c in cols if c[2] in names and all(e in names for e in c[1])]
     print(f"{'model':26s} {'batch':>5s} " + " ".join(f"{c[0]:>19s}" for c in cols))
     for m in models:

@@ -6,7 +6,8 @@ Caffe2, torch or ONNX Runtime). A worker reads one JSON command a line on stdin 
 line starting with ``@@ `` on stdout (anything else a library prints there is ignored):
 ``{"cmd": "load", "folder", "data", "out"}`` loads the deploy model in ``folder``, runs it twice
 on the images in ``data``, saves the output to ``out`` and answers ``{"seconds", "kernels"}``
-(or ``{"error"}``); ``{"cmd": "time", "reps"}`` answers ``{"times"}``, seconds of each run.
+(or ``{"error"}``); ``{"cmd": "time", "reps"}`` answers ``{"times", "inner"}``, seconds of each run (and of the part
+of it the program's ``spent()`` counts, if it has one: XLA_SHARE).
 
 A deploy model is a folder: ``init_net.pb`` and ``predict_net.pb`` (what Caffe2 users ship),
 ``meta.json`` (its input and output blobs, how it was made), and where it exists ``model.onnx``
@@ -45,6 +46,12 @@ def _kernels():
     return "; ".join(pools)
 
 
+CLOCK = time.perf_counter  # (the time command's: wall, or with "clock": "cpu" this process's CPU time)
+if "spent" not in globals():
+    def spent():  # (a program may define it: the seconds so far of the part of a run it times apart)
+        return 0.0
+
+
 def serve():
     run = x = None
     for line in sys.stdin:
@@ -61,17 +68,21 @@ def serve():
                 y = np.asarray(run(x))
                 run(x)
                 np.save(cmd["out"], y.reshape(y.shape[0], -1))
-                _say(seconds=time.perf_counter() - t, kernels=_kernels())
+                _say(seconds=time.perf_counter() - t, kernels=_kernels(),
+                     outside=outside() if "outside" in globals() else None)
             except Exception as e:  # (reported by the bench, which goes on without this engine's figure)
                 run = None
                 _say(error=f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
         elif cmd["cmd"] == "time":
-            ts = []
+            global CLOCK
+            CLOCK = time.process_time if cmd.get("clock") == "cpu" else time.perf_counter
+            ts, inner = [], []
             for _ in range(cmd["reps"]):
-                t = time.perf_counter()
+                t, s = CLOCK(), spent()
                 run(x)
-                ts.append(time.perf_counter() - t)
-            _say(times=ts)
+                ts.append(CLOCK() - t)
+                inner.append(spent() - s)
+            _say(times=ts, inner=inner)
         else:
             return
 
@@ -92,6 +103,41 @@ def load(folder, meta):
         predict = f.read()
     predictor = workspace.Predictor(init, predict)
     return lambda x: predictor.run([x])[0]
+'''
+
+# dslc xla's own share of a run: the seconds inside XLA's calls (each compiled run's call of
+# its executable, inputs in and outputs out), with the race against the interpreter off
+# (DSLC_XLA_TRIAL_RUNS=0: XLA's code always); what XLA alone takes for the model, when one
+# XLA call runs the whole net. The rest of the run is dslc's around it (the ops the profile
+# saw outside XLA's calls, the Predictor).
+XLA_SHARE = r'''
+from dslc.backends.xla import emitter as _xla
+from dslc.driver import options
+from dslc.runtime.profile import OpProfile
+
+options.current().profile = True
+options.current().profiler = _PROFILE = OpProfile()
+_SPENT, _CALL = [0.0], _xla.RunCall.call
+
+
+def _timed_call(self, args):
+    t = CLOCK()
+    try:
+        return _CALL(self, args)
+    finally:
+        _SPENT[0] += CLOCK() - t
+
+
+_xla.RunCall.call = _timed_call
+
+
+def spent():
+    return _SPENT[0]
+
+
+def outside():
+    """{op type: calls} of what ran outside XLA's calls so far."""
+    return {kind: n for (kind, _), (t, n) in _PROFILE.counters.items() if kind != "xla run" and n}
 '''
 
 # ONNX Runtime on the exported (or, for the brew models, Caffe2-converted) ONNX model.
