@@ -17,6 +17,8 @@ from google.protobuf import text_format
 from dslc.ir.diagnostics import DSLError
 from dslc.ir.budget import check_size
 from dslc.ir.escape import brief
+from .datasets import Mutex
+from .packed import ObjectMap, PackedRecords
 from .proto import caffe2 as caffe2_pb2
 
 T = caffe2_pb2.TensorProto
@@ -41,9 +43,66 @@ class BlobSerdeError(DSLError, RuntimeError):
     """A value with no BlobProto form, or bytes that are not one dslc can read."""
 
 
+# Caffe2's type names of the ReservoirSampling layer's state (its parameters, which a
+# model's checkpoint serializes): a mutex, the id -> slot map, the reservoir of packed records
+_MUTEX, _MAP, _RECORDS = ("std::unique_ptr<std::mutex>", "(std::unordered_map<int64_t, int32_t>)",
+                          "std::shared_ptr<std::vector<TensorCPU>>")
+
+
 def serialize(name: str, value) -> bytes:
     """The BlobProto bytes of ``value`` named ``name`` (one chunk)."""
+    if isinstance(value, (Mutex, ObjectMap, PackedRecords)):
+        return _state_bytes(name, value)
     return next(chunks(name, value, 0))[1]
+
+
+def _state_bytes(name: str, value) -> bytes:
+    """Caffe2's forms: a mutex is its type alone; a map two tensors (ids int64, slots int32);
+    packed records a tensor of one typed-but-empty BlobProto per record (Caffe2 writes no
+    record's data, so the reservoir reads back empty: ReservoirSampling then starts afresh)."""
+    if isinstance(value, Mutex):
+        return caffe2_pb2.BlobProto(name=name, type=_MUTEX, content=b"").SerializeToString()
+    if isinstance(value, ObjectMap):
+        keys = np.fromiter(value.keys(), np.int64, len(value))
+        slots = np.fromiter(value.values(), np.int32, len(value))
+        pair = caffe2_pb2.TensorProtos()
+        for arr in (keys, slots):
+            pair.protos.add().ParseFromString(_tensor_bytes_of(arr))
+        return caffe2_pb2.BlobProto(name=name, type=_MAP, content=pair.SerializeToString()).SerializeToString()
+    proto = caffe2_pb2.BlobProto(name=name, type="Tensor")
+    t = proto.tensor
+    t.dims.append(len(value))
+    t.data_type = T.UNDEFINED
+    t.string_data.extend([caffe2_pb2.BlobProto(name="", type=_RECORDS, content=b"").SerializeToString()] * len(value))
+    t.name = name
+    t.device_detail.device_type = caffe2_pb2.CPU
+    t.segment.begin, t.segment.end = 0, len(value)
+    return proto.SerializeToString()
+
+
+def _tensor_bytes_of(arr: np.ndarray) -> bytes:
+    """The TensorProto bytes of a whole 1-D tensor (no name)."""
+    proto = caffe2_pb2.BlobProto()
+    proto.ParseFromString(_tensor_bytes("", arr, arr, 0, arr.size))
+    proto.tensor.ClearField("name")
+    return proto.tensor.SerializeToString()
+
+
+def _state_value(name: str, proto):
+    """The value of a BlobProto of one of ``_state_bytes``' forms."""
+    if proto.type == _MUTEX:
+        return Mutex()
+    pair = caffe2_pb2.TensorProtos()
+    try:
+        pair.ParseFromString(proto.content)
+    except Exception as e:
+        raise BlobSerdeError(f"blob {name!r}: not a serialized map: {e}") from None
+    if len(pair.protos) != 2:
+        raise BlobSerdeError(f"blob {name!r}: a serialized map holds ids and slots, got {len(pair.protos)} tensors")
+    keys, slots = (assemble(name, [caffe2_pb2.BlobProto(type="Tensor", tensor=t)]) for t in pair.protos)
+    if keys.shape != slots.shape or keys.ndim != 1:
+        raise BlobSerdeError(f"blob {name!r}: a serialized map has {keys.size} ids for {slots.size} slots")
+    return ObjectMap(zip(keys.tolist(), slots.tolist()))
 
 
 def chunks(name: str, value, chunk_size: int = DEFAULT_CHUNK, bfloat16: bool = False):
@@ -156,9 +215,13 @@ def assemble(name: str, protos: list):
     allocated: the dims are the file's word, the values it holds are what it has (a
     file of a few bytes may declare a tensor of any size)."""
     first = protos[0]
+    if first.type in (_MUTEX, _MAP):
+        return _state_value(name, first)
     if first.type == "std::string" or (not first.HasField("tensor") and first.HasField("content")):
         return first.content
     t = first.tensor
+    if t.data_type == T.UNDEFINED and t.string_data and _records(t):
+        return PackedRecords([])  # (Caffe2 writes no record's data: an empty reservoir, as it reads one)
     dims = tuple(int(d) for d in t.dims)
     if any(d < 0 for d in dims):
         raise BlobSerdeError(f"blob {name!r} has negative dims {brief(list(dims))}")
@@ -191,6 +254,19 @@ def assemble(name: str, protos: list):
         else:
             out[begin:end] = np.asarray(raw, dtype=dtype)
     return out.reshape(dims)
+
+
+def _records(t) -> bool:
+    """Whether every entry of an UNDEFINED tensor is Caffe2's typed-but-empty packed record."""
+    inner = caffe2_pb2.BlobProto()
+    for raw in t.string_data:
+        try:
+            inner.ParseFromString(raw)
+        except Exception:
+            return False
+        if inner.type != _RECORDS:
+            return False
+    return True
 
 
 def _spans(name: str, protos: list, field: str, dims: tuple, data_type: int, size: int) -> list:

@@ -27,6 +27,12 @@ class PackedRecords:
         return f"PackedRecords({len(self.rows)} rows)"
 
 
+class ObjectMap(dict):
+    """A map blob (CreateMap): ReservoirSampling's object id -> reservoir slot."""
+
+    handle_kind = "map"
+
+
 def pack(fields, data, single: bool) -> PackedRecords:
     """The rows of the dataset ``data`` (one array per field); ``single``: one entry for all."""
     data = [np.asarray(d) for d in data]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslc.runtime.datasets import FieldTree
-from dslc.runtime.packed import PackedRecords
+from dslc.runtime.packed import ObjectMap, PackedRecords
 from dslc.ir.diagnostics import DSLError
 
 from .kernels import kernel
@@ -124,12 +124,6 @@ def _trim(op, cfg):
         out = tree.take(data, rng)
         return out[0] if len(out) == 1 else tuple(out)
     return trim
-
-
-class ObjectMap(dict):
-    """A map blob (CreateMap): ReservoirSampling's object id -> reservoir slot."""
-
-    handle_kind = "map"
 
 
 kernel("CreateMap")(lambda op, cfg: ObjectMap)

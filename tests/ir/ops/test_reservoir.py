@@ -84,6 +84,48 @@ def test_the_layer_samples_packed_records_by_object_id():
     assert schema.FetchRecord(reservoir.num_visited)().tolist() == 3
 
 
+# What the real Caffe2 (torch 1.10.2) serialized for the layer's reservoir (3 packed records)
+# and mutex after the two runs below (SerializeBlob, hex): per record an empty BlobProto of
+# type std::shared_ptr<std::vector<TensorCPU>>, so the reservoir reads back empty
+_RECORD = "322d0a0012277374643a3a7368617265645f7074723c7374643a3a766563746f723c54656e736f724350553e3e2200"
+CAFFE2_RESERVOIR = bytes.fromhex(
+    "0a1c7265736572766f69725f73616d706c696e672f7265736572766f6972120654656e736f721ab9010803100"
+    "0" + _RECORD * 3 + "3a1c7265736572766f69725f73616d706c696e672f7265736572766f6972420208005a0408001003")
+CAFFE2_MUTEX = bytes.fromhex("0a187265736572766f69725f73616d706c696e672f6d75746578121b7374643a3a756e69717565"
+                             "5f7074723c7374643a3a6d757465783e2200")
+
+
+def test_the_layers_state_round_trips_through_serialization_as_in_caffe2():
+    """Caffe2's layers_test (testReservoirSamplingWithID): each parameter serialized and read
+    back; the reservoir comes back empty, so the next runs start afresh and count the new
+    batch's 2 distinct ids (Caffe2: num_visited 3, then 2); the map and the slots come back whole."""
+    m = LayerModelHelper("m", schema.Struct(("record", schema.Struct(("dense", schema.Scalar((f32, (2,)))))),
+                                            ("object_id", schema.Scalar(np.int64))), schema.Struct())
+    f = m.input_feature_schema
+    packed = m.PackRecords(f.record, 1, fields=f.record.field_names())
+    reservoir = m.ReservoirSampling(schema.Struct(("data", packed), ("object_id", f.object_id)), 3)
+    m.output_schema = schema.Struct()
+    init, train = lmi.generate_training_nets_forward_only(m)
+    schema.FeedRecord(f, [np.arange(10, dtype=f32).reshape(5, 2), np.array([1, 2, 3, 1, 2], np.int64)])
+    workspace.RunNetOnce(init)
+    workspace.CreateNet(train)
+    workspace.RunNet(train.Proto().name, num_iter=2)
+    assert workspace.SerializeBlob("reservoir_sampling/reservoir") == CAFFE2_RESERVOIR
+    assert workspace.SerializeBlob("reservoir_sampling/mutex") == CAFFE2_MUTEX
+    before = {str(p): workspace.FetchBlob(str(p)) for p in m.params}
+    for p in m.params:
+        workspace.DeserializeBlob(str(p), workspace.SerializeBlob(str(p)))
+    after = {str(p): workspace.FetchBlob(str(p)) for p in m.params}
+    assert len(after["reservoir_sampling/reservoir"]) == 0
+    assert dict(after["reservoir_sampling/object_to_pos"]) == dict(before["reservoir_sampling/object_to_pos"]) \
+        == {1: 0, 2: 1, 3: 2}
+    assert type(after["reservoir_sampling/mutex"]) is type(before["reservoir_sampling/mutex"])
+    assert after["reservoir_sampling/pos_to_object"].tolist() == [1, 2, 3]
+    schema.FeedRecord(f.object_id, [np.array([3, 5, 3, 3, 5], np.int64)])
+    workspace.RunNet(train.Proto().name, num_iter=2)
+    assert schema.FetchRecord(reservoir.num_visited)().tolist() == 2
+
+
 def test_a_partial_bookkeeping_is_an_error():
     init, _ = _net(False)
     workspace.FeedBlob("data", np.ones((2, 2), f32))
