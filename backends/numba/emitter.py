@@ -32,7 +32,7 @@ from dslc.backends.interp.kernels_nn import op_stream
 
 from . import islands
 from .cache import module_for
-from .hot import Hot, switcher
+from .hot import Hot, pool as hot_pool, switcher
 from .lazy import CLOCK
 from .trial import Trial
 from .calls import FusedCall, IslandCall
@@ -51,6 +51,12 @@ HELPER_KERNELS = frozenset({
     "SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "ScatterWeightedSum", "SparseAdagrad",
     "RowWiseSparseAdagrad", "Conv", "ConvFused", "ConvGradient", "ConvTranspose", "ConvTransposeGradient",
     "MaxPoolGradient"})
+
+
+# The helper kernels whose compiled loops every op of the kind shares (conv.py's): their
+# interpreted seconds count together (hot.Pool). (The sparse kernels could join; their
+# ops are few per net.)
+POOLED = frozenset({"Conv", "ConvFused", "ConvGradient", "ConvTranspose", "ConvTransposeGradient", "MaxPoolGradient"})
 
 
 def helper_kernel(name: str):
@@ -89,14 +95,15 @@ class NumbaEmitter(Emitter):
                 h.now()
         return code
 
-    def hot(self, label: str, build, callee: str | None = None):
+    def hot(self, label: str, build, callee: str | None = None, pool=None):
         """(callee, hot, clock): names of a Hot's callee (None until compiled, unless given),
-        the Hot, and the clock that times the interpreted runs."""
+        the Hot (counting in hot.Pool ``pool``, if given), and the clock that times the
+        interpreted runs."""
         trial = None
         if self.cfg.trial_runs:
             trial = Trial(label, self.cfg.trial_runs, self.cfg.report_trial)
             self.cfg.stats.trials.append(trial)
-        h = Hot(label, build, self.cfg.hot_seconds, switcher(), trial)
+        h = Hot(label, build, self.cfg.hot_seconds, switcher(), trial, pool)
         h.name = callee or self.bind("n", None)
         self.hots.append(h)
         self.cfg.hots.append(h)
@@ -113,7 +120,8 @@ class NumbaEmitter(Emitter):
         super().op(op, indent, loop_targets)
         kname = [k for k in self.env if k not in before and k.startswith("k")]
         cfg = self.cfg
-        _, h, _ = self.hot(f"{op.name} at {_where(op)}", lambda bg: helper_kernel(op.name)(op, cfg), kname[0])
+        _, h, _ = self.hot(f"{op.name} at {_where(op)}", lambda bg: helper_kernel(op.name)(op, cfg), kname[0],
+                           hot_pool("conv") if op.name in POOLED else None)
         self.emit(indent, f"{h}.spent({clock}() - _ht)", op)
 
     def partition(self, r):

@@ -43,17 +43,43 @@ QUEUED, DONE, FAILED = 1, 2, 3
 FIRST, NEXT = 1.0, 0.2  # CPU seconds interpreted before a switch (lazy.CLOCK): numba not loaded yet, loaded
 
 
+class Pool:
+    """Hots whose compiled code is one set of functions (the helper kernels of one module:
+    every Conv calls the same compiled loops, whatever its sizes): switching costs once for
+    all of them (numba's import, the loops' load from the cache), so their interpreted
+    seconds count together against the limit. A convolution net's dozens of Convs, each
+    a few ms, otherwise never reach it one by one within a deploy model's first hundred runs."""
+
+    __slots__ = ("total",)
+
+    def __init__(self):
+        self.total = 0.0
+
+
+_pools: dict[str, Pool] = {}
+
+
+def pool(name: str) -> Pool:
+    """The process's Pool called ``name``."""
+    return _pools.setdefault(name, Pool())
+
+
 class Hot:
-    """Something compilable that runs on the interpreter until it has spent ``limit``
-    seconds there. The generated code calls ``spent(seconds)`` after each interpreted run
-    and calls the global ``name`` of ``ns`` (the region's namespace, set once the region
-    is compiled) once the callee ``build(background)`` made is there."""
+    """Something compilable that runs on the interpreter until it (or its ``pool``) has
+    spent ``limit`` seconds there. The generated code calls ``spent(seconds)`` after each
+    interpreted run and calls the global ``name`` of ``ns`` (the region's namespace, set
+    once the region is compiled) once the callee ``build(background)`` made is there."""
 
-    __slots__ = ("label", "build", "limit", "total", "state", "ns", "name", "lock", "switcher", "seconds", "trial")
+    __slots__ = ("label", "build", "limit", "total", "state", "ns", "name", "lock", "switcher", "seconds", "trial",
+                 "pool", "calls")
 
-    def __init__(self, label: str, build, limit: float | None, switcher, trial=None):
-        """``trial``: a trial.Trial the compiled callee races the interpreter's code in."""
+    def __init__(self, label: str, build, limit: float | None, switcher, trial=None, pool: Pool | None = None):
+        """``trial``: a trial.Trial the compiled callee races the interpreter's code in.
+        ``pool``: the Pool its interpreted seconds count in; a pooled Hot still runs on
+        the interpreter as many times as its trial times (its side of the race)."""
         self.label, self.build, self.limit, self.switcher, self.trial = label, build, limit, switcher, trial
+        self.pool = pool
+        self.calls = 0
         self.total = 0.0
         self.state = 0
         self.ns = self.name = None
@@ -66,7 +92,12 @@ class Hot:
         if self.state:
             return
         self.total += seconds
-        if self.total >= (self.limit if self.limit is not None else NEXT if "numba" in sys.modules else FIRST):
+        self.calls += 1
+        spent = self.total
+        if self.pool is not None:
+            self.pool.total += seconds
+            spent = self.pool.total if self.calls >= (self.trial.runs if self.trial is not None else 1) else 0.0
+        if spent >= (self.limit if self.limit is not None else NEXT if "numba" in sys.modules else FIRST):
             self.state = QUEUED
             if self.trial is not None:
                 self.trial.queued()

@@ -19,6 +19,7 @@ import pytest
 
 from dslc import workspace
 from dslc.backends.numba import cache, conv, emitter, hot, islands, sparse, worker
+from dslc.backends.numba.trial import Trial
 from dslc.ir import settings
 from dslc.net_builder import ops
 from dslc.session import LocalSession
@@ -223,3 +224,36 @@ def test_a_training_step_switched_midway_gives_the_interpreters_answers(monkeypa
     for w, g in zip(got["interp"], got["numba"]):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
     assert got["numba"][5].tolist() == got["interp"][5].tolist()  # the same draws
+
+
+class _Queue:
+    """A switcher that only records what was queued."""
+
+    def __init__(self):
+        self.queued = []
+
+    def submit(self, h):
+        self.queued.append(h.label)
+
+
+def test_pooled_hots_count_their_seconds_together():
+    """Every Conv calls the same compiled loops, so switching costs once for them all: the
+    pool's seconds reach the limit for each member (after its own trial runs), where one
+    op alone would not; an unpooled Hot counts its own."""
+    q, shared = _Queue(), hot.Pool()
+    a, b = (hot.Hot(n, None, 1.0, q, pool=shared) for n in "ab")
+    c = hot.Hot("c", None, 1.0, q)
+    raced = hot.Hot("raced", None, 1.0, q, trial=Trial("raced", 2), pool=shared)
+    a.spent(0.6)
+    c.spent(0.6)
+    assert q.queued == []
+    b.spent(0.5)  # (1.1 s in the pool)
+    assert q.queued == ["b"]
+    a.spent(0.01)
+    raced.spent(0.01)  # (its first interpreted run: the race wants 2)
+    c.spent(0.3)
+    assert q.queued == ["b", "a"]
+    raced.spent(0.01)
+    assert q.queued == ["b", "a", "raced"]
+    assert a.total == pytest.approx(0.61) and shared.total == pytest.approx(1.13)
+    assert emitter.POOLED <= set(conv.KERNELS)  # (the pooled ops share conv.py's loops)
