@@ -2,7 +2,7 @@
 ONNX Runtime, timed side by side in one run, one thread, batch 1 and 16.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE nice python bench/inference.py \
-        [--models onnx-resnet18,resnet18,...] [--batches 1,16] [--rounds 3] [--reps 3] [--warmup 8]
+        [--models onnx-resnet18,resnet18,...] [--batches 1,16] [--rounds 3] [--reps 3] [--warmup 8] [--warmup-s 4]
 
 The models are deploy models (an init_net/predict_net pair) made two ways, once, into a cache
 folder (``--cache``, default ``$XDG_CACHE_HOME/dslc-bench/inference``; never the repository):
@@ -17,7 +17,7 @@ folder (``--cache``, default ``$XDG_CACHE_HOME/dslc-bench/inference``; never the
 Every engine is a long-lived worker process in its own Python (this process imports none of
 Caffe2, torch or ONNX Runtime; bench/inference_engines.py holds their programs), pinned to one
 core with one thread everywhere. Each (model, batch) is loaded by every engine (Caffe2 and dslc
-through ``workspace.Predictor``) and run ``--warmup`` times, its output checked against Caffe2's
+through ``workspace.Predictor``) and warmed up (``--warmup``), its output checked against Caffe2's
 (largest difference over the largest output; top-1 equal on every sample), then timed in ``--rounds`` interleaved rounds:
 each round runs every engine (in a rotated order) ``--reps`` times and takes its median; the
 ratios printed are medians over rounds of ratios within a round. Each engine's BLAS kernels
@@ -223,9 +223,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3, help="timed runs per engine in a round (their median)")
     ap.add_argument("--warmup", type=int, default=8,
-                    help="runs of each (model, batch) on every engine before the timed rounds: numba (hot mode, "
-                         "the default) switches its convolutions to compiled loops once they have run 1 s "
-                         "interpreted together, then races them against the interpreter over 3 runs each")
+                    help="runs of each (model, batch) on every engine before the timed rounds, and at least "
+                         "--warmup-s seconds of them: numba (hot mode, the default) switches its convolutions to "
+                         "compiled loops once they have run 1 s interpreted together (0.2 s once numba is loaded), "
+                         "then races them against the interpreter over 3 runs each")
+    ap.add_argument("--warmup-s", type=float, default=4.0)
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="wall time, or each engine's CPU time (steadier where other jobs load the machine)")
     ap.add_argument("--engines", default=",".join(PEERS + DSLC + (XLA_ALONE,)),
@@ -372,7 +374,8 @@ def measure(workers, model, batch, folder, args, top) -> dict:
     out, live = {}, []
     for w in workers:
         target = os.path.join(w.folder, f"{model}_{batch}.npy")
-        answer = w.ask(dict(cmd="load", folder=folder, data=data, out=target, warmup=args.warmup))
+        answer = w.ask(dict(cmd="load", folder=folder, data=data, out=target, warmup=args.warmup,
+                                        warmup_s=args.warmup_s))
         if "error" in answer:
             print(f"  {model} b{batch}: {w.name}: {answer['error']}", flush=True)
             out[w.name] = answer

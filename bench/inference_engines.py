@@ -66,8 +66,10 @@ def serve():
                 run = load(cmd["folder"], meta)
                 x = np.load(cmd["data"])
                 y = np.asarray(run(x))
-                for _ in range(max(1, cmd.get("warmup", 2) - 1)):  # (numba: its switch to compiled loops and race)
+                runs, began = 1, time.perf_counter()  # (numba: its switch to compiled loops, and their race)
+                while runs < cmd.get("warmup", 2) or time.perf_counter() - began < cmd.get("warmup_s", 0):
                     run(x)
+                    runs += 1
                 np.save(cmd["out"], y.reshape(y.shape[0], -1))
                 _say(seconds=time.perf_counter() - t, kernels=_kernels(),
                      outside=outside() if "outside" in globals() else None)
