@@ -10,8 +10,11 @@
 
 ``offsets(g, shape)`` gives each kernel offset's output and input slices, clipped to the
 image. conv_math runs ``pointwise`` on every backend; the depthwise passes here are the
-contract (and the fallback) of a backend's compiled loops (conv_math.Windows): in numpy
-they lose to the windows' GEMMs, which the interpreter keeps.
+contract (and the fallback) of a backend's compiled loops (conv_math.Windows). In numpy
+they lose to the windows' GEMMs (a pass per row of short rows); ``depthwise_frame``, the
+interpreter's for unit strides, makes each offset one long pass over blocks of padded
+planes instead (1.2-2.4x faster than the GEMMs on MobileNet's layers; with strides the
+GEMMs stay faster).
 """
 from __future__ import annotations
 
@@ -119,3 +122,46 @@ def depthwise_grad(x, w, dy, g, x_shape, want_dw=True, want_dx=True):
             dw[(slice(None), 0) + tuple(offs)] = np.einsum("ncx,ncx->c", d.reshape(d.shape[:2] + (-1,)),
                                                            xs.reshape(xs.shape[:2] + (-1,)))
     return dw, dx
+
+# A block of image planes for the numpy depthwise passes: small enough that a kernel
+# offset's pass reads and writes it in the L2 cache (256 KiB measured best, 64 KiB-1 MiB
+# within 10%).
+PLANE_BLOCK_BYTES = 256 << 10
+
+
+def depthwise_frame(x, w, g):
+    """Y [N, C, *out] of a 2-D depthwise convolution with unit strides, in numpy: blocks of
+    image planes copied into a zero-padded frame [fh, fw], each kernel offset one pass of
+    per-channel weight times the flat frame shifted by the offset (rows' tails computed and
+    dropped: one long pass instead of a pass per row)."""
+    n, c, h, wd = x.shape
+    (kh, kw), (dh, dw) = g.kernel, g.dilation
+    (ph, _), (pw, _) = g.pads
+    oh, ow = g.out
+    dt = np.result_type(x, w)
+    fh, fw = oh + (kh - 1) * dh + 1, ow + (kw - 1) * dw  # (one spare row: the last pass's tail)
+    run = oh * fw
+    planes = n * c
+    step = max(1, PLANE_BLOCK_BYTES // (fh * fw * dt.itemsize))
+    frame = np.zeros((min(step, planes), fh, fw), dt)
+    acc = np.empty((frame.shape[0], run), dt)
+    tmp = np.empty_like(acc)
+    xs = x.reshape(planes, h, wd)[:, max(0, -ph):min(h, fh - 1 - ph), max(0, -pw):min(wd, fw - pw)]
+    at = (slice(None), slice(max(0, ph), max(0, ph) + xs.shape[1]), slice(max(0, pw), max(0, pw) + xs.shape[2]))
+    taps = w.reshape(c, kh * kw).T.astype(dt)  # [offset, C]
+    channel = np.arange(planes) % c
+    y = np.empty((planes, oh, ow), dt)
+    flat = frame.reshape(frame.shape[0], fh * fw)
+    for p0 in range(0, planes, step):
+        p1 = min(planes, p0 + step)
+        k = p1 - p0
+        frame[:k][at] = xs[p0:p1]
+        a, t, f = acc[:k], tmp[:k], flat[:k]
+        weights = taps[:, channel[p0:p1], None]  # [offset, k, 1]
+        for i, (ky, kx) in enumerate(np.ndindex(kh, kw)):
+            o = ky * dh * fw + kx * dw
+            np.multiply(f[:, o:o + run], weights[i], out=t if i else a)
+            if i:
+                a += t
+        y[p0:p1] = a.reshape(k, oh, fw)[:, :, :ow]
+    return y.reshape(n, c, oh, ow)

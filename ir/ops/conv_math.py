@@ -156,9 +156,11 @@ class Windows(NamedTuple):
     ``scatter(dmatrix, g, x_shape)`` adding a matrix gradient back into the image; and,
     where a backend has them, direct loops for the depthwise convolution, which needs no
     windows (as conv_direct's ``depthwise(x, w, g)`` and ``depthwise_grad(x, w, dy, g,
-    x_shape, want_dw, want_dx)``). Backends may give compiled ones. numpy's depthwise
-    stays on the windows' GEMMs: conv_direct's offset-by-offset passes measured 1.3-1.9x
-    slower than them (16 x 96 x 56 x 56, 3x3: 84 against 58 ms; short rows cost a loop each)."""
+    x_shape, want_dw, want_dx)``). Backends may give compiled ones. Without them, a
+    depthwise convolution with unit strides runs conv_direct's ``depthwise_frame`` (a pass
+    per kernel offset over blocks of padded planes), a strided one the windows' GEMMs
+    (conv_direct's offset-by-offset passes measured 1.3-1.9x slower than them, 16 x 96 x
+    56 x 56, 3x3: 84 against 58 ms; short rows cost a loop each)."""
 
     columns: Callable
     matrix: Callable
@@ -236,8 +238,11 @@ def _forward(x, w, g, group, windows):
     y = None
     if n * per_image == 0:
         return np.zeros(out, dtype=np.result_type(x, w))
-    if windows.depthwise and D.is_depthwise(w.shape, group, c):
-        return windows.depthwise(x, w, g)
+    if D.is_depthwise(w.shape, group, c):
+        if windows.depthwise:
+            return windows.depthwise(x, w, g)
+        if len(g.kernel) == 2 and all(s == 1 for s in g.stride):
+            return D.depthwise_frame(x, w, g)
     if D.is_pointwise(g):
         return D.pointwise(x, w, g, group)
     for images, rows, sub, xrows in _blocks(x.shape, g, x.dtype.itemsize):

@@ -120,3 +120,20 @@ def test_depthwise_matches_its_definition(do, case):
                 dilation_h=dilation[0], dilation_w=dilation[1], kernel_h=kh, kernel_w=kw)
     (y,) = hu.runOpOnInput(do, core.CreateOperator("Conv", ["x", "w"], ["y"], group=xs[1], **args), [x, w])
     np.testing.assert_allclose(y, _depthwise_reference(x, w, stride, pads, dilation), rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_depthwise_blocks_of_planes_match_its_definition(monkeypatch):
+    """The interpreter's unit-stride depthwise pass (conv_direct.depthwise_frame) over blocks
+    of a few planes (a block boundary inside an image, a short last block), as over the
+    whole batch."""
+    from dslc.ir.ops import conv_direct
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 5, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((5, 1, 3, 3)).astype(np.float32)
+    want = _depthwise_reference(x, w, (1, 1), (1, 2, 0, 1), (1, 1))
+    args = dict(pad_t=1, pad_l=2, pad_b=0, pad_r=1, kernel=3, group=5)
+    for block in (conv_direct.PLANE_BLOCK_BYTES, 4 * 8 * 9 * 4):  # (all 15 planes; 3 planes a block)
+        monkeypatch.setattr(conv_direct, "PLANE_BLOCK_BYTES", block)
+        (y,) = hu.runOpOnInput(hu.device_options[0], core.CreateOperator("Conv", ["x", "w"], ["y"], **args), [x, w])
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
