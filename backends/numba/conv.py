@@ -1,12 +1,13 @@
-"""The numba backend's kernels for convolution and max pooling's gradient (2-D, NCHW):
+"""The numba backend's kernels for convolution and max pooling (2-D, NCHW):
 compiled loops for the parts numpy does as strided copies or one pass per kernel offset.
 
 Conv, ConvTranspose and their gradients keep the interpreter's GEMMs, blocks and window
 copies (ir/ops/conv_math.py), with compiled loops (``WINDOWS``) where they beat numpy: a
 window matrix's gradient added back into the image, kernel offset by offset as numpy adds
 it, and the depthwise convolution (one channel per group: MobileNet's) and its gradient as
-direct loops over each image plane, with no windows at all. MaxPoolGradient is one
-compiled pass over the windows. The loops read a window's position from the geometry's
+direct loops over each image plane, with no windows at all. MaxPool runs over each
+plane's padded frame (numpy's is nine passes over strided views and a padded copy of the
+whole batch); MaxPoolGradient is one compiled pass over the windows. The loops read a window's position from the geometry's
 frame (``pads[k][0]``: where the windows start, before the image or inside it) and skip
 what falls outside the image. Like ``sparse``, they run between islands as the
 interpreter's kernels would, and give its answers up to the order in which contributions
@@ -75,10 +76,30 @@ def _scatter_matrix(dm, g, x_shape):
 
 
 @jit(nogil=True)
+def _frame_of(x, fh, fw, ph, pw, fill, spare):
+    # a plane's frame [fh, fw] and ``spare`` rows more (flat, ``fill`` where no row or
+    # column of x lies: the pads, written once, since every plane's interior is the same),
+    # and the rows and columns of x it holds (x's row iy is the frame's iy + ph)
+    h, wd = x.shape[2], x.shape[3]
+    frame = np.full((fh + spare) * fw, fill, x.dtype)
+    return frame, max(0, -ph), min(h, fh - ph), max(0, -pw), min(wd, fw - pw)
+
+
+@jit(nogil=True)
+def _plane_into(frame, xf, p, h, wd, iy0, iy1, ix0, ix1, ph, pw, fw):
+    # x's plane p (flat xf) into the interior of its frame
+    U = np.uint64
+    xb = U(p) * U(h) * U(wd)
+    for iy in range(iy0, iy1):
+        r, s = U((iy + ph) * fw + pw), xb + U(iy) * U(wd)
+        for ix in range(U(ix0), U(ix1)):
+            frame[r + ix] = xf[s + ix]
+
+
+@jit(nogil=True)
 def _depthwise_2d(x, w, y, kh, kw, sh, sw, dh, dw, ph, pw):
     # y [n, c, oh, ow] = sum over (ky, kx) of w[c, 0, ky, kx] x[b, c, oy sh + ky dh - ph,
-    # ox sw + kx dw - pw]. Each image plane is first copied into a zero-padded frame
-    # [fh, fw] (its pads written once: the interior is the same for every plane), so the
+    # ox sw + kx dw - pw]. Each image plane is first copied into a zero-padded frame, so the
     # loops never test a bound. With unit strides, a kernel offset's products are one run
     # over the flat frame (rows' tails computed and dropped; one spare frame row keeps the
     # last run inside): long runs that vectorize, where rows of 7-28 do not. Else row by
@@ -87,25 +108,17 @@ def _depthwise_2d(x, w, y, kh, kw, sh, sw, dh, dw, ph, pw):
     oh, ow = y.shape[2], y.shape[3]
     if n * c * oh * ow == 0:
         return
-    fh = (oh - 1) * sh + (kh - 1) * dh + 2
-    fw = (ow - 1) * sw + (kw - 1) * dw + 1
-    iy0, iy1 = max(0, -ph), min(h, fh - 1 - ph)  # (the rows and columns of x the frame holds)
-    ix0, ix1 = max(0, -pw), min(wd, fw - pw)
-    frame = np.zeros(fh * fw, x.dtype)
     flat = sh == 1 and sw == 1
+    fh = (oh - 1) * sh + (kh - 1) * dh + 1
+    fw = (ow - 1) * sw + (kw - 1) * dw + 1
+    frame, iy0, iy1, ix0, ix1 = _frame_of(x, fh, fw, ph, pw, 0.0, 1 if flat else 0)
     acc = np.empty(oh * fw if flat else ow, x.dtype)
     xf, yf, wf = x.ravel(), y.ravel(), w.ravel()
     U = np.uint64
-    ufw, uow, uh, uwd, ukh, ukw = U(fw), U(ow), U(h), U(wd), U(kh), U(kw)
-    for p in range(U(n * c)):
-        ci = p % U(c)
-        xb = p * uh * uwd
-        for iy in range(iy0, iy1):
-            r, s = U((iy + ph) * fw + pw), xb + U(iy) * uwd
-            for ix in range(U(ix0), U(ix1)):
-                frame[r + ix] = xf[s + ix]
-        yb = p * U(oh) * uow
-        wb = ci * ukh * ukw
+    ufw, uow, ukh, ukw = U(fw), U(ow), U(kh), U(kw)
+    for p in range(n * c):
+        _plane_into(frame, xf, p, h, wd, iy0, iy1, ix0, ix1, ph, pw, fw)
+        yb, wb = U(p) * U(oh) * uow, U(p % c) * ukh * ukw
         if flat:
             run = U(oh * fw)
             for j in range(run):
@@ -130,6 +143,41 @@ def _depthwise_2d(x, w, y, kh, kw, sh, sw, dh, dw, ph, pw):
                             acc[ox] += wv * frame[o + ox * U(sw)]
                 for ox in range(uow):
                     yf[yb + oy * uow + ox] = acc[ox]
+
+
+@jit(nogil=True)
+def _max_pool_2d(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
+    # y [n, c, oh, ow] = the max of each window, the pads -inf (as the interpreter's frame),
+    # NaN propagated as np.maximum does, the earlier value kept on ties; each output row
+    # from a plane's -inf-padded frame (no bound tests), indices unsigned (as above)
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2], y.shape[3]
+    if n * c * oh * ow == 0:
+        return
+    fh = (oh - 1) * sh + (kh - 1) * dh + 1
+    fw = (ow - 1) * sw + (kw - 1) * dw + 1
+    frame, iy0, iy1, ix0, ix1 = _frame_of(x, fh, fw, ph, pw, -np.inf, 0)
+    acc = np.empty(ow, x.dtype)
+    xf, yf = x.ravel(), y.ravel()
+    U = np.uint64
+    ufw, uow, usw = U(fw), U(ow), U(sw)
+    for p in range(n * c):
+        _plane_into(frame, xf, p, h, wd, iy0, iy1, ix0, ix1, ph, pw, fw)
+        yb = U(p) * U(oh) * uow
+        for oy in range(U(oh)):
+            r = oy * U(sh) * ufw
+            for ox in range(uow):
+                acc[ox] = frame[r + ox * usw]
+            for ky in range(U(kh)):
+                for kx in range(U(kw)):
+                    if ky + kx == 0:
+                        continue
+                    o = r + ky * U(dh) * ufw + kx * U(dw)
+                    for ox in range(uow):
+                        v, m = frame[o + ox * usw], acc[ox]
+                        acc[ox] = v if v > m or v != v else m
+            for ox in range(uow):
+                yf[yb + oy * uow + ox] = acc[ox]
 
 
 @jit(nogil=True)
@@ -206,6 +254,16 @@ def _max_pool_grad_2d(x, y, dy, dx, kh, kw, sh, sw, dh, dw, ph, pw):
                                 dx[b, ci, iy, ix] += g if x[b, ci, iy, ix] == top else zero
 
 
+def _max_pool(x, **attrs):
+    if attrs.get("order", "NCHW") != "NCHW" or x.ndim != 4 or not x.flags.c_contiguous or \
+            x.dtype.kind != "f" or 0 in x.shape:
+        return C.max_pool(x, **attrs)
+    g = C.geometry("MaxPool", x, attrs)
+    y = np.empty(x.shape[:2] + tuple(g.out), x.dtype)
+    _max_pool_2d(x, y, *g.kernel, *g.stride, *g.dilation, g.pads[0][0], g.pads[1][0])
+    return y
+
+
 def _max_pool_grad(x, y, dy, **attrs):
     if attrs.get("order", "NCHW") != "NCHW" or x.ndim != 4 or y.shape != dy.shape or \
             not all(a.flags.c_contiguous for a in (x, y, dy)) or 0 in y.shape:
@@ -224,5 +282,6 @@ KERNELS = {
     "ConvGradient": lambda op, cfg: bound(functools.partial(C.conv_grad, windows=WINDOWS,
                                                             with_dx=bool(op.opdef.optional(op))), op.attrs),
     "ConvFused": lambda op, cfg: bound(functools.partial(conv_fused, windows=WINDOWS, once=once), op.attrs),
+    "MaxPool": lambda op, cfg: bound(_max_pool, op.attrs),
     "MaxPoolGradient": lambda op, cfg: bound(_max_pool_grad, op.attrs),
 }

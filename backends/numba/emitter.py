@@ -50,13 +50,14 @@ from .source import Writer, fused_source
 HELPER_KERNELS = frozenset({
     "SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "ScatterWeightedSum", "SparseAdagrad",
     "RowWiseSparseAdagrad", "Conv", "ConvFused", "ConvGradient", "ConvTranspose", "ConvTransposeGradient",
-    "MaxPoolGradient"})
+    "MaxPool", "MaxPoolGradient"})
 
 
 # The helper kernels whose compiled loops every op of the kind shares (conv.py's): their
 # interpreted seconds count together (hot.Pool). (The sparse kernels could join; their
 # ops are few per net.)
-POOLED = frozenset({"Conv", "ConvFused", "ConvGradient", "ConvTranspose", "ConvTransposeGradient", "MaxPoolGradient"})
+POOLED = frozenset({"Conv", "ConvFused", "ConvGradient", "ConvTranspose", "ConvTransposeGradient", "MaxPool",
+                    "MaxPoolGradient"})
 
 
 def helper_kernel(name: str):

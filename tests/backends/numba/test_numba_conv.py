@@ -83,3 +83,35 @@ def test_max_pool_gradient_matches_a_plain_loop(k, s, p):
         np.testing.assert_allclose(_run(backend, grad, {"x": x, "y": y, "dy": dy}).fetch_blob("dx"), want,
                                    rtol=1e-6, atol=1e-6)
     assert compiled._max_pool_grad_2d.signatures
+
+
+def _max_pool(x, kernel, stride, pads, dilation):
+    """MaxPool from its definition: x padded with -inf by np.pad, the max over each
+    kernel offset's strided slice."""
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = kernel, stride, pads, dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-np.inf)
+    oh = (xp.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (xp.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    return np.max([xp[:, :, ky * dh: ky * dh + sh * (oh - 1) + 1: sh, kx * dw: kx * dw + sw * (ow - 1) + 1: sw]
+                   for ky in range(kh) for kx in range(kw)], axis=0)
+
+
+# (kernel, stride, pads (t, l, b, r), dilation): ResNet's 3x3 s2, unit strides, mixed
+# strides, asymmetric pads, a dilated kernel, a 2x3 kernel
+POOLS = [((3, 3), (2, 2), (1, 1, 1, 1), (1, 1)), ((3, 3), (1, 1), (1, 0, 2, 1), (1, 1)),
+         ((2, 3), (1, 2), (0, 1, 1, 0), (1, 1)), ((3, 3), (2, 1), (2, 2, 2, 2), (2, 1))]
+
+
+@pytest.mark.parametrize("kernel,stride,pads,dilation", POOLS)
+def test_max_pool_matches_its_definition(kernel, stride, pads, dilation):
+    rng = np.random.default_rng(3)
+    x = rng.integers(-3, 4, size=(2, 3, 9, 8)).astype(np.float32)  # (ties)
+    x[0, 1, 4, 4] = np.nan  # (np.maximum's: NaN wins)
+    args = dict(zip(("pad_t", "pad_l", "pad_b", "pad_r"), pads), kernel_h=kernel[0], kernel_w=kernel[1],
+                stride_h=stride[0], stride_w=stride[1], dilation_h=dilation[0], dilation_w=dilation[1])
+    net = core.Net("pool")
+    net.MaxPool(["x"], "y", **args)
+    want = _max_pool(x, kernel, stride, pads, dilation)
+    for backend in ("interp", "numba"):
+        np.testing.assert_array_equal(_run(backend, net, {"x": x}).fetch_blob("y"), want)
+    assert compiled._max_pool_2d.signatures
