@@ -115,8 +115,14 @@ def _holds(path: Path, source: str) -> bool:
         return False
 
 
-def module_for(source: str):
-    """Import the module whose text is ``source`` (writing its file the first time)."""
+def module_for(source: str, shared=()):
+    """Import the module whose text is ``source`` (writing its file the first time).
+
+    ``shared``: modules (each made by this function) of functions ``source`` defines too, to
+    the letter (a generated module's kernel helpers, source.helper_module): the module's
+    names for them are pointed at the shared ones before anything calls them, so a helper
+    that many modules include compiles once per process and signature (and its machine code
+    is cached once), not once per module. The text still holds every function it runs."""
     import numba
 
     key = hashlib.sha256((numba.__version__ + "\n" + source).encode()).hexdigest()[:24]
@@ -144,5 +150,10 @@ def module_for(source: str):
         for v in list(vars(mod).values()):
             if isinstance(v, numba.core.dispatcher.Dispatcher) and v.py_func.__module__ == name:
                 attach(v, key)
+        for other in shared:
+            for fname, v in vars(other).items():
+                if isinstance(v, numba.core.dispatcher.Dispatcher) and v.py_func.__module__ == other.__name__ \
+                        and isinstance(vars(mod).get(fname), numba.core.dispatcher.Dispatcher):
+                    setattr(mod, fname, v)
         _modules[key] = mod
         return mod

@@ -41,7 +41,7 @@ from dslc.ir.escape import source_text
 from dslc.ir.types import COUNTER, NUMPY_DTYPES
 
 from .kernels import draws, scalar, tensor
-from .source import Writer, fused_source
+from .source import Writer, fused_source, helper_modules
 
 
 # The ops whose interpreted kernels numba replaces with compiled loops (sparse.KERNELS,
@@ -236,7 +236,7 @@ def late_island(island, cfg, args, streams, worker):
 
 def load_island(island, cfg, w, source, args, worker=False):
     """The island's IslandCall: its module imported, its function compiled (or loaded)."""
-    mod = _module(source, island.ops[0])
+    mod = _module(source, island.ops[0], helper_modules(w))
     fn = mod.kernel
     cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts], len(w.streams), worker)
     counters = [i for i, v in enumerate(args) if v.type == COUNTER]
@@ -268,10 +268,10 @@ def _fused_module(op, parallel: bool, sites) -> str:
     return HEADER.format(source=source_text(_source_file(op))) + "\n\n" + fused_source(op, "kernel", parallel, sites) + "\n"
 
 
-def _module(source: str, op):
-    """``module_for(source)``; a SyntaxError is the job's nesting depth or our bug (``syntax_error``)."""
+def _module(source: str, op, shared=()):
+    """``module_for(source, shared)``; a SyntaxError is the job's nesting depth or our bug (``syntax_error``)."""
     try:
-        return module_for(source)
+        return module_for(source, shared)
     except SyntaxError as e:
         raise syntax_error(e, op, "numba") from None
 

@@ -18,6 +18,8 @@ count) raise ``KernelFail``, which the caller reports as the interpreter would
 """
 from __future__ import annotations
 
+import builtins
+import dis
 import os
 import re
 
@@ -26,6 +28,7 @@ import numpy as np
 from dslc.ir import Operation
 from dslc.ir.escape import source_text
 
+from .cache import module_for
 from .failures import Sites
 from .kernels import EXPR, HELPERS, NP, ElementView, draws, literal, scalar, tensor
 
@@ -288,6 +291,28 @@ class Writer:
 
 
 _TYPED_LITERAL = re.compile(r"np\.(int8|int16|int32|int64|uint8|uint16|float16|float32)\((-?np\.inf|np\.nan|-?[0-9.eE+-]+)\)")
+
+
+def helper_modules(w) -> list:
+    """The modules of the kernel helpers writer ``w`` included (one per helper text, shared
+    by every generated module that includes it: cache.module_for's ``shared``). A helper
+    text naming a global it does not define (none does) is left to each module's own copy."""
+    out = []
+    for text in sorted(w.helpers):
+        mod = helper_module(text)
+        if all(_defines_all(mod, v) for v in vars(mod).values() if getattr(v, "py_func", None) is not None):
+            out.append(mod)
+    return out
+
+
+def helper_module(text: str):
+    """The module of one kernel helper text (kernels.HELPERS' values), once per process."""
+    return module_for(HEADER.format(source="dslc's kernel helpers") + hoist_constants(text))
+
+
+def _defines_all(mod, dispatcher) -> bool:
+    return all(i.argval in vars(mod) or hasattr(builtins, i.argval)
+               for i in dis.get_instructions(dispatcher.py_func) if i.opname == "LOAD_GLOBAL")
 
 
 def hoist_constants(text: str) -> str:

@@ -18,7 +18,7 @@ from dslc.backends.interp import kernels_nn as ik
 from dslc.ir.ops.ids import updated_rows
 
 from . import kernels_embedding as ke
-from .cache import jit, module_for
+from .cache import jit
 from .failures import KernelFail
 
 
@@ -136,8 +136,8 @@ def _bags():
     """The islands' bag helper (kernels_embedding), compiled in a module of its own: the
     bags of an op left outside an island are added by the same code."""
     from .kernels import HELPERS
-    from .source import HEADER
-    return module_for(HEADER.format(source="dslc's sparse kernels") + HELPERS["_bags"])._bags
+    from .source import helper_module
+    return helper_module(HELPERS["_bags"])._bags
 
 
 def _sparse_lengths(name, weighted=False, mean=False):
