@@ -52,6 +52,13 @@ if "spent" not in globals():
         return 0.0
 
 
+def _since(seen):
+    """What ran outside XLA's calls (XLA_SHARE's ``outside``) since ``seen`` was read."""
+    if seen is None:
+        return None
+    return {k: n - seen.get(k, 0) for k, n in outside().items() if n > seen.get(k, 0)}
+
+
 def serve():
     run = x = None
     for line in sys.stdin:
@@ -59,6 +66,7 @@ def serve():
         if cmd["cmd"] == "load":
             run = x = None
             gc.collect()
+            seen = outside() if "outside" in globals() else None
             try:
                 t = time.perf_counter()
                 with open(os.path.join(cmd["folder"], "meta.json")) as f:
@@ -71,8 +79,7 @@ def serve():
                     run(x)
                     runs += 1
                 np.save(cmd["out"], y.reshape(y.shape[0], -1))
-                _say(seconds=time.perf_counter() - t, kernels=_kernels(),
-                     outside=outside() if "outside" in globals() else None)
+                _say(seconds=time.perf_counter() - t, kernels=_kernels(), outside=_since(seen))
             except Exception as e:  # (reported by the bench, which goes on without this engine's figure)
                 run = None
                 _say(error=f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
