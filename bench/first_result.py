@@ -7,7 +7,8 @@ and with the cache the cold run left (warm), on interp, on numba as it runs by d
 once hot) and, with --now, on numba compiling every region before the run
 (DSLC_NUMBA_COMPILE=now, the backend's behaviour before hot compiles: minutes cold).
 Runs are interleaved, REPS times; each figure is the median, and the ratios are numba /
-interp of those medians. The runs keep Python's bytecode cache as an installed dslc does
+interp of those medians; below each, the spread of the per-rep paired ratios (quartiles and
+range: a median ratio whose distance from 1.0 is inside them is within the noise). The runs keep Python's bytecode cache as an installed dslc does
 (PYTHONDONTWRITEBYTECODE is removed for them: without it every run compiles dslc's own
 modules from source, which costs the numba backend's extra modules more than it costs a
 user).
@@ -21,7 +22,7 @@ three interleaved): hot / now must be ~1.0.
 
 The machine's other work shows in the wall times (say so when quoting them); the CPU
 times (this process's children: user + system) are steadier.
-Usage: python bench/first_result.py [--now] [REPS] [EXAMPLE.py ...]   (default 3; dlrm, train_mlp)
+Usage: python bench/first_result.py [--now] [--no-steady] [REPS] [EXAMPLE.py ...]   (default 3; dlrm, train_mlp)
 """
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ def measure(example: str, reps: int, modes) -> dict:
     for _, backend, _ in modes:  # (once, untimed: Python's bytecode cache for what each imports)
         with tempfile.TemporaryDirectory(prefix="dslc-first-result-") as cache:
             one_run(example, backend, None, cache)
-    for _ in range(reps):
-        for name, backend, when in modes:
+    for rep in range(reps):
+        for name, backend, when in (modes if rep % 2 == 0 else modes[::-1]):  # (neither always first)
             cache = tempfile.mkdtemp(prefix="dslc-first-result-")
             try:
                 got.setdefault((name, "cold"), []).append(one_run(example, backend, when, cache))
@@ -140,6 +141,14 @@ def steady() -> tuple[dict, float]:
     return {name: statistics.median(v) for name, v in times.items()}, switched
 
 
+def spread(ratios) -> str:
+    """The paired ratios (each rep's numba run over the interp run beside it): median, quartiles
+    and range, so a median ratio can be read against the run-to-run noise."""
+    r = sorted(ratios)
+    q = statistics.quantiles(r, n=4) if len(r) > 1 else r * 3
+    return f"paired ratios median {statistics.median(r):.3f}, quartiles {q[0]:.3f}..{q[2]:.3f}, range {r[0]:.3f}..{r[-1]:.3f}"
+
+
 def blas() -> str:
     try:
         from threadpoolctl import threadpool_info
@@ -166,8 +175,14 @@ def main(argv) -> int:
             print(f"  {name:10} {cw:9.2f}s {cc:8.2f}s {ww:9.2f}s {wc:8.2f}s")
         for name, _, _ in modes[1:]:
             r = [med[(name, k)][i] / med[("interp", k)][i] for k in ("cold", "warm") for i in (0, 1)]
-            print(f"  {name}/interp: cold {r[0]:.2f}x wall ({r[1]:.2f}x cpu), warm {r[2]:.2f}x wall "
-                  f"({r[3]:.2f}x cpu)   [targets: cold <= 1.5x, warm <= 1.0x]")
+            print(f"  {name}/interp: cold {r[0]:.3f}x wall ({r[1]:.3f}x cpu), warm {r[2]:.3f}x wall "
+                  f"({r[3]:.3f}x cpu)   [targets: cold <= 1.5x, warm <= 1.0x]")
+            for k in ("cold", "warm"):
+                print(f"    {k}, the spread: " + "; ".join(
+                    f"{what} {spread([a[i] / b[i] for a, b in zip(got[(name, k)], got[('interp', k)])])}"
+                    for i, what in ((0, "wall"), (1, "cpu"))))
+    if "--no-steady" in argv:
+        return 0
     with tempfile.TemporaryDirectory(prefix="dslc-first-result-") as cache:
         os.environ["DSLC_CACHE_DIR"] = cache
         ms, switched = steady()

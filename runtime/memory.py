@@ -12,7 +12,6 @@ DSLC_MALLOC_TUNE=0, and a no-op where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 
@@ -31,8 +30,9 @@ def keep_freed_memory() -> bool:
             return _done
         _done = True
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            mallopt = libc.mallopt
+            # the process's own symbols hold its C library's: ctypes.util.find_library would
+            # run ldconfig in a subprocess, ~5 ms of every dslc run's start
+            mallopt = ctypes.CDLL(None).mallopt
         except (OSError, AttributeError):
             return False  # not glibc (musl, macOS, Windows)
         mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

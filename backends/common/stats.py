@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 
 
-@dataclass
 class CompileStats:
-    interp: Counter = field(default_factory=Counter)  # (why, op name) -> count
-    seconds: float = 0.0
-    compiled: int = 0
+    # (a plain class, as its subclasses: a dataclass is made at import, through exec, and
+    # that is a backend's first-run milliseconds)
+    def __init__(self):
+        self.interp: Counter = Counter()  # (why, op name) -> count
+        self.seconds = 0.0
+        self.compiled = 0
 
     def timed(self, fn):
         """``fn()``, its time added to ``seconds``."""

@@ -14,7 +14,6 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,18 +35,21 @@ from . import islands
 PAR_MIN = 1 << 22  # elements before a fused kernel's parallel variant pays for its threads
 
 
-@dataclass(eq=False)  # (compared by identity: no generated __eq__ to make at import)
 class Stats(CompileStats):
-    """What compiling one module did (``dslc compile`` prints it)."""
+    """What compiling one module did (``dslc compile`` prints it). (Plain classes here, not
+    dataclasses: making a dataclass at import execs generated code, milliseconds of every
+    first run on this backend.)"""
 
-    islands: list = field(default_factory=list)
-    fused: int = 0
-    sources: list = field(default_factory=list)
-    cache_hits: int = 0
-    # functions this process had compiled already (a variant of the module for other sizes
-    # generates the same text: its kernels are reused, neither compiled nor loaded again)
-    reused: int = 0
-    trials: list = field(default_factory=list)  # each compiled region's race against the interpreter
+    def __init__(self):
+        super().__init__()
+        self.islands: list = []
+        self.fused = 0
+        self.sources: list = []
+        self.cache_hits = 0
+        # functions this process had compiled already (a variant of the module for other sizes
+        # generates the same text: its kernels are reused, neither compiled nor loaded again)
+        self.reused = 0
+        self.trials: list = []  # each compiled region's race against the interpreter
 
     def interpreted(self, op, reason) -> None:
         if op.name in ("yield", "break_if"):
@@ -113,24 +115,28 @@ def _numba_type_of(value):
     return numba.typeof(value)
 
 
-@dataclass(eq=False)
 class Config:
-    log: object = None
-    stats: Stats = field(default_factory=Stats)
-    parallel: bool = False
-    par_min: int = PAR_MIN
-    local_counters: frozenset | None = None  # (made when the first region is split into islands)
-    module: Module | None = None
-    seed: int = 0  # as the interpreter's: random ops run its kernels
-    min_work: float = 5000  # regions estimated to do less run on the interpreter
-    nn_min_work: float = 100_000  # (the backend passes its own: DSLC_NUMBA_MIN_WORK...)
-    profile: object = None  # an OpProfile: op calls and compiled regions timed into it
-    when: str = "now"  # or "hot": start on the interpreter, compile what turns out hot (hot.py)
-    hot_seconds: float | None = None  # (None: hot.py's rule)
-    hots: list = field(default_factory=list)  # the Hots of a "hot" compile, in the order made
-    trial_runs: int = 0  # timed runs each way a compiled region races the interpreter (trial.py); 0: none
-    lazies: list = field(default_factory=list)  # its regions and loops not split yet (lazy.py)
-    _names: object = None
+    """What the backend's writers and kernels read while compiling one module."""
+
+    def __init__(self, log=None, stats: Stats | None = None, parallel: bool = False, par_min: int = PAR_MIN,
+                 module: Module | None = None, seed: int = 0, min_work: float = 5000, nn_min_work: float = 100_000,
+                 profile=None, when: str = "now", hot_seconds: float | None = None, trial_runs: int = 0):
+        self.log = log
+        self.stats = Stats() if stats is None else stats
+        self.parallel = parallel
+        self.par_min = par_min
+        self.local_counters: frozenset | None = None  # (made when the first region is split into islands)
+        self.module = module
+        self.seed = seed  # as the interpreter's: random ops run its kernels
+        self.min_work = min_work  # regions estimated to do less run on the interpreter
+        self.nn_min_work = nn_min_work  # (the backend passes its own: DSLC_NUMBA_MIN_WORK...)
+        self.profile = profile  # an OpProfile: op calls and compiled regions timed into it
+        self.when = when  # or "hot": start on the interpreter, compile what turns out hot (hot.py)
+        self.hot_seconds = hot_seconds  # (None: hot.py's rule)
+        self.hots: list = []  # the Hots of a "hot" compile, in the order made
+        self.trial_runs = trial_runs  # timed runs each way a compiled region races the interpreter; 0: none
+        self.lazies: list = []  # its regions and loops not split yet (lazy.py)
+        self._names = None
 
     def report_trial(self, trial) -> None:
         """A decided race (trial.py), noted in the profile's report when there is one."""

@@ -12,7 +12,6 @@ count counts as ``UNKNOWN_TRIPS``).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 
 from dslc.ir import Operation, Region, settings
 
@@ -66,16 +65,20 @@ def nn_min_work_default() -> int:
     return NN_MIN_WORK if NN_MIN_WORK is not None else settings.count("DSLC_NUMBA_NN_MIN_WORK", 100_000)
 
 
-@dataclass(eq=False)
 class Island:
-    ops: list                                   # consecutive top-level ops of one region
-    inputs: list = field(default_factory=list)  # values used inside, defined before it
-    outputs: list = field(default_factory=list)  # its results used after it
-    work: float = 0.0
-    # inputs that may be unset when the island runs: a `for` of a constant count >= 1
-    # carries them but its body writes them before reading them (a step's activations and
-    # gradients, unset before its first run); the call passes a stand-in of their type
-    unread: list = field(default_factory=list)
+    """(A plain class: a dataclass costs every numba run its making at import.)"""
+
+    __slots__ = ("ops", "inputs", "outputs", "work", "unread")
+
+    def __init__(self, ops: list, work: float = 0.0):
+        self.ops = ops            # consecutive top-level ops of one region
+        self.inputs: list = []    # values used inside, defined before it
+        self.outputs: list = []   # its results used after it
+        self.work = work
+        # inputs that may be unset when the island runs: a `for` of a constant count >= 1
+        # carries them but its body writes them before reading them (a step's activations and
+        # gradients, unset before its first run); the call passes a stand-in of their type
+        self.unread: list = []
 
 
 @functools.cache

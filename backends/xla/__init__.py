@@ -24,12 +24,13 @@ from dslc.ir.diagnostics import DSLError
 from dslc.runtime.streams import session_seed
 
 
-@dataclass
 class Stats(CompileStats):
     """What compiling one module did (``dslc compile`` prints it)."""
 
-    runs: list = field(default_factory=list)
-    calls: list = field(default_factory=list)  # each run's RunCall (their races' verdicts)
+    def __init__(self):
+        super().__init__()
+        self.runs: list = []
+        self.calls: list = []  # each run's RunCall (their races' verdicts)
 
     def interpreted(self, op, why) -> None:
         self.interp[(why, op.name)] += 1
