@@ -73,8 +73,45 @@ def _slowed(monkeypatch, seconds):
     monkeypatch.setattr(emitter, "load_island", load)
 
 
-def test_a_region_compiled_before_the_run_falls_back_when_slower(monkeypatch):
+def _spun(monkeypatch, seconds):
+    """Every compiled island made ``seconds`` of this thread's CPU slower per call."""
+    real = emitter.load_island
+
+    def load(*args, **kwargs):
+        call = real(*args, **kwargs)
+
+        def slow(*xs):
+            end = time.thread_time() + seconds
+            while time.thread_time() < end:
+                pass
+            return call(*xs)
+        return slow
+    monkeypatch.setattr(emitter, "load_island", load)
+
+
+def test_the_race_times_both_sides_on_the_cpu_clock_the_hot_timers_use(monkeypatch):
+    """The interpreted runs are timed by the generated code's clock (lazy.CLOCK, CPU time),
+    so the compiled ones are too: a compiled island that sleeps 20 ms per call (wall time,
+    no CPU) against an interpreted one that works microseconds is no slower on that clock,
+    and stays; with wall time on one side and CPU time on the other, a loaded machine (or
+    this sleep) made it lose."""
     _slowed(monkeypatch, 0.02)
+    monkeypatch.setattr(islands, "TRIAL_RUNS", 2)
+    tg, out = _job(2000)  # (2000 interpreted Adds: milliseconds of CPU; compiled: microseconds)
+    workspace.FeedBlob("x", np.array([0.0, 0.0]))
+    with LocalSession(backend="numba", passes="default") as s:
+        program = s.compile(tg).program
+        h, = program.hots
+        for k in range(6):
+            workspace.FeedBlob("x", np.array([k, -1.5]))
+            s.run(tg)
+            np.testing.assert_array_equal(out.fetch(), [2001 * k, -3001.5])  # 2001 x, by hand
+        assert h.trial.kept == "compiled"
+        assert max(h.trial.compiled[1:]) < 0.02
+
+
+def test_a_region_compiled_before_the_run_falls_back_when_slower(monkeypatch):
+    _spun(monkeypatch, 0.02)
     monkeypatch.setattr(islands, "TRIAL_RUNS", 2)
     tg, out = _job(6)
     workspace.FeedBlob("x", np.array([0.0, 0.0]))
