@@ -206,13 +206,21 @@ def _rows(x, axis):
     return x.reshape(_prod(x.shape[:axis]), _prod(x.shape[axis:]))
 
 
+def _mm(a, b, ta=False, tb=False, dt=None):
+    """a (or a^T) times b (or b^T), 2-D, as one dot_general naming the contracted dims:
+    jnp.dot of a ``.T`` makes XLA's CPU runtime take a path many times slower for a
+    matrix-vector product (FC of AlexNet's 9216 x 4096 weights at batch 1, one thread:
+    357 ms against 13.6, numpy's 13.1)."""
+    return lax.dot_general(a, b, (((0 if ta else 1,), (1 if tb else 0,)), ((), ())), preferred_element_type=dt)
+
+
 @kernel("FC")
 def _fc(op):
     axis, axis_w, out = int(op.attrs.get("axis", 1)), int(op.attrs.get("axis_w", 1)), shape(op.result)
     dt = dtype(op.result)
 
     def fc(x, w, b):
-        y = jnp.dot(_rows(x, axis), _rows(w, axis_w).T, preferred_element_type=dt) + b
+        y = _mm(_rows(x, axis), _rows(w, axis_w), tb=True, dt=dt) + b
         return y.reshape(out).astype(dt)
     return fc
 
@@ -225,11 +233,11 @@ def _fc_grad(op):
     def fc_grad(x, w, dy):
         x2, w2 = _rows(x, axis), _rows(w, axis_w)
         dy2 = dy.reshape(x2.shape[0], w2.shape[0])
-        dw = jnp.dot(dy2.T, x2).reshape(w.shape)
+        dw = _mm(dy2, x2, ta=True).reshape(w.shape)
         db = dy2.sum(axis=0)
         if not with_dx:
             return dw, db
-        return dw, db, jnp.dot(dy2, w2).reshape(x.shape)
+        return dw, db, _mm(dy2, w2).reshape(x.shape)
     return fc_grad
 
 
@@ -241,7 +249,7 @@ def _matmul(op):
 
     def matmul(a, b, *_):
         a2, b2 = _rows(a, aa), _rows(b, ab)
-        return jnp.dot(a2.T if ta else a2, b2.T if tb else b2).reshape(out)
+        return _mm(a2, b2, ta, tb).reshape(out)
     return matmul
 
 

@@ -318,6 +318,25 @@ def test_the_ops_between_a_deploy_nets_convs_equal_interp_and_are_compiled(mode)
     assert values["stacked"].shape == (2, 3, 2, 4, 6) and values["padded"].shape == (2, 5, 5, 9)
 
 
+def test_products_with_either_operand_transposed_equal_interp():
+    # (each a dot_general naming its contracted dims, never a transposed copy)
+    rng = np.random.default_rng(8)
+    net = core.Net("products")
+    for ta in (0, 1):
+        for tb in (0, 1):
+            net.MatMul(["a" if not ta else "at", "b" if not tb else "bt"], f"m{ta}{tb}", trans_a=ta, trans_b=tb)
+    net.FC(["x", "w", "bias"], "y")
+    net.FCGradient(["x", "w", "dy"], ["dw", "db", "dx"])
+    a, b = rng.normal(size=(3, 5)).astype(np.float32), rng.normal(size=(5, 4)).astype(np.float32)
+    feeds = {"a": a, "at": a.T.copy(), "b": b, "bt": b.T.copy(), "x": rng.normal(size=(1, 6)).astype(np.float32),
+             "w": rng.normal(size=(4, 6)).astype(np.float32), "bias": rng.normal(size=4).astype(np.float32),
+             "dy": rng.normal(size=(1, 4)).astype(np.float32)}
+    got, summary = _both(net, feeds, ["m00", "m01", "m10", "m11", "y", "dw", "dx"])
+    for m in got[:4]:
+        np.testing.assert_allclose(m, a @ b, rtol=1e-5, atol=1e-6)  # (by hand: all four are a b)
+    assert summary["ops compiled"] == 6, summary
+
+
 def test_what_stays_interpreted_says_why():
     m = ModelHelper(name="why")
     fc = brew.fc(m, "data", "fc", dim_in=6, dim_out=4)
