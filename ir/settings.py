@@ -123,7 +123,7 @@ VARIABLES = {
     "DSLC_CACHE_DIR": directory,
     "DSLC_NUMBA_MIN_WORK": lambda n: count(n, 5000),
     "DSLC_NUMBA_NN_MIN_WORK": lambda n: count(n, 100_000),
-    "DSLC_NUMBA_MAX_OPS": lambda n: count(n, 400, lo=1),
+    "DSLC_NUMBA_MAX_OPS": lambda n: count(n, 32, lo=1),
     "DSLC_NUMBA_PARALLEL": switch,
     "DSLC_NUMBA_COMPILE": lambda n: choice(n, ("hot", "now"), "hot"),
     "DSLC_NUMBA_HOT_MS": lambda n: count(n, 1000),

@@ -27,7 +27,11 @@ MIN_WORK = None     # estimated op executions: DSLC_NUMBA_MIN_WORK, default 5000
 # (element operations; a matrix product counts M N sqrt(K)): smaller ones gain less than
 # numba's compile time
 NN_MIN_WORK = None  # DSLC_NUMBA_NN_MIN_WORK, default 100_000
-MAX_OPS = None      # ops per generated function: DSLC_NUMBA_MAX_OPS, default 400
+# ops per generated function: DSLC_NUMBA_MAX_OPS, default 32. numba's compile time grows faster
+# than a function's statements (8/16/32/64: 3.3/5.7/12.8/40 s of CPU, 0.41/0.36/0.40/0.63 s a
+# statement), so a long straight run (an optimizer's updates over every parameter: 145 ops
+# and 261 arrays in the ResNet trainer) costs least as functions of about 32 ops
+MAX_OPS = None
 # when to compile (hot.py): "hot" (an island starts on the interpreter and is compiled, in
 # the background, once it has run HOT_MS milliseconds there) or "now" (every island before
 # the job runs; the tests' setting: every region compiled, deterministically)
@@ -240,7 +244,7 @@ class _Gathered:
 def _chunks(run: list):
     """Split a run into functions of at most about MAX_OPS ops (compile time grows with size)."""
     chunk, size = [], 0
-    most = MAX_OPS if MAX_OPS is not None else settings.count("DSLC_NUMBA_MAX_OPS", 400, lo=1)
+    most = MAX_OPS if MAX_OPS is not None else settings.count("DSLC_NUMBA_MAX_OPS", 32, lo=1)
     for op in run:
         n = 0 if op.name in HOISTED else nested_ops(op)
         if chunk and size + n > most:

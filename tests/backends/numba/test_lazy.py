@@ -214,3 +214,25 @@ def test_a_summary_after_a_loop_switched_counts_its_islands_once(monkeypatch):
         assert got[key] == now[key], key
     # one Hot per island and fused group (no helper kernel here): the loop's own went with its islands
     assert len(hot.hots) == len(now["regions compiled"]) + now["kernels fused"]
+
+
+
+class _Op:
+    """A stand-in for an IR op in a straight run: its name and the ops it holds."""
+
+    def __init__(self, name, inner=0):
+        self.name, self.inner = name, inner
+
+    def walk(self):
+        return [self] * (1 + self.inner)
+
+
+def test_a_long_straight_run_is_cut_into_functions_of_at_most_max_ops(monkeypatch):
+    """DSLC_NUMBA_MAX_OPS (default 32) cuts a run: numba's compile time grows faster than a
+    function's length. Loads count nothing (they run before the island); an op holding a
+    region counts its ops; one op larger than the cap is a function of its own."""
+    run = [_Op("load")] + [_Op("Add") for _ in range(70)]
+    assert [len(c) for c in islands._chunks(run)] == [33, 32, 6]  # (the load rides with the first 32)
+    monkeypatch.setenv("DSLC_NUMBA_MAX_OPS", "5")
+    run = [_Op("Mul"), _Op("for", inner=9), _Op("Add"), _Op("Add"), _Op("load"), _Op("Add")]
+    assert [[o.name for o in c] for c in islands._chunks(run)] == [["Mul"], ["for"], ["Add", "Add", "load", "Add"]]
