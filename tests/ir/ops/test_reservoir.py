@@ -68,7 +68,8 @@ def test_an_object_is_sampled_once(backend):
     assert kept == [1, 2, 3] or (sorted(kept) != [1, 2, 3] and 5 in kept and len(set(kept) & {1, 2, 3}) == 2)
 
 
-def test_the_layer_samples_packed_records_by_object_id():
+def _layer_model():
+    """A model of one ReservoirSampling layer (3 slots) over packed records keyed by object id."""
     m = LayerModelHelper("m", schema.Struct(("record", schema.Struct(("dense", schema.Scalar((f32, (2,)))))),
                                             ("object_id", schema.Scalar(np.int64))), schema.Struct())
     f = m.input_feature_schema
@@ -76,11 +77,21 @@ def test_the_layer_samples_packed_records_by_object_id():
     reservoir = m.ReservoirSampling(schema.Struct(("data", packed), ("object_id", f.object_id)), 3)
     m.output_schema = schema.Struct()
     init, train = lmi.generate_training_nets_forward_only(m)
-    assert [op.type for op in train.Proto().op] == ["PackRecords", "ReservoirSampling"]
+    return m, f, reservoir, init, train
+
+
+def _run_twice(f, init, train):
+    """Feeds five records (objects 1, 2, 3, 1, 2) and runs the train net twice."""
     schema.FeedRecord(f, [np.arange(10, dtype=f32).reshape(5, 2), np.array([1, 2, 3, 1, 2], np.int64)])
     workspace.RunNetOnce(init)
     workspace.CreateNet(train)
     workspace.RunNet(train.Proto().name, num_iter=2)
+
+
+def test_the_layer_samples_packed_records_by_object_id():
+    m, f, reservoir, init, train = _layer_model()
+    assert [op.type for op in train.Proto().op] == ["PackRecords", "ReservoirSampling"]
+    _run_twice(f, init, train)
     assert schema.FetchRecord(reservoir.num_visited)().tolist() == 3
 
 
@@ -99,17 +110,8 @@ def test_the_layers_state_round_trips_through_serialization_as_in_caffe2():
     """Caffe2's layers_test (testReservoirSamplingWithID): each parameter serialized and read
     back; the reservoir comes back empty, so the next runs start afresh and count the new
     batch's 2 distinct ids (Caffe2: num_visited 3, then 2); the map and the slots come back whole."""
-    m = LayerModelHelper("m", schema.Struct(("record", schema.Struct(("dense", schema.Scalar((f32, (2,)))))),
-                                            ("object_id", schema.Scalar(np.int64))), schema.Struct())
-    f = m.input_feature_schema
-    packed = m.PackRecords(f.record, 1, fields=f.record.field_names())
-    reservoir = m.ReservoirSampling(schema.Struct(("data", packed), ("object_id", f.object_id)), 3)
-    m.output_schema = schema.Struct()
-    init, train = lmi.generate_training_nets_forward_only(m)
-    schema.FeedRecord(f, [np.arange(10, dtype=f32).reshape(5, 2), np.array([1, 2, 3, 1, 2], np.int64)])
-    workspace.RunNetOnce(init)
-    workspace.CreateNet(train)
-    workspace.RunNet(train.Proto().name, num_iter=2)
+    m, f, reservoir, init, train = _layer_model()
+    _run_twice(f, init, train)
     assert workspace.SerializeBlob("reservoir_sampling/reservoir") == CAFFE2_RESERVOIR
     assert workspace.SerializeBlob("reservoir_sampling/mutex") == CAFFE2_MUTEX
     before = {str(p): workspace.FetchBlob(str(p)) for p in m.params}
