@@ -229,6 +229,10 @@ class LocalCluster:
         """``resources``: custom resources of the head raylet; ``second_raylet``: those of a
         second raylet (None: just one)."""
         self.temp_dir = temp_dir
+        # Ray's own directory is one level down: its processes chmod the directory they are
+        # given to 0777 (try_make_directory_shared, in agents this process cannot patch), so
+        # the top one, which nobody but us touches, is what keeps everything below private
+        self.ray_dir = os.path.join(temp_dir, "r")
         self.num_cpus = num_cpus
         self.resources = dict(resources or {})
         self.second_raylet = second_raylet
@@ -248,6 +252,7 @@ class LocalCluster:
         t0 = time.perf_counter()
         os.makedirs(self.temp_dir, mode=0o700, exist_ok=True)
         os.chmod(self.temp_dir, 0o700)  # (however it was made: nothing below is reachable by others)
+        os.makedirs(self.ray_dir, mode=0o700, exist_ok=True)
         user_umask = os.umask(0o077)  # the cluster's processes inherit it (this one's is set back below)
         self._saved_env = quiet_env(self.home, self.token)
         self._saved_env.update(_set_shm_dir(shm_dir(self.temp_dir)))
@@ -259,7 +264,7 @@ class LocalCluster:
             with _loopback_kept():
                 ray.init(address="local", num_cpus=self.num_cpus, resources=self.resources,
                          object_store_memory=self.object_store_bytes, include_dashboard=False,
-                         _node_ip_address=LOOPBACK, _temp_dir=self.temp_dir, logging_level="ERROR")
+                         _node_ip_address=LOOPBACK, _temp_dir=self.ray_dir, logging_level="ERROR")
             if self.second_raylet is not None:
                 self._second = self._start_raylet(self.second_raylet)
         except BaseException:
@@ -309,7 +314,7 @@ class LocalCluster:
 
         head = ray._private.worker._global_node
         params = RayParams(gcs_address=head.gcs_address, node_ip_address=LOOPBACK, num_cpus=0, num_gpus=0,
-                           resources=dict(resources), temp_dir=self.temp_dir, include_log_monitor=False,
+                           resources=dict(resources), temp_dir=self.ray_dir, include_log_monitor=False,
                            node_manager_port=0, min_worker_port=0, max_worker_port=0,
                            object_store_memory=self.object_store_bytes)
         params.dashboard_agent_listen_port = None
