@@ -28,6 +28,7 @@ import importlib.util
 import inspect
 import json
 import os
+import secrets
 import sys
 import threading
 import types
@@ -45,7 +46,11 @@ class PyRef:
     why: str = ""      # why the object cannot be imported again ("" when it can)
 
 
-_objects: dict[int, object] = {}
+_objects: dict[int, tuple[str, object]] = {}  # token -> (the name it was registered under, object)
+# Tokens start at a random number of this process's own: a text written by another process
+# (a file on disk) names a token that this process's registry does not hold, rather than
+# whatever this process happened to register under the same small number.
+_token_base = secrets.randbits(40) << 20
 _by_address: dict[tuple, object] = {}  # (source, name, args) -> the object registered
 _imported: dict[str, object] = {}  # source -> the module imported again for it
 _lock = threading.Lock()
@@ -96,8 +101,8 @@ def register(obj, name: str | None = None) -> PyRef:
             why = "its builder's arguments are not plain values (numbers, strings, lists, dicts)"
     with _lock:
         if why:
-            token = len(_objects) + 1
-            _objects[token] = obj
+            token = _token_base + len(_objects) + 1
+            _objects[token] = (qualname, obj)
             return PyRef(token, qualname, why=why)
         _by_address[(source, qualname, text)] = obj
     return PyRef(None, qualname, source, text)
@@ -141,9 +146,8 @@ def resolve(ref: PyRef):
     """The object ``ref`` names: registered in this process, or imported again. Raises
     DSLError (without a location: the caller knows the op) when it cannot be found."""
     if ref.token is not None:
-        obj = _objects.get(ref.token)
-        name = getattr(obj[0] if isinstance(obj, tuple) else obj, "__qualname__", None)
-        if obj is None or (name is not None and name != ref.name):
+        name, obj = _objects.get(ref.token, (None, None))
+        if obj is None or name != ref.name:
             raise DSLError(f"the Python op function {ref.name!r} cannot be found: {ref.why or 'it was '}"
                            f"{'' if ref.why else 'made by another process'}",
                            hint="define the function at the top level of the job file (or of a "

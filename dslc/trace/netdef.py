@@ -18,6 +18,7 @@ from anywhere else (a file) names nothing and is refused, never imported.
 """
 from __future__ import annotations
 
+import secrets
 from collections import OrderedDict
 from sys import intern
 
@@ -34,7 +35,10 @@ _REMEMBERED = 1 << 17  # op messages whose records are kept (oldest forgotten fi
 _BULKY = 1 << 12  # an op with more values than this is not remembered (a fill of a model's weights)
 _known: OrderedDict[bytes, OpRecord] = OrderedDict()
 _objects: dict[str, object] = {}  # token -> the object registered under it
-_TOKEN = "dslc.object:"
+# A random part of this process's own: a message written by another process (a file) names no
+# object here, rather than whatever this process registered at the same address.
+_TOKEN_KIND = "dslc.object:"
+_TOKEN = f"{_TOKEN_KIND}{secrets.token_hex(8)}:"
 
 
 class ProtoError(DSLError, ValueError):
@@ -301,7 +305,7 @@ def op_record(msg, loc: Location | None, bulk: dict | None = None) -> OpRecord:
             args[arg.name] = value
             continue
         value = argument_value(arg)
-        if isinstance(value, str) and value.startswith(_TOKEN):
+        if isinstance(value, str) and value.startswith(_TOKEN_KIND):
             if value not in _objects:
                 raise ProtoError(f"{msg.type} op {msg.name or ''!r}: argument {arg.name!r} names {value!r}, "
                                  "an object this process never registered", loc,

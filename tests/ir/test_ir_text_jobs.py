@@ -4,6 +4,8 @@ function that cannot be named is a located error when the text is written.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -13,6 +15,8 @@ import textwrap
 import pytest
 
 from dslc.driver import cli
+from dslc.ir import pyrefs
+from dslc.ir.diagnostics import DSLError
 from test_job_files import JOB
 import paths
 
@@ -101,6 +105,20 @@ def test_a_text_whose_function_lives_in_no_process_is_a_located_error(capsys, tm
     assert cli.main(["run", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "gone.dslir:4" in err and "'gone' cannot be found: it is a lambda" in err
+
+
+def test_a_token_from_another_process_never_finds_what_this_one_registered():
+    """CI once ran the test above in a worker that had registered a callable object (no
+    __qualname__) as token 7: the text's 'gone' resolved to it and ran."""
+    made = [pyrefs.register(functools.partial(int, base=2)) for _ in range(10)]
+    made.append(pyrefs.register(lambda x: x, "gone"))
+    for ref in made:  # what this process made resolves, under its own name only
+        assert pyrefs.resolve(ref) is not None
+        with pytest.raises(DSLError, match="cannot be found"):
+            pyrefs.resolve(dataclasses.replace(ref, name="other"))
+    for token in range(1, 64):  # small numbers another process would print
+        with pytest.raises(DSLError, match="cannot be found"):
+            pyrefs.resolve(pyrefs.PyRef(token, "gone", why="it is a lambda"))
 
 
 
