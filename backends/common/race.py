@@ -10,6 +10,8 @@ backends/xla/emitter.py); what they share is here:
 - the samples: ``compiled`` (the first, which may still set the compiled code up, is not
   counted unless it is the only one) and ``interp``;
 - the verdict: the medians compared once; the compiled code is kept unless slower;
+- the clock both sides are timed on (below: chosen here from where the compiled code runs,
+  never by a caller);
 - the line for the compile summary and the profile's report, and the summary's list.
 
 The answers are the interpreter's either way (the suite checks each backend against it),
@@ -17,17 +19,38 @@ so the verdict changes time, never results.
 """
 from __future__ import annotations
 
+from time import process_time, thread_time
+
 INTERPRETER = "interpreter"
+
+# The clock a race reads, by its compiled engine; both sides of one race read the same one.
+# Always CPU time, never wall time: on a loaded machine a wall clock counts the time a run
+# waits for a core, so a backend lost races it wins on a quiet one (the xla race kept the
+# interpreter on MobileNetV2 under load at 1.5-1.7x its race-off time). Which CPU time
+# depends on where the compiled code runs:
+# - numba's runs on the calling thread: that thread's CPU time. The process's would also
+#   count this process's other threads: the thread that loads the next hot region's kernels
+#   while this one's compiled runs are timed, the OpenBLAS workers still spinning for
+#   ~0.1 s after an interpreted GEMM (~6-12 ms of each following 20 ms, measured), and the
+#   other tasks of a job running in threads.
+# - XLA's runs on threads of its runtime's own pool, never the caller's (with its async
+#   dispatch off and Eigen held to one thread alike): the caller's CPU time for a 150 ms
+#   XLA call is ~0.4 ms, so a race on it would keep XLA always. So the process's CPU time,
+#   on both sides (which also counts the interpreter's OpenBLAS workers), accepting the
+#   other threads' share above as noise.
+CLOCKS = {"compiled": thread_time, "xla": process_time}
 
 
 class Race:
     """One region's race. ``engine`` names the compiled side ("compiled", "xla"): ``kept`` is
-    it or "interpreter" once decided (None before); ``report(race)`` is called once then."""
+    it or "interpreter" once decided (None before); ``report(race)`` is called once then.
+    ``clock`` (CLOCKS[engine]) is what the backend times both sides' runs with."""
 
-    __slots__ = ("label", "runs", "engine", "interp", "compiled", "kept", "report")
+    __slots__ = ("label", "runs", "engine", "interp", "compiled", "kept", "report", "clock")
 
     def __init__(self, label: str, runs: int, engine: str = "compiled", report=None):
         self.label, self.runs, self.engine, self.report = label, runs, engine, report
+        self.clock = CLOCKS[engine]
         self.interp: list = []
         self.compiled: list = []
         self.kept = None

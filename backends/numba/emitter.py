@@ -102,8 +102,7 @@ class NumbaEmitter(Emitter):
         interpreted runs."""
         trial = None
         if self.cfg.trial_runs:
-            # (its compiled runs on the clock that times the interpreted ones: CPU time)
-            trial = Trial(label, self.cfg.trial_runs, self.cfg.report_trial, clock=CLOCK)
+            trial = Trial(label, self.cfg.trial_runs, self.cfg.report_trial)
             self.cfg.stats.trials.append(trial)
         h = Hot(label, build, self.cfg.hot_seconds, switcher(), trial, pool)
         h.name = callee or self.bind("n", None)

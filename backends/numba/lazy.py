@@ -34,10 +34,10 @@ this module is imported and no region is split.
 from __future__ import annotations
 
 import threading
-from time import thread_time
 
 import numpy as np
 
+from dslc.backends.common.race import CLOCKS
 from dslc.backends.interp.codegen import Emitter, _compiled
 from dslc.backends.interp.executor import Instance
 
@@ -53,8 +53,10 @@ SPLIT = 1.0  # CPU seconds a region (or a top-level loop) runs interpreted befor
 # a wall clock, a 200-iteration DLRM run on a machine shared 10 ways loaded numba halfway
 # through its timed iterations (a second of import on the path), where on a quiet machine it
 # ended on the interpreter. Time a region waits (a sleep, a reader's I/O) is not time a
-# kernel would save either. (A system call, ~1 us: read twice per timed call.)
-CLOCK = thread_time
+# kernel would save either. (A system call, ~1 us: read twice per timed call.) The same
+# reads time the interpreter's side of a compiled region's race, so this is the clock the
+# race module chooses for numba's races (backends/common/race.py: the thread's CPU time).
+CLOCK = CLOCKS["compiled"]
 
 
 def split_after(cfg) -> float:

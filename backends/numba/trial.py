@@ -14,15 +14,14 @@ job's later runs pay nothing for it.
 - Compiled before the run (DSLC_NUMBA_COMPILE=now): the compiled function runs first,
   then the interpreter's code, ``runs`` times each, then the verdict.
 
-The samples and the verdict (medians of the compiled runs after the first against the
-interpreter's; the compiled function kept unless slower) are backends/common/race.py's,
-as are the verdict's line in the program's summary and, with ``--profile``, in the
-profile's report.
+The clock (the thread's CPU time, for both sides), the samples and the verdict (medians
+of the compiled runs after the first against the interpreter's; the compiled function
+kept unless slower) are backends/common/race.py's, as are the verdict's line in the
+program's summary and, with ``--profile``, in the profile's report.
 """
 from __future__ import annotations
 
 import threading
-import time
 
 from dslc.backends.common.race import Race
 
@@ -37,12 +36,11 @@ class Trial(Race):
     generated code reports each interpreted run through ``interpreted(seconds)``.
     """
 
-    __slots__ = ("phase", "ns", "name", "callee", "fallback", "lock", "clock")
+    __slots__ = ("phase", "ns", "name", "callee", "fallback", "lock")
 
-    def __init__(self, label: str, runs: int, report=None, clock=time.perf_counter):
+    def __init__(self, label: str, runs: int, report=None):
         """``report(trial)``: called once with the decided trial (the profile's notes)."""
         super().__init__(label, runs, "compiled", report)
-        self.clock = clock
         self.phase = COLD
         self.ns = self.name = self.callee = self.fallback = None
         self.lock = threading.Lock()

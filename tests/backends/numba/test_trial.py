@@ -6,6 +6,7 @@ its compiled code keeps running; these tests turn it on.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -33,7 +34,8 @@ def test_the_slower_compiled_function_is_dropped_after_its_runs():
     ns = {"n0": None}
     calls = []
     # compiled runs of 1.0 (the first, not counted, 9.0), interpreted ones of 0.5: the interpreter wins
-    t = Trial("a region", 2, clock=_Clock([0, 9, 10, 11, 20, 21]))
+    t = Trial("a region", 2)
+    t.clock = _Clock([0, 9, 10, 11, 20, 21])
     t.start(ns, "n0", lambda x: calls.append(x) or x + 1)
     assert ns["n0"](1) == 2 and ns["n0"](2) == 3 and ns["n0"](3) == 4  # (results as the callee's)
     assert calls == [1, 2, 3] and ns["n0"] is None and t.kept is None  # now the interpreter's turn
@@ -48,7 +50,8 @@ def test_the_faster_compiled_function_stays_and_is_then_called_untimed():
     def callee(x):
         return x * 2
     ns = {"k0": "the interpreter's kernel"}
-    t = Trial("a kernel", 2, clock=_Clock([0, 5, 10, 10.25, 20, 20.25]))
+    t = Trial("a kernel", 2)
+    t.clock = _Clock([0, 5, 10, 10.25, 20, 20.25])
     for s in (3.0, 1.0, 2.0):  # interpreted while cold: the last two count
         t.interpreted(s)
     t.queued()
@@ -57,6 +60,33 @@ def test_the_faster_compiled_function_stays_and_is_then_called_untimed():
     assert [ns["k0"](i) for i in range(3)] == [0, 2, 4]
     assert t.kept == "compiled" and ns["k0"] is callee  # no wrapper left
     assert t.interp == [1.0, 2.0] and t.compiled_seconds() == 0.25
+
+
+def test_numbas_race_counts_only_the_calling_threads_work():
+    """numba's compiled code runs on the calling thread, so its race reads that thread's CPU
+    time (backends/common/race.py), as the generated code's timers of the interpreted side
+    do (lazy.CLOCK): a compiled run that sleeps 30 ms while another thread of the process
+    spins (a kernel loading in the background) is timed at about nothing; on the process's
+    CPU time it would be charged the spinning, on a wall clock the sleep."""
+    from dslc.backends.numba.lazy import CLOCK
+    ns = {"n0": None}
+    t = Trial("a region", 1)
+    assert t.clock is CLOCK  # (the interpreted side's clock: one clock for both sides)
+    t.start(ns, "n0", lambda: time.sleep(0.03))
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pass
+    other = threading.Thread(target=spin)
+    other.start()
+    try:
+        ns["n0"]()
+        ns["n0"]()
+    finally:
+        stop.set()
+        other.join()
+    assert len(t.compiled) == 2 and max(t.compiled) < 0.005, t.compiled
 
 
 def _slowed(monkeypatch, seconds):

@@ -5,6 +5,8 @@ under test) and the results must agree to float32 rounding; the compile summary 
 show the ops compiled, or say why not. Values that do not come from the interpreter are
 worked out by hand (max pooling's ties, C's integer division). Skips without JAX.
 """
+import time
+
 import numpy as np
 import pytest
 
@@ -194,6 +196,40 @@ def test_a_run_keeps_the_faster_of_xla_and_the_interpreter(interp_seconds, kept)
     assert (call(1) is None) == (kept == "interpreter")
 
 
+def test_xlas_race_counts_the_work_its_runtime_does_on_its_own_threads():
+    """XLA runs a call on threads of its runtime's pool, never the caller's: the race's clock
+    (backends/common/race.py) is the process's CPU time. Two 1024^3 float32 products are
+    4.3 GFLOP, at least ~20 ms of CPU on any core here (by hand, at <= 200 GFLOP/s a core);
+    the calling thread's CPU time for the call is ~0.4 ms (measured), which would keep XLA
+    whatever it cost."""
+    import jax.numpy as jnp
+    from dslc.backends.xla.emitter import RunCall
+    f = jax.jit(lambda a: [jnp.tanh(a @ a) @ a])
+    a = np.random.default_rng(0).random((1024, 1024), dtype=np.float32)
+    call = RunCall(lambda x: (f(x), True), [np.float32], False, runs=1, label="two products")
+    for _ in range(2):  # XLA's warm-up and one timed call
+        (got,) = call(a)
+    np.testing.assert_allclose(got, np.tanh(a @ a) @ a, rtol=1e-3)
+    assert len(call.compiled) == 2 and call.compiled[1] >= 0.005, call.compiled
+
+
+def test_the_generated_code_times_the_interpreter_on_the_races_clock(monkeypatch):
+    """Both sides of a run's race on one clock, the race module's: the interpreted runs'
+    seconds are read off it too (a fake clock counting up by one each read: 1.0 a run)."""
+    from dslc.backends.common import race
+    ticks = iter(range(10 ** 6))
+    monkeypatch.setitem(race.CLOCKS, "xla", lambda: float(next(ticks)))
+    monkeypatch.setenv("DSLC_XLA_TRIAL_RUNS", "2")
+    net = core.Net("race_clock")
+    net.Relu("x", "y")
+    ws, s = _run("xla", net, {"x": np.array([-1.0, 2.0], np.float32)})
+    for _ in range(4):
+        s.run(net)
+    (call,) = s.compile(net).program.stats.calls
+    assert call.compiled == [1.0, 1.0, 1.0] and call.interp == [1.0, 1.0]
+    np.testing.assert_array_equal(ws.fetch_blob("y"), [0.0, 2.0])
+
+
 def test_racing_runs_give_the_interpreters_answers_throughout(monkeypatch):
     monkeypatch.setenv("DSLC_XLA_TRIAL_RUNS", "2")
     rng = np.random.default_rng(6)
@@ -213,7 +249,10 @@ def test_racing_runs_give_the_interpreters_answers_throughout(monkeypatch):
 
 def test_a_profiled_race_times_the_interpreters_whole_run(monkeypatch):
     """Under --profile every interpreted op reads the clock around itself: the race's own
-    clock must still span the whole run (FC then Relu), not the last op alone."""
+    clock must still span the whole run (FC then Relu), not the last op alone. (The race
+    on the profile's wall clock here, to compare the two: its own is CPU time.)"""
+    from dslc.backends.common import race
+    monkeypatch.setitem(race.CLOCKS, "xla", time.perf_counter)
     monkeypatch.setenv("DSLC_XLA_TRIAL_RUNS", "2")
     rng = np.random.default_rng(7)
     ws = workspace.Workspace()
