@@ -229,10 +229,6 @@ class LocalCluster:
         """``resources``: custom resources of the head raylet; ``second_raylet``: those of a
         second raylet (None: just one)."""
         self.temp_dir = temp_dir
-        # Ray's own directory is one level down: its processes chmod the directory they are
-        # given to 0777 (try_make_directory_shared, in agents this process cannot patch), so
-        # the top one, which nobody but us touches, is what keeps everything below private
-        self.ray_dir = os.path.join(temp_dir, "r")
         self.num_cpus = num_cpus
         self.resources = dict(resources or {})
         self.second_raylet = second_raylet
@@ -245,6 +241,14 @@ class LocalCluster:
         self._private = None   # the context that keeps Ray's directories private (_private_dirs)
         self.token = secrets.token_hex(32)  # this cluster's auth token
         self.start_seconds = 0.0
+
+    @property
+    def ray_dir(self) -> str:
+        """The directory Ray is given: one level below ``temp_dir``, always. Ray's processes
+        chmod the directory they are given to 0777 (try_make_directory_shared, in agents this
+        process cannot patch), so the top one, which nobody but us touches, is what keeps
+        everything below private."""
+        return os.path.join(self.temp_dir, "r")
 
     def start(self) -> "LocalCluster":
         import ray

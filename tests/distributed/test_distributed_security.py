@@ -44,6 +44,17 @@ def _intrude(tmp_path, address, **env_changes):
     return done, marker
 
 
+def test_rays_own_dir_is_one_level_below_the_top_wherever_the_top_is(tmp_path):
+    """Ray's directory is derived from the cluster's top dir, never kept beside it: a top
+    dir set after construction takes Ray's with it (else Ray would run outside the 0700
+    directory that keeps it private)."""
+    from dslc.backends.ray.cluster import LocalCluster
+    cluster = LocalCluster(str(tmp_path / "a"))
+    assert cluster.ray_dir == str(tmp_path / "a" / "r")
+    cluster.temp_dir = str(tmp_path / "b")
+    assert cluster.ray_dir == str(tmp_path / "b" / "r")
+
+
 @pytest.mark.parametrize("auth", [{}, {"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_MODE": "token",
                                                                       "RAY_AUTH_TOKEN": "0" * 64}])
 def test_a_driver_without_the_clusters_token_is_refused(ray_cluster, tmp_path, auth):  # noqa: F811
