@@ -91,6 +91,10 @@ class OpDef:
     # optional, where that depends on attributes (ConvGradient's dX: 3rd, or 2nd with
     # no_bias). Read through ``optional``
     optional_results: int | Callable = 0
+    # operands the op reads for their shape alone, never their values (SumReduceLike's
+    # second); or (attrs, n_operands) -> those indices. A gradient op may read an input its
+    # forward op wrote over in place, with the same shape, there (autodiff: check_own_overwrite)
+    shape_operands: tuple[int, ...] | Callable = ()
     # (types, attrs, result types) -> (flops, bytes written, bytes read) of one run, for
     # GetOperatorCost (ir/cost.py builds the usual rules); None: no cost model
     cost: Callable | None = None

@@ -14,7 +14,7 @@ Operators come and go as ``caffe2_pb2.OperatorDef`` messages.
 from __future__ import annotations
 
 from dslc.trace import netdef
-from dslc.autodiff.gradients import add_gradient_ops
+from dslc.autodiff.gradients import add_gradient_ops, check_own_overwrite
 from dslc.trace.blobref import BlobReference, GradientSlice
 from dslc.trace.net import Net
 from dslc.trace.net_record import CreateOperator
@@ -62,7 +62,9 @@ class GradientRegistry:
         if python is not None and getattr(maker, "python_maker", False):
             grad_ops, g_input = python(op, g_output)  # (the user's ops, as the user made them)
             return _as_list(grad_ops), list(g_input)
-        made = maker(GradContext(list(op.input), list(op.output), g_output, names, dict(record.args)))
+        ctx = GradContext(list(op.input), list(op.output), g_output, names, dict(record.args))
+        check_own_overwrite(op.type, maker, ctx, loc)  # (as Caffe2 refuses Softsign's in place)
+        made = maker(ctx)
         sparse = {g.input: GradientSlice(g.indices, g.values) for g in made if isinstance(g, SparseGrad)}
         made = [g for g in made if not isinstance(g, SparseGrad)]
         written = {b for g in made for b in g.outputs}

@@ -40,6 +40,38 @@ class OverwrittenValueError(GradientError, RuntimeError):
     """A gradient op needs a forward value a later op overwrites (a RuntimeError, as Caffe2 raises)."""
 
 
+def check_own_overwrite(op_type: str, maker, ctx: GradContext, loc) -> None:
+    """Refuse (OverwrittenValueError) the gradient of an op that writes an input over in
+    place (an output named as that input) when the gradient reads that input's value: by
+    the time gradients run, the name holds the op's output (Softsign's gradient reads X,
+    so ``Softsign(x) -> x`` would differentiate at softsign(x); Relu's reads Y: fine).
+    The maker is asked again with those inputs named apart, to see which it reads."""
+    over = [b for b in dict.fromkeys(ctx.I) if b in ctx.O]
+    if not over:
+        return
+    apart = {b: f"{b}\0before {op_type}" for b in over}  # (no blob is named so: NUL in a name)
+    made = maker(GradContext([apart.get(b, b) for b in ctx.I], list(ctx.O), list(ctx.GO), list(ctx.GI),
+                             dict(ctx.args)))
+    read = {b for g in made for b in ((g.indices, g.values) if isinstance(g, SparseGrad) else _value_reads(g))}
+    needed = [b for b in over if apart[b] in read]
+    if needed:
+        b = needed[0]
+        raise OverwrittenValueError(
+            f"the gradient of {op_type} reads its input {b!r}, but {op_type} writes its output over "
+            f"{b!r} in place: the gradient would read the output", loc,
+            f"give {op_type}'s output a new name instead of {b!r}")
+
+
+def _value_reads(g: GradOp) -> list:
+    """The blobs gradient op ``g`` reads the values of (not those it reads the shape of alone:
+    an op writing over its input in place keeps that input's shape, as Add, Sub and WeightedSum do)."""
+    opdef = OPS.get(g.type)
+    shaped = opdef.shape_operands if opdef is not None else ()
+    if callable(shaped):
+        shaped = shaped(g.args, len(g.inputs))
+    return [b for k, b in enumerate(g.inputs) if k not in shaped]
+
+
 class VersionMismatchError(GradientError, RuntimeError):
     """A blob written twice, the first value read by nothing: its writer would get the gradient
     of the second value, which has the same name (Caffe2 refuses it too, a RuntimeError)."""
@@ -204,6 +236,7 @@ class _Reverse:
         gi = [self.part_name(key) for key in self.ins[i]]
         ctx = GradContext(list(op.inputs), list(op.outputs), go, gi, dict(op.args))
         try:
+            check_own_overwrite(op.type, maker, ctx, op.loc)
             made = maker(ctx)
         except DSLError as e:
             e.loc = e.loc or op.loc

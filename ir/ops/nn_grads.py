@@ -21,7 +21,7 @@ def _sum_reduce_like(types, attrs, n):
     return [TensorType(dy.dtype or like.dtype, like.shape)]
 
 
-declare("SumReduceLike", 2, _sum_reduce_like, attrs={"broadcast": 0, "axis": -1}, traits={PURE},
+declare("SumReduceLike", 2, _sum_reduce_like, attrs={"broadcast": 0, "axis": -1}, traits={PURE}, shape_operands=(1,),
         doc="Y = A summed over the dims broadcasting stretched to reach A's shape from B's; "
             "Y has B's shape")
 

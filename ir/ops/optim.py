@@ -156,7 +156,7 @@ def _weighted_sum_grad(types, attrs, n):
 
 
 declare("WeightedSumGradient", (3, None), _weighted_sum_grad, attrs={"grad_on_w": 0}, results=(1, None),
-        traits={PURE}, doc="(dX0, dX1, ...[, dw0, dw1, ...]) from (dY, X0, w0, X1, w1, ...): dXi = wi dY, "
+        traits={PURE}, shape_operands=lambda attrs, n: () if attrs.get("grad_on_w") else tuple(range(1, n, 2)), doc="(dX0, dX1, ...[, dw0, dw1, ...]) from (dY, X0, w0, X1, w1, ...): dXi = wi dY, "
                            "dwi = sum(dY Xi) when `grad_on_w`")
 no_gradient("WeightedSumGradient")
 

@@ -104,6 +104,78 @@ def test_overwritten_input_is_refused_at_the_overwriting_line():
     assert f"test_training_errors.py:{relu_line}" in str(e.value)
 
 
+# Caffe2 (torch 1.10.2's caffe2.python, /tmp/caffe2-venv): core.GradientRegistry.GetGradientForOp(
+# core.CreateOperator("Softsign", ["x"], ["x"]), ["x_grad"]) raises "[enforce fail at softsign_op.cc:136]
+# I(0) != O(0). Cannot compute softsign gradient if you choose to do an in-place calculation.", and so
+# does AddGradientOperators; it gives Log's and Sqr's, whose gradients then read the output: a = [1, 2]
+# copied to x, then Log(x) -> x and SumElements, AddGradientOperators and RunNetOnce gave a_grad
+# [inf, 1.4427] (1/log a) for 1/a = [1, 0.5], and Sqr's [2, 8] (2 a^2) for 2a = [2, 4]. dslc refuses them all.
+@pytest.mark.parametrize("op", ["Softsign", "Log", "Sqr"])
+def test_an_op_writing_over_the_input_its_gradient_reads_is_refused(op):
+    net = core.Net("n")
+    net.Copy(["a"], "x")
+    getattr(net, op)(["x"], ["x"]); line = here()  # noqa: E702
+    net.SumElements(["x"], "loss")
+    with pytest.raises(GradientError) as e:
+        net.AddGradientOperators(["loss"])
+    assert f"test_training_errors.py:{line}" in str(e.value.loc) and isinstance(e.value, RuntimeError)
+    assert f"the gradient of {op} reads its input 'x', but {op} writes its output over 'x'" in str(e.value)
+    with pytest.raises(GradientError) as e:
+        line = here() + 1
+        core.GradientRegistry.GetGradientForOp(core.CreateOperator(op, ["x"], ["x"]), ["x_grad"])
+    assert f"test_training_errors.py:{line}" in str(e.value.loc)
+
+
+def _in_place(name, a, b):
+    """(a's gradient, b's) through ``name`` written over a in place (b: the second input, if any)."""
+    workspace.FeedBlob("a", a)
+    net = core.Net("n")
+    net.Copy(["a"], "x")
+    if b is not None:
+        workspace.FeedBlob("b", b)
+        getattr(net, name)(["x", "b"], ["x"])
+    else:
+        getattr(net, name)(["x"], ["x"])
+    net.SumElements(["x"], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    workspace.RunNetOnce(net)
+    return [workspace.FetchBlob(str(grads[k])) for k in ("a", "b") if k in grads]
+
+
+@pytest.mark.parametrize("name,b,want", [
+    # (by hand, at a = [-1, 2] and b = [4, 0.5]: the gradients read only the output or a's shape)
+    ("Relu", None, [[0.0, 1.0]]),
+    ("Sigmoid", None, [[np.exp(-1) / (1 + np.exp(-1)) ** 2, np.exp(-2) / (1 + np.exp(-2)) ** 2]]),
+    ("Add", [4.0, 0.5], [[1.0, 1.0], [1.0, 1.0]]),
+    ("Div", [4.0, 0.5], [[0.25, 2.0], [1 / 16, -8.0]]),  # 1/b, -a/b^2
+])
+def test_an_op_writing_over_an_input_its_gradient_does_not_read_keeps_its_gradient(name, b, want):
+    got = _in_place(name, np.array([-1.0, 2.0], np.float32), None if b is None else np.array(b, np.float32))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_weighted_sum_in_place_needs_its_first_input_only_for_the_weights_gradient():
+    """WeightedSum's gradient reads its X operands for their shapes alone, unless grad_on_w:
+    then dw0 = sum(dY x0) needs x0's value, which WeightedSum(x0, ...) -> x0 wrote over."""
+    for name, value in (("a", [-1.0, 2.0]), ("w0", [3.0]), ("y", [5.0, 7.0]), ("w1", [0.5])):
+        workspace.FeedBlob(name, np.array(value, np.float32))
+    net = core.Net("n")
+    net.Copy(["a"], "x")
+    net.WeightedSum(["x", "w0", "y", "w1"], ["x"])
+    net.SumElements(["x"], "loss")
+    grads = net.AddGradientOperators(["loss"])
+    workspace.RunNetOnce(net)
+    np.testing.assert_array_equal(workspace.FetchBlob(str(grads["a"])), [3.0, 3.0])  # w0, by hand
+    np.testing.assert_array_equal(workspace.FetchBlob(str(grads["y"])), [0.5, 0.5])  # w1
+    net = core.Net("n")
+    net.WeightedSum(["x", "w0", "y", "w1"], ["x"], grad_on_w=1)
+    net.SumElements(["x"], "loss")
+    with pytest.raises(GradientError, match="reads its input 'x'"):
+        net.AddGradientOperators(["loss"])
+
+
 def test_optimizer_before_gradients():
     model = ModelHelper(name="m")
     brew.fc(model, "data", "fc", dim_in=2, dim_out=2)
