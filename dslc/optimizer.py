@@ -22,7 +22,8 @@ from dslc.trace import names
 from dslc.autodiff.gradients import GradientSlice
 from dslc.ir.diagnostics import DSLError
 from dslc.trace.tracing import user_location
-from dslc import workspace
+from dslc import utils, workspace
+from dslc.ir.ops.yellowfin import SCALARS as YELLOWFIN_SCALARS
 
 ITERATION = "optimizer_iteration"
 ONE = "ONE_0_0"
@@ -485,6 +486,45 @@ class AdadeltaOptimizer(Optimizer):
                            decay=self.decay)
 
 
+class YellowFinOptimizer(Optimizer):
+    """YellowFin (arXiv 1706.03471): momentum SGD whose learning rate and momentum tune
+    themselves, per parameter, from the gradients' statistics (ir/ops/yellowfin.py); ``alpha``
+    and ``mu`` are where they start. Dense gradients only, as in Caffe2. The counter is
+    ``optimizer_iteration``, counted by an AtomicIter under ``iteration_mutex``."""
+
+    kind = "YellowFinOptimizer"
+
+    def __init__(self, alpha=0.1, mu=0.0, beta=0.999, curv_win_width=20, zero_debias=True, epsilon=0.1 ** 6,
+                 policy="fixed", sparse_dedup_aggregator=None, **kwargs):
+        super().__init__(policy, **kwargs)
+        self.alpha, self.mu, self.beta, self.curv_win_width = alpha, mu, beta, curv_win_width
+        self.zero_debias, self.epsilon = zero_debias, epsilon
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+
+    def update(self, model, param, grad):
+        if self.alpha <= 0:
+            raise OptimizerError(f"YellowFin needs alpha > 0 (the starting learning rate), got {self.alpha}",
+                                 user_location(3))
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"YellowFin of {param} needs a dense gradient (Caffe2's has no sparse form)",
+                                 user_location(3), "use build_sgd or build_adagrad for parameters read by Gather "
+                                 "or SparseLengthsSum")
+        init, width = model.param_init_net, int(self.curv_win_width)
+        moment = init.ConstantFill([param], f"{param}_moment", value=0.0)
+        curv_win = init.ConstantFill([], f"{param}_curv_win", shape=[width], value=0.0)
+        g_avg = init.ConstantFill([param], f"{param}_g_avg", value=0.0)
+        g2_avg = init.ConstantFill([param], f"{param}_g2_avg", value=0.0)
+        lr_avg = init.ConstantFill([], f"{param}_lr_avg", shape=[1], value=float(self.alpha))
+        mu_avg = init.ConstantFill([], f"{param}_mu_avg", shape=[1], value=float(self.mu))
+        scalars = init.ConstantFill([], f"{param}_scalars_memory", shape=[YELLOWFIN_SCALARS], value=0.0)
+        iteration = utils.BuildUniqueMutexIter(init, model.net, iter_val=0)
+        self._share(iteration)
+        self._local(moment, lr_avg, mu_avg, curv_win, g_avg, g2_avg, scalars)
+        state = [param, moment, lr_avg, mu_avg, curv_win, g_avg, g2_avg, scalars]
+        model.net.YellowFin(state + [grad, iteration], state, beta=self.beta, epsilon=self.epsilon,
+                            curv_win_width=width, zero_debias=int(bool(self.zero_debias)))
+
+
 def _per_row(model, param, name, value, dtype=None):
     """A fill of ``value`` per row of ``param``, made in param_init_net: of the recorded shape
     when the parameter has one, else of the rows the parameter has when the init net runs."""
@@ -659,21 +699,12 @@ def build_adadelta(model, base_learning_rate, parameters=None, max_gradient_norm
                   allow_lr_injection)
 
 
-def _missing_op(name, op):
-    def build(model, *args, **kwargs):
-        raise OptimizerError(f"{name} needs the {op} operator, which dslc does not have yet", user_location(2),
-                             "use build_sgd, build_adagrad, build_adam, build_rms_prop, build_ftrl, "
-                             "build_adadelta, build_wngrad, build_storm or build_decay_adagrad")
-    build.__name__ = name
-    return build
-
-
-
 def build_gftrl(model, engine="", **kwargs):
     return _build(model, GFtrlOptimizer(**kwargs))
 
 
-build_yellowfin = _missing_op("build_yellowfin", "YellowFin")
+def build_yellowfin(model, base_learning_rate=0.1, **kwargs):
+    return _build(model, YellowFinOptimizer(alpha=base_learning_rate, **kwargs))
 
 
 def build_wngrad(model, base_learning_rate, parameters=None, max_gradient_norm=None, allow_lr_injection=False,

@@ -19,7 +19,7 @@ from dslc.runtime.streams import stream
 from dslc.ir.budget import check_size
 from dslc.ir.ops import (activations, adaptive, boxes, conv_fused, conv_math, features, losses, metrics, nn_grads,
                         normalization, norms, pointwise, products, quantized, recurrent, reductions, resample, segments, spatial, tt,
-                        utility)
+                        utility, yellowfin)
 from dslc.ir.ops import nn_math as nm
 from dslc.ir.ops import numeric as num
 from dslc.ir.ops.infer import dtype_from_code
@@ -64,6 +64,7 @@ FUNCTIONS = {
     **normalization.FUNCTIONS, **reductions.FUNCTIONS, **utility.FUNCTIONS, **recurrent.FUNCTIONS, **nn_grads.FUNCTIONS, **collectives.FUNCTIONS, **adaptive.FUNCTIONS, **losses.FUNCTIONS,
     **quantized.FUNCTIONS, **norms.FUNCTIONS, **pointwise.FUNCTIONS, **spatial.FUNCTIONS,
     **boxes.FUNCTIONS, **resample.FUNCTIONS, **features.FUNCTIONS, **tt.FUNCTIONS, **metrics.FUNCTIONS,
+    **yellowfin.FUNCTIONS,
 }
 
 

@@ -466,6 +466,89 @@ def _momentum(op, a):
             f"{literal(op.attrs['momentum'], dt)}, {literal(1, dt)}, {int(op.attrs['nesterov'])})")
 
 
+# YellowFin (ir/ops/yellowfin.py): the momentum step and the averages in one loop over the
+# elements, then the scalar tuning, in the arrays' dtype and the interpreter's order.
+helper("YellowFin", """
+def _yellowfin_DT(p, m, lr, mu, cw, ga, g2a, mem, g, it, beta, width, eps, nesterov, zero_debias, site):
+    t = it.ravel()[0]
+    if t < 1 or cw.size != width or mem.size != 5 or lr.size != 1 or mu.size != 1 or m.size != p.size \\
+            or ga.size != p.size or g2a.size != p.size or g.size != p.size:
+        raise KernelFail(site, p, m, lr, mu, cw, ga, g2a, mem, g, it)
+    one, b = np.DT(1.0), np.DT(beta)
+    deb = np.DT(1.0 / (1.0 - np.float64(b) ** t)) if zero_debias else one
+    mu0, lr0 = mu.ravel()[0], lr.ravel()[0]
+    p_out, m_out = np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype)
+    ga_out, g2a_out = np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype)
+    ps, ms, gs = np.ascontiguousarray(p).ravel(), np.ascontiguousarray(m).ravel(), np.ascontiguousarray(g).ravel()
+    gas, g2as = np.ascontiguousarray(ga).ravel(), np.ascontiguousarray(g2a).ravel()
+    po, mo, gao, g2ao = p_out.ravel(), m_out.ravel(), ga_out.ravel(), g2a_out.ravel()
+    norm2 = np.DT(0.0)
+    for i in range(ps.size):
+        gi = gs[i]
+        mi = mu0 * ms[i] + lr0 * gi
+        mo[i] = mi
+        if nesterov:
+            po[i] = ps[i] - (one + mu0) * mi + mu0 * ms[i]
+        else:
+            po[i] = ps[i] - mi
+        gao[i] = b * gas[i] + (one - b) * gi
+        g2ao[i] = b * g2as[i] + (one - b) * (gi * gi)
+        norm2 += gi * gi
+    gdeb2 = np.DT(0.0)
+    for i in range(ps.size):
+        gd = deb * gao[i]
+        gdeb2 += gd * gd
+    old = mem.ravel()
+    mem_out = np.empty(mem.shape, mem.dtype)
+    new = mem_out.ravel()
+    norm2 = max(eps, norm2)
+    new[1] = b * old[1] + (one - b) * norm2
+    new[0] = b * old[0] + (one - b) * np.sqrt(norm2)
+    cw_out = cw.copy()
+    window = cw_out.ravel()
+    window[(t - 1) % width] = np.log(norm2)
+    lo, hi = window[0], window[0]
+    for k in range(1, min(width, t)):
+        lo, hi = min(lo, window[k]), max(hi, window[k])
+    new[2] = b * old[2] + (one - b) * lo
+    new[3] = b * old[3] + (one - b) * hi
+    h_min, h_max = max(eps, np.exp(deb * new[2])), max(eps, np.exp(deb * new[3]))
+    variance = max(eps, deb * new[1] - gdeb2)
+    new[4] = b * old[4] + (one - b) * (new[0] / new[1])
+    lr_out, mu_out = lr.copy(), mu.copy()
+    if t > 1:
+        two, three = np.DT(2.0), np.DT(3.0)
+        ratio = np.sqrt(h_max / h_min)
+        limit = (ratio - one) / (ratio + one)
+        pre = deb * new[4] * h_min
+        q = pre * pre / (two * variance)
+        w3 = (-np.sqrt(q * q + np.DT(4.0 / 27.0) * q * q * q) - q) / two
+        w = (one if w3 > 0 else -one) * np.abs(w3) ** np.DT(1.0 / 3.0)
+        root = w - q / three / w + one
+        tuned_mu = max(root * root, limit * limit)
+        tuned_lr = np.DT((np.float64(one - np.sqrt(tuned_mu)) ** 2) / np.float64(h_min))
+        mu_out.ravel()[0] = b * mu0 + (one - b) * tuned_mu
+        lr_out.ravel()[0] = b * lr0 + (one - b) * tuned_lr
+    return p_out, m_out, lr_out, mu_out, cw_out, ga_out, g2a_out, mem_out
+""")
+
+
+@kernel_at("YellowFin")
+def _yellowfin(op, a, site):
+    dt = _dt(op)
+    if dt not in ("f32", "f64") or any(tensor(v) is None or tensor(v).dtype != dt or scalar(v)
+                                       for v in op.operands[:9]):
+        return None  # (the interpreter's, which also checks the sizes)
+    lit = [literal(op.attrs[k], dt) for k in ("beta", "epsilon")]
+    if tensor(op.operands[9]) is None or scalar(op.operands[9]):
+        return None
+    return (f"_yellowfin_{NP[dt][3:]}({', '.join(a)}, {lit[0]}, {int(op.attrs['curv_win_width'])}, {lit[1]}, "
+            f"{int(bool(op.attrs['nesterov']))}, {int(bool(op.attrs['zero_debias']))}, {site('yellowfin')})")
+
+
+CHECKS["yellowfin"] = interpreted  # (the interpreter's kernel on the same inputs raises its error)
+
+
 # --- Softmax and LabelCrossEntropy over rows (axis 1 of a matrix), as ir/ops/nn_math.py
 
 helper("Softmax", """

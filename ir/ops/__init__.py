@@ -8,3 +8,4 @@ from . import boxes, resample  # noqa: F401  (Detectron's detection ops: boxes, 
 from . import features  # noqa: F401  (sparse features: SparseToDenseMask, IndexHash, Mod)
 from . import metrics  # noqa: F401  (per-class accuracy, accumulated histograms)
 from . import tt  # noqa: F401  (tensor-train FC and embedding: TT, TTSparseLengthsSum)
+from . import yellowfin  # noqa: F401  (YellowFin's self-tuning momentum SGD)
