@@ -12,8 +12,14 @@ owns, that others may write to, or that sits in a directory another user owns or
 may write to (without the sticky bit) is refused, with one warning, and kernels compile
 in a private temporary directory for the process instead.
 
-A source file is trusted only if it holds exactly the text its name was made from: an
-edited, empty or truncated one (a crash mid-write on another machine, a hand edit) is
+Texts equal up to the names of their values share one file, one module and one compile:
+the hash is of the text with each generated name (``base_k``: the emitter names a value
+after its blob) renamed by order of first use (``canonical``). Two shards of one
+data-parallel job differ only there (``SgdOptimizer_0_lr`` / ``SgdOptimizer_1_lr``), so
+the second runs the first's module (the names in its text are the first shard's).
+
+A source file is trusted only if it holds the text its name was made from, up to those
+names (``canonical``): an edited, empty or truncated one (a crash mid-write on another machine, a hand edit) is
 written again, with a warning, before anything uses it. Files are written whole: to a
 temporary file, synced, then renamed over the name.
 """
@@ -23,6 +29,7 @@ import atexit
 import functools
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -108,11 +115,26 @@ def jit(**options):
     return wrap
 
 
+# an identifier ending in _<digits>, not an attribute: the emitter's names of values (and of
+# nothing else it writes: helpers, constants _K<n>, numpy's and numba's names end otherwise)
+_NAMED = re.compile(r"(?<![\w.])[A-Za-z_]\w*?_\d+\b")
+
+
+def canonical(source: str) -> str:
+    """``source`` with each such name replaced by its order of first use (a NUL and a
+    number, which no text holds): two texts equal here are the same program up to a
+    consistent renaming of those names (the hash is taken of this, never run)."""
+    order: dict[str, str] = {}
+    return _NAMED.sub(lambda m: order.setdefault(m.group(), f"\0{len(order)}"), source)
+
+
 def _holds(path: Path, source: str) -> bool:
+    """Whether the file holds ``source``, up to the names of its values."""
     try:
-        return path.read_text(encoding="utf-8") == source
+        held = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
+    return held == source or canonical(held) == canonical(source)
 
 
 def module_for(source: str, shared=()):
@@ -125,7 +147,7 @@ def module_for(source: str, shared=()):
     is cached once), not once per module. The text still holds every function it runs."""
     import numba
 
-    key = hashlib.sha256((numba.__version__ + "\n" + source).encode()).hexdigest()[:24]
+    key = hashlib.sha256((numba.__version__ + "\n" + canonical(source)).encode()).hexdigest()[:24]
     with _lock:
         got = _modules.get(key)
         if got is not None:

@@ -91,6 +91,49 @@ def test_an_edited_or_empty_kernel_file_is_written_again_not_run(fresh_cache, mo
     assert path.read_text() == SOURCE
 
 
+NAMED = '''
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True)
+def kernel({x}, {lr}):
+    {out} = np.empty_like({x})
+    for {i} in range({x}.size):
+        {out}[{i}] = {x}[{i}] * {lr} {op} {i}
+    return {out}
+'''
+# (the emitter names values base_k after their blobs: two shards' optimizer islands differ in
+# SgdOptimizer_0_lr_0 / SgdOptimizer_1_lr_0 alone)
+SHARD0 = NAMED.format(x="cpu_0_w_0", lr="SgdOptimizer_0_lr_0", out="w_1", i="i_0", op="+")
+SHARD1 = NAMED.format(x="cpu_1_w_0", lr="SgdOptimizer_1_lr_0", out="w_1", i="i_0", op="+")
+
+
+def test_texts_equal_up_to_their_values_names_share_one_module_and_one_compile(fresh_cache, monkeypatch):
+    x = np.arange(4, dtype=np.float64)
+    first = cache.module_for(SHARD0)
+    assert cache.module_for(SHARD1) is first  # (one module: compiled once in the process)
+    np.testing.assert_array_equal(first.kernel(x, 2.0), x * 2 + np.arange(4))  # (by hand: x lr + i)
+    assert _file(fresh_cache).read_text() == SHARD0 and len(_compiled(fresh_cache)) == 1
+    monkeypatch.setattr(cache, "_modules", {})  # a new process, given the other shard's text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (the file holds the same program: not written again)
+        fn = cache.module_for(SHARD1).kernel
+    np.testing.assert_array_equal(fn(x, 2.0), x * 2 + np.arange(4))
+    assert _hits(fn) == 1 and len(_compiled(fresh_cache)) == 1  # its machine code, loaded
+    assert _file(fresh_cache).read_text() == SHARD0
+
+
+@pytest.mark.parametrize("other", [
+    NAMED.format(x="cpu_0_w_0", lr="SgdOptimizer_0_lr_0", out="w_1", i="i_0", op="-"),  # another op
+    NAMED.format(x="w_0", lr="w_0", out="w_1", i="i_0", op="+"),  # two values named as one
+    NAMED.format(x="w_0", lr="lr_0", out="w_1", i="w_1", op="+"),  # the loop index as the output
+])
+def test_texts_that_differ_beyond_names_do_not_share(other):
+    assert cache.canonical(other) != cache.canonical(SHARD0)
+    assert cache.canonical(SHARD1) == cache.canonical(SHARD0)
+
+
 # ----------------------------------------------------------------------------- compiled code, no pickle
 
 def test_compiled_code_comes_back_from_the_cache_without_unpickling(fresh_cache, monkeypatch):
