@@ -7,7 +7,7 @@ from dslc.trace.oprecord import FILL_ALIASES, OpRecord, is_operator
 from dslc.ir.budget import foldable
 from dslc.ir.diagnostics import DSLError, UnknownOperatorError, VerifyError, warn_unused_args
 from dslc.ir.escape import brief
-from dslc.ir.opdef import MODEL_SCOPE_SWITCHES, OPS, misspelling_of
+from dslc.ir.opdef import ELEMENTWISE, MODEL_SCOPE_SWITCHES, OPS, misspelling_of, type_error
 from dslc.ir.ops.infer import dtype_from_code
 from dslc.ir.ops.tensor import fill_value
 from dslc.ir.types import ANY, NUMPY_DTYPES
@@ -56,6 +56,8 @@ def lower_op(blk: Block, rec: OpRecord) -> None:
             inputs = [read(n, loc) for n in rec.inputs]
             # the Builder directly (not Block.create): most recorded ops pass here
             op = blk.b.create(rec.type, inputs, rec.args, None, len(rec.outputs), (), loc)
+            if any(o in rec.inputs for o in rec.outputs):
+                _same_shape_in_place(rec, inputs, op.results)
             _write(blk, rec, op.results)
         else:
             _lower_special(blk, rec)
@@ -149,6 +151,30 @@ def _lower_special(blk: Block, rec: OpRecord) -> None:
     if rec.type == "Python" and rec.args.get("pass_workspace"):
         blk.ctx.opaque_writes = True
     _write(blk, rec, op.results)
+
+
+def _same_shape_in_place(rec: OpRecord, inputs, results) -> None:
+    """An elementwise op written over an operand in place keeps that operand's size, as
+    Caffe2's binary ops require (they refuse ``Add(x, b) -> x`` with b broadcasting x up):
+    a gradient reads the operand's shape from its name (Add's SumReduceLike)."""
+    opdef = OPS.get(rec.type)
+    if opdef is None or ELEMENTWISE not in opdef.traits:
+        return
+    for name, r in zip(rec.outputs, results):
+        for k, (given, v) in enumerate(zip(rec.inputs, inputs)):
+            if given != name:
+                continue
+            was, now = getattr(v.type, "shape", None), getattr(r.type, "shape", None)
+            # (as many elements, another shape: a scalar total grown to [1] in a loop, which
+            # Caffe2 refuses too, is let be: its gradient has the right values)
+            if was is not None and now is not None and None not in was + now and _count(was) != _count(now):
+                type_error(f"{rec.type} writes its output over its input {k} ({name!r}) in place, but "
+                           f"broadcasting makes the output {list(now)} where {name!r} is {list(was)}",
+                           f"give {rec.type}'s output a new name")
+
+
+def _count(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
 
 
 def _write(blk: Block, rec: OpRecord, values) -> None:

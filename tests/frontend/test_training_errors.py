@@ -156,6 +156,30 @@ def test_an_op_writing_over_an_input_its_gradient_does_not_read_keeps_its_gradie
         np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
+@pytest.mark.parametrize("into", ["a", "b"])
+def test_an_elementwise_op_in_place_may_not_broadcast_its_operand_up(backend, into):
+    """Add's gradient reads an operand's shape from its name, so writing the sum over an
+    operand broadcasting stretches would give that operand a gradient of the sum's shape.
+    Caffe2 refuses it when the net runs (real Caffe2, Add([a, b]) -> a with a [1, 3] and
+    b [2, 3]: "[enforce fail at elementwise_ops.h:189] C_dims_int == A_dims. 2 3 vs 1 3";
+    -> b with a [2, 3], b [1, 3]: line 191, "C_dims_int == B_dims"); so does dslc, at the
+    op's line. The same op over the operand that keeps its shape runs (by hand: 2s)."""
+    small, large = np.ones((1, 3), np.float32), np.ones((2, 3), np.float32)
+    workspace.FeedBlob("a", small if into == "a" else large)
+    workspace.FeedBlob("b", large if into == "a" else small)
+    net = core.Net("n")
+    net.Add(["a", "b"], [into]); line = here()  # noqa: E702
+    with pytest.raises(DSLError) as e:
+        LocalSession(backend=backend).run(net)
+    assert f"test_training_errors.py:{line}" in str(e.value.loc)
+    assert f"Add writes its output over its input {'ab'.index(into)} ('{into}') in place" in str(e.value)
+    assert "[2, 3] where" in str(e.value) and workspace.FetchBlob(into).shape == (1, 3)
+    net = core.Net("m")
+    net.Add(["a", "b"], ["b" if into == "a" else "a"])
+    LocalSession(backend=backend).run(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("b" if into == "a" else "a"), np.full((2, 3), 2.0))
+
+
 def test_weighted_sum_in_place_needs_its_first_input_only_for_the_weights_gradient():
     """WeightedSum's gradient reads its X operands for their shapes alone, unless grad_on_w:
     then dw0 = sum(dY x0) needs x0's value, which WeightedSum(x0, ...) -> x0 wrote over."""
