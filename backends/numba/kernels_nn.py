@@ -19,10 +19,11 @@ from .kernels import kernel as kernel_at  # (a kernel f(op, args, site) that num
 NN_HELPERS: dict[str, str] = {}  # op name -> the source of the helper its expression calls
 
 
-def kernel(*names):
-    """Register a kernel ``f(op, args)`` (these never number a failure site)."""
+def kernel(*names, pointwise: bool = False):
+    """Register a kernel ``f(op, args)`` (these never number a failure site; ``pointwise``:
+    as kernels.kernel's)."""
     def register(f):
-        kernel_at(*names)(lambda op, a, site=None: f(op, a))
+        kernel_at(*names, pointwise=pointwise)(lambda op, a, site=None: f(op, a))
         return f
     return register
 
@@ -174,7 +175,7 @@ def _relu_grad(y, dy, zero):
 """)
 
 
-@kernel("ReluGradient")
+@kernel("ReluGradient", pointwise=True)
 def _relu_grad(op, a):
     t0, t1 = tensor(op.operands[0]), tensor(op.operands[1])
     zero = literal(0, _dt(op))
@@ -231,7 +232,7 @@ def _template(op, a):
     return TEMPLATES[op.name].format(*a, one=literal(1, _dt(op)))
 
 
-kernel(*TEMPLATES)(_template)
+kernel(*TEMPLATES, pointwise=True)(_template)
 
 
 def _one(v, name):
@@ -239,7 +240,7 @@ def _one(v, name):
     return name if scalar(v) else f"{name}.ravel()[0]"
 
 
-@kernel("WeightedSum")
+@kernel("WeightedSum", pointwise=True)
 def _weighted_sum(op, a):
     if any(tensor(v).dtype != _dt(op) for v in op.operands):
         return None
@@ -329,7 +330,7 @@ def _optimizer(op, n_arrays):
     return dt, tensor(op.operands[n_arrays]).dtype == dt
 
 
-@kernel("Adagrad")
+@kernel("Adagrad", pointwise=True)
 def _adagrad(op, a):
     dt, ok = _optimizer(op, 3)
     if not ok or len(op.results) != 2 or op.attrs["weight_decay"]:  # (the interpreter's)
@@ -338,7 +339,7 @@ def _adagrad(op, a):
             f"{literal(op.attrs['epsilon'], dt)}, {literal(op.attrs['decay'], dt)})")
 
 
-@kernel("Adam")
+@kernel("Adam", pointwise=True)
 def _adam(op, a):
     dt, ok = _optimizer(op, 4)
     if not ok or len(op.results) != 3:  # (with its step as a 4th output: the interpreter's)
@@ -457,7 +458,7 @@ def _momentum_sgd(g, m, lr, p, momentum, one, nesterov):
 """)
 
 
-@kernel("MomentumSGDUpdate")
+@kernel("MomentumSGDUpdate", pointwise=True)
 def _momentum(op, a):
     dt = _dt(op)
     if any(tensor(v).dtype != dt for v in op.operands):
@@ -765,11 +766,11 @@ def _activation(op, a):
     return expr if arrays else exact(expr, dt)
 
 
-kernel(*ACTIVATION_FORMS)(_activation)
+kernel(*ACTIVATION_FORMS, pointwise=True)(_activation)
 
 
 # ----------------------------------------------------------------------------- Where, ElementwiseLinear
-@kernel("Where")
+@kernel("Where", pointwise=True)
 def _where(op, a):
     # (equal known shapes only: broadcast_on_rows, and the interpreter's shape error, stay its own)
     c, x, y = (tensor(v) for v in op.operands)
