@@ -135,6 +135,7 @@ def compile_everything(monkeypatch):
     monkeypatch.setattr(islands, "NN_MIN_WORK", 0)
     monkeypatch.setattr(islands, "WHEN", "now")  # compiled before each run, not when hot: deterministic
     monkeypatch.setattr(islands, "TRIAL_RUNS", 0)  # compiled regions kept, never raced against interp (trial.py)
+    monkeypatch.setattr(islands, "COMPILE_LIMIT", 0)  # compiled in the test's process, never stopped
     monkeypatch.setenv("DSLC_XLA_MIN_WORK", "0")
     monkeypatch.setenv("DSLC_XLA_TRIAL_RUNS", "0")  # XLA's code kept, never raced against interp (xla/emitter.py)
 

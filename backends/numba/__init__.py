@@ -67,14 +67,18 @@ class Stats(CompileStats):
         if sig in fn.overloads:
             self.reused += 1
             return
+        elsewhere = False  # (compiled by the worker: this process loads it from the cache)
         if worker:
             hot.compile_through_worker(fn, sig)
         else:
             hot.switcher().say_once("now", "dslc: numba is compiling the job's kernels before it runs "
                                     "(or loading them from the cache: DSLC_NUMBA_COMPILE=now)")
+            limit = islands.compile_limit_default()
+            if limit:  # (in the worker, which is stopped past the limit: CompileTimeout)
+                elsewhere = hot.compile_through_worker(fn, sig, timeout=limit)
         before = sum(fn.stats.cache_hits.values())
         fn.compile(sig)
-        hit = sum(fn.stats.cache_hits.values()) > before
+        hit = sum(fn.stats.cache_hits.values()) > before and not elsewhere
         self.cache_hits += hit
         self.compiled += not hit
 

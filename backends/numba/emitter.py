@@ -32,7 +32,7 @@ from dslc.backends.interp.kernels_nn import op_stream
 
 from . import islands
 from .cache import module_for
-from .hot import Hot, pool as hot_pool, switcher
+from .hot import CompileTimeout, Hot, over_limit, pool as hot_pool, switcher
 from .lazy import CLOCK
 from .trial import Trial
 from .calls import FusedCall, IslandCall
@@ -139,14 +139,26 @@ class NumbaEmitter(Emitter):
     def island(self, island, indent, loop_targets):
         cfg = self.cfg
         if self.direct:
-            call, args, streams = cfg.stats.timed(lambda: build_island(island, cfg))
+            try:
+                call, args, streams = cfg.stats.timed(lambda: build_island(island, cfg))
+            except CompileTimeout as e:  # (DSLC_NUMBA_COMPILE_LIMIT: the region stays interpreted)
+                over_limit(f"{island.ops[0].name} at {_where(island.ops[0])} ({len(island.ops)} ops)", e.limit,
+                           island.ops[0].loc)
+                self.interpreting = True
+                for op in island.ops:
+                    cfg.stats.interpreted(op, f"over DSLC_NUMBA_COMPILE_LIMIT ({e.limit:g} s)")
+                    super().op(op, indent, loop_targets)
+                self.interpreting = False
+                return
             callee, hot = self.bind("n", call), None
         else:
             # (its source is written when it is hot: what the call passes is known before)
             args = [v for v in island.inputs if Writer().arg_or_literal(v) is None]
             streams = [o for top in island.ops for o in top.walk() if draws(o)]
-            callee, hot, clock = self.hot(f"{island.ops[0].name} at {_where(island.ops[0])}", lambda bg: cfg.stats.timed(
-                lambda: late_island(island, cfg, args, streams, bg)))
+            callee, hot, clock = self.hot(f"{island.ops[0].name} at {_where(island.ops[0])} ({len(island.ops)} ops)",
+                                          lambda bg: cfg.stats.timed(
+                                              lambda: late_island(island, cfg, args, streams, bg)))
+            self.hots[-1].loc = island.ops[0].loc
             call = None
         cfg.stats.islands.append((island, call))
         gens = []  # the random ops' generators: per instance, as the interpreter binds them

@@ -32,14 +32,41 @@ import atexit
 import json
 import os
 import queue
+import select
 import subprocess
 import sys
 import threading
 import time
+import warnings
 
 from .cache import cache_dir
 
 QUEUED, DONE, FAILED = 1, 2, 3
+
+
+class CompileTimeout(RuntimeError):
+    """The compile worker did not compile a function within the limit (it was stopped)."""
+
+    def __init__(self, limit: float):
+        super().__init__(f"numba did not compile it within {limit:g} s")
+        self.limit = limit
+
+
+class CompileLimitWarning(UserWarning):
+    """A region compiled before the run took numba longer than DSLC_NUMBA_COMPILE_LIMIT
+    seconds: it runs on the interpreter."""
+
+
+def over_limit(label: str, limit: float, loc=None) -> None:
+    """Say (a CompileLimitWarning, at the user's line ``loc`` when known) that the region
+    ``label`` runs interpreted."""
+    text = (f"numba did not compile the region from {label} within DSLC_NUMBA_COMPILE_LIMIT={limit:g} s: "
+            "it runs on the interpreter (its answers are the same; set DSLC_NUMBA_COMPILE_LIMIT higher, "
+            "or 0 for no limit, to wait for it)")
+    if loc is not None and loc.line:
+        warnings.warn_explicit(text, CompileLimitWarning, loc.file, loc.line)
+    else:
+        warnings.warn(text, CompileLimitWarning, stacklevel=2)
 FIRST, NEXT = 1.0, 0.2  # CPU seconds interpreted before a switch (lazy.CLOCK): numba not loaded yet, loaded
 
 
@@ -71,7 +98,7 @@ class Hot:
     once the region is compiled) once the callee ``build(background)`` made is there."""
 
     __slots__ = ("label", "build", "limit", "total", "state", "ns", "name", "lock", "switcher", "seconds", "trial",
-                 "pool", "calls")
+                 "pool", "calls", "loc")
 
     def __init__(self, label: str, build, limit: float | None, switcher, trial=None, pool: Pool | None = None):
         """``trial``: a trial.Trial the compiled callee races the interpreter's code in.
@@ -79,6 +106,7 @@ class Hot:
         the interpreter as many times as its trial times (its side of the race)."""
         self.label, self.build, self.limit, self.switcher, self.trial = label, build, limit, switcher, trial
         self.pool = pool
+        self.loc = None  # the user's line of the region (for a warning about it)
         self.calls = 0
         self.total = 0.0
         self.state = 0
@@ -122,11 +150,18 @@ class Hot:
 
     def now(self) -> None:
         """Compile (or load) and install here, before the run (DSLC_NUMBA_COMPILE=now): a
-        failure is raised, as the direct compile's is."""
+        failure is raised, as the direct compile's is; one over the compile limit is said
+        (``over_limit``) and leaves the region on the interpreter."""
         with self.lock:
             t = time.perf_counter()
-            self.install(self.build(False))
-            self.state = DONE
+            try:
+                callee = self.build(False)
+            except CompileTimeout as e:
+                self.state = FAILED
+                over_limit(self.label, e.limit, self.loc)
+            else:
+                self.install(callee)
+                self.state = DONE
             self.seconds = time.perf_counter() - t
 
     def install(self, callee) -> None:
@@ -245,9 +280,10 @@ class Worker:
         self.lock = threading.Lock()
         self.ids = 0
 
-    def compile(self, source: str, name: str, sig_data: list) -> str | None:
+    def compile(self, source: str, name: str, sig_data: list, timeout: float | None = None) -> str | None:
         """Have the worker compile ``name`` of ``source`` for ``sig_data``; None when done,
-        else why not (the caller then compiles it itself)."""
+        else why not (the caller then compiles it itself). Past ``timeout`` seconds the
+        worker is stopped (the next request starts another) and CompileTimeout raised."""
         with self.lock:
             try:
                 proc = self._proc()
@@ -255,6 +291,12 @@ class Worker:
                 proc.stdin.write(json.dumps({"id": self.ids, "source": source, "name": name,
                                              "sig": sig_data}) + "\n")
                 proc.stdin.flush()
+                # (one answer a request: nothing is buffered ahead of it)
+                if timeout is not None and not select.select([proc.stdout], [], [], timeout)[0]:
+                    self.proc = None
+                    proc.kill()
+                    proc.wait()
+                    raise CompileTimeout(timeout)
                 line = proc.stdout.readline()
             except (OSError, ValueError) as e:
                 self.proc = None
@@ -283,19 +325,20 @@ class Worker:
 _worker = Worker()
 
 
-def compile_through_worker(fn, sig) -> None:
+def compile_through_worker(fn, sig, timeout: float | None = None) -> bool:
     """Fill the kernel cache with ``fn`` (a dispatcher of a generated module) for ``sig``
-    through the worker, unless the cache holds it; nothing happens for a function the
-    cache cannot keep (the caller's own compile does it)."""
+    through the worker, unless the cache holds it; whether the worker compiled it. Nothing
+    happens for a function the cache cannot keep (the caller's own compile does it).
+    ``timeout``: seconds the worker may take (then CompileTimeout)."""
     from .compiled import Uncachable, encode_type
     cache = getattr(fn, "_cache", None)
     if cache is None or not hasattr(cache, "has") or cache.has(sig, fn.targetctx):
-        return
+        return False
     try:
         data = [encode_type(t) for t in sig]
     except Uncachable:
-        return
+        return False
     source = getattr(sys.modules.get(fn.py_func.__module__), "__dslc_source__", None)
     if source is None:
-        return
-    _worker.compile(source, fn.py_func.__name__, data)
+        return False
+    return _worker.compile(source, fn.py_func.__name__, data, timeout) is None

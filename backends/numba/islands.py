@@ -40,6 +40,12 @@ HOT_MS = None       # DSLC_NUMBA_HOT_MS, default: hot.py's (1000 ms, 200 once nu
 # timed runs each way in which a compiled region races the interpreter's code (trial.py);
 # 0: every compiled region kept, untimed (the tests' setting: they run the compiled code)
 TRIAL_RUNS = None   # DSLC_NUMBA_TRIAL_RUNS, default 3
+# seconds numba may take over one function compiled before the run (DSLC_NUMBA_COMPILE=now):
+# it compiles in the compile worker (hot.Worker), stopped past the limit, and the region runs
+# on the interpreter with a warning naming it; 0: no limit (compiled in this process, the
+# tests' setting). Its compile time grows faster than a function's size (and for some
+# shapes of code, much faster): a job must not wait an hour without a word.
+COMPILE_LIMIT = None  # DSLC_NUMBA_COMPILE_LIMIT, default 300
 STRUCTURE = ("for", "loop", "if")
 EXITS = ("yield", "break_if")
 HOISTED = ("load", "must")  # interpreted ops that may run before an island they sit in
@@ -63,6 +69,11 @@ def hot_ms_default() -> int | None:
 
 def trial_runs_default() -> int:
     return TRIAL_RUNS if TRIAL_RUNS is not None else settings.count("DSLC_NUMBA_TRIAL_RUNS", 3)
+
+
+def compile_limit_default() -> float:
+    """Seconds one function compiled before the run may take (0: no limit)."""
+    return COMPILE_LIMIT if COMPILE_LIMIT is not None else settings.count("DSLC_NUMBA_COMPILE_LIMIT", 300)
 
 
 def nn_min_work_default() -> int:
