@@ -50,7 +50,8 @@ _HOMES = {"db": "kernels_db", "dbinput": "kernels_db", "data": "kernels_data", "
           "utility": "kernels_nn", "recurrent": "kernels_nn", "collective": "kernels_nn", "adaptive": "kernels_nn",
           "quantized": "kernels_nn", "pointwise": "kernels_nn", "spatial": "kernels_nn",
           "conv_fused": "kernels_nn", "norms": "kernels_nn", "features": "kernels_nn",
-          "tt": "kernels_nn", "metrics": "kernels_nn", "boxes": "kernels_nn", "resample": "kernels_nn"}
+          "tt": "kernels_nn", "metrics": "kernels_nn", "boxes": "kernels_nn", "resample": "kernels_nn",
+          "yellowfin": "kernels_nn"}
 
 
 def kernel_entry(name: str):
