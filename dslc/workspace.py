@@ -200,10 +200,10 @@ def ResetWorkspace(root_folder=None) -> bool:
 
 def FeedBlob(name, value, device_option=None) -> bool:
     """Store ``value`` as blob ``name``; jobs read it. A numpy array, or anything numpy
-    reads as one (a ``torch.Tensor``, a buffer, a Python scalar or list), becomes a tensor;
-    ``str`` and ``bytes`` a string."""
-    v = _blobs.fed(value, name)  # (before the cell: a value refused makes no blob)
-    current().cell(str(name)).v = v
+    reads as one (a buffer, a Python scalar or list), becomes a tensor; ``str`` and ``bytes``
+    a string. A CPU ``torch.Tensor`` becomes the blob itself, as in Caffe2: what a job writes
+    to the blob is written into the tensor (dslc/driver/blobs.py)."""
+    _blobs.feed(current(), name, value)
     return True
 
 
@@ -220,6 +220,12 @@ def FetchBlobs(names) -> list:
 
 def FetchBlob(name):
     return _blobs.fetch(current(), name)
+
+
+def FetchTorch(name):
+    """Blob ``name`` as a torch tensor that shares its memory: writes through either are
+    the other's, ``resize_`` included (Caffe2's; needs torch, which dslc does not)."""
+    return _blobs.to_torch(current().lookup(str(name)), name)
 
 
 def SerializeBlob(name) -> bytes:

@@ -35,12 +35,32 @@ class Cell:
         in place while this holds them: the in-place updates check who else holds an
         array); ``materialize_all`` computes every pending value before a user may write
         an array in place."""
+        if type(_RAW.__get__(self)) is _Binding:  # (a value living elsewhere: written there now)
+            self.v = fn(*args)
+            return
         _RAW.__set__(self, _Pending(fn, args))
         self.__class__ = _deferred_class(type(self))
         _PENDING.add(self)
 
 
-_RAW = Cell.v  # the slot itself, under the Deferred classes' property
+    def bind(self, read, write) -> None:
+        """Make the cell's value live in another object (a torch tensor that is the blob, as
+        Caffe2's blob and its tensor are one): reads give ``read()``, a write calls
+        ``write(v)``, which returns False for a value that cannot live there (the cell then
+        holds that value itself, unbound). ``bound()`` gives ``read`` back while it holds.
+        The binding replaces the cell's value (a deferred one is never computed)."""
+        plain = getattr(type(self), "_plain", None) or type(self)
+        _PENDING.discard(self)
+        _RAW.__set__(self, _Binding(read, write))
+        self.__class__ = _bound_class(plain)
+
+    def bound(self):
+        """The ``read`` of the binding the cell holds, or None."""
+        raw = _RAW.__get__(self)
+        return raw.read if type(raw) is _Binding else None
+
+
+_RAW = Cell.v  # the slot itself, under the Deferred and Bound classes' property
 _PENDING: "weakref.WeakSet[Cell]" = weakref.WeakSet()
 _DEFERRED: dict = {}
 
@@ -71,6 +91,32 @@ def _deferred_class(cls):
 
         got = _DEFERRED[cls] = type(f"Deferred{cls.__name__}", (cls,),
                                     {"__slots__": (), "_plain": cls, "v": property(read, write)})
+    return got
+
+
+class _Binding:
+    __slots__ = ("read", "write")
+
+    def __init__(self, read, write):
+        self.read, self.write = read, write
+
+
+_BOUND: dict = {}
+
+
+def _bound_class(cls):
+    got = _BOUND.get(cls)
+    if got is None:
+        def read(cell):
+            return _RAW.__get__(cell).read()
+
+        def write(cell, v):
+            if not _RAW.__get__(cell).write(v):
+                _RAW.__set__(cell, v)
+                cell.__class__ = cls
+
+        got = _BOUND[cls] = type(f"Bound{cls.__name__}", (cls,),
+                                 {"__slots__": (), "_plain": cls, "v": property(read, write)})
     return got
 
 

@@ -93,8 +93,7 @@ class Workspace(_rt.Workspace):
         return blobs.fetch(self, name)
 
     def feed_blob(self, name, value):
-        v = blobs.fed(value, name)  # (before the cell: a value refused makes no blob)
-        self.cell(str(name)).v = v
+        blobs.feed(self, name, value)
         return True
 
     def create_net(self, net, overwrite: bool = False):
