@@ -11,7 +11,11 @@ The states are kept as ``<scope>/<h_prev>_states`` [T + 1, N, H], as in Caffe2.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from dslc import core, workspace
 from dslc.autodiff.gradient_registry import GradientRegistry
+from dslc.lower.recurrent import forward_spec
 from dslc.ir.diagnostics import DSLError
 from dslc.trace.tracing import user_location
 
@@ -113,10 +117,71 @@ def _differentiable(proto, references) -> list:
 
 
 def retrieve_step_blobs(net, prefix="rnn"):
-    """Caffe2 copies each step's blobs out of its step workspaces; dslc keeps no per-step
-    workspace (a step's values live only inside the loop), so there is nothing to copy."""
-    raise RecurrentError("retrieve_step_blobs: dslc keeps no per-step workspaces to copy blobs from",
-                         user_location(), "add the values you need as outputs of the cell net and link them")
+    """Put every step's blobs of ``net``'s RecurrentNetwork ops, as its last run made them, in
+    the current workspace as ``<prefix>_<blob><t>`` (Caffe2's names: its step workspaces'
+    blobs, the links, what the step net writes, and the executor's
+    ``timestep_rnnexec_t<t>``), and return those names (bytes, as Caffe2's). The names of
+    the k-th op's blobs are also the string tensor ``<prefix>_<k>``.
+
+    dslc keeps no step workspaces (a step's values live only inside the loop), so each step
+    is computed again from what the run left in the workspace: the sequence inputs, the
+    states (``<scope>/<state>_states``) and the weights. A step whose recomputed state is not
+    the one the run stored (the weights were updated since, a random op in the step net)
+    is a located error.
+    """
+    loc = user_location()
+    names = []
+    count = 0
+    for op in net.Proto().op:
+        if op.type != "RecurrentNetwork":
+            continue
+        count += 1
+        spec = forward_spec(op, loc)
+        got = _replay_steps(spec, prefix, loc)
+        workspace.FeedBlob(f"{prefix}_{count}", np.array(got, dtype=object))
+        names += workspace.FetchBlob(f"{prefix}_{count}").tolist()
+    return names
+
+
+def _replay_steps(spec, prefix, loc) -> list:
+    """Run ``spec``'s step net again for each step, its step-local blobs named
+    ``<prefix>_<blob><t>``; check each step's state writes against the stored states."""
+    for blob in [*spec.sequences, *spec.states, *spec.references]:
+        if not workspace.HasBlob(blob):
+            raise RecurrentError(f"retrieve_step_blobs: the RecurrentNetwork's blob {blob!r} is not in the "
+                                 "workspace", loc, "run the net that holds the RecurrentNetwork op first")
+    steps = int(np.shape(workspace.FetchBlob(spec.sequences[0]))[0])
+    replay = core.Net("retrieve_step_blobs")
+    made = []
+    for t in range(steps):
+        local = {spec.timestep: f"timestep_rnnexec_t{t}"}  # (Caffe2's executor's name for it)
+
+        def named(blob, t=t, local=local):
+            return blob if blob in spec.references else f"{prefix}_{local.get(blob, blob)}{t}"
+        for internal, external, offset, window in spec.reads:
+            rows = workspace.FetchBlob(external)[t + offset:t + offset + window]
+            workspace.FeedBlob(named(internal), rows)
+            made.append(named(internal))
+        workspace.FeedBlob(named(spec.timestep), np.array([t], np.int32))
+        made.append(named(spec.timestep))
+        for step_op in spec.step_msg.op:
+            copy = core.CreateOperator(step_op.type, [named(b) for b in step_op.input],
+                                       [named(b) for b in step_op.output])
+            copy.arg.extend(step_op.arg)
+            replay.Proto().op.extend([copy])
+            made += [named(b) for b in step_op.output if named(b) not in made]
+    workspace.RunNetOnce(replay)
+    for t in range(steps):
+        for internal, state, offset in spec.writes:
+            stored = workspace.FetchBlob(state)[t + offset]
+            again = workspace.FetchBlob(f"{prefix}_{internal}{t}")
+            if np.shape(again) not in (np.shape(stored), (1,) + np.shape(stored)) or \
+                    not np.allclose(np.reshape(again, np.shape(stored)), stored, rtol=1e-5, atol=1e-6):
+                raise RecurrentError(f"retrieve_step_blobs: step {t} computed again gives another {internal!r} than "
+                                     f"the run stored in {state!r}: the RecurrentNetwork's inputs or weights changed "
+                                     "since the run, or its step net draws random numbers", loc,
+                                     "retrieve the step blobs right after the run, before anything updates them")
+    return made
 
 
 __all__ = ["recurrent_net", "retrieve_step_blobs", "RecurrentError"]

@@ -88,6 +88,13 @@ class _Spec:
                               "for the step net's external inputs)")
 
 
+def forward_spec(op, loc) -> _Spec:
+    """The checked arguments of a RecurrentNetwork OperatorDef (what retrieve_step_blobs
+    replays: its links, states, step net and references)."""
+    rec = netdef.op_record(op, loc)
+    return _Spec(rec, rec.inputs)
+
+
 def names_written_by(records) -> set:
     return {b for r in records for b in r.outputs}
 
