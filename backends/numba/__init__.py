@@ -57,15 +57,24 @@ class Stats(CompileStats):
         why = reason or _why(op)
         self.interp[(why, op.name)] += 1
 
-    def compile(self, fn, types, consts, streams=0, worker=False) -> None:
+    def compile(self, fn, types, consts, streams=0, worker=False, read_only=False) -> None:
         """Compile ``fn`` now for the IR's argument types, then ``streams`` random generators
         and the constants (numba loads it from its cache if it can; ``worker``: a function
-        the cache lacks is compiled into it by the compile worker first, see hot.py)."""
+        the cache lacks is compiled into it by the compile worker first, see hot.py).
+
+        ``read_only``: the function never writes its array arguments (an island's inputs are
+        SSA values), so they are typed read-only, and one compile takes every argument: numba
+        passes a writeable array where a read-only one is declared, but not the reverse, and
+        a run's arrays are either (a filled constant is read-only, the same blob written by a
+        step is not): typed as writeable, a training step compiled again for each mix of them
+        its first steps met (three compiles of the whole step, not one)."""
         from . import hot
-        sig = tuple(_numba_type(t) for t in types) + (_generator_type(),) * streams + \
+        sig = tuple(_numba_type(t, read_only) for t in types) + (_generator_type(),) * streams + \
             tuple(_numba_type_of(c) for c in consts)
         if sig in fn.overloads:
             self.reused += 1
+            if read_only:
+                _accept_writeable(fn)
             return
         elsewhere = False  # (compiled by the worker: this process loads it from the cache)
         if worker:
@@ -81,6 +90,38 @@ class Stats(CompileStats):
         hit = sum(fn.stats.cache_hits.values()) > before and not elsewhere
         self.cache_hits += hit
         self.compiled += not hit
+        if read_only:
+            _accept_writeable(fn)
+
+
+def _accept_writeable(fn) -> None:
+    """Let a call passing writeable arrays where ``fn``'s compile declares read-only ones use
+    that compile, as numba itself does where it may not compile (the conversion is safe: the
+    same machine code, only typing differs). Where it may, numba's dispatcher takes exact
+    matches only and would compile the function again for each mix of writeable and
+    read-only arguments; here the first call of each mix finds the compile, and the
+    dispatcher's table then sends the mix to it directly."""
+    if "_compile_for_args" in vars(fn):
+        return
+    compile_new = fn._compile_for_args
+
+    def compile_for_args(*args, **kws):
+        if not kws:
+            actual = tuple(fn.typeof_pyval(a) for a in args)
+            for declared, cres in list(fn.overloads.items()):
+                if len(declared) == len(actual) and all(map(_takes, declared, actual)):
+                    fn._insert([t._code for t in actual], cres.entry_point, cres.objectmode)
+                    return cres.entry_point
+        return compile_new(*args, **kws)
+
+    fn._compile_for_args = compile_for_args
+
+
+def _takes(declared, actual) -> bool:
+    """Whether a parameter typed ``declared`` takes an ``actual`` argument as it is."""
+    import numba
+    return declared == actual or isinstance(actual, numba.types.Array) and actual.mutable and \
+        declared == actual.copy(readonly=True)
 
 
 def _why(op) -> str:
@@ -101,17 +142,17 @@ def _generator_type():
     return numba.typeof(np.random.default_rng(0))
 
 
-def _numba_type(t):
+def _numba_type(t, read_only=False):
     import numba
     from numba import types as nt
 
     if t == COUNTER:
-        return numba.types.Array(nt.int64, 1, "C")  # a thread-local counter's count
+        return numba.types.Array(nt.int64, 1, "C")  # a thread-local counter's count (written back)
     base = {"bool": nt.boolean, "i8": nt.int8, "i16": nt.int16, "i32": nt.int32, "i64": nt.int64,
             "u8": nt.uint8, "u16": nt.uint16, "f16": nt.float16, "f32": nt.float32, "f64": nt.float64}[t.dtype]
     if t.shape == ():
         return base
-    return numba.types.Array(base, len(t.shape), "C")
+    return numba.types.Array(base, len(t.shape), "C", readonly=read_only)
 
 
 def _numba_type_of(value):

@@ -250,7 +250,7 @@ def load_island(island, cfg, w, source, args, worker=False):
     """The island's IslandCall: its module imported, its function compiled (or loaded)."""
     mod = _module(source, island.ops[0], helper_modules(w))
     fn = mod.kernel
-    cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts], len(w.streams), worker)
+    cfg.stats.compile(fn, [v.type for v in args], [c for _, c in w.consts], len(w.streams), worker, read_only=True)
     counters = [i for i, v in enumerate(args) if v.type == COUNTER]
     scalars = [i for i, v in enumerate(args) if scalar(v)]
     return IslandCall(fn, island.outputs, [c for _, c in w.consts], counters, w.sites, len(w.streams), scalars)

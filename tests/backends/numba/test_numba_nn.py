@@ -105,6 +105,10 @@ def test_training_step_is_one_function(monkeypatch, build):
     assert len(summary["regions compiled"]) == 1, summary
     # every op of the net is in it: only the loads and stores around it are interpreted
     assert summary["ops compiled"] == len(model.net.Proto().op), summary
+    # and compiled once: the first step reads filled parameters and constants (read-only
+    # arrays), later steps the step's own outputs (writeable); each mix was a new compile
+    calls = [call for _, call in s.compile(model.net).program.stats.islands]
+    assert [len(call.fn.overloads) for call in calls] == [1]
     if build is plain_sgd:
         assert got[-1][-1].tolist() == [3]  # the iteration counter went up once a step
 
