@@ -47,6 +47,14 @@ hypothesis.settings.load_profile("dslc-tests")
 
 os.environ.setdefault("DSLC_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "dslc"))
 
+# The processes the tests start (the CLI, `python -c` scripts, xdist's workers) import dslc
+# afresh. With PYTHONDONTWRITEBYTECODE set (as it is on our machines) each compiled every
+# module from source again, most of their start (test_every_module_imports_first: 67 s of
+# CPU, 17 s with the bytecode kept). The bytecode goes where the kernels do, never beside
+# the sources: what that variable is set to keep clean stays clean.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.abspath(os.path.join(TESTS, "..", ".pytest_cache", "pyc")))
+
 # Sessions given no seed draw from the process's seed, which is random per process (as
 # Caffe2's unseeded streams are): the suite fixes its own, so that a test's random draws
 # are the same on every run of it (a subprocess a test starts still draws its own).
