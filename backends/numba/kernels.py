@@ -122,11 +122,16 @@ def kernel(*names, pointwise: bool = False):
     return register
 
 
-def flat_shape(op) -> tuple | None:
-    """The shape of ``op``'s results when its kernel may run on its arrays flattened to one
-    dimension (the writer then reshapes the results back), else None: a pointwise kernel
-    whose results share one known shape of rank >= 2 and whose array operands each have
-    that shape or one element.
+def flat_shape(op):
+    """The operand whose shape ``op``'s results have when its kernel may run on its arrays
+    flattened to one dimension (the writer then reshapes the results to that operand's
+    shape), else None: a pointwise kernel whose results share one shape of rank >= 2 and
+    whose array operands each have that shape or one element. Where a dim is unknown (a
+    variant for other sizes, variants.py) only one array operand may have more than one
+    element: two such operands of [?, 3] could still broadcast at run time.
+
+    The writer reshapes to the operand's run-time shape, not a literal: a variant for other
+    sizes then writes the first variant's text for its islands and reuses their compiles.
 
     numba compiles an expression over N-d arrays as a loop nest that checks, for every
     operand and dimension, whether that dimension broadcasts, and LLVM unswitches those
@@ -142,15 +147,20 @@ def flat_shape(op) -> tuple | None:
     if len(shapes) != 1:
         return None
     shape = shapes.pop()
-    if shape is None or len(shape) < 2 or None in shape:
+    if shape is None or len(shape) < 2:
         return None
+    whole = []  # the array operands of more than one element
     for v in op.operands:
         t = tensor(v)
-        if t is None or None in t.shape:
+        if t is None:
             return None
-        if tuple(t.shape) != shape and int(np.prod(t.shape, dtype=np.int64)) != 1:
-            return None
-    return shape
+        if None in t.shape or int(np.prod(t.shape, dtype=np.int64)) != 1:
+            if tuple(t.shape) != shape:
+                return None
+            whole.append(v)
+    if not whole or None in shape and len(set(whole)) > 1:
+        return None
+    return whole[0]
 
 
 def tensor(v) -> TensorType | None:

@@ -162,19 +162,21 @@ class Writer:
         if op.name == "Const":
             return self.const(op)
         self.comment(indent, op)
-        shape = flat_shape(op)  # (N-d arrays flattened: numba compiles one loop, not a nest per operand)
-        expr = self.expr(op, op, flat=shape is not None)
+        like = flat_shape(op)  # (N-d arrays flattened: numba compiles one loop, not a nest per operand)
+        expr = self.expr(op, op, flat=like is not None)
         outs = [self.name(r) for r in op.results]
-        if shape is None:
+        if like is not None:
+            shape = f"{self.names[like]}.shape"
+        if like is None:
             # (several results: a helper returning a tuple: FCGradient, SoftmaxWithLoss, MomentumSGDUpdate)
             self.emit(indent, f"{', '.join(outs)} = {expr}")
         elif len(outs) == 1:
-            self.emit(indent, f"{outs[0]} = ({expr}).reshape({tuple(shape)})")
+            self.emit(indent, f"{outs[0]} = ({expr}).reshape({shape})")
         else:
             flat = [self.temp(o + "_flat") for o in outs]
             self.emit(indent, f"{', '.join(flat)} = {expr}")
             for o, f in zip(outs, flat):
-                self.emit(indent, f"{o} = {f}.reshape({tuple(shape)})")
+                self.emit(indent, f"{o} = {f}.reshape({shape})")
 
     def expr(self, op, typed, flat: bool = False) -> str:
         """``op``'s expression (with ``typed``'s operand and result types); notes the helpers it
