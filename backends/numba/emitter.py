@@ -96,16 +96,17 @@ class NumbaEmitter(Emitter):
                 h.now()
         return code
 
-    def hot(self, label: str, build, callee: str | None = None, pool=None):
+    def hot(self, label: str, build, callee: str | None = None, pool=None, loc=None):
         """(callee, hot, clock): names of a Hot's callee (None until compiled, unless given),
-        the Hot (counting in hot.Pool ``pool``, if given), and the clock that times the
-        interpreted runs."""
+        the Hot (counting in hot.Pool ``pool``, if given; ``loc``: the user's line a warning
+        about it names), and the clock that times the interpreted runs."""
         trial = None
         if self.cfg.trial_runs:
             trial = Trial(label, self.cfg.trial_runs, self.cfg.report_trial)
             self.cfg.stats.trials.append(trial)
         h = Hot(label, build, self.cfg.hot_seconds, switcher(), trial, pool)
         h.name = callee or self.bind("n", None)
+        h.loc = loc
         self.hots.append(h)
         self.cfg.hots.append(h)
         return h.name, self.bind("h", h), self.bind("c", CLOCK)
@@ -142,8 +143,7 @@ class NumbaEmitter(Emitter):
             try:
                 call, args, streams = cfg.stats.timed(lambda: build_island(island, cfg))
             except CompileTimeout as e:  # (DSLC_NUMBA_COMPILE_LIMIT: the region stays interpreted)
-                over_limit(f"{island.ops[0].name} at {_where(island.ops[0])} ({len(island.ops)} ops)", e.limit,
-                           island.ops[0].loc)
+                over_limit(_region(island), e.limit, island.ops[0].loc)
                 self.interpreting = True
                 for op in island.ops:
                     cfg.stats.interpreted(op, f"over DSLC_NUMBA_COMPILE_LIMIT ({e.limit:g} s)")
@@ -155,10 +155,8 @@ class NumbaEmitter(Emitter):
             # (its source is written when it is hot: what the call passes is known before)
             args = [v for v in island.inputs if Writer().arg_or_literal(v) is None]
             streams = [o for top in island.ops for o in top.walk() if draws(o)]
-            callee, hot, clock = self.hot(f"{island.ops[0].name} at {_where(island.ops[0])} ({len(island.ops)} ops)",
-                                          lambda bg: cfg.stats.timed(
-                                              lambda: late_island(island, cfg, args, streams, bg)))
-            self.hots[-1].loc = island.ops[0].loc
+            callee, hot, clock = self.hot(_region(island), lambda bg: cfg.stats.timed(
+                lambda: late_island(island, cfg, args, streams, bg)), loc=island.ops[0].loc)
             call = None
         cfg.stats.islands.append((island, call))
         gens = []  # the random ops' generators: per instance, as the interpreter binds them
@@ -305,6 +303,11 @@ def _fallback(op, cfg):
         outs = [env[v] for v in outputs]
         return outs[0] if len(outs) == 1 else tuple(outs)
     return run
+
+
+def _region(island) -> str:
+    """How a warning and the summary name an island: its first op, line and size."""
+    return f"{island.ops[0].name} at {_where(island.ops[0])} ({len(island.ops)} ops)"
 
 
 def _where(op) -> str:
